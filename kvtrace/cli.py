@@ -1,0 +1,279 @@
+"""The ``kvtrace`` command line: parse, call the library, print.
+
+The library raises `KvtraceError`; `main` turns it into one sentence on stderr and exit
+status 1 (``--debug`` shows the traceback instead).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from kvtrace import __version__, catalog
+from kvtrace.errors import IngestRejected, KvtraceError
+from kvtrace.ingest import DEFAULT_BLOCK_SIZE, IngestReport
+from kvtrace.ingest import ingest as ingest_paths
+from kvtrace.query import OutputFormat, render, run_query, write_output
+from kvtrace.summary import run_summary
+from kvtrace.warehouse import Warehouse, default_path
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="kvtrace: a columnar trace warehouse and query toolkit for LLM-inference research.",
+)
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+@dataclass
+class Options:
+    warehouse: Path | None = None
+    quiet: bool = False
+    debug: bool = False
+
+    @property
+    def path(self) -> Path:
+        return self.warehouse or default_path()
+
+
+options = Options()
+
+OutputOption = Annotated[
+    Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+]
+FormatOption = Annotated[
+    str, typer.Option("--format", "-f", help="table, csv, json or parquet.")
+]
+
+
+@app.callback()
+def _global(
+    warehouse: Annotated[Path | None, typer.Option(
+        "--warehouse", "-w", envvar="KVTRACE_WAREHOUSE",
+        help="Warehouse folder [default: ./kvtrace-warehouse].")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
+    options.warehouse, options.quiet, options.debug = warehouse, quiet, debug
+    if version:
+        out.print(f"kvtrace {__version__}")
+        raise typer.Exit()
+
+
+def _open(create: bool = False) -> Warehouse:
+    return Warehouse(options.path, create=create)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(
+        help="Trace files (.jsonl, .jsonl.gz), folders of them, or glob patterns.")],
+    dataset: Annotated[str | None, typer.Option(help="Dataset label for every record.")] = None,
+    run_name: Annotated[str | None, typer.Option(help="Run name (default: the records', "
+                                                 "else the trace folder's).")] = None,
+    block_size: Annotated[int, typer.Option(
+        help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
+    strict: Annotated[bool, typer.Option(
+        help="Exit non-zero when any line was rejected.")] = False,
+) -> None:
+    """Load existing trace dumps into the warehouse.
+
+    Bad lines go to the quarantine (see the quarantine view) and the rest is ingested;
+    the same file ingested twice adds nothing.
+
+    Example: kvtrace ingest outputs/ruler_1771772829/
+    """
+    warehouse = _open(create=True)
+    report = _with_progress("ingesting", lambda hook: ingest_paths(
+        warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
+        progress=hook))
+    _print_ingest(report)
+    if strict and report.rejected:
+        raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
+
+
+def _with_progress(label: str, work):
+    if options.quiet:
+        return work(None)
+    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        return work(lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _print_ingest(report: IngestReport) -> None:
+    for item in report.files:
+        name = Path(item.path).name
+        if item.status != "ingested":
+            out.print(f"{name}: {item.status}" + (f" (run {item.run_id})" if item.run_id else ""))
+            continue
+        line = f"{name}: {item.rows:,} rows into run {item.run_id}"
+        if item.rejected:
+            line += f", {item.rejected:,} line(s) rejected (see the quarantine view)"
+        out.print(line)
+        for reason, count in item.skipped.items():
+            out.print(f"  skipped {count:,} {reason}")
+        for stat, tally in item.disagreements.items():
+            out.print(
+                f"  source {stat.removeprefix('src_')} disagreed with the recomputed value "
+                f"on {tally.disagreeing:,} of {tally.checked:,} rows (line {tally.first_line}: "
+                f"{tally.source_value:g} vs {tally.recomputed:g}); the recomputed values are "
+                "stored")
+    out.print(f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected "
+              f"into {options.path}")
+
+
+@app.command()
+def sql(
+    query: Annotated[str | None, typer.Argument(help="SQL to run (SELECT only).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Read the SQL from a file.")] = None,
+    fmt: FormatOption = "table",
+    output: OutputOption = None,
+) -> None:
+    """Run read-only SQL against the warehouse's views.
+
+    Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
+    """
+    if (query is None) == (file is None):
+        raise KvtraceError("give the SQL either as an argument or with --file, not both")
+    text = query if query is not None else _read_text(file)
+    fmt = _output_format(fmt, output)
+    con = _open().connect()
+    try:
+        data = render(run_query(con, text), fmt)
+    finally:
+        con.close()
+    _emit(data, output)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise KvtraceError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _output_format(fmt: str, output: Path | None) -> OutputFormat:
+    allowed = ("table", "csv", "json", "parquet")
+    if fmt not in allowed:
+        raise KvtraceError(f"expected one of {', '.join(allowed)} for --format, got {fmt!r}")
+    if fmt == "parquet" and output is None:
+        raise KvtraceError("--format parquet needs --output FILE")
+    return fmt  # type: ignore[return-value]
+
+
+def _emit(data: bytes, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        write_output(data, output)
+        err.print(f"wrote {output}")
+
+
+@app.command()
+def views() -> None:
+    """List the views and macros with what they answer and their columns.
+
+    Example: kvtrace views
+    """
+    for obj in catalog.documented_objects():
+        if not obj.public:
+            continue
+        out.print(f"[bold]{obj.signature}[/bold]  ({obj.kind}, {obj.file})")
+        out.print(f"  {obj.description}")
+        for column, text in obj.columns.items():
+            out.print(f"    {column:<28} {text}")
+        out.print()
+
+
+@app.command()
+def summary(
+    run: Annotated[str, typer.Option(help="Run id or run name.")],
+    block_size: Annotated[int | None, typer.Option(
+        help="Stored block size (needed when the run has several).")] = None,
+    output: OutputOption = None,
+) -> None:
+    """Write the summary.json of a DSA run (the tracer's format).
+
+    Example: kvtrace summary --run ruler_1771772829 --output summary.json
+    """
+    con = _open().connect()
+    try:
+        result = run_summary(con, run, block_size)
+    finally:
+        con.close()
+    _emit((json.dumps(result, indent=2) + "\n").encode(), output)
+
+
+@app.command("shell-init")
+def shell_init(output: OutputOption = None) -> None:
+    """Write a script that opens the same views in a plain duckdb shell.
+
+    Example: kvtrace shell-init -o kvtrace.sql && duckdb -init kvtrace.sql
+    """
+    _emit(catalog.shell_init_sql(_open()).encode(), output)
+
+
+@app.command()
+def demo() -> None:
+    """Ingest a small synthetic DSA trace and print its summary: the tour in one command.
+
+    Example: kvtrace demo
+    """
+    from kvtrace.synthetic import write_seed_trace
+
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "synthetic-demo" / "block64" / "trace_steps_0_6.jsonl"
+        trace.parent.mkdir(parents=True)
+        write_seed_trace(trace, requests=6, steps=16, layers=61, prompt_tokens=12000,
+                         run_name="synthetic-demo", dataset="synthetic-ruler")
+        warehouse = _open(create=True)
+        report = _with_progress("ingesting", lambda hook: ingest_paths(
+            warehouse, [str(trace)], progress=hook))
+    _print_ingest(report)
+    con = warehouse.connect()
+    try:
+        result = run_summary(con, "synthetic-demo")
+    finally:
+        con.close()
+    out.print_json(json.dumps(result))
+    out.print(f"\nWarehouse: {warehouse.root}\nNext: kvtrace -w {warehouse.root} sql "
+              '"SELECT * FROM dsa_layer_profile LIMIT 5"   (kvtrace views lists the views)')
+
+
+def main() -> None:
+    """Entry point: run the app and turn kvtrace errors into one sentence."""
+    try:
+        app()
+    except KvtraceError as exc:
+        if options.debug:
+            raise
+        err.print(f"Error: {exc}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("Interrupted; nothing was half-written.")
+        sys.exit(130)
+    except OSError as exc:
+        if options.debug:
+            raise
+        err.print(f"Error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        sys.exit(1)

@@ -1,0 +1,275 @@
+"""Vectorised statistics over DSA position lists, computed straight on Arrow list buffers.
+
+A batch of lists is held as ``values`` (all positions, row after row) and ``offsets``
+(``len(rows) + 1`` indices into ``values``).  Every function here works on a whole batch
+with NumPy, never row by row in Python; ingest and the DuckDB UDFs share them, so the
+statistics stored at ingest and those recomputed at query time are the same code.
+
+Semantics (DESIGN.md section 4): ``block_id = pos // block_size``; offset of a position
+is ``(seq_len - 1) - pos``; percentiles are linear-interpolated (numpy's default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+RECENCY_WINDOWS = (256, 1024, 4096)
+
+
+@dataclass
+class PositionLists:
+    """A batch of position lists: ``values[offsets[i]:offsets[i + 1]]`` is row ``i``."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def from_arrow(cls, array: pa.Array | pa.ChunkedArray) -> PositionLists:
+        """View an Arrow list array's buffers (null lists read as empty)."""
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+        offsets = array.offsets.to_numpy().astype(np.int64, copy=False)
+        start, stop = int(offsets[0]), int(offsets[-1])
+        values = array.values.slice(start, stop - start)
+        values = values.to_numpy(zero_copy_only=False)
+        return cls(values, offsets - start)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.offsets) - 1
+
+    def row_ids(self) -> np.ndarray:
+        """The row number of every value."""
+        return np.repeat(np.arange(self.num_rows, dtype=np.int64), self.lengths)
+
+    def to_arrow(self) -> pa.ListArray:
+        """As an Arrow ``list<int32>`` array."""
+        return pa.ListArray.from_arrays(
+            pa.array(self.offsets.astype(np.int32)), pa.array(self.values, type=pa.int32())
+        )
+
+
+def segment_quantile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                     q: float) -> np.ndarray:
+    """Linear-interpolated quantile ``q`` of each segment of ascending ``sorted_values``.
+
+    Segment ``i`` is ``sorted_values[starts[i]:starts[i] + counts[i]]``; empty segments
+    give NaN.
+    """
+    result = np.full(len(counts), np.nan)
+    filled = counts > 0
+    h = (counts[filled] - 1) * q
+    low = np.floor(h).astype(np.int64)
+    high = np.minimum(low + 1, counts[filled] - 1)
+    base = starts[filled]
+    a = sorted_values[base + low].astype(np.float64)
+    b = sorted_values[base + high].astype(np.float64)
+    result[filled] = a + (h - low) * (b - a)
+    return result
+
+
+def invalid_rows(lists: PositionLists, seq_len: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows whose positions break the contract, by reason (boolean masks over rows).
+
+    Expects no null values.  Positions must lie in ``[0, seq_len)`` and be distinct.
+    """
+    rows = lists.row_ids()
+    seq = seq_len.astype(np.int64)[rows]
+    values = lists.values.astype(np.int64, copy=False)
+    out_of_range = np.zeros(lists.num_rows, dtype=bool)
+    out_of_range[rows[(values < 0) | (values >= seq)]] = True
+    return {"position outside [0, seq_len)": out_of_range}
+
+
+def sort_lists(lists: PositionLists, scores: np.ndarray | None = None
+               ) -> tuple[PositionLists, np.ndarray | None, np.ndarray]:
+    """Sort each row ascending (scores follow their positions); flag rows with duplicates.
+
+    Positions must already be within ``[0, 2**31)``.  Returns the sorted lists, the
+    permuted scores and a boolean mask of rows holding a repeated position.
+    """
+    values = lists.values
+    rows = lists.row_ids()
+    starts = np.zeros(len(values), dtype=bool)
+    starts[lists.offsets[:-1][lists.lengths > 0]] = True
+    ascending = np.ones(len(values), dtype=bool)
+    ascending[1:] = values[1:] > values[:-1]
+    if not (ascending | starts).all():
+        key = (rows << 32) | values.astype(np.int64)
+        if scores is None:
+            key.sort()
+        else:
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            scores = scores[order]
+        values = (key & 0xFFFFFFFF).astype(np.int32)
+    repeated = np.zeros(lists.num_rows, dtype=bool)
+    same = np.zeros(len(values), dtype=bool)
+    same[1:] = values[1:] == values[:-1]
+    same &= ~starts
+    repeated[rows[same]] = True
+    return PositionLists(values.astype(np.int32, copy=False), lists.offsets), scores, repeated
+
+
+@dataclass
+class BlockStats:
+    """Per-row block statistics at one block size, plus the touched blocks themselves."""
+
+    unique_blocks: np.ndarray
+    total_blocks_in_use: np.ndarray
+    touched_block_ratio: np.ndarray
+    tokens_per_block_mean: np.ndarray
+    tokens_per_block_p50: np.ndarray
+    tokens_per_block_p95: np.ndarray
+    run_rows: np.ndarray  # for every touched block: its row
+    run_tokens: np.ndarray  # for every touched block: selected positions inside it
+    tokens_by_row: np.ndarray  # run_tokens sorted ascending within each row
+    run_offsets: np.ndarray  # where each row's blocks start in tokens_by_row
+
+
+def _block_ids(lists: PositionLists, block_size: np.ndarray | int) -> np.ndarray:
+    block_size = np.asarray(block_size)
+    if block_size.ndim == 0 or (block_size == block_size.flat[0]).all():
+        size = int(block_size.flat[0])
+        if size & (size - 1) == 0:
+            return lists.values >> (size.bit_length() - 1)
+        return lists.values // size
+    return lists.values // np.repeat(block_size.astype(np.int64), lists.lengths)
+
+
+def block_stats(lists: PositionLists, seq_len: np.ndarray,
+                block_size: np.ndarray | int) -> BlockStats:
+    """Block statistics of sorted lists (see the module docstring for the semantics)."""
+    n = lists.num_rows
+    blocks = _block_ids(lists, block_size)
+    new_block = np.ones(len(blocks), dtype=bool)
+    new_block[1:] = blocks[1:] != blocks[:-1]
+    new_block[lists.offsets[:-1][lists.lengths > 0]] = True
+    run_starts = np.flatnonzero(new_block)
+    counted = np.concatenate(([0], np.cumsum(new_block, dtype=np.int64)))
+    unique = counted[lists.offsets[1:]] - counted[lists.offsets[:-1]]
+    run_tokens = np.diff(np.append(run_starts, len(blocks)))
+    run_rows = np.repeat(np.arange(n, dtype=np.int64), unique)
+
+    size = np.broadcast_to(np.asarray(block_size, dtype=np.int64), (n,))
+    total = -(-seq_len.astype(np.int64) // size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(total > 0, unique / np.maximum(total, 1), np.nan)
+        mean = np.where(unique > 0, lists.lengths / np.maximum(unique, 1), np.nan)
+    by_row = np.sort((run_rows << 32) | run_tokens) & 0xFFFFFFFF
+    run_offsets = counted[lists.offsets[:-1]]
+    return BlockStats(
+        unique_blocks=unique,
+        total_blocks_in_use=total,
+        touched_block_ratio=ratio,
+        tokens_per_block_mean=mean,
+        tokens_per_block_p50=segment_quantile(by_row, run_offsets, unique, 0.5),
+        tokens_per_block_p95=segment_quantile(by_row, run_offsets, unique, 0.95),
+        run_rows=run_rows,
+        run_tokens=run_tokens,
+        tokens_by_row=by_row,
+        run_offsets=run_offsets,
+    )
+
+
+@dataclass
+class OffsetStats:
+    """Per-row offset statistics: offset = (seq_len - 1) - pos, 0 is the current token."""
+
+    count: np.ndarray
+    offset_min: np.ndarray
+    offset_p50: np.ndarray
+    offset_p95: np.ndarray
+    offset_max: np.ndarray
+    offset_mean: np.ndarray
+    within: dict[int, np.ndarray]  # window -> share of positions with offset < window
+
+
+def offset_stats(lists: PositionLists, seq_len: np.ndarray,
+                 windows: tuple[int, ...] = RECENCY_WINDOWS) -> OffsetStats:
+    """Offset statistics of sorted lists.
+
+    Uses that offsets of an ascending position list are descending: the offset quantile
+    ``q`` is ``(seq_len - 1)`` minus the position quantile ``1 - q`` (exact for linear
+    interpolation).
+    """
+    n = lists.num_rows
+    counts = lists.lengths
+    last = seq_len.astype(np.float64) - 1
+    filled = counts > 0
+    first_pos = np.full(n, np.nan)
+    last_pos = np.full(n, np.nan)
+    first_pos[filled] = lists.values[lists.offsets[:-1][filled]]
+    last_pos[filled] = lists.values[lists.offsets[1:][filled] - 1]
+    sums = np.concatenate(([0], np.cumsum(lists.values, dtype=np.int64)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_pos = (sums[lists.offsets[1:]] - sums[lists.offsets[:-1]]) / counts
+    starts = lists.offsets[:-1]
+    rows = lists.row_ids()
+    keyed = (rows << 32) | lists.values.astype(np.int64)
+    within = {}
+    for window in windows:
+        bound = np.maximum(seq_len.astype(np.int64) - window, 0)
+        first_inside = np.searchsorted(keyed, (np.arange(n, dtype=np.int64) << 32) | bound)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            within[window] = np.where(filled, (lists.offsets[1:] - first_inside) / counts, np.nan)
+    return OffsetStats(
+        count=counts,
+        offset_min=last - last_pos,
+        offset_p50=last - segment_quantile(lists.values, starts, counts, 0.5),
+        offset_p95=last - segment_quantile(lists.values, starts, counts, 0.05),
+        offset_max=last - first_pos,
+        offset_mean=last - mean_pos,
+        within=within,
+    )
+
+
+def prefix_blocks(lists: PositionLists, prefix_tokens: np.ndarray,
+                  block_size: np.ndarray | int) -> np.ndarray:
+    """Per row: distinct selected blocks that lie wholly inside the cached prefix.
+
+    The prefix region is the blocks with id < ``prefix_tokens // block_size`` (a partial
+    last block is not cached).  Rows whose ``prefix_tokens`` is NaN give NaN.
+    """
+    n = lists.num_rows
+    size = np.broadcast_to(np.asarray(block_size, dtype=np.int64), (n,))
+    known = ~np.isnan(prefix_tokens)
+    cached_blocks = np.zeros(n, dtype=np.int64)
+    cached_blocks[known] = prefix_tokens[known].astype(np.int64) // size[known]
+    limit = cached_blocks * size  # positions below this lie in a cached block
+    rows = lists.row_ids()
+    keyed = (rows << 32) | lists.values.astype(np.int64)
+    row_keys = np.arange(n, dtype=np.int64) << 32
+    end = np.searchsorted(keyed, row_keys | limit)
+    blocks = _block_ids(lists, block_size)
+    new_block = np.ones(len(blocks), dtype=bool)
+    new_block[1:] = blocks[1:] != blocks[:-1]
+    new_block[lists.offsets[:-1][lists.lengths > 0]] = True
+    counted = np.concatenate(([0], np.cumsum(new_block, dtype=np.int64)))
+    result = (counted[end] - counted[lists.offsets[:-1]]).astype(np.float64)
+    result[~known] = np.nan
+    return result
+
+
+def segment_bracket(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                    q: float) -> tuple[np.ndarray, np.ndarray]:
+    """The two order statistics around quantile ``q`` of each segment (NaN when empty).
+
+    Every usual percentile method (linear, lower, higher, nearest, midpoint) returns a
+    value between them, which is how ingest tells a method difference from a wrong value.
+    """
+    low_values = np.full(len(counts), np.nan)
+    high_values = np.full(len(counts), np.nan)
+    filled = counts > 0
+    h = (counts[filled] - 1) * q
+    base = starts[filled]
+    low_values[filled] = sorted_values[base + np.floor(h).astype(np.int64)]
+    high_values[filled] = sorted_values[base + np.ceil(h).astype(np.int64)]
+    return low_values, high_values

@@ -1,0 +1,21 @@
+"""Typed errors: the library raises these, the CLI turns them into one sentence."""
+
+
+class KvtraceError(Exception):
+    """Base class of every error kvtrace reports to its users."""
+
+
+class InputError(KvtraceError):
+    """A source file, path or option the user gave cannot be used."""
+
+
+class WarehouseError(KvtraceError):
+    """The warehouse is missing, unreadable or inconsistent."""
+
+
+class QueryError(KvtraceError):
+    """A SQL statement was refused or failed."""
+
+
+class IngestRejected(KvtraceError):
+    """Lines were rejected and the caller asked for a strict ingest."""

@@ -1,0 +1,217 @@
+"""``kvtrace ingest``: load existing trace dumps into the warehouse.
+
+Each source file is one commit: it becomes visible whole or not at all, and the same
+bytes ingested again into the same run add nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from kvtrace import __version__
+from kvtrace.ingest.checks import StatCheck
+from kvtrace.ingest.dsa import DsaFileIngest, DsaFileResult
+from kvtrace.ingest.dsa_formats import detect_format
+from kvtrace.ingest.lines import read_chunks
+from kvtrace.ingest.sources import SourceFile, expand
+from kvtrace.warehouse import Commit, Warehouse
+
+DEFAULT_BLOCK_SIZE = 64
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class FileReport:
+    """What happened to one source file."""
+
+    path: str
+    run_id: str
+    status: str  # "ingested" | "already ingested"
+    rows: int = 0
+    rejected: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    disagreements: dict[str, StatCheck] = field(default_factory=dict)
+    fmt: str = ""
+
+
+@dataclass
+class IngestReport:
+    files: list[FileReport]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def rejected(self) -> int:
+        return sum(f.rejected for f in self.files)
+
+
+def make_run_id(run_name: str, source: str) -> str:
+    """A stable run id: a readable slug of the name plus a hash of (name, source)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-.")[:48] or "run"
+    digest = hashlib.sha1(f"{run_name}\0{source}".encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None,
+           run_name: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+           progress: Progress | None = None) -> IngestReport:
+    """Ingest every trace file named by ``paths`` (files, folders or glob patterns).
+
+    Parameters
+    ----------
+    dataset, run_name
+        Override what the records or their folder say.
+    block_size
+        Block size for records that do not state theirs.
+    progress
+        Called with (bytes done, bytes in all) as the files are read.
+    """
+    sources = expand(paths)
+    total = sum(s.size for s in sources)
+    done = 0
+    reports = []
+    for source in sources:
+        def advance(offset: int, base: int = done) -> None:
+            if progress:
+                progress(base + offset, total)
+
+        reports.append(_ingest_file(warehouse, source, dataset, run_name, block_size, advance))
+        done += source.size
+        advance(0)
+    return IngestReport(reports)
+
+
+def _first_line(source: SourceFile) -> bytes:
+    for chunk in read_chunks(source.path, chunk_bytes=1 << 16):
+        for line in chunk.data.split(b"\n"):
+            if line.strip():
+                return line
+    return b""
+
+
+def _ingest_file(warehouse: Warehouse, source: SourceFile, dataset: str | None,
+                 run_name: str | None, block_size: int,
+                 advance: Callable[[int], None]) -> FileReport:
+    first = _first_line(source)
+    if not first:
+        return FileReport(str(source.path), "", "empty file")
+    fmt = detect_format(first, str(source.path))
+    record = json.loads(first)
+    name = (run_name or record.get("run_name") or source.sidecar.get("run_name")
+            or source.default_run_name())
+    run_id = make_run_id(str(name), "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        advance(source.size)
+        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+
+    commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
+                             source_size=source.size)
+    default_dataset = dataset or record.get("dataset") or source.sidecar.get("dataset")
+    try:
+        worker = DsaFileIngest(
+            warehouse, commit, fmt,
+            dataset=str(default_dataset or "unknown"),
+            dataset_override=dataset is not None,
+            block_size=int(source.sidecar.get("config", {}).get("kv_block_size_tokens")
+                           or block_size),
+            request_ids=_known_request_keys(warehouse, run_id),
+        )
+        result = worker.run(source.path, advance)
+        _write_side_tables(warehouse, commit, source, str(name), fmt, result)
+        warehouse.commit(commit)
+    except BaseException:
+        warehouse.abort(commit)
+        raise
+    return FileReport(
+        str(source.path), run_id, "ingested", rows=result.rows,
+        rejected=len(result.rejected), skipped=dict(result.skipped),
+        disagreements=result.checks.disagreements(), fmt=fmt,
+    )
+
+
+def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
+    """String request ids already mapped to integers in earlier files of this run."""
+    files = warehouse.files("requests")
+    if not files:
+        return {}
+    table = pq.read_table(files, columns=["run_id", "request_id", "request_key"])
+    table = table.filter(pc.and_(pc.equal(table["run_id"], run_id),
+                                 pc.is_valid(table["request_key"])))
+    return dict(zip(table["request_key"].to_pylist(), table["request_id"].to_pylist(),
+                    strict=True))
+
+
+def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
+                       run_name: str, fmt: str, result: DsaFileResult) -> None:
+    run_id = commit.run_id
+    first = result.first_record
+    sidecar = source.sidecar
+    datasets = sorted(result.datasets)
+    warehouse.write(commit, "runs", pa.Table.from_pylist([{
+        "run_id": run_id,
+        "run_name": run_name,
+        "kind": "dsa",
+        "dataset": datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
+        "dataset_variant": sidecar.get("dataset_variant"),
+        "model": sidecar.get("model"),
+        "model_config": json.dumps(sidecar["model_config"]) if "model_config" in sidecar
+        else None,
+        "collector_config": json.dumps({
+            "format": fmt,
+            "block_sizes": sorted(result.block_sizes),
+            **({"config": sidecar["config"]} if "config" in sidecar else {}),
+        }, sort_keys=True),
+        "rank": first.get("rank"),
+        "world_size": first.get("world_size"),
+        "source": "ingest",
+        "host": socket.gethostname(),
+        "started_at": _parse_time(sidecar.get("started_at")),
+        "kvtrace_version": __version__,
+    }]))
+    for dataset in datasets:
+        rows = [
+            {"run_id": run_id, "request_id": rid, **vars(info)}
+            for rid, info in sorted(result.requests.items()) if info.dataset == dataset
+        ]
+        warehouse.write(commit, "requests", pa.Table.from_pylist(rows))
+    if result.rejected:
+        warehouse.write(commit, "quarantine", pa.Table.from_pylist([
+            {"run_id": run_id, "source_path": str(source.path),
+             "source_sha256": commit.source_sha256, "line_no": bad.line_no,
+             "reason": bad.reason, "raw": bad.raw}
+            for bad in result.rejected
+        ]))
+    disagreements = result.checks.disagreements()
+    if disagreements:
+        warehouse.write(commit, "ingest_checks", pa.Table.from_pylist([
+            {"run_id": run_id, "source_path": str(source.path), "statistic": name,
+             "rows_checked": tally.checked, "rows_disagreeing": tally.disagreeing,
+             "first_line": tally.first_line, "source_value": tally.source_value,
+             "recomputed_value": tally.recomputed}
+            for name, tally in sorted(disagreements.items())
+        ]))
+
+
+def _parse_time(value: object) -> datetime | None:
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, timezone.utc)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None

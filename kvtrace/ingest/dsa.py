@@ -1,0 +1,515 @@
+"""Ingest one DSA trace file into the warehouse: parse, validate, sort, recompute, write.
+
+The file is read in chunks of whole lines; each chunk is parsed by Arrow, checked row by
+row with vectorised NumPy, and buffered.  A full buffer becomes one sorted Parquet file
+per (dataset, block size).  Bad lines go to the quarantine; nothing becomes visible
+until the whole file is committed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kvtrace import dsa_stats
+from kvtrace.dsa_stats import PositionLists
+from kvtrace.ingest.checks import SourceChecks, check_source_stats
+from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical
+from kvtrace.ingest.lines import BadLine, Chunk, parse_chunk, read_chunks
+from kvtrace.schema.dsa import DSA_STEPS, TIERS
+from kvtrace.warehouse import Commit, Warehouse
+
+FLUSH_BYTES = 160 << 20
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class RequestInfo:
+    """What a source says about one request, gathered over all its records."""
+
+    dataset: str
+    request_key: str | None
+    prompt_tokens: int
+    prefix_key: str | None
+    prefix_cache_hit: bool | None
+    prefix_cached_tokens: int | None
+
+
+@dataclass
+class DsaFileResult:
+    """The outcome of ingesting one file (before it is committed)."""
+
+    rows: int = 0
+    rejected: list[BadLine] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+    checks: SourceChecks = field(default_factory=SourceChecks)
+    requests: dict[int, RequestInfo] = field(default_factory=dict)
+    datasets: set[str] = field(default_factory=set)
+    block_sizes: set[int] = field(default_factory=set)
+    first_record: dict = field(default_factory=dict)
+
+
+class DsaFileIngest:
+    """Stream one DSA trace file into ``commit``.
+
+    Parameters
+    ----------
+    warehouse, commit
+        Where the files go; the caller commits or aborts.
+    fmt
+        The file's layout (`kvtrace.ingest.dsa_formats.detect_format`).
+    dataset, block_size
+        Defaults for records that do not name theirs (``dataset`` given by the user
+        overrides the records').
+    request_ids
+        Dense integer ids already given to string request keys of this run; extended in
+        place.
+    """
+
+    def __init__(self, warehouse: Warehouse, commit: Commit, fmt: Format, *,
+                 dataset: str, dataset_override: bool, block_size: int,
+                 request_ids: dict[str, int]) -> None:
+        self.warehouse = warehouse
+        self.commit = commit
+        self.fmt = fmt
+        self.dataset = dataset
+        self.dataset_override = dataset_override
+        self.block_size = block_size
+        self.request_ids = request_ids
+        self.result = DsaFileResult()
+        self._buffer: list[pa.Table] = []
+        self._buffered_bytes = 0
+        self._offset_hist: list[pa.Table] = []
+        self._fill_hist: list[pa.Table] = []
+
+    def run(self, path: Path, progress: Callable[[int], None] | None = None) -> DsaFileResult:
+        schema = SCHEMAS[self.fmt]
+        for chunk in read_chunks(path):
+            parsed = parse_chunk(chunk, schema)
+            self.result.rejected.extend(parsed.bad)
+            if parsed.table.num_rows:
+                self._process(parsed.table, parsed.line_numbers, chunk)
+            if self._buffered_bytes >= FLUSH_BYTES:
+                self._flush()
+            if progress:
+                progress(chunk.source_offset)
+        self._flush()
+        self._write_histograms()
+        return self.result
+
+    # -- one chunk ---------------------------------------------------------------------------
+
+    def _process(self, table: pa.Table, lines: np.ndarray, chunk: Chunk) -> None:
+        cols = canonical(table, self.fmt)
+        if not self.result.first_record:
+            self.result.first_record = {
+                k: cols[k][0].as_py() for k in ("run_name", "dataset", "rank", "world_size")
+            }
+        keep = self._drop_other_events(cols)
+        reasons = self._structural_problems(cols)
+        keep_rows = np.flatnonzero(keep & (reasons == ""))
+        self._reject(chunk, lines, reasons, keep)
+        if len(keep_rows) == 0:
+            return
+        take = pa.array(keep_rows)
+        cols = {name: _take(col, take) for name, col in cols.items()}
+        lines = lines[keep_rows]
+
+        seq_len = _ints(cols["seq_len"])
+        lists = PositionLists.from_arrow(_combined(cols["positions"]))
+        scores = _scores(cols["scores"], lists)
+        bad = np.full(len(seq_len), "", dtype=object)
+        bad[dsa_stats.invalid_rows(lists, seq_len)["position outside [0, seq_len)"]] = (
+            "position outside [0, seq_len)"
+        )
+        if scores is not None:
+            mismatch = scores.lengths != lists.lengths
+            bad[mismatch & (bad == "")] = "scores list and position list differ in length"
+        ok = bad == ""
+        if not ok.all():
+            lists = _take_lists(lists, ok)
+            scores = _take_lists(scores, ok) if scores is not None else None
+        lists_sorted, score_values, repeated = dsa_stats.sort_lists(
+            PositionLists(lists.values.astype(np.int32), lists.offsets),
+            scores.values if scores is not None else None,
+        )
+        dup_rows = np.flatnonzero(ok)[repeated]
+        bad[dup_rows] = "duplicate positions in selected_token_pos"
+        self._reject(chunk, lines, bad, np.ones(len(bad), dtype=bool))
+        final = np.flatnonzero(bad == "")
+        if len(final) == 0:
+            return
+        if repeated.any():
+            lists_sorted = _take_lists(lists_sorted, ~repeated)
+            if score_values is not None:
+                score_values = _take_lists(PositionLists(score_values, scores.offsets),
+                                           ~repeated).values
+        take = pa.array(final)
+        cols = {name: _take(col, take) for name, col in cols.items()}
+        self._store(cols, lists_sorted, score_values, seq_len[final], lines[final])
+
+    def _drop_other_events(self, cols: dict) -> np.ndarray:
+        event = cols["event"]
+        keep = pc.fill_null(pc.equal(event, "dsa_topk"), True)
+        keep = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
+        decode = cols["is_decode"]
+        if decode.null_count < len(decode):
+            prefill = ~np.asarray(pc.fill_null(decode, True).to_numpy(zero_copy_only=False))
+            self.result.skipped["prefill record (is_decode=false)"] += int((prefill & keep).sum())
+            keep &= ~prefill
+        others = int((~keep).sum()) - self.result.skipped["prefill record (is_decode=false)"]
+        if others > 0:
+            self.result.skipped["record of another event"] += others
+        return keep
+
+    def _structural_problems(self, cols: dict) -> np.ndarray:
+        n = len(cols["layer_id"])
+        reasons = np.full(n, "", dtype=object)
+        id_column = "request_key" if self.fmt == "nested" else "request_id"
+        required = {
+            "request_id": cols[id_column],
+            "layer_id": cols["layer_id"],
+            "step_idx" if self.fmt == "seed" else "seq_len_current": cols["step_idx"],
+            "seq_len_current": cols["seq_len"],
+            "selected_token_pos": cols["positions"],
+        }
+        for name, column in required.items():
+            missing = np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False))
+            reasons[missing & (reasons == "")] = f"missing field {name}"
+        null_rows = _rows_with_null_values(_combined(cols["positions"]))
+        reasons[null_rows[reasons[null_rows] == ""]] = "null inside selected_token_pos"
+        seq_len = np.asarray(pc.fill_null(cols["seq_len"], 1).to_numpy(zero_copy_only=False))
+        reasons[(seq_len <= 0) & (reasons == "")] = "seq_len_current must be positive"
+        reasons[(seq_len > _INT32_MAX) & (reasons == "")] = "seq_len_current is too large"
+        layer = np.asarray(pc.fill_null(cols["layer_id"], 0).to_numpy(zero_copy_only=False))
+        reasons[((layer < 0) | (layer > 32767)) & (reasons == "")] = "layer_id out of range"
+        size = pc.fill_null(cols["block_size"], self.block_size)
+        size = np.asarray(size.to_numpy(zero_copy_only=False))
+        reasons[(size <= 0) & (reasons == "")] = "block size must be positive"
+        return reasons
+
+    def _reject(self, chunk: Chunk, lines: np.ndarray, reasons: np.ndarray,
+                considered: np.ndarray) -> None:
+        bad = np.flatnonzero(considered & (reasons != ""))
+        if len(bad) == 0:
+            return
+        texts = chunk.data.split(b"\n")
+        for row in bad:
+            line_no = int(lines[row])
+            raw = texts[line_no - chunk.first_line][:1 << 16].decode("utf-8", "replace")
+            self.result.rejected.append(BadLine(line_no, str(reasons[row]), raw))
+
+    # -- valid rows ---------------------------------------------------------------------------
+
+    def _store(self, cols: dict, lists: PositionLists, score_values: np.ndarray | None,
+               seq_len: np.ndarray, lines: np.ndarray) -> None:
+        n = len(seq_len)
+        source_size = cols["block_size"]
+        size_known = np.asarray(pc.is_valid(source_size).to_numpy(zero_copy_only=False))
+        block_size = np.asarray(
+            pc.fill_null(source_size, self.block_size).to_numpy(zero_copy_only=False),
+            dtype=np.int64,
+        )
+        blocks = dsa_stats.block_stats(lists, seq_len, block_size)
+        offsets = dsa_stats.offset_stats(lists, seq_len, windows=())
+        cached_blocks = _floats(cols["prefix_cached_blocks"])
+        hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
+        cached_tokens = np.where(hit, cached_blocks * block_size, np.nan)
+        in_prefix = dsa_stats.prefix_blocks(lists, cached_tokens, block_size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            intersection = in_prefix / blocks.unique_blocks
+        check_source_stats(self.result.checks, cols, lists, seq_len, blocks, offsets,
+                           intersection, size_known, lines)
+
+        request_id = self._request_ids(cols)
+        dataset = self._datasets(cols)
+        layer = _ints(cols["layer_id"])
+        step = _ints(cols["step_idx"])
+        self._note_requests(request_id, dataset, cols, step, cached_blocks * block_size)
+
+        columns = {
+            "run_id": pa.array([self.commit.run_id] * n, pa.string()),
+            "dataset": dataset,
+            "block_size": pa.array(block_size, pa.int32()),
+            "request_id": pa.array(request_id),
+            "step_idx": pa.array(step, pa.int32()),
+            "layer_id": pa.array(layer, pa.int16()),
+            "seq_len": pa.array(seq_len, pa.int32()),
+            "topk": _combined(cols["topk"]),
+            "selected_pos": lists.to_arrow(),
+            "scores": (
+                pa.ListArray.from_arrays(pa.array(lists.offsets.astype(np.int32)),
+                                         pa.array(score_values, pa.float32()))
+                if score_values is not None else pa.nulls(n, pa.list_(pa.float32()))
+            ),
+            "step_latency_us": _combined(cols["step_latency_us"]),
+            "unique_blocks": pa.array(blocks.unique_blocks, pa.int32()),
+            "offset_min": pa.array(offsets.offset_min, pa.int32()),
+            "offset_p50": pa.array(offsets.offset_p50, pa.float32()),
+            "offset_max": pa.array(offsets.offset_max, pa.int32()),
+            "tokens_per_block_mean": pa.array(blocks.tokens_per_block_mean, pa.float32()),
+            "tokens_per_block_p50": pa.array(blocks.tokens_per_block_p50, pa.float32()),
+            "tokens_per_block_p95": pa.array(blocks.tokens_per_block_p95, pa.float32()),
+            **_score_columns(cols, score_values, lists),
+            **_tier_columns(cols, lists, block_size, blocks),
+        }
+        table = pa.table(columns)
+        self._buffer.append(table)
+        self._buffered_bytes += table.nbytes
+        self.result.rows += n
+        self._histograms(table, lists, seq_len, blocks)
+
+    def _request_ids(self, cols: dict) -> np.ndarray:
+        if self.fmt == "seed":
+            return _ints(cols["request_id"])
+        keys = _combined(cols["request_key"]).to_pylist()
+        for key in dict.fromkeys(keys):
+            if key not in self.request_ids:
+                self.request_ids[key] = len(self.request_ids)
+        return np.fromiter((self.request_ids[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def _datasets(self, cols: dict) -> pa.Array:
+        n = len(cols["layer_id"])
+        if self.dataset_override:
+            values = pa.array([self.dataset] * n, pa.string())
+        else:
+            values = _combined(pc.fill_null(cols["dataset"], self.dataset))
+        self.result.datasets.update(pc.unique(values).to_pylist())
+        return values
+
+    def _note_requests(self, request_id: np.ndarray, dataset: pa.Array, cols: dict,
+                       step: np.ndarray, cached_tokens: np.ndarray) -> None:
+        datasets = dataset.to_pylist()
+        keys = _combined(cols["request_key"]).to_pylist()
+        prefix_key = _combined(cols["prefix_key"]).to_pylist()
+        hit = _combined(cols["prefix_hit"]).to_pylist()
+        order = np.lexsort((step, request_id))
+        firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
+        for row in firsts:
+            rid = int(request_id[row])
+            known = self.result.requests.get(rid)
+            if known is not None and known.prompt_tokens <= step[row]:
+                continue
+            tokens = cached_tokens[row]
+            self.result.requests[rid] = RequestInfo(
+                dataset=datasets[row],
+                request_key=keys[row],
+                prompt_tokens=int(step[row]),
+                prefix_key=prefix_key[row],
+                prefix_cache_hit=hit[row],
+                prefix_cached_tokens=None if np.isnan(tokens) else int(tokens),
+            )
+
+    def _histograms(self, table: pa.Table, lists: PositionLists, seq_len: np.ndarray,
+                    blocks: dsa_stats.BlockStats) -> None:
+        rows = lists.row_ids()
+        offset = (seq_len.astype(np.int64) - 1)[rows] - lists.values
+        self._offset_hist.append(_histogram(table, rows, offset, "offset"))
+        self._fill_hist.append(_histogram(table, blocks.run_rows, blocks.run_tokens, "tokens"))
+
+    # -- output ----------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        table = pa.concat_tables(self._buffer)
+        self._buffer, self._buffered_bytes = [], 0
+        for part in _partitions(table):
+            part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
+            self.result.block_sizes.add(part["block_size"][0].as_py())
+            self.warehouse.write(self.commit, "dsa_steps", part)
+
+    def _write_histograms(self) -> None:
+        for name, parts, value in (("dsa_offset_hist", self._offset_hist, "offset"),
+                                   ("dsa_fill_hist", self._fill_hist, "tokens")):
+            if not parts:
+                continue
+            merged = pa.concat_tables(parts).group_by(
+                ["dataset", "block_size", "layer_id", value]).aggregate([("n", "sum")])
+            merged = merged.rename_columns({"n_sum": "n"})
+            merged = merged.append_column(
+                "run_id", pa.array([self.commit.run_id] * merged.num_rows, pa.string()))
+            for part in _partitions(merged):
+                part = part.sort_by([("layer_id", "ascending"), (value, "ascending")])
+                self.warehouse.write(self.commit, name, part)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _take(column, indices: pa.Array):
+    return _combined(column).take(indices)
+
+
+def _ints(column) -> np.ndarray:
+    return np.asarray(_combined(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _floats(column) -> np.ndarray:
+    return np.asarray(
+        _combined(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
+    )
+
+
+def _take_lists(lists: PositionLists, keep: np.ndarray) -> PositionLists:
+    rows = lists.row_ids()
+    values = lists.values[keep[rows]]
+    lengths = lists.lengths[keep]
+    return PositionLists(values, np.concatenate(([0], np.cumsum(lengths))))
+
+
+def _scores(column, positions: PositionLists) -> PositionLists | None:
+    array = _combined(column)
+    if array.null_count == len(array):
+        return None
+    lists = PositionLists.from_arrow(array)
+    values = np.asarray(lists.values, dtype=np.float32)
+    return PositionLists(np.nan_to_num(values, nan=np.nan), lists.offsets)
+
+
+def _score_columns(cols: dict, score_values: np.ndarray | None,
+                   lists: PositionLists) -> dict[str, pa.Array]:
+    stats = {name: _floats(cols[name]) for name in ("score_min", "score_mean", "score_max")}
+    if score_values is not None:
+        filled = lists.lengths > 0
+        starts = lists.offsets[:-1][filled]
+        for name, reducer in (("score_min", np.minimum), ("score_max", np.maximum),
+                              ("score_mean", np.add)):
+            value = np.full(lists.num_rows, np.nan)
+            value[filled] = reducer.reduceat(score_values.astype(np.float64), starts)
+            if name == "score_mean":
+                value[filled] /= lists.lengths[filled]
+            stats[name] = np.where(np.isnan(stats[name]), value, stats[name])
+    return {name: pa.array(value, pa.float32(), from_pandas=True)
+            for name, value in stats.items()}
+
+
+def _tier_columns(cols: dict, lists: PositionLists, block_size: np.ndarray,
+                  blocks: dsa_stats.BlockStats) -> dict[str, pa.Array]:
+    out: dict[str, pa.Array] = {}
+    for tier in TIERS:
+        hit_column = cols.get(f"{tier}_hit_blocks")
+        if hit_column is None:
+            continue
+        hits = _combined(hit_column)
+        present = np.asarray(pc.is_valid(hits).to_numpy(zero_copy_only=False))
+        counts = np.asarray(pc.fill_null(pc.list_value_length(hits), 0).to_numpy(
+            zero_copy_only=False))
+        out[f"{tier}_blocks"] = pa.array(np.where(present, counts, 0), pa.int32(),
+                                         mask=~present)
+        out[f"{tier}_bytes_read"] = _combined(cols[f"{tier}_bytes_read"])
+        out[f"{tier}_read_ops"] = _combined(cols[f"{tier}_read_ops"]).cast(pa.int32())
+        if f"{tier}_latency_us" in cols:
+            out[f"{tier}_latency_us"] = _combined(cols[f"{tier}_latency_us"])
+        out[f"{tier}_hit_blocks"] = _unusual_hits(hits, present, counts, tier, blocks, lists,
+                                                  block_size)
+    return out
+
+
+def _unusual_hits(hits: pa.ListArray, present: np.ndarray, counts: np.ndarray, tier: str,
+                  blocks: dsa_stats.BlockStats, lists: PositionLists,
+                  block_size: np.ndarray) -> pa.Array:
+    """Hit lists, kept only where they are not the obvious value.
+
+    The obvious value is every selected block for HBM and nothing for the pools.
+    """
+    hit_lists = PositionLists.from_arrow(hits.cast(pa.list_(pa.int64())))
+    hit_sorted, _, _ = dsa_stats.sort_lists(
+        PositionLists(np.clip(hit_lists.values, 0, _INT32_MAX).astype(np.int32),
+                      hit_lists.offsets))
+    if tier == "hbm":
+        block_values = _block_ids_of_runs(lists, blocks, block_size)
+        expected = PositionLists(block_values, np.concatenate(
+            ([0], np.cumsum(blocks.unique_blocks))))
+        obvious = _lists_equal(hit_sorted, expected)
+    else:
+        obvious = counts == 0
+    keep = present & ~obvious
+    offsets = np.concatenate(([0], np.cumsum(np.where(keep, hit_sorted.lengths, 0))))
+    values = hit_sorted.values[keep[hit_sorted.row_ids()]]
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                    pa.array(values, pa.int32()), mask=pa.array(~keep))
+
+
+def _block_ids_of_runs(lists: PositionLists, blocks: dsa_stats.BlockStats,
+                       block_size: np.ndarray) -> np.ndarray:
+    run_start = np.concatenate(([0], np.cumsum(blocks.run_tokens)[:-1])).astype(np.int64)
+    return (lists.values[run_start] // block_size[blocks.run_rows]).astype(np.int32)
+
+
+def _lists_equal(a: PositionLists, b: PositionLists) -> np.ndarray:
+    same_length = a.lengths == b.lengths
+    equal = same_length.copy()
+    rows = np.flatnonzero(same_length)
+    if len(rows):
+        mask = same_length[a.row_ids()]
+        differ = a.values[mask] != b.values[same_length[b.row_ids()]]
+        row_of = a.row_ids()[mask]
+        bad_rows = np.unique(row_of[differ])
+        equal[bad_rows] = False
+    return equal
+
+
+def _rows_with_null_values(lists: pa.ListArray) -> np.ndarray:
+    """Rows of ``lists`` that hold a null element."""
+    if lists.values.null_count == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = lists.offsets.to_numpy().astype(np.int64)
+    values = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    nulls = np.asarray(values.is_null().to_numpy(zero_copy_only=False))
+    rows = np.repeat(np.arange(len(lists), dtype=np.int64), np.diff(offsets))
+    return np.unique(rows[nulls])
+
+
+_DENSE_BINS = 1 << 23
+
+
+def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
+               name: str) -> pa.Table:
+    """Counts of ``values`` per (dataset, block size, layer); ``value_rows`` maps to rows."""
+    dataset = pc.dictionary_encode(_combined(table["dataset"]))
+    row_key = (
+        (dataset.indices.to_numpy().astype(np.int64) << 48)
+        | (table["block_size"].to_numpy().astype(np.int64) << 16)
+        | table["layer_id"].to_numpy().astype(np.int64)
+    )
+    groups, group_of_row = np.unique(row_key, return_inverse=True)
+    width = int(values.max()) + 1 if len(values) else 1
+    key = group_of_row[value_rows] * width + values.astype(np.int64)
+    if len(groups) * width <= _DENSE_BINS:
+        counts = np.bincount(key, minlength=len(groups) * width)
+        key = np.flatnonzero(counts)
+        counts = counts[key]
+    else:
+        key, counts = np.unique(key, return_counts=True)
+    group = groups[key // width]
+    return pa.table({
+        "dataset": dataset.dictionary.take(pa.array(group >> 48)),
+        "block_size": pa.array((group >> 16) & 0xFFFFFFFF, pa.int32()),
+        "layer_id": pa.array(group & 0xFFFF, pa.int16()),
+        name: pa.array(key % width, pa.int32()),
+        "n": pa.array(counts, pa.int64()),
+    })
+
+
+def _partitions(table: pa.Table) -> list[pa.Table]:
+    keys = table.select(["dataset", "block_size"]).group_by(["dataset", "block_size"]).aggregate(
+        [])
+    parts = []
+    for dataset, size in zip(keys["dataset"].to_pylist(), keys["block_size"].to_pylist(),
+                             strict=True):
+        mask = pc.and_(pc.equal(table["dataset"], dataset), pc.equal(table["block_size"], size))
+        parts.append(table.filter(mask))
+    return parts

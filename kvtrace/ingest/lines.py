@@ -1,0 +1,135 @@
+"""Read newline-delimited JSON in large chunks, parse each with Arrow, isolate bad lines.
+
+A chunk is parsed in one call to Arrow's multi-threaded JSON reader.  Only when that
+fails is the chunk split in halves, recursively, until every failing line stands alone;
+good lines keep their data and bad ones come back with their line number and a reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+CHUNK_BYTES = 16 << 20
+MAX_RAW_CHARS = 1 << 16
+
+
+@dataclass
+class Chunk:
+    """Whole lines of a source file: ``data`` starts at line ``first_line`` (1-based)."""
+
+    data: bytes
+    first_line: int
+    source_offset: int  # bytes of the source file (compressed, for .gz) read so far
+
+
+@dataclass
+class BadLine:
+    line_no: int
+    reason: str
+    raw: str
+
+
+@dataclass
+class ParsedChunk:
+    table: pa.Table
+    line_numbers: np.ndarray
+    bad: list[BadLine]
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    """Yield the file (plain or gzip) as chunks of whole lines, about ``chunk_bytes`` each."""
+    line = 1
+    pending = b""
+    with open(path, "rb") as raw:
+        source: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(path) else raw
+        while True:
+            block = source.read(chunk_bytes)
+            if not block:
+                break
+            data = pending + block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                pending = data
+                continue
+            pending = data[cut:]
+            yield Chunk(data[:cut], line, raw.tell())
+            line += data.count(b"\n", 0, cut)
+        if pending:
+            yield Chunk(pending, line, raw.tell())
+
+
+def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
+    """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL)."""
+    try:
+        table = _parse(chunk.data, schema)
+    except pa.ArrowInvalid:
+        return _parse_line_by_line(chunk, schema)
+    lines = chunk.data.count(b"\n") + (0 if chunk.data.endswith(b"\n") else 1)
+    if table.num_rows == lines:
+        numbers = np.arange(chunk.first_line, chunk.first_line + lines, dtype=np.int64)
+        return ParsedChunk(table, numbers, [])
+    return _parse_line_by_line(chunk, schema)  # blank lines: recover the numbering
+
+
+def _parse(data: bytes, schema: pa.Schema) -> pa.Table:
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    return pa_json.read_json(pa.BufferReader(data), parse_options=options)
+
+
+def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
+    lines = chunk.data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    numbered = [(chunk.first_line + i, text) for i, text in enumerate(lines) if text.strip()]
+    tables: list[pa.Table] = []
+    good_numbers: list[int] = []
+    bad: list[BadLine] = []
+
+    def bisect(group: list[tuple[int, bytes]]) -> None:
+        if not group:
+            return
+        try:
+            tables.append(_parse(b"\n".join(text for _, text in group) + b"\n", schema))
+            good_numbers.extend(number for number, _ in group)
+        except pa.ArrowInvalid as exc:
+            if len(group) == 1:
+                number, text = group[0]
+                bad.append(BadLine(number, describe_parse_error(text, exc), _raw(text)))
+                return
+            middle = len(group) // 2
+            bisect(group[:middle])
+            bisect(group[middle:])
+
+    bisect(numbered)
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    return ParsedChunk(table, np.asarray(good_numbers, dtype=np.int64), bad)
+
+
+def describe_parse_error(text: bytes, exc: Exception) -> str:
+    """One sentence on why a single line failed to parse."""
+    try:
+        value = json.loads(text)
+    except ValueError as json_error:
+        return f"invalid JSON (truncated line?): {json_error.msg} at column {json_error.colno}"
+    if not isinstance(value, dict):
+        return f"expected a JSON object, got {type(value).__name__}"
+    message = str(exc).replace("JSON parse error: ", "").split(" in row ")[0]
+    return f"wrong type: {message}"
+
+
+def _raw(text: bytes) -> str:
+    return text[:MAX_RAW_CHARS].decode("utf-8", errors="replace")

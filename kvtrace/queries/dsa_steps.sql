@@ -1,0 +1,46 @@
+-- DSA top-k selections: one row per (request, decode step, layer).
+--
+-- Written by ingest and by the collectors.  Rows are sorted by (run_id, request_id,
+-- step_idx, layer_id) within each file and `selected_pos` is ascending and distinct.
+-- The block statistics columns are at the row's own `block_size`; `dsa_blocks(B)`
+-- recomputes them at any other block size.
+
+-- @view dsa_steps
+-- The stored DSA top-k selections.
+-- @column run_id                  the run
+-- @column dataset                 dataset label
+-- @column block_size              block size (tokens) the trace was collected with; block statistics below use it
+-- @column request_id              request within the run
+-- @column step_idx                decode position start_pos (the prompt length at the first decode step)
+-- @column layer_id                layer
+-- @column seq_len                 tokens in the KV cache at this step (end_pos = step_idx + 1)
+-- @column topk                    the k that was asked for, when known
+-- @column selected_pos            selected absolute positions, ascending and distinct
+-- @column scores                  index scores aligned with selected_pos, when stored
+-- @column score_min               smallest index score of the selection
+-- @column score_mean              mean index score of the selection
+-- @column score_max               largest index score of the selection
+-- @column step_latency_us         wall time of the whole decode step (all layers), microseconds
+-- @column hbm_blocks              blocks served from HBM
+-- @column hbm_bytes_read          bytes read from HBM
+-- @column hbm_read_ops            read operations on HBM
+-- @column hbm_latency_us          HBM read latency, microseconds, when measured
+-- @column hbm_hit_blocks          HBM block ids, only where they are not all selected blocks
+-- @column local_pool_blocks       blocks served from the local pool
+-- @column local_pool_bytes_read   bytes read from the local pool
+-- @column local_pool_read_ops     read operations on the local pool
+-- @column local_pool_latency_us   local pool latency, microseconds
+-- @column local_pool_hit_blocks   local pool block ids, where any
+-- @column remote_pool_blocks      blocks served from the remote pool
+-- @column remote_pool_bytes_read  bytes read from the remote pool
+-- @column remote_pool_read_ops    read operations on the remote pool
+-- @column remote_pool_latency_us  remote pool latency, microseconds
+-- @column remote_pool_hit_blocks  remote pool block ids, where any
+-- @column unique_blocks           distinct blocks (pos // block_size) among the selected positions
+-- @column offset_min              smallest offset (seq_len - 1 - pos); 0 is the current token
+-- @column offset_p50              median offset (linear interpolation)
+-- @column offset_max              largest offset
+-- @column tokens_per_block_mean   selected positions per touched block, mean
+-- @column tokens_per_block_p50    selected positions per touched block, median (linear)
+-- @column tokens_per_block_p95    selected positions per touched block, 95th percentile (linear)
+CREATE VIEW dsa_steps AS SELECT * FROM _dsa_steps_files;

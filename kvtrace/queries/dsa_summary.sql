@@ -1,0 +1,101 @@
+-- The summary of a DSA run, with the fields of the tracer's summary.json.
+--
+-- Each statistic is {count, min, p50, p95, max, mean}, percentiles linear-interpolated,
+-- at the block size the trace was stored with.  What each one counts over:
+--   unique_blocks, touched_block_ratio: one value per (request, step, layer) row;
+--   tokens_per_touched_block: one value per touched block of every row;
+--   offsets: one value per selected position of every row;
+--   prefix_intersection_ratio: one value per row of requests with a prefix hit.
+-- tokens_per_touched_block and offsets come from histograms written at ingest, so they
+-- are exact without reading a single position list.
+
+CREATE VIEW _dsa_offset_hist_values AS
+SELECT run_id, dataset, block_size, "offset" AS value, n FROM _dsa_offset_hist_files;
+
+CREATE VIEW _dsa_fill_hist_values AS
+SELECT run_id, dataset, block_size, tokens AS value, n FROM _dsa_fill_hist_files;
+
+-- @view dsa_prefix_rows
+-- Every stored row of a request with a prefix hit, intersected with its prefix at the
+-- row's own block size (see dsa_prefix for the semantics).
+-- @column run_id               the run
+-- @column dataset              dataset label
+-- @column block_size           block size the row was stored with
+-- @column request_id           request
+-- @column intersection_blocks  selected block ids inside the prefix region
+-- @column intersection_ratio   len(intersection_blocks) / unique_blocks
+CREATE VIEW dsa_prefix_rows AS
+WITH hits AS (
+    SELECT
+        s.run_id, s.dataset, s.block_size, s.request_id, s.unique_blocks,
+        kvtrace_prefix_blocks(s.selected_pos, r.prefix_cached_tokens, s.block_size)
+            AS intersection_blocks
+    FROM dsa_steps AS s
+    JOIN requests AS r USING (run_id, request_id)
+    WHERE r.prefix_cache_hit AND r.prefix_cached_tokens > 0
+)
+SELECT
+    run_id, dataset, block_size, request_id, intersection_blocks,
+    len(intersection_blocks) / nullif(unique_blocks, 0) AS intersection_ratio
+FROM hits;
+
+-- @view dsa_summary
+-- One row per (run, dataset, stored block size).
+-- @column run_id                     the run
+-- @column dataset                    dataset label
+-- @column block_size                 block size of the stored trace
+-- @column rows                       (request, step, layer) rows
+-- @column requests                   distinct requests
+-- @column unique_blocks              distinct blocks per row
+-- @column touched_block_ratio        unique_blocks / ceil(seq_len / block_size) per row
+-- @column tokens_per_touched_block   selected positions per touched block, over all touched blocks
+-- @column offsets                    offset (seq_len - 1 - pos) of every selected position
+-- @column prefix_intersection_ratio  per row of prefix-hit requests; count 0 and NULLs without hits
+-- @column prefix_hot_blocks          per prefix-hit request, its 10 most touched prefix blocks
+CREATE VIEW dsa_summary AS
+WITH per_row AS (
+    SELECT
+        run_id, dataset, block_size,
+        count(*) AS rows,
+        count(DISTINCT request_id) AS requests,
+        _summary_stats(unique_blocks) AS unique_blocks,
+        _summary_stats(unique_blocks / ceil(seq_len / block_size)) AS touched_block_ratio
+    FROM dsa_steps
+    GROUP BY ALL
+), prefix AS (
+    SELECT run_id, dataset, block_size,
+           _summary_stats(intersection_ratio) AS prefix_intersection_ratio
+    FROM dsa_prefix_rows
+    GROUP BY ALL
+), touches AS (
+    SELECT run_id, dataset, block_size, request_id, block_id, count(*) AS touch_count
+    FROM (SELECT *, UNNEST(intersection_blocks) AS block_id FROM dsa_prefix_rows)
+    GROUP BY ALL
+), hot AS (
+    SELECT run_id, dataset, block_size, request_id,
+           list({'block_id': block_id, 'touch_count': touch_count}
+                ORDER BY touch_count DESC, block_id)[1:10] AS blocks
+    FROM touches
+    GROUP BY ALL
+), hot_by_request AS (
+    SELECT run_id, dataset, block_size,
+           map(list(request_id ORDER BY request_id), list(blocks ORDER BY request_id))
+               AS prefix_hot_blocks
+    FROM hot
+    GROUP BY ALL
+)
+SELECT
+    per_row.run_id, per_row.dataset, per_row.block_size, rows, requests,
+    unique_blocks, touched_block_ratio,
+    fill.stats AS tokens_per_touched_block,
+    offs.stats AS offsets,
+    coalesce(
+        prefix_intersection_ratio,
+        {'count': 0, 'min': NULL, 'p50': NULL, 'p95': NULL, 'max': NULL, 'mean': NULL}
+    ) AS prefix_intersection_ratio,
+    prefix_hot_blocks
+FROM per_row
+LEFT JOIN _hist_summary('_dsa_fill_hist_values') AS fill USING (run_id, dataset, block_size)
+LEFT JOIN _hist_summary('_dsa_offset_hist_values') AS offs USING (run_id, dataset, block_size)
+LEFT JOIN prefix USING (run_id, dataset, block_size)
+LEFT JOIN hot_by_request USING (run_id, dataset, block_size);

@@ -1,0 +1,57 @@
+-- Generic statistics helpers, independent of any trace family.
+
+-- @macro _hist_value_at(value, before, rank)
+-- Inside an aggregate over a histogram sorted by value: the value at 0-based `rank`,
+-- where `before` is the number of observations below the bucket.
+CREATE MACRO _hist_value_at(value, before, rank) AS max(value) FILTER (WHERE before <= rank);
+
+-- @macro _hist_quantile(value, before, total, q)
+-- Linear-interpolated quantile `q` (DuckDB quantile_cont, numpy's default) of the
+-- observations a histogram describes; `total` must be constant within the group.
+-- Example: buckets (value 0, n 2) and (value 10, n 2): ranks 0..3 hold 0, 0, 10, 10;
+-- q = 0.5 gives h = 1.5 and 0 + 0.5 * (10 - 0) = 5.
+CREATE MACRO _hist_quantile(value, before, total, q) AS
+    _hist_value_at(value, before, floor((total - 1) * q))::DOUBLE
+    + ((total - 1) * q - floor((total - 1) * q))::DOUBLE
+      * (_hist_value_at(value, before, least(floor((total - 1) * q) + 1, total - 1))
+         - _hist_value_at(value, before, floor((total - 1) * q)));
+
+-- @macro _summary_stats(x)
+-- Aggregate: {count, min, p50, p95, max, mean} of x, percentiles linear-interpolated.
+CREATE MACRO _summary_stats(x) AS {
+    'count': count(x),
+    'min': min(x),
+    'p50': quantile_cont(x::DOUBLE, 0.5),
+    'p95': quantile_cont(x::DOUBLE, 0.95),
+    'max': max(x),
+    'mean': avg(x)
+};
+
+-- @macro _hist_summary(histogram)
+-- {count, min, p50, p95, max, mean} of the observations that the table named `histogram`
+-- describes, per (run_id, dataset, block_size); its columns are those keys plus value, n.
+-- Exact: the same numbers _summary_stats gives over the expanded observations.
+CREATE MACRO _hist_summary(histogram) AS TABLE
+WITH buckets AS (
+    SELECT run_id, dataset, block_size, value, sum(n) AS n
+    FROM query_table(histogram)
+    GROUP BY ALL
+), ranked AS (
+    SELECT
+        *,
+        sum(n) OVER (PARTITION BY run_id, dataset, block_size ORDER BY value) - n AS before,
+        sum(n) OVER (PARTITION BY run_id, dataset, block_size) AS total
+    FROM buckets
+)
+SELECT
+    run_id, dataset, block_size,
+    {
+        'count': total,
+        'min': min(value),
+        'p50': _hist_quantile(value, before, total, 0.5),
+        'p95': _hist_quantile(value, before, total, 0.95),
+        'max': max(value),
+        'mean': sum(value * n) / total
+    } AS stats
+FROM ranked
+GROUP BY run_id, dataset, block_size, total;

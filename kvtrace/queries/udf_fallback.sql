@@ -1,0 +1,42 @@
+-- SQL versions of kvtrace's vectorised functions, for a plain duckdb shell.
+--
+-- kvtrace's Python connections register NumPy implementations of these names
+-- (kvtrace/udf.py); a shell started with 'duckdb -init' from 'kvtrace shell-init' gets
+-- these macros instead.  Same results, computed one list element at a time.
+
+-- @macro kvtrace_block_stats(pos, seq_len, bs)
+-- Block statistics of one ascending position list at block size bs (see dsa_blocks).
+CREATE MACRO kvtrace_block_stats(pos, seq_len, bs) AS (
+    SELECT {
+        'unique_blocks': count(*)::INTEGER,
+        'total_blocks_in_use': ceil(seq_len / bs)::INTEGER,
+        'touched_block_ratio': count(*) / ceil(seq_len / bs),
+        'tokens_per_block_mean': avg(n),
+        'tokens_per_block_p50': quantile_cont(n, 0.5),
+        'tokens_per_block_p95': quantile_cont(n, 0.95)
+    }
+    FROM (SELECT p // bs AS b, count(*) AS n FROM (SELECT unnest(pos) AS p) GROUP BY b)
+);
+
+-- @macro kvtrace_offset_stats(pos, seq_len)
+-- Offset statistics of one position list (see dsa_offsets).
+CREATE MACRO kvtrace_offset_stats(pos, seq_len) AS (
+    SELECT CASE WHEN count(*) > 0 THEN {
+        'offset_min': min(o)::INTEGER,
+        'offset_p50': quantile_cont(o, 0.5),
+        'offset_p95': quantile_cont(o, 0.95),
+        'offset_max': max(o)::INTEGER,
+        'offset_mean': avg(o),
+        'within_256': avg((o < 256)::INTEGER),
+        'within_1024': avg((o < 1024)::INTEGER),
+        'within_4096': avg((o < 4096)::INTEGER)
+    } END
+    FROM (SELECT seq_len - 1 - unnest(pos) AS o)
+);
+
+-- @macro kvtrace_prefix_blocks(pos, prefix_tokens, bs)
+-- Distinct blocks of one position list inside the cached prefix, ascending (see dsa_prefix).
+CREATE MACRO kvtrace_prefix_blocks(pos, prefix_tokens, bs) AS
+    list_sort(list_distinct(list_transform(
+        list_filter(pos, lambda p: p < (prefix_tokens // bs) * bs), lambda p: (p // bs)::INTEGER
+    )));

@@ -1,0 +1,13 @@
+"""Arrow schemas of the warehouse tables, one module per trace family."""
+
+from kvtrace.schema.core import INGEST_CHECKS, MANIFEST, QUARANTINE, REQUESTS, RUNS, TableSpec
+from kvtrace.schema.dsa import DSA_FILL_HIST, DSA_OFFSET_HIST, DSA_STEPS
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        RUNS, REQUESTS, QUARANTINE, INGEST_CHECKS, DSA_STEPS, DSA_OFFSET_HIST, DSA_FILL_HIST
+    )
+}
+
+__all__ = ["MANIFEST", "TABLES", "TableSpec"]

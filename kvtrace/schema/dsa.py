@@ -1,0 +1,85 @@
+"""DSA top-k selection traces: one row per (request, decode step, layer), plus histograms."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from kvtrace.schema.core import TableSpec
+
+TIERS = ("hbm", "local_pool", "remote_pool")
+
+_TIER_COLUMNS = [
+    field
+    for tier in TIERS
+    for field in (
+        (f"{tier}_blocks", pa.int32()),
+        (f"{tier}_bytes_read", pa.int64()),
+        (f"{tier}_read_ops", pa.int32()),
+        (f"{tier}_latency_us", pa.float64()),
+        (f"{tier}_hit_blocks", pa.list_(pa.int32())),
+    )
+]
+
+DSA_STEPS = TableSpec(
+    "dsa_steps",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("dataset", pa.string()),
+            ("block_size", pa.int32()),
+            ("request_id", pa.int64()),
+            ("step_idx", pa.int32()),
+            ("layer_id", pa.int16()),
+            ("seq_len", pa.int32()),
+            ("topk", pa.int32()),
+            ("selected_pos", pa.list_(pa.int32())),
+            ("scores", pa.list_(pa.float32())),
+            ("score_min", pa.float32()),
+            ("score_mean", pa.float32()),
+            ("score_max", pa.float32()),
+            ("step_latency_us", pa.float64()),
+            *_TIER_COLUMNS,
+            ("unique_blocks", pa.int32()),
+            ("offset_min", pa.int32()),
+            ("offset_p50", pa.float32()),
+            ("offset_max", pa.int32()),
+            ("tokens_per_block_mean", pa.float32()),
+            ("tokens_per_block_p50", pa.float32()),
+            ("tokens_per_block_p95", pa.float32()),
+        ]
+    ),
+    partition_by=("dataset", "block_size"),
+    sort_by=("run_id", "request_id", "step_idx", "layer_id"),
+)
+
+DSA_OFFSET_HIST = TableSpec(
+    "dsa_offset_hist",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("dataset", pa.string()),
+            ("block_size", pa.int32()),
+            ("layer_id", pa.int16()),
+            ("offset", pa.int32()),
+            ("n", pa.int64()),
+        ]
+    ),
+    partition_by=("dataset", "block_size"),
+    sort_by=("run_id", "layer_id", "offset"),
+)
+
+DSA_FILL_HIST = TableSpec(
+    "dsa_fill_hist",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("dataset", pa.string()),
+            ("block_size", pa.int32()),
+            ("layer_id", pa.int16()),
+            ("tokens", pa.int32()),
+            ("n", pa.int64()),
+        ]
+    ),
+    partition_by=("dataset", "block_size"),
+    sort_by=("run_id", "layer_id", "tokens"),
+)

@@ -1,0 +1,69 @@
+"""The tracer's ``summary.json`` for a stored DSA run, from the ``dsa_summary`` view."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import duckdb
+
+from kvtrace.errors import QueryError
+
+_STATS = ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block", "offsets",
+          "prefix_intersection_ratio")
+
+
+def run_summary(con: duckdb.DuckDBPyConnection, run: str,
+                block_size: int | None = None) -> dict[str, Any]:
+    """The summary of ``run`` (a run id or run name) at a stored block size.
+
+    ``block_size`` may be left out when the run was stored at one block size only.
+    """
+    rows = con.execute(
+        "SELECT r.run_name, r.collector_config, s.* FROM dsa_summary AS s "
+        "JOIN (SELECT DISTINCT ON (run_id) * FROM runs) AS r USING (run_id) "
+        "WHERE s.run_id = $run OR r.run_name = $run ORDER BY s.block_size, s.dataset",
+        {"run": run},
+    ).fetchall()
+    names = [d[0] for d in con.description]
+    found = [dict(zip(names, row, strict=True)) for row in rows]
+    if not found:
+        raise QueryError(
+            f"no DSA run {run!r} in the warehouse; "
+            "'kvtrace sql \"SELECT run_id, run_name FROM runs\"' lists them"
+        )
+    sizes = sorted({row["block_size"] for row in found})
+    if block_size is None and len(sizes) > 1:
+        raise QueryError(f"run {run!r} is stored at block sizes {sizes}; choose one with "
+                         "--block-size")
+    chosen = [row for row in found if block_size in (None, row["block_size"])]
+    if not chosen:
+        raise QueryError(f"run {run!r} is stored at block sizes {sizes}, not {block_size}; "
+                         "dsa_blocks(B) re-bins it at any size")
+    if len({row["run_id"] for row in chosen}) > 1:
+        raise QueryError(f"several runs are named {run!r}; give a run id instead")
+    if len(chosen) > 1:
+        raise QueryError(f"run {run!r} holds several datasets "
+                         f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary")
+    row = chosen[0]
+    config = json.loads(row["collector_config"] or "{}").get("config", {})
+    summary: dict[str, Any] = {
+        "run_name": row["run_name"],
+        "run_id": row["run_id"],
+        "dataset": row["dataset"],
+        "config": {**config, "kv_block_size_tokens": row["block_size"]},
+        "rows": row["rows"],
+        "requests": row["requests"],
+    }
+    for name in _STATS:
+        summary[name] = _plain(row[name])
+    hot = row["prefix_hot_blocks"] or {}
+    summary["prefix_hot_blocks"] = {str(request): blocks for request, blocks in sorted(
+        hot.items())}
+    return summary
+
+
+def _plain(stats: dict | None) -> dict[str, Any]:
+    stats = stats or {}
+    return {key: (float(value) if key not in ("count",) and value is not None else value)
+            for key, value in stats.items()}

@@ -1,0 +1,93 @@
+"""DuckDB functions over ``selected_pos`` lists, vectorised on Arrow buffers.
+
+DuckDB's list lambdas visit one element at a time; these functions hand a whole vector
+of lists to NumPy (`kvtrace.dsa_stats`).  A plain ``duckdb`` shell, which cannot load
+Python, gets SQL macros of the same names and results from ``udf_fallback.sql``.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from kvtrace import dsa_stats
+from kvtrace.dsa_stats import PositionLists
+
+BLOCK_STATS = pa.struct([
+    ("unique_blocks", pa.int32()),
+    ("total_blocks_in_use", pa.int32()),
+    ("touched_block_ratio", pa.float64()),
+    ("tokens_per_block_mean", pa.float64()),
+    ("tokens_per_block_p50", pa.float64()),
+    ("tokens_per_block_p95", pa.float64()),
+])
+OFFSET_STATS = pa.struct([
+    ("offset_min", pa.int32()),
+    ("offset_p50", pa.float64()),
+    ("offset_p95", pa.float64()),
+    ("offset_max", pa.int32()),
+    ("offset_mean", pa.float64()),
+    *[(f"within_{w}", pa.float64()) for w in dsa_stats.RECENCY_WINDOWS],
+])
+
+
+def _numbers(column: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(column.to_numpy(), dtype=np.int64)
+
+
+def _struct(fields: dict[str, np.ndarray], type_: pa.StructType, empty: np.ndarray) -> pa.Array:
+    arrays = [pa.array(fields[f.name], f.type, from_pandas=True) for f in type_]
+    return pa.StructArray.from_arrays(arrays, fields=list(type_), mask=pa.array(empty))
+
+
+def block_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray,
+                    block_size: pa.ChunkedArray) -> pa.Array:
+    lists = PositionLists.from_arrow(positions)
+    stats = dsa_stats.block_stats(lists, _numbers(seq_len), _numbers(block_size))
+    fields = {f.name: getattr(stats, f.name) for f in BLOCK_STATS}
+    return _struct(fields, BLOCK_STATS, np.zeros(lists.num_rows, dtype=bool))
+
+
+def offset_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray) -> pa.Array:
+    lists = PositionLists.from_arrow(positions)
+    stats = dsa_stats.offset_stats(lists, _numbers(seq_len))
+    fields = {f.name: getattr(stats, f.name) for f in OFFSET_STATS if hasattr(stats, f.name)}
+    fields.update({f"within_{w}": share for w, share in stats.within.items()})
+    return _struct(fields, OFFSET_STATS, lists.lengths == 0)
+
+
+def prefix_blocks_udf(positions: pa.ChunkedArray, prefix_tokens: pa.ChunkedArray,
+                      block_size: pa.ChunkedArray) -> pa.Array:
+    """The distinct selected blocks inside the cached prefix, ascending."""
+    lists = PositionLists.from_arrow(positions)
+    size = _numbers(block_size)
+    limit = (_numbers(prefix_tokens) // size) * size
+    rows = lists.row_ids()
+    inside = lists.values < limit[rows]
+    blocks = lists.values // size[rows]
+    first = np.ones(len(blocks), dtype=bool)
+    first[1:] = blocks[1:] != blocks[:-1]
+    first[lists.offsets[:-1][lists.lengths > 0]] = True
+    keep = inside & first
+    counts = np.bincount(rows[keep], minlength=lists.num_rows)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(blocks[keep], pa.int32()))
+
+
+def register(con: duckdb.DuckDBPyConnection) -> None:
+    """Install the vectorised functions on ``con``."""
+    con.create_function(
+        "kvtrace_block_stats", block_stats_udf, ["INTEGER[]", "INTEGER", "INTEGER"],
+        duckdb_type(BLOCK_STATS), type="arrow")
+    con.create_function(
+        "kvtrace_offset_stats", offset_stats_udf, ["INTEGER[]", "INTEGER"],
+        duckdb_type(OFFSET_STATS), type="arrow")
+    con.create_function(
+        "kvtrace_prefix_blocks", prefix_blocks_udf, ["INTEGER[]", "BIGINT", "INTEGER"],
+        "INTEGER[]", type="arrow")
+
+
+def duckdb_type(struct: pa.StructType) -> str:
+    names = {pa.int32(): "INTEGER", pa.float64(): "DOUBLE"}
+    return "STRUCT(" + ", ".join(f"{f.name} {names[f.type]}" for f in struct) + ")"
