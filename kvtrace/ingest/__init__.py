@@ -147,7 +147,8 @@ def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
     files = warehouse.files("requests")
     if not files:
         return {}
-    table = pq.read_table(files, columns=["run_id", "request_id", "request_key"])
+    table = pq.read_table(files, columns=["run_id", "request_id", "request_key"],
+                          partitioning=None)
     table = table.filter(pc.and_(pc.equal(table["run_id"], run_id),
                                  pc.is_valid(table["request_key"])))
     return dict(zip(table["request_key"].to_pylist(), table["request_id"].to_pylist(),

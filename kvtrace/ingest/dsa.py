@@ -123,13 +123,16 @@ class DsaFileIngest:
 
         seq_len = _ints(cols["seq_len"])
         lists = PositionLists.from_arrow(_combined(cols["positions"]))
-        scores = _scores(cols["scores"], lists)
+        scored = _scores(cols["scores"], lists)
+        scores, has_scores = scored if scored is not None else (None, None)
         bad = np.full(len(seq_len), "", dtype=object)
         bad[dsa_stats.invalid_rows(lists, seq_len)["position outside [0, seq_len)"]] = (
             "position outside [0, seq_len)"
         )
-        if scores is not None:
-            mismatch = scores.lengths != lists.lengths
+        if scored is not None:
+            given = np.asarray(pc.fill_null(pc.list_value_length(_combined(cols["scores"])), 0)
+                               .to_numpy(zero_copy_only=False))
+            mismatch = has_scores & (given != lists.lengths)
             bad[mismatch & (bad == "")] = "scores list and position list differ in length"
         ok = bad == ""
         if not ok.all():
@@ -152,7 +155,8 @@ class DsaFileIngest:
                                            ~repeated).values
         take = pa.array(final)
         cols = {name: _take(col, take) for name, col in cols.items()}
-        self._store(cols, lists_sorted, score_values, seq_len[final], lines[final])
+        scored_rows = has_scores[final] if has_scores is not None else None
+        self._store(cols, lists_sorted, score_values, scored_rows, seq_len[final], lines[final])
 
     def _drop_other_events(self, cols: dict) -> np.ndarray:
         event = cols["event"]
@@ -208,7 +212,7 @@ class DsaFileIngest:
     # -- valid rows ---------------------------------------------------------------------------
 
     def _store(self, cols: dict, lists: PositionLists, score_values: np.ndarray | None,
-               seq_len: np.ndarray, lines: np.ndarray) -> None:
+               scored_rows: np.ndarray | None, seq_len: np.ndarray, lines: np.ndarray) -> None:
         n = len(seq_len)
         source_size = cols["block_size"]
         size_known = np.asarray(pc.is_valid(source_size).to_numpy(zero_copy_only=False))
@@ -245,7 +249,8 @@ class DsaFileIngest:
             "selected_pos": lists.to_arrow(),
             "scores": (
                 pa.ListArray.from_arrays(pa.array(lists.offsets.astype(np.int32)),
-                                         pa.array(score_values, pa.float32()))
+                                         pa.array(score_values, pa.float32()),
+                                         mask=pa.array(~scored_rows))
                 if score_values is not None else pa.nulls(n, pa.list_(pa.float32()))
             ),
             "step_latency_us": _combined(cols["step_latency_us"]),
@@ -256,7 +261,7 @@ class DsaFileIngest:
             "tokens_per_block_mean": pa.array(blocks.tokens_per_block_mean, pa.float32()),
             "tokens_per_block_p50": pa.array(blocks.tokens_per_block_p50, pa.float32()),
             "tokens_per_block_p95": pa.array(blocks.tokens_per_block_p95, pa.float32()),
-            **_score_columns(cols, score_values, lists),
+            **_score_columns(cols, score_values, scored_rows, lists),
             **_tier_columns(cols, lists, block_size, blocks),
         }
         table = pa.table(columns)
@@ -370,27 +375,39 @@ def _take_lists(lists: PositionLists, keep: np.ndarray) -> PositionLists:
     return PositionLists(values, np.concatenate(([0], np.cumsum(lengths))))
 
 
-def _scores(column, positions: PositionLists) -> PositionLists | None:
+def _scores(column, positions: PositionLists) -> tuple[PositionLists, np.ndarray] | None:
+    """Score lists aligned with ``positions`` (NaN where a row has none) and rows with scores.
+
+    Returns None when no row has scores.  A row whose score count differs from its
+    position count is marked in the second array as well (the caller rejects it).
+    """
     array = _combined(column)
     if array.null_count == len(array):
         return None
-    lists = PositionLists.from_arrow(array)
-    values = np.asarray(lists.values, dtype=np.float32)
-    return PositionLists(np.nan_to_num(values, nan=np.nan), lists.offsets)
+    given = PositionLists.from_arrow(array)
+    present = np.asarray(array.is_valid().to_numpy(zero_copy_only=False))
+    usable = present & (given.lengths == positions.lengths)
+    values = np.full(len(positions.values), np.nan, dtype=np.float32)
+    target = usable[positions.row_ids()]
+    values[target] = np.asarray(given.values, dtype=np.float32)[usable[given.row_ids()]]
+    return PositionLists(values, positions.offsets), present
 
 
 def _score_columns(cols: dict, score_values: np.ndarray | None,
-                   lists: PositionLists) -> dict[str, pa.Array]:
+                   scored_rows: np.ndarray | None, lists: PositionLists) -> dict[str, pa.Array]:
+    """Score min/mean/max: the source's, else computed from the stored scores."""
     stats = {name: _floats(cols[name]) for name in ("score_min", "score_mean", "score_max")}
     if score_values is not None:
-        filled = lists.lengths > 0
-        starts = lists.offsets[:-1][filled]
+        nonempty = lists.lengths > 0
+        starts = lists.offsets[:-1][nonempty]
+        use = (nonempty & scored_rows)[nonempty]
         for name, reducer in (("score_min", np.minimum), ("score_max", np.maximum),
                               ("score_mean", np.add)):
             value = np.full(lists.num_rows, np.nan)
-            value[filled] = reducer.reduceat(score_values.astype(np.float64), starts)
+            reduced = reducer.reduceat(score_values.astype(np.float64), starts)
             if name == "score_mean":
-                value[filled] /= lists.lengths[filled]
+                reduced /= lists.lengths[nonempty]
+            value[np.flatnonzero(nonempty)[use]] = reduced[use]
             stats[name] = np.where(np.isnan(stats[name]), value, stats[name])
     return {name: pa.array(value, pa.float32(), from_pandas=True)
             for name, value in stats.items()}

@@ -1,0 +1,45 @@
+"""Layout safety: partition values, hostile names, a missing warehouse."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtrace.errors import WarehouseError
+from kvtrace.ingest import ingest
+from kvtrace.storage import partition_value
+from kvtrace.warehouse import Warehouse
+from tests.conftest import seed_record, write_jsonl
+
+
+@pytest.mark.parametrize("hostile", ["../../escape", "/etc/passwd", "a/../../b", "..",
+                                     "<script>alert(1)</script>", "tab\there", "new\nline",
+                                     ".hidden", ""])
+def test_partition_values_never_leave_their_folder(hostile):
+    value = partition_value(hostile)
+    assert "/" not in value and "\\" not in value and not value.startswith(".")
+    assert all(c.isalnum() or c in "._-~" for c in value)
+
+
+def test_distinct_hostile_names_stay_distinct():
+    assert partition_value("a/b") != partition_value("a_b")
+
+
+def test_a_hostile_dataset_name_is_stored_verbatim_inside_the_warehouse(warehouse, tmp_path):
+    name = "../../../outside<script>alert('x')</script>"
+    path = write_jsonl(tmp_path / "t.jsonl", [seed_record(0, 0, 9, [1, 2])])
+    ingest(warehouse, [str(path)], dataset=name)
+    written = [p for p in tmp_path.rglob("*.parquet") if "_schema" not in p.parts]
+    assert written and all(warehouse.root in p.parents for p in written)
+    con = warehouse.connect()
+    assert con.execute("SELECT DISTINCT dataset FROM dsa_steps").fetchall() == [(name,)]
+
+
+def test_opening_a_missing_warehouse_says_how_to_create_one(tmp_path):
+    with pytest.raises(WarehouseError, match="kvtrace ingest"):
+        Warehouse(tmp_path / "nowhere")
+
+
+def test_a_folder_that_is_not_a_warehouse_is_not_taken_over(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(WarehouseError, match="not a kvtrace warehouse"):
+        Warehouse(tmp_path, create=True)
