@@ -26,15 +26,18 @@
 -- @column tokens_per_block_p50   selected positions per touched block, median (linear)
 -- @column tokens_per_block_p95   selected positions per touched block, 95th percentile (linear)
 CREATE MACRO dsa_blocks(bs) AS TABLE
-SELECT
-    run_id,
-    dataset,
-    block_size AS trace_block_size,
-    bs::INTEGER AS block_size,
-    request_id,
-    step_idx,
-    layer_id,
-    seq_len,
-    len(selected_pos) AS selected,
-    UNNEST(kvtrace_block_stats(selected_pos, seq_len, bs::INTEGER))
-FROM dsa_steps;
+SELECT * EXCLUDE (stats), UNNEST(stats)
+FROM (
+    SELECT
+        run_id,
+        dataset,
+        block_size AS trace_block_size,
+        bs::INTEGER AS block_size,
+        request_id,
+        step_idx,
+        layer_id,
+        seq_len,
+        len(selected_pos) AS selected,
+        kvtrace_block_stats(selected_pos, seq_len, bs::INTEGER) AS stats
+    FROM dsa_steps
+);

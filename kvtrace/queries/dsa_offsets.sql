@@ -21,10 +21,13 @@
 -- @column within_1024  share of selected positions with offset < 1024
 -- @column within_4096  share of selected positions with offset < 4096
 CREATE VIEW dsa_offsets AS
-SELECT
-    run_id, dataset, block_size, request_id, step_idx, layer_id, seq_len,
-    UNNEST(kvtrace_offset_stats(selected_pos, seq_len))
-FROM dsa_steps;
+SELECT * EXCLUDE (stats), UNNEST(stats)
+FROM (
+    SELECT
+        run_id, dataset, block_size, request_id, step_idx, layer_id, seq_len,
+        kvtrace_offset_stats(selected_pos, seq_len) AS stats
+    FROM dsa_steps
+);
 
 -- @view dsa_offset_cdf
 -- The distribution of offsets over all selected positions of a run, from the histogram

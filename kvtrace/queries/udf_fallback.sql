@@ -8,14 +8,18 @@
 -- Block statistics of one ascending position list at block size bs (see dsa_blocks).
 CREATE MACRO kvtrace_block_stats(pos, seq_len, bs) AS (
     SELECT {
-        'unique_blocks': count(*)::INTEGER,
+        'unique_blocks': blocks::INTEGER,
         'total_blocks_in_use': ceil(seq_len / bs)::INTEGER,
-        'touched_block_ratio': count(*) / ceil(seq_len / bs),
-        'tokens_per_block_mean': avg(n),
-        'tokens_per_block_p50': quantile_cont(n, 0.5),
-        'tokens_per_block_p95': quantile_cont(n, 0.95)
+        'touched_block_ratio': blocks / ceil(seq_len / bs),
+        'tokens_per_block_mean': mean_tokens,
+        'tokens_per_block_p50': p50_tokens,
+        'tokens_per_block_p95': p95_tokens
     }
-    FROM (SELECT p // bs AS b, count(*) AS n FROM (SELECT unnest(pos) AS p) GROUP BY b)
+    FROM (
+        SELECT count(*) AS blocks, avg(n) AS mean_tokens,
+               quantile_cont(n, 0.5) AS p50_tokens, quantile_cont(n, 0.95) AS p95_tokens
+        FROM (SELECT p // bs AS b, count(*) AS n FROM (SELECT unnest(pos) AS p) GROUP BY b)
+    )
 );
 
 -- @macro kvtrace_offset_stats(pos, seq_len)

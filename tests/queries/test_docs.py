@@ -1,0 +1,25 @@
+"""Every public view and macro says what it answers and documents each column."""
+
+from __future__ import annotations
+
+from kvtrace.catalog import documented_objects, library
+
+
+def test_every_created_object_is_documented():
+    created = {name for f in library() for name in f.creates if not name.startswith("_")}
+    documented = {obj.name for obj in documented_objects() if obj.public}
+    assert created == documented
+
+
+def test_every_public_object_documents_exactly_its_columns(warehouse):
+    con = warehouse.connect()
+    for obj in documented_objects():
+        if not obj.public:
+            continue
+        assert obj.description, f"{obj.name} has no description"
+        call = obj.name
+        if obj.kind == "macro":
+            call += "(16)" if "(bs)" in obj.signature else ""
+        columns = [row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {call}").fetchall()]
+        assert columns == list(obj.columns), obj.name
+        assert all(obj.columns.values()), f"{obj.name} has an undescribed column"

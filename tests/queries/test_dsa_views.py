@@ -1,0 +1,132 @@
+"""The DSA views against plain numpy over the same JSONL, at two block sizes."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from kvtrace.ingest import ingest
+from tests.conftest import linear_quantile, read_records
+
+
+@pytest.fixture
+def loaded(warehouse, synthetic_trace):
+    trace = synthetic_trace("views", requests=4, steps=3, layers=5, topk=256,
+                            prompt_tokens=900)
+    ingest(warehouse, [str(trace)])
+    return warehouse.connect(), read_records(trace)
+
+
+def _key(record):
+    return record["request_id"], record["step_idx"], record["layer_id"]
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_dsa_blocks_matches_numpy(loaded, block_size):
+    con, records = loaded
+    rows = con.execute(
+        "SELECT request_id, step_idx, layer_id, unique_blocks, total_blocks_in_use, "
+        "touched_block_ratio, tokens_per_block_mean, tokens_per_block_p50, "
+        "tokens_per_block_p95 FROM dsa_blocks(?)", [block_size]).fetchall()
+    got = {row[:3]: row[3:] for row in rows}
+    assert len(got) == len(records)
+    for record in records:
+        pos = np.array(record["selected_token_pos"])
+        _, per_block = np.unique(pos // block_size, return_counts=True)
+        total = int(np.ceil(record["seq_len_current"] / block_size))
+        expected = (len(per_block), total, len(per_block) / total, per_block.mean(),
+                    linear_quantile(per_block, 0.5), linear_quantile(per_block, 0.95))
+        assert got[_key(record)] == pytest.approx(expected)
+
+
+def test_dsa_offsets_matches_numpy(loaded):
+    con, records = loaded
+    rows = con.execute("SELECT request_id, step_idx, layer_id, offset_min, offset_p50, "
+                       "offset_p95, offset_max, offset_mean, within_256, within_1024 "
+                       "FROM dsa_offsets").fetchall()
+    got = {row[:3]: row[3:] for row in rows}
+    for record in records:
+        off = record["seq_len_current"] - 1 - np.array(record["selected_token_pos"])
+        expected = (off.min(), linear_quantile(off, 0.5), linear_quantile(off, 0.95),
+                    off.max(), off.mean(), (off < 256).mean(), (off < 1024).mean())
+        assert got[_key(record)] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_dsa_prefix_matches_numpy(loaded, block_size):
+    con, records = loaded
+    rows = con.execute("SELECT request_id, step_idx, layer_id, intersection_blocks, "
+                       "intersection_ratio FROM dsa_prefix(?)", [block_size]).fetchall()
+    got = {row[:3]: row[3:] for row in rows}
+    hot = defaultdict(Counter)
+    for record in records:
+        prefix = record["prefix"]
+        blocks = np.unique(np.array(record["selected_token_pos"]) // block_size)
+        if not prefix["prefix_cache_hit"]:
+            assert got[_key(record)] == (None, None)
+            continue
+        cached_tokens = prefix["prefix_cached_blocks"] * record["block_size_tokens"]
+        inside = blocks[blocks < cached_tokens // block_size]
+        hot[record["request_id"]].update(inside.tolist())
+        assert got[_key(record)][0] == inside.tolist()
+        assert got[_key(record)][1] == pytest.approx(len(inside) / len(blocks))
+    hot_rows = con.execute("SELECT request_id, block_id, touch_count FROM "
+                           "dsa_prefix_hot_blocks(?) WHERE hot_rank = 1", [block_size]).fetchall()
+    for request_id, block_id, touches in hot_rows:
+        top = max(hot[request_id].values())
+        assert touches == top
+        assert block_id == min(b for b, n in hot[request_id].items() if n == top)
+
+
+def test_dsa_summary_matches_numpy_over_all_positions_and_blocks(loaded):
+    con, records = loaded
+    row = con.execute("SELECT unique_blocks, touched_block_ratio, tokens_per_touched_block, "
+                      "offsets, prefix_intersection_ratio FROM dsa_summary").fetchone()
+    unique, ratio, per_block_all, offsets, inter = [], [], [], [], []
+    for record in records:
+        pos = np.array(record["selected_token_pos"])
+        size = record["block_size_tokens"]
+        blocks, per_block = np.unique(pos // size, return_counts=True)
+        unique.append(len(blocks))
+        ratio.append(len(blocks) / np.ceil(record["seq_len_current"] / size))
+        per_block_all.extend(per_block)
+        offsets.extend(record["seq_len_current"] - 1 - pos)
+        if record["prefix"]["prefix_cache_hit"]:
+            inter.append((blocks < record["prefix"]["prefix_cached_blocks"]).sum() / len(blocks))
+
+    def stats(values):
+        values = np.asarray(values, dtype=np.float64)
+        return {"count": len(values), "min": values.min(), "p50": np.quantile(values, 0.5),
+                "p95": np.quantile(values, 0.95), "max": values.max(), "mean": values.mean()}
+
+    for got, expected in zip(row, (unique, ratio, per_block_all, offsets, inter), strict=True):
+        assert got == pytest.approx(stats(expected))
+
+
+def test_dsa_layer_profile_counts_every_layer(loaded):
+    con, records = loaded
+    rows = dict(con.execute("SELECT layer_id, rows FROM dsa_layer_profile").fetchall())
+    assert rows == dict(Counter(r["layer_id"] for r in records))
+
+
+def test_shell_fallback_macros_agree_with_the_vectorised_functions(loaded, warehouse):
+    from kvtrace.catalog import shell_init_sql
+
+    con, _ = loaded
+    import duckdb
+
+    shell = duckdb.connect()
+    shell.execute(shell_init_sql(warehouse))
+    queries = [
+        "SELECT * FROM dsa_blocks(16) ORDER BY request_id, step_idx, layer_id",
+        "SELECT * FROM dsa_offsets ORDER BY request_id, step_idx, layer_id",
+        "SELECT * FROM dsa_prefix(32) ORDER BY request_id, step_idx, layer_id",
+    ]
+    for query in queries:
+        fast, slow = con.execute(query).fetchall(), shell.execute(query).fetchall()
+        assert len(fast) == len(slow)
+        for fast_row, slow_row in zip(fast, slow, strict=True):
+            for a, b in zip(fast_row, slow_row, strict=True):
+                assert a == (b if isinstance(b, (list, str)) or b is None else pytest.approx(b))
