@@ -35,10 +35,11 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="kvtrace: a columnar trace warehouse and query toolkit for LLM-inference research.",
 )
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def ingest(
 
 
 def _with_progress(label: str, work):
-    if options.quiet:
+    if options.quiet or not err.is_terminal:
         return work(None)
     columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                TransferSpeedColumn(), TimeRemainingColumn())
@@ -255,9 +256,30 @@ def demo() -> None:
         result = run_summary(con, "synthetic-demo")
     finally:
         con.close()
-    out.print_json(json.dumps(result))
+    _print_summary_table(result)
     out.print(f"\nWarehouse: {warehouse.root}\nNext: kvtrace -w {warehouse.root} sql "
               '"SELECT * FROM dsa_layer_profile LIMIT 5"   (kvtrace views lists the views)')
+
+
+def _print_summary_table(result: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"DSA summary of {result['run_name']} ({result['dataset']}, "
+                  f"block size {result['config']['kv_block_size_tokens']})")
+    table.add_column("statistic", no_wrap=True)
+    for name in ("count", "min", "p50", "p95", "max", "mean"):
+        table.add_column(name, justify="right")
+    for name in ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block", "offsets",
+                 "prefix_intersection_ratio"):
+        stats = result[name]
+        table.add_row(name, *(f"{stats[k]:,}" if k == "count" else
+                              "-" if stats[k] is None else f"{stats[k]:.4g}"
+                              for k in ("count", "min", "p50", "p95", "max", "mean")))
+    out.print(table)
+    hot = result["prefix_hot_blocks"]
+    for request, blocks in list(hot.items())[:3]:
+        top = ", ".join(f"block {b['block_id']} x{b['touch_count']}" for b in blocks[:4])
+        out.print(f"hottest prefix blocks of request {request}: {top}")
 
 
 def main() -> None:
@@ -267,13 +289,20 @@ def main() -> None:
     except KvtraceError as exc:
         if options.debug:
             raise
-        err.print(f"Error: {exc}")
-        sys.exit(1)
+        _fail(f"Error: {exc}", 1)
     except KeyboardInterrupt:
-        err.print("Interrupted; nothing was half-written.")
-        sys.exit(130)
+        _fail("Interrupted; nothing was half-written.", 130)
     except OSError as exc:
         if options.debug:
             raise
-        err.print(f"Error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        sys.exit(1)
+        _fail(f"Error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), 1)
+    except Exception as exc:  # a bug: say so in one line, --debug shows where
+        if options.debug:
+            raise
+        _fail(f"Error: kvtrace failed unexpectedly ({type(exc).__name__}: {exc}); "
+              "rerun with --debug and report it", 1)
+
+
+def _fail(message: str, status: int) -> None:
+    sys.stderr.write(message + "\n")
+    sys.exit(status)

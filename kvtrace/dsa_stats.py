@@ -231,31 +231,27 @@ def offset_stats(lists: PositionLists, seq_len: np.ndarray,
     )
 
 
-def prefix_blocks(lists: PositionLists, prefix_tokens: np.ndarray,
-                  block_size: np.ndarray | int) -> np.ndarray:
-    """Per row: distinct selected blocks that lie wholly inside the cached prefix.
+def prefix_block_lists(lists: PositionLists, prefix_tokens: np.ndarray,
+                       block_size: np.ndarray | int) -> PositionLists:
+    """Per row: the distinct selected blocks wholly inside the cached prefix, ascending.
 
     The prefix region is the blocks with id < ``prefix_tokens // block_size`` (a partial
-    last block is not cached).  Rows whose ``prefix_tokens`` is NaN give NaN.
+    last block is not cached).  Rows whose ``prefix_tokens`` is NaN get empty lists.
     """
     n = lists.num_rows
     size = np.broadcast_to(np.asarray(block_size, dtype=np.int64), (n,))
     known = ~np.isnan(prefix_tokens)
-    cached_blocks = np.zeros(n, dtype=np.int64)
-    cached_blocks[known] = prefix_tokens[known].astype(np.int64) // size[known]
-    limit = cached_blocks * size  # positions below this lie in a cached block
+    limit = np.zeros(n, dtype=np.int64)
+    limit[known] = (prefix_tokens[known].astype(np.int64) // size[known]) * size[known]
     rows = lists.row_ids()
-    keyed = (rows << 32) | lists.values.astype(np.int64)
-    row_keys = np.arange(n, dtype=np.int64) << 32
-    end = np.searchsorted(keyed, row_keys | limit)
     blocks = _block_ids(lists, block_size)
-    new_block = np.ones(len(blocks), dtype=bool)
-    new_block[1:] = blocks[1:] != blocks[:-1]
-    new_block[lists.offsets[:-1][lists.lengths > 0]] = True
-    counted = np.concatenate(([0], np.cumsum(new_block, dtype=np.int64)))
-    result = (counted[end] - counted[lists.offsets[:-1]]).astype(np.float64)
-    result[~known] = np.nan
-    return result
+    first = np.ones(len(blocks), dtype=bool)
+    first[1:] = blocks[1:] != blocks[:-1]
+    first[lists.offsets[:-1][lists.lengths > 0]] = True
+    keep = first & (lists.values < limit[rows])
+    counts = np.bincount(rows[keep], minlength=n)
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    return PositionLists(blocks[keep].astype(np.int32), offsets)
 
 
 def segment_bracket(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray,

@@ -41,7 +41,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     try:
         for statement in statements[:-1]:
             con.execute(statement.query)
-        return con.sql(statements[-1].query).arrow()
+        return con.sql(statements[-1].query).to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(_first_line(exc) + '; "kvtrace views" lists the views') from None
 

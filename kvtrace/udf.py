@@ -61,18 +61,8 @@ def prefix_blocks_udf(positions: pa.ChunkedArray, prefix_tokens: pa.ChunkedArray
                       block_size: pa.ChunkedArray) -> pa.Array:
     """The distinct selected blocks inside the cached prefix, ascending."""
     lists = PositionLists.from_arrow(positions)
-    size = _numbers(block_size)
-    limit = (_numbers(prefix_tokens) // size) * size
-    rows = lists.row_ids()
-    inside = lists.values < limit[rows]
-    blocks = lists.values // size[rows]
-    first = np.ones(len(blocks), dtype=bool)
-    first[1:] = blocks[1:] != blocks[:-1]
-    first[lists.offsets[:-1][lists.lengths > 0]] = True
-    keep = inside & first
-    counts = np.bincount(rows[keep], minlength=lists.num_rows)
-    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(blocks[keep], pa.int32()))
+    tokens = np.asarray(prefix_tokens.to_numpy(), dtype=np.float64)
+    return dsa_stats.prefix_block_lists(lists, tokens, _numbers(block_size)).to_arrow()
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:

@@ -225,9 +225,10 @@ class DsaFileIngest:
         cached_blocks = _floats(cols["prefix_cached_blocks"])
         hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
         cached_tokens = np.where(hit, cached_blocks * block_size, np.nan)
-        in_prefix = dsa_stats.prefix_blocks(lists, cached_tokens, block_size)
+        prefix_lists = dsa_stats.prefix_block_lists(lists, cached_tokens, block_size)
         with np.errstate(divide="ignore", invalid="ignore"):
-            intersection = in_prefix / blocks.unique_blocks
+            intersection = np.where(np.isnan(cached_tokens), np.nan,
+                                    prefix_lists.lengths / blocks.unique_blocks)
         check_source_stats(self.result.checks, cols, lists, seq_len, blocks, offsets,
                            intersection, size_known, lines)
 
@@ -261,6 +262,9 @@ class DsaFileIngest:
             "tokens_per_block_mean": pa.array(blocks.tokens_per_block_mean, pa.float32()),
             "tokens_per_block_p50": pa.array(blocks.tokens_per_block_p50, pa.float32()),
             "tokens_per_block_p95": pa.array(blocks.tokens_per_block_p95, pa.float32()),
+            "prefix_blocks": pa.ListArray.from_arrays(
+                pa.array(prefix_lists.offsets.astype(np.int32)),
+                pa.array(prefix_lists.values, pa.int32()), mask=pa.array(np.isnan(cached_tokens))),
             **_score_columns(cols, score_values, scored_rows, lists),
             **_tier_columns(cols, lists, block_size, blocks),
         }
@@ -336,12 +340,12 @@ class DsaFileIngest:
             if not parts:
                 continue
             merged = pa.concat_tables(parts).group_by(
-                ["dataset", "block_size", "layer_id", value]).aggregate([("n", "sum")])
+                ["dataset", "block_size", value]).aggregate([("n", "sum")])
             merged = merged.rename_columns({"n_sum": "n"})
             merged = merged.append_column(
                 "run_id", pa.array([self.commit.run_id] * merged.num_rows, pa.string()))
             for part in _partitions(merged):
-                part = part.sort_by([("layer_id", "ascending"), (value, "ascending")])
+                part = part.sort_by(value)
                 self.warehouse.write(self.commit, name, part)
 
 
@@ -490,18 +494,15 @@ def _rows_with_null_values(lists: pa.ListArray) -> np.ndarray:
     return np.unique(rows[nulls])
 
 
-_DENSE_BINS = 1 << 23
+_DENSE_BINS = 1 << 24
 
 
 def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
                name: str) -> pa.Table:
-    """Counts of ``values`` per (dataset, block size, layer); ``value_rows`` maps to rows."""
+    """Counts of ``values`` per (dataset, block size); ``value_rows`` maps values to rows."""
     dataset = pc.dictionary_encode(_combined(table["dataset"]))
-    row_key = (
-        (dataset.indices.to_numpy().astype(np.int64) << 48)
-        | (table["block_size"].to_numpy().astype(np.int64) << 16)
-        | table["layer_id"].to_numpy().astype(np.int64)
-    )
+    row_key = ((dataset.indices.to_numpy().astype(np.int64) << 32)
+               | table["block_size"].to_numpy().astype(np.int64))
     groups, group_of_row = np.unique(row_key, return_inverse=True)
     width = int(values.max()) + 1 if len(values) else 1
     key = group_of_row[value_rows] * width + values.astype(np.int64)
@@ -513,9 +514,8 @@ def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
         key, counts = np.unique(key, return_counts=True)
     group = groups[key // width]
     return pa.table({
-        "dataset": dataset.dictionary.take(pa.array(group >> 48)),
-        "block_size": pa.array((group >> 16) & 0xFFFFFFFF, pa.int32()),
-        "layer_id": pa.array(group & 0xFFFF, pa.int16()),
+        "dataset": dataset.dictionary.take(pa.array(group >> 32)),
+        "block_size": pa.array(group & 0xFFFFFFFF, pa.int32()),
         name: pa.array(key % width, pa.int32()),
         "n": pa.array(counts, pa.int64()),
     })

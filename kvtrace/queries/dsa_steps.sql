@@ -43,4 +43,5 @@
 -- @column tokens_per_block_mean   selected positions per touched block, mean
 -- @column tokens_per_block_p50    selected positions per touched block, median (linear)
 -- @column tokens_per_block_p95    selected positions per touched block, 95th percentile (linear)
+-- @column prefix_blocks           selected blocks inside the request's cached prefix, ascending (NULL without a prefix hit)
 CREATE VIEW dsa_steps AS SELECT * FROM _dsa_steps_files;

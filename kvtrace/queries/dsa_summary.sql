@@ -6,8 +6,9 @@
 --   tokens_per_touched_block: one value per touched block of every row;
 --   offsets: one value per selected position of every row;
 --   prefix_intersection_ratio: one value per row of requests with a prefix hit.
--- tokens_per_touched_block and offsets come from histograms written at ingest, so they
--- are exact without reading a single position list.
+-- tokens_per_touched_block and offsets come from histograms written at ingest and the
+-- prefix intersection from the prefix_blocks column, so the summary is exact without
+-- decoding a single position list.
 
 CREATE VIEW _dsa_offset_hist_values AS
 SELECT run_id, dataset, block_size, "offset" AS value, n FROM _dsa_offset_hist_files;
@@ -17,7 +18,8 @@ SELECT run_id, dataset, block_size, tokens AS value, n FROM _dsa_fill_hist_files
 
 -- @view dsa_prefix_rows
 -- Every stored row of a request with a prefix hit, intersected with its prefix at the
--- row's own block size (see dsa_prefix for the semantics).
+-- row's own block size, as stored at ingest (see dsa_prefix for the semantics and for
+-- other block sizes).
 -- @column run_id               the run
 -- @column dataset              dataset label
 -- @column block_size           block size the row was stored with
@@ -25,19 +27,11 @@ SELECT run_id, dataset, block_size, tokens AS value, n FROM _dsa_fill_hist_files
 -- @column intersection_blocks  selected block ids inside the prefix region
 -- @column intersection_ratio   len(intersection_blocks) / unique_blocks
 CREATE VIEW dsa_prefix_rows AS
-WITH hits AS (
-    SELECT
-        s.run_id, s.dataset, s.block_size, s.request_id, s.unique_blocks,
-        kvtrace_prefix_blocks(s.selected_pos, r.prefix_cached_tokens, s.block_size)
-            AS intersection_blocks
-    FROM dsa_steps AS s
-    JOIN requests AS r USING (run_id, request_id)
-    WHERE r.prefix_cache_hit AND r.prefix_cached_tokens > 0
-)
 SELECT
-    run_id, dataset, block_size, request_id, intersection_blocks,
-    len(intersection_blocks) / nullif(unique_blocks, 0) AS intersection_ratio
-FROM hits;
+    run_id, dataset, block_size, request_id, prefix_blocks AS intersection_blocks,
+    len(prefix_blocks) / nullif(unique_blocks, 0) AS intersection_ratio
+FROM dsa_steps
+WHERE prefix_blocks IS NOT NULL;
 
 -- @view dsa_summary
 -- One row per (run, dataset, stored block size).

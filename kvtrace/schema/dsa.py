@@ -1,4 +1,10 @@
-"""DSA top-k selection traces: one row per (request, decode step, layer), plus histograms."""
+"""DSA top-k selection traces: one row per (request, decode step, layer), plus histograms.
+
+The histograms are exact counts written at ingest, per (run, dataset, stored block size):
+``dsa_offset_hist`` of the offset of every selected position and ``dsa_fill_hist`` of the
+selected positions inside every touched block.  They let run-wide distributions be read
+without decoding a single position list.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ DSA_STEPS = TableSpec(
             ("tokens_per_block_mean", pa.float32()),
             ("tokens_per_block_p50", pa.float32()),
             ("tokens_per_block_p95", pa.float32()),
+            ("prefix_blocks", pa.list_(pa.int32())),
         ]
     ),
     partition_by=("dataset", "block_size"),
@@ -59,13 +66,12 @@ DSA_OFFSET_HIST = TableSpec(
             ("run_id", pa.string()),
             ("dataset", pa.string()),
             ("block_size", pa.int32()),
-            ("layer_id", pa.int16()),
             ("offset", pa.int32()),
             ("n", pa.int64()),
         ]
     ),
     partition_by=("dataset", "block_size"),
-    sort_by=("run_id", "layer_id", "offset"),
+    sort_by=("run_id", "offset"),
 )
 
 DSA_FILL_HIST = TableSpec(
@@ -75,11 +81,10 @@ DSA_FILL_HIST = TableSpec(
             ("run_id", pa.string()),
             ("dataset", pa.string()),
             ("block_size", pa.int32()),
-            ("layer_id", pa.int16()),
             ("tokens", pa.int32()),
             ("n", pa.int64()),
         ]
     ),
     partition_by=("dataset", "block_size"),
-    sort_by=("run_id", "layer_id", "tokens"),
+    sort_by=("run_id", "tokens"),
 )

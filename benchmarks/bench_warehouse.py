@@ -1,0 +1,157 @@
+"""Warehouse benchmark: kvtrace against DuckDB working straight on the JSONL, in one run.
+
+    python benchmarks/bench_warehouse.py --mb 300
+
+Generates a seed-format DSA trace (61 layers, 2048 positions a row, synthetic), then
+measures side by side:
+
+1. ingest throughput: ``kvtrace ingest`` vs DuckDB ``COPY (FROM read_json(...)) TO parquet``;
+2. storage: warehouse bytes vs JSONL bytes;
+3. the ``dsa_summary`` query vs the same statistics computed by DuckDB over the JSONL;
+4. re-binning to block size 16 on one thread: ``dsa_blocks(16)`` vs DuckDB list lambdas.
+
+Prints a Markdown table and writes the figures as JSON to ``benchmarks/out/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+import kvtrace
+from kvtrace.ingest import ingest
+from kvtrace.synthetic import write_seed_trace
+from kvtrace.warehouse import Warehouse
+
+HERE = Path(__file__).parent
+ROW_BYTES_AT_12K = 14_000  # JSONL bytes of one 2048-position record at ~12k context
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB RAM, Python "
+            f"{platform.python_version()}, DuckDB {duckdb.__version__}, kvtrace "
+            f"{kvtrace.__version__}")
+
+
+def timed(work) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = work()
+    return time.perf_counter() - start, result
+
+
+def best_of(runs: int, work) -> float:
+    return min(timed(work)[0] for _ in range(runs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=300, help="JSONL size to generate (MB)")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    trace = work / "bench" / "block64" / "trace_steps_0_n.jsonl"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+
+    rows_wanted = int(args.mb * 1e6 / ROW_BYTES_AT_12K)
+    steps = 16
+    requests = max(1, rows_wanted // (61 * steps))
+    gen_s, rows = timed(lambda: write_seed_trace(
+        trace, requests=requests, steps=steps, layers=61, topk=2048, prompt_tokens=12000,
+        run_name="bench", dataset="synthetic-bench"))
+    jsonl_bytes = trace.stat().st_size
+    positions = rows * 2048
+    print(f"generated {rows:,} rows, {jsonl_bytes / 1e6:.0f} MB in {gen_s:.0f} s")
+
+    # 1. ingest vs DuckDB COPY
+    duck_parquet = work / "duckdb_copy.parquet"
+    copy_s = best_of(1, lambda: duckdb.connect().execute(
+        f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"))
+    warehouse = Warehouse(work / "wh", create=True)
+    ingest_s, report = timed(lambda: ingest(warehouse, [str(trace)]))
+    assert report.rows == rows and report.rejected == 0
+
+    # 2. bytes
+    warehouse_bytes = sum(p.stat().st_size for p in warehouse.root.rglob("*.parquet")
+                          if "_schema" not in p.parts)
+
+    # 3. summary
+    con = warehouse.connect()
+    summary_s = best_of(3, lambda: con.execute("SELECT * FROM dsa_summary").fetchall())
+    baseline = duckdb.connect()
+    baseline.execute("CREATE MACRO _s(x) AS {'count': count(x), 'min': min(x), "
+                     "'p50': quantile_cont(x, 0.5), 'p95': quantile_cont(x, 0.95), "
+                     "'max': max(x), 'mean': avg(x)}")
+    summary_sql = (HERE / "summary_over_jsonl.sql").read_text()
+    jsonl_summary_s, jsonl_summary = timed(
+        lambda: baseline.execute(summary_sql, [str(trace)]).fetchone())
+    ours = con.execute("SELECT unique_blocks, touched_block_ratio, tokens_per_touched_block, "
+                       "offsets, prefix_intersection_ratio FROM dsa_summary").fetchone()
+    for a, b in zip(ours, jsonl_summary, strict=True):
+        for key in a:
+            assert np.isclose(float(a[key]), float(b[key]), rtol=1e-9), (key, a, b)
+
+    # 4. re-binning, one thread each
+    con.execute("SET threads = 1")
+    rebin_s = best_of(3, lambda: con.execute(
+        "SELECT sum(unique_blocks), avg(tokens_per_block_p95) FROM dsa_blocks(16)").fetchall())
+    lambda_con = duckdb.connect()
+    lambda_con.execute("SET threads = 1")
+    steps_files = [str(p) for p in warehouse.files("dsa_steps")]
+    lambda_s = best_of(1, lambda: lambda_con.execute(
+        "SELECT sum(len(list_distinct(list_transform(selected_pos, lambda p: p // 16)))) "
+        "FROM read_parquet(?)", [steps_files]).fetchall())
+
+    figures = {
+        "machine": machine(),
+        "rows": rows, "positions": positions, "jsonl_mb": jsonl_bytes / 1e6,
+        "ingest_mb_s": jsonl_bytes / 1e6 / ingest_s,
+        "duckdb_copy_mb_s": jsonl_bytes / 1e6 / copy_s,
+        "ingest_vs_copy": copy_s / ingest_s,
+        "warehouse_mb": warehouse_bytes / 1e6,
+        "duckdb_copy_parquet_mb": duck_parquet.stat().st_size / 1e6,
+        "warehouse_fraction_of_jsonl": warehouse_bytes / jsonl_bytes,
+        "summary_s": summary_s, "summary_over_jsonl_s": jsonl_summary_s,
+        "summary_speedup": jsonl_summary_s / summary_s,
+        "rebin16_mpos_s_one_core": positions / rebin_s / 1e6,
+        "lambda_rebin16_mpos_s_one_core": positions / lambda_s / 1e6,
+        "rebin_speedup": lambda_s / rebin_s,
+    }
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    (out / "bench_warehouse.json").write_text(json.dumps(figures, indent=2))
+    print(f"\nMachine: {figures['machine']}")
+    print(f"Trace: {rows:,} rows x 2048 positions, {figures['jsonl_mb']:.0f} MB of JSONL\n")
+    print("| measure | kvtrace | baseline (DuckDB on the JSONL) | ratio |")
+    print("|---|---|---|---|")
+    print(f"| ingest | {figures['ingest_mb_s']:.0f} MB/s | COPY to Parquet "
+          f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x |")
+    print(f"| storage | {figures['warehouse_mb']:.1f} MB | JSONL {figures['jsonl_mb']:.0f} MB "
+          f"(DuckDB's Parquet {figures['duckdb_copy_parquet_mb']:.0f} MB) | "
+          f"1/{1 / figures['warehouse_fraction_of_jsonl']:.1f} |")
+    print(f"| dsa_summary | {summary_s * 1000:.0f} ms | {jsonl_summary_s:.1f} s | "
+          f"{figures['summary_speedup']:.0f}x |")
+    print(f"| re-bin to 16, 1 thread | {figures['rebin16_mpos_s_one_core']:.0f} M pos/s | "
+          f"list lambdas {figures['lambda_rebin16_mpos_s_one_core']:.0f} M pos/s | "
+          f"{figures['rebin_speedup']:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

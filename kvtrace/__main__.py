@@ -1,0 +1,5 @@
+"""``python -m kvtrace``."""
+
+from kvtrace.cli import main
+
+main()

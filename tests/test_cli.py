@@ -1,0 +1,121 @@
+"""The command line: one-sentence errors, read-only SQL, formats, help and README coverage."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.main import get_command
+
+from kvtrace.cli import app
+from tests.conftest import seed_record, write_jsonl
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kvtrace", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+@pytest.fixture
+def loaded(tmp_path, synthetic_trace):
+    trace = synthetic_trace("cli", requests=2, steps=2, layers=3, prompt_tokens=400)
+    root = tmp_path / "wh"
+    result = kvtrace("-w", str(root), "-q", "ingest", str(trace))
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [seed_record(0, 0, 9, [1]), "{broken"])
+    root = str(tmp_path / "wh")
+    lenient = kvtrace("-w", root, "-q", "ingest", str(path))
+    assert lenient.returncode == 0
+    assert "1 rows ingested, 1 line(s) rejected" in lenient.stdout
+    other = write_jsonl(tmp_path / "u.jsonl", [seed_record(1, 0, 9, [1]), "{broken"])
+    strict = kvtrace("-w", root, "-q", "ingest", "--strict", str(other))
+    assert strict.returncode == 1
+    assert strict.stderr.strip() == "Error: 1 line(s) were rejected (--strict)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ingest", "missing.jsonl"], "Error: missing.jsonl does not exist"),
+    (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
+])
+def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
+    result = kvtrace("-w", str(tmp_path / "wh"), *args, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(message)
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_sql_refuses_statements_that_write(loaded, tmp_path):
+    target = tmp_path / "out.csv"
+    for statement in (f"COPY (SELECT 1) TO '{target}'", "CREATE TABLE t AS SELECT 1",
+                      "SELECT 1; DROP VIEW dsa_steps", f"ATTACH '{tmp_path / 'x.db'}'"):
+        result = kvtrace("-w", str(loaded), "sql", statement)
+        assert result.returncode == 1 and "read-only" in result.stderr, statement
+    assert not target.exists()
+
+
+def test_sql_formats(loaded, tmp_path):
+    query = "SELECT layer_id, rows FROM dsa_layer_profile ORDER BY layer_id"
+    as_json = json.loads(kvtrace("-w", str(loaded), "sql", query, "-f", "json").stdout)
+    assert as_json == [{"layer_id": i, "rows": 4} for i in range(3)]
+    as_csv = kvtrace("-w", str(loaded), "sql", query, "--format", "csv").stdout
+    assert as_csv.splitlines() == ["layer_id,rows", "0,4", "1,4", "2,4"]
+    table = kvtrace("-w", str(loaded), "sql", query).stdout
+    assert table.splitlines()[0].split() == ["layer_id", "rows"]
+    assert table.rstrip().endswith("(3 rows)")
+    out = tmp_path / "r.parquet"
+    kvtrace("-w", str(loaded), "sql", query, "-f", "parquet", "-o", str(out))
+    assert pq.read_table(out).num_rows == 3
+    sql_file = tmp_path / "q.sql"
+    sql_file.write_text(query)
+    assert kvtrace("-w", str(loaded), "sql", "--file", str(sql_file), "-f", "csv").stdout == as_csv
+    bad = kvtrace("-w", str(loaded), "sql", "SELECT * FROM nope")
+    assert bad.returncode == 1 and "kvtrace views" in bad.stderr
+
+
+def test_summary_writes_the_tracers_summary_json(loaded, tmp_path):
+    out = tmp_path / "summary.json"
+    result = kvtrace("-w", str(loaded), "summary", "--run", "cli", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    for field in ("unique_blocks", "tokens_per_touched_block", "offsets",
+                  "touched_block_ratio", "prefix_intersection_ratio"):
+        assert set(summary[field]) == {"count", "min", "p50", "p95", "max", "mean"}
+    assert summary["config"]["kv_block_size_tokens"] == 64
+    assert summary["unique_blocks"]["count"] == 12
+    assert list(summary["prefix_hot_blocks"]) == ["1"]
+    missing = kvtrace("-w", str(loaded), "summary", "--run", "nope")
+    assert missing.returncode == 1 and "no DSA run 'nope'" in missing.stderr
+
+
+def test_shell_init_gives_a_plain_duckdb_the_same_views(loaded, tmp_path):
+    import duckdb
+
+    script = kvtrace("-w", str(loaded), "shell-init").stdout
+    con = duckdb.connect()
+    con.execute(script)
+    assert con.execute("SELECT count(*) FROM dsa_blocks(16)").fetchone() == (12,)
+
+
+def test_views_lists_documented_objects():
+    result = kvtrace("views")
+    assert result.returncode == 0
+    assert "dsa_blocks(bs)" in result.stdout and "touched_block_ratio" in result.stdout
+
+
+def test_every_command_has_help_with_an_example_and_appears_in_the_readme():
+    readme = README.read_text()
+    group = get_command(app)
+    for name, command in group.commands.items():
+        assert command.help and "Example: kvtrace" in command.help, name
+        assert re.search(rf"kvtrace (\S+ )*{re.escape(name)}\b", readme), name
