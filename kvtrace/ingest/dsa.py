@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,19 +90,30 @@ class DsaFileIngest:
         self._fill_hist: list[pa.Table] = []
 
     def run(self, path: Path, progress: Callable[[int], None] | None = None) -> DsaFileResult:
+        """Ingest ``path``; the next chunk is parsed while this one is processed."""
         schema = SCHEMAS[self.fmt]
-        for chunk in read_chunks(path):
-            parsed = parse_chunk(chunk, schema)
-            self.result.rejected.extend(parsed.bad)
-            if parsed.table.num_rows:
-                self._process(parsed.table, parsed.line_numbers, chunk)
-            if self._buffered_bytes >= FLUSH_BYTES:
-                self._flush()
-            if progress:
-                progress(chunk.source_offset)
+        with ThreadPoolExecutor(max_workers=1) as parser:
+            pending = None
+            for chunk in read_chunks(path):
+                parsing = (chunk, parser.submit(parse_chunk, chunk, schema))
+                if pending is not None:
+                    self._consume(*pending, progress)
+                pending = parsing
+            if pending is not None:
+                self._consume(*pending, progress)
         self._flush()
         self._write_histograms()
         return self.result
+
+    def _consume(self, chunk: Chunk, parsing: Future, progress) -> None:
+        parsed = parsing.result()
+        self.result.rejected.extend(parsed.bad)
+        if parsed.table.num_rows:
+            self._process(parsed.table, parsed.line_numbers, chunk)
+        if self._buffered_bytes >= FLUSH_BYTES:
+            self._flush()
+        if progress:
+            progress(chunk.source_offset)
 
     # -- one chunk ---------------------------------------------------------------------------
 
@@ -117,9 +129,10 @@ class DsaFileIngest:
         self._reject(chunk, lines, reasons, keep)
         if len(keep_rows) == 0:
             return
-        take = pa.array(keep_rows)
-        cols = {name: _take(col, take) for name, col in cols.items()}
-        lines = lines[keep_rows]
+        if len(keep_rows) < len(keep):
+            take = pa.array(keep_rows)
+            cols = {name: _take(col, take) for name, col in cols.items()}
+            lines = lines[keep_rows]
 
         seq_len = _ints(cols["seq_len"])
         lists = PositionLists.from_arrow(_combined(cols["positions"]))
@@ -153,8 +166,9 @@ class DsaFileIngest:
             if score_values is not None:
                 score_values = _take_lists(PositionLists(score_values, scores.offsets),
                                            ~repeated).values
-        take = pa.array(final)
-        cols = {name: _take(col, take) for name, col in cols.items()}
+        if len(final) < len(bad):
+            take = pa.array(final)
+            cols = {name: _take(col, take) for name, col in cols.items()}
         scored_rows = has_scores[final] if has_scores is not None else None
         self._store(cols, lists_sorted, score_values, scored_rows, seq_len[final], lines[final])
 

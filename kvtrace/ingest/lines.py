@@ -28,6 +28,7 @@ class Chunk:
 
     data: bytes
     first_line: int
+    lines: int  # newline-terminated lines, plus one for a final unterminated line
     source_offset: int  # bytes of the source file (compressed, for .gz) read so far
 
 
@@ -66,10 +67,11 @@ def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
                 pending = data
                 continue
             pending = data[cut:]
-            yield Chunk(data[:cut], line, raw.tell())
-            line += data.count(b"\n", 0, cut)
+            count = data.count(b"\n", 0, cut)
+            yield Chunk(data[:cut], line, count, raw.tell())
+            line += count
         if pending:
-            yield Chunk(pending, line, raw.tell())
+            yield Chunk(pending, line, 1, raw.tell())
 
 
 def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
@@ -78,9 +80,8 @@ def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
         table = _parse(chunk.data, schema)
     except pa.ArrowInvalid:
         return _parse_line_by_line(chunk, schema)
-    lines = chunk.data.count(b"\n") + (0 if chunk.data.endswith(b"\n") else 1)
-    if table.num_rows == lines:
-        numbers = np.arange(chunk.first_line, chunk.first_line + lines, dtype=np.int64)
+    if table.num_rows == chunk.lines:
+        numbers = np.arange(chunk.first_line, chunk.first_line + chunk.lines, dtype=np.int64)
         return ParsedChunk(table, numbers, [])
     return _parse_line_by_line(chunk, schema)  # blank lines: recover the numbering
 
