@@ -11,7 +11,7 @@ is ``(seq_len - 1) - pos``; percentiles are linear-interpolated (numpy's default
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,7 @@ class PositionLists:
 
     values: np.ndarray
     offsets: np.ndarray
+    _rows: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_arrow(cls, array: pa.Array | pa.ChunkedArray) -> PositionLists:
@@ -46,8 +47,10 @@ class PositionLists:
         return len(self.offsets) - 1
 
     def row_ids(self) -> np.ndarray:
-        """The row number of every value."""
-        return np.repeat(np.arange(self.num_rows, dtype=np.int64), self.lengths)
+        """The row number of every value (computed once)."""
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(self.num_rows, dtype=np.int64), self.lengths)
+        return self._rows
 
     def to_arrow(self) -> pa.ListArray:
         """As an Arrow ``list<int32>`` array."""
@@ -80,11 +83,10 @@ def invalid_rows(lists: PositionLists, seq_len: np.ndarray) -> dict[str, np.ndar
 
     Expects no null values.  Positions must lie in ``[0, seq_len)`` and be distinct.
     """
-    rows = lists.row_ids()
-    seq = seq_len.astype(np.int64)[rows]
-    values = lists.values.astype(np.int64, copy=False)
+    seq = np.repeat(seq_len, lists.lengths)
+    values = lists.values
     out_of_range = np.zeros(lists.num_rows, dtype=bool)
-    out_of_range[rows[(values < 0) | (values >= seq)]] = True
+    out_of_range[lists.row_ids()[(values < 0) | (values >= seq)]] = True
     return {"position outside [0, seq_len)": out_of_range}
 
 
@@ -212,9 +214,9 @@ def offset_stats(lists: PositionLists, seq_len: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_pos = (sums[lists.offsets[1:]] - sums[lists.offsets[:-1]]) / counts
     starts = lists.offsets[:-1]
-    rows = lists.row_ids()
-    keyed = (rows << 32) | lists.values.astype(np.int64)
     within = {}
+    if windows:
+        keyed = (lists.row_ids() << 32) | lists.values.astype(np.int64)
     for window in windows:
         bound = np.maximum(seq_len.astype(np.int64) - window, 0)
         first_inside = np.searchsorted(keyed, (np.arange(n, dtype=np.int64) << 32) | bound)

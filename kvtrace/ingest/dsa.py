@@ -193,10 +193,11 @@ class DsaFileIngest:
         required = {
             "request_id": cols[id_column],
             "layer_id": cols["layer_id"],
-            "step_idx" if self.fmt == "seed" else "seq_len_current": cols["step_idx"],
             "seq_len_current": cols["seq_len"],
             "selected_token_pos": cols["positions"],
         }
+        if self.fmt == "seed":  # the nested layout derives step_idx from seq_len_current
+            required["step_idx"] = cols["step_idx"]
         for name, column in required.items():
             missing = np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False))
             reasons[missing & (reasons == "")] = f"missing field {name}"
@@ -344,7 +345,8 @@ class DsaFileIngest:
         table = pa.concat_tables(self._buffer)
         self._buffer, self._buffered_bytes = [], 0
         for part in _partitions(table):
-            part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
+            if not _is_sorted(part):
+                part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
             self.result.block_sizes.add(part["block_size"][0].as_py())
             self.warehouse.write(self.commit, "dsa_steps", part)
 
@@ -535,9 +537,20 @@ def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
     })
 
 
+def _is_sorted(table: pa.Table) -> bool:
+    """Whether rows already run in (request_id, step_idx, layer_id) order."""
+    request, step, layer = (table[c].to_numpy() for c in ("request_id", "step_idx", "layer_id"))
+    later_step = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & (layer[1:] >= layer[:-1]))
+    in_order = (request[1:] > request[:-1]) | ((request[1:] == request[:-1]) & later_step)
+    return bool(in_order.all())
+
+
 def _partitions(table: pa.Table) -> list[pa.Table]:
+    """``table`` split by (dataset, block size); no copy when it holds one of each."""
     keys = table.select(["dataset", "block_size"]).group_by(["dataset", "block_size"]).aggregate(
         [])
+    if keys.num_rows == 1:
+        return [table]
     parts = []
     for dataset, size in zip(keys["dataset"].to_pylist(), keys["block_size"].to_pylist(),
                              strict=True):
