@@ -19,6 +19,10 @@ import argparse
 import json
 import os
 import platform
+import resource
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -63,22 +67,28 @@ def best_of(runs: int, work) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=300, help="JSONL size to generate (MB)")
-    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="Folder for the trace and the warehouses (default: a new temp)")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
     trace = work / "bench" / "block64" / "trace_steps_0_n.jsonl"
     trace.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work / "wh", ignore_errors=True)
+    (work / "duckdb_copy.parquet").unlink(missing_ok=True)
 
     rows_wanted = int(args.mb * 1e6 / ROW_BYTES_AT_12K)
     steps = 16
     requests = max(1, rows_wanted // (61 * steps))
-    gen_s, rows = timed(lambda: write_seed_trace(
-        trace, requests=requests, steps=steps, layers=61, topk=2048, prompt_tokens=12000,
-        run_name="bench", dataset="synthetic-bench"))
+    rows = requests * steps * 61
+    if trace.exists() and trace.read_bytes().count(b"\n") == rows:
+        print(f"reusing {trace}")
+    else:
+        gen_s, _ = timed(lambda: write_seed_trace(
+            trace, requests=requests, steps=steps, layers=61, topk=2048, prompt_tokens=12000,
+            run_name="bench", dataset="synthetic-bench"))
+        print(f"generated {rows:,} rows in {gen_s:.0f} s")
     jsonl_bytes = trace.stat().st_size
     positions = rows * 2048
-    print(f"generated {rows:,} rows, {jsonl_bytes / 1e6:.0f} MB in {gen_s:.0f} s")
 
     # 1. ingest vs DuckDB COPY
     duck_parquet = work / "duckdb_copy.parquet"
@@ -87,6 +97,15 @@ def main() -> None:
     warehouse = Warehouse(work / "wh", create=True)
     ingest_s, report = timed(lambda: ingest(warehouse, [str(trace)]))
     assert report.rows == rows and report.rejected == 0
+
+    # peak memory of the same ingest in a fresh process
+    rss_script = ("import sys; from kvtrace.ingest import ingest; "
+                  "from kvtrace.warehouse import Warehouse; "
+                  "ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]])")
+    subprocess.run([sys.executable, "-c", rss_script, str(work / "wh-rss"), str(trace)],
+                   check=True)
+    shutil.rmtree(work / "wh-rss")
+    ingest_peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
     # 2. bytes
     warehouse_bytes = sum(p.stat().st_size for p in warehouse.root.rglob("*.parquet")
@@ -125,6 +144,7 @@ def main() -> None:
         "ingest_mb_s": jsonl_bytes / 1e6 / ingest_s,
         "duckdb_copy_mb_s": jsonl_bytes / 1e6 / copy_s,
         "ingest_vs_copy": copy_s / ingest_s,
+        "ingest_peak_rss_mb": ingest_peak_rss_mb,
         "warehouse_mb": warehouse_bytes / 1e6,
         "duckdb_copy_parquet_mb": duck_parquet.stat().st_size / 1e6,
         "warehouse_fraction_of_jsonl": warehouse_bytes / jsonl_bytes,
@@ -143,6 +163,7 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| ingest | {figures['ingest_mb_s']:.0f} MB/s | COPY to Parquet "
           f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x |")
+    print(f"| ingest peak memory | {ingest_peak_rss_mb:.0f} MB RSS | | |")
     print(f"| storage | {figures['warehouse_mb']:.1f} MB | JSONL {figures['jsonl_mb']:.0f} MB "
           f"(DuckDB's Parquet {figures['duckdb_copy_parquet_mb']:.0f} MB) | "
           f"1/{1 / figures['warehouse_fraction_of_jsonl']:.1f} |")

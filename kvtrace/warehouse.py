@@ -54,6 +54,58 @@ class Commit:
     source_sha256: str | None = None
     source_size: int | None = None
     entries: list[dict[str, Any]] = field(default_factory=list)
+    open_files: list[TableFile] = field(default_factory=list)
+
+
+class TableFile:
+    """A Parquet file of one partition written in several row groups, then published.
+
+    Get one from `Warehouse.open_file`; `append` writes a row group, `close` renames the
+    file into its partition folder (still invisible until the commit is recorded).
+    """
+
+    def __init__(self, warehouse: Warehouse, commit: Commit, spec: TableSpec) -> None:
+        self.warehouse, self.commit, self.spec = warehouse, commit, spec
+        self.temp = warehouse.storage.new_temp(".parquet")
+        self.rows = 0
+        self._first: pa.Table | None = None
+        self._request_range: list[int] = []
+        self._writer: pq.ParquetWriter | None = None
+        commit.open_files.append(self)
+
+    @property
+    def bytes_written(self) -> int:
+        return self.temp.stat().st_size if self.temp.exists() else 0
+
+    def append(self, data: pa.Table) -> None:
+        data = _conform(data, self.spec)
+        if self._writer is None:
+            self._first = data.slice(0, 1)
+            self._writer = pq.ParquetWriter(self.temp, self.spec.schema, **_parquet_options(data))
+        self._writer.write_table(data, row_group_size=max(data.num_rows, 1))
+        self.rows += data.num_rows
+        if "request_id" in data.column_names:
+            ids = data["request_id"]
+            self._request_range = [
+                min([pc.min(ids).as_py(), *self._request_range[:1]]),
+                max([pc.max(ids).as_py(), *self._request_range[1:]]),
+            ]
+
+    def close(self) -> None:
+        """Finish the file and move it into its partition folder."""
+        self.commit.open_files.remove(self)
+        if self._writer is None:
+            return
+        self._writer.close()
+        self.warehouse._publish(self.commit, self.spec, self.temp, self._first,
+                                self.rows, self._request_range)
+
+    def discard(self) -> None:
+        if self in self.commit.open_files:
+            self.commit.open_files.remove(self)
+        if self._writer is not None:
+            self._writer.close()
+        self.temp.unlink(missing_ok=True)
 
 
 class Warehouse:
@@ -158,21 +210,21 @@ class Warehouse:
         """
         if data.num_rows == 0:
             return
-        spec = TABLES[table]
-        data = _conform(data, spec)
-        relative = self._file_path(spec, commit, data)
-        temp = self.storage.new_temp(".parquet")
-        _write_parquet(data, temp, spec)
+        handle = self.open_file(commit, table)
+        handle.append(data)
+        handle.close()
+
+    def open_file(self, commit: Commit, table: str) -> TableFile:
+        """A file of ``table`` to fill with row groups of one partition."""
+        return TableFile(self, commit, TABLES[table])
+
+    def _publish(self, commit: Commit, spec: TableSpec, temp: Path, first: pa.Table,
+                 rows: int, request_range: list[int]) -> None:
+        relative = self._file_path(spec, commit, first, request_range)
         size = temp.stat().st_size
         self.storage.publish(temp, relative)
-        commit.entries.append(
-            {
-                "table": table,
-                "path": relative,
-                "rows": data.num_rows,
-                "bytes": size,
-            }
-        )
+        commit.entries.append({"table": spec.name, "path": relative, "rows": rows,
+                               "bytes": size})
 
     def commit(self, commit: Commit) -> None:
         """Make every file of ``commit`` visible at once by writing its manifest record."""
@@ -195,23 +247,25 @@ class Warehouse:
 
     def abort(self, commit: Commit) -> None:
         """Remove the files of a commit that will not be recorded."""
+        for handle in list(commit.open_files):
+            handle.discard()
         for entry in commit.entries:
             self.storage.remove(entry["path"])
         commit.entries.clear()
 
-    def _file_path(self, spec: TableSpec, commit: Commit, data: pa.Table) -> str:
-        """``<table>/<key>=<value>/.../<run>[-r<first>-<last>]-<commit>-<n>.parquet``."""
+    def _file_path(self, spec: TableSpec, commit: Commit, first: pa.Table,
+                   request_range: list[int]) -> str:
+        """``<table>/<key>=<value>/.../<run>[-r<first>-<last>]-<commit>-<n>.parquet``.
+
+        The partition values are those of the file's first row (callers write one
+        partition per file).
+        """
         parts = [spec.name]
         for column in spec.partition_by:
-            values = data[column].unique().to_pylist()
-            if len(values) != 1:
-                raise WarehouseError(
-                    f"one file of {spec.name} must hold one {column}, got {values}")
-            parts.append(f"{column}={partition_value(values[0])}")
+            parts.append(f"{column}={partition_value(first[column][0].as_py())}")
         name = partition_value(commit.run_id)
-        if "request_id" in data.column_names:
-            ids = data["request_id"]
-            name += f"-r{pc.min(ids).as_py()}-{pc.max(ids).as_py()}"
+        if request_range:
+            name += f"-r{request_range[0]}-{request_range[1]}"
         name += f"-{commit.commit_id}-{len(commit.entries):04d}.parquet"
         return "/".join([*parts, name])
 
@@ -249,18 +303,13 @@ def _conform(data: pa.Table, spec: TableSpec) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=spec.schema)
 
 
-def _write_parquet(data: pa.Table, path: Path, spec: TableSpec) -> None:
-    """ZSTD, delta-encoded sorted position lists, one row group per call where it fits."""
-    list_leaves = [
-        f"{name}.list.element" for name in data.column_names if name in _LIST_LEAVES
-    ]
-    pq.write_table(
-        data,
-        path,
-        compression="zstd",
-        compression_level=3,
-        use_dictionary=[c for c in data.column_names if pa.types.is_string(data[c].type)],
-        column_encoding={leaf: "DELTA_BINARY_PACKED" for leaf in list_leaves},
-        row_group_size=max(data.num_rows, 1),
-        write_statistics=True,
-    )
+def _parquet_options(data: pa.Table) -> dict[str, Any]:
+    """ZSTD, dictionaries for strings, delta encoding for the sorted position lists."""
+    list_leaves = [f"{name}.list.element" for name in data.column_names if name in _LIST_LEAVES]
+    return {
+        "compression": "zstd",
+        "compression_level": 3,
+        "use_dictionary": [c for c in data.column_names if pa.types.is_string(data[c].type)],
+        "column_encoding": {leaf: "DELTA_BINARY_PACKED" for leaf in list_leaves},
+        "write_statistics": True,
+    }

@@ -24,9 +24,10 @@ from kvtrace.ingest.checks import SourceChecks, check_source_stats
 from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical
 from kvtrace.ingest.lines import BadLine, Chunk, parse_chunk, read_chunks
 from kvtrace.schema.dsa import DSA_STEPS, TIERS
-from kvtrace.warehouse import Commit, Warehouse
+from kvtrace.warehouse import Commit, TableFile, Warehouse
 
-FLUSH_BYTES = 160 << 20
+FLUSH_BYTES = 64 << 20  # Arrow bytes buffered before a row group is written
+FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk
 _INT32_MAX = 2**31 - 1
 
 
@@ -87,6 +88,7 @@ class DsaFileIngest:
         self._buffer: list[pa.Table] = []
         self._buffered_bytes = 0
         self._offset_hist: list[pa.Table] = []
+        self._files: dict[tuple[str, int], tuple[TableFile, tuple[int, int, int]]] = {}
         self._fill_hist: list[pa.Table] = []
 
     def run(self, path: Path, progress: Callable[[int], None] | None = None) -> DsaFileResult:
@@ -102,6 +104,8 @@ class DsaFileIngest:
             if pending is not None:
                 self._consume(*pending, progress)
         self._flush()
+        for handle, _ in self._files.values():
+            handle.close()
         self._write_histograms()
         return self.result
 
@@ -283,7 +287,8 @@ class DsaFileIngest:
             **_score_columns(cols, score_values, scored_rows, lists),
             **_tier_columns(cols, lists, block_size, blocks),
         }
-        table = pa.table(columns)
+        # Own every buffer: a slice of the parsed chunk would keep the whole chunk alive.
+        table = pa.table({name: _owned(column) for name, column in columns.items()})
         self._buffer.append(table)
         self._buffered_bytes += table.nbytes
         self.result.rows += n
@@ -347,8 +352,21 @@ class DsaFileIngest:
         for part in _partitions(table):
             if not _is_sorted(part):
                 part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
-            self.result.block_sizes.add(part["block_size"][0].as_py())
-            self.warehouse.write(self.commit, "dsa_steps", part)
+            partition = (part["dataset"][0].as_py(), part["block_size"][0].as_py())
+            self.result.block_sizes.add(partition[1])
+            self._file_for(partition, part).append(part)
+
+    def _file_for(self, partition: tuple[str, int], part: pa.Table) -> TableFile:
+        """The open file of ``partition``, or a new one when ``part`` would break its order."""
+        first, last = _sort_key(part, 0), _sort_key(part, part.num_rows - 1)
+        handle, previous_last = self._files.get(partition, (None, None))
+        if handle is not None and (first < previous_last or handle.bytes_written >= FILE_BYTES):
+            handle.close()
+            handle = None
+        if handle is None:
+            handle = self.warehouse.open_file(self.commit, "dsa_steps")
+        self._files[partition] = (handle, last)
+        return handle
 
     def _write_histograms(self) -> None:
         for name, parts, value in (("dsa_offset_hist", self._offset_hist, "offset"),
@@ -376,6 +394,13 @@ def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 def _take(column, indices: pa.Array):
     return _combined(column).take(indices)
+
+
+def _owned(array: pa.Array) -> pa.Array:
+    """A copy of ``array`` with buffers of its own (the lists built here already are)."""
+    if pa.types.is_list(array.type):
+        return array
+    return pa.concat_arrays([array])
 
 
 def _ints(column) -> np.ndarray:
@@ -535,6 +560,10 @@ def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
         name: pa.array(key % width, pa.int32()),
         "n": pa.array(counts, pa.int64()),
     })
+
+
+def _sort_key(table: pa.Table, row: int) -> tuple[int, int, int]:
+    return tuple(table[c][row].as_py() for c in ("request_id", "step_idx", "layer_id"))
 
 
 def _is_sorted(table: pa.Table) -> bool:

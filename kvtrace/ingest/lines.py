@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16
 
 
