@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -99,13 +98,14 @@ def main() -> None:
     assert report.rows == rows and report.rejected == 0
 
     # peak memory of the same ingest in a fresh process
-    rss_script = ("import sys; from kvtrace.ingest import ingest; "
+    rss_script = ("import re, sys; from kvtrace.ingest import ingest; "
                   "from kvtrace.warehouse import Warehouse; "
-                  "ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]])")
-    subprocess.run([sys.executable, "-c", rss_script, str(work / "wh-rss"), str(trace)],
-                   check=True)
+                  "ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]]); "
+                  "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])")
+    child = subprocess.run([sys.executable, "-c", rss_script, str(work / "wh-rss"), str(trace)],
+                           check=True, capture_output=True, text=True)
     shutil.rmtree(work / "wh-rss")
-    ingest_peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    ingest_peak_rss_mb = int(child.stdout.split()[-1]) / 1024
 
     # 2. bytes
     warehouse_bytes = sum(p.stat().st_size for p in warehouse.root.rglob("*.parquet")
