@@ -197,7 +197,12 @@ class Warehouse:
         source_sha256: str | None = None,
         source_size: int | None = None,
     ) -> Commit:
-        """Start a commit; pass it to `write` and then to `commit`."""
+        """Start a commit; pass it to `write` and then to `commit`.
+
+        Scratch files that writers which died left more than a day ago are removed here.
+        """
+        for stale in self.storage.stale_temps(older_than_s=86_400):
+            stale.unlink(missing_ok=True)
         stamp = _now().strftime("%Y%m%dT%H%M%S%fZ")
         commit_id = f"{stamp}-{os.getpid()}-{os.urandom(4).hex()}"
         return Commit(commit_id, run_id, source_path, source_sha256, source_size)

@@ -46,13 +46,19 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["ingest", "missing.jsonl"], "Error: missing.jsonl does not exist"),
+    (["ingest", "other.jsonl"], "Error: "),
+    (["ingest", "--block-size", "x", "other.jsonl"], "Usage:"),
     (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
 ])
 def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
+    (tmp_path / "other.jsonl").write_text('{"worker_id": 1, "held_tokens": 5}\n')
     result = kvtrace("-w", str(tmp_path / "wh"), *args, cwd=tmp_path)
-    assert result.returncode == 1
+    assert result.returncode in (1, 2)
     assert result.stderr.startswith(message)
-    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    if "other.jsonl" in args:
+        assert "other.jsonl is not a DSA trace" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1 or message == "Usage:"
 
 
 def test_sql_refuses_statements_that_write(loaded, tmp_path):

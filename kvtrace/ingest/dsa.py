@@ -22,7 +22,7 @@ from kvtrace import dsa_stats
 from kvtrace.dsa_stats import PositionLists
 from kvtrace.ingest.checks import SourceChecks, check_source_stats
 from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical
-from kvtrace.ingest.lines import BadLine, Chunk, parse_chunk, read_chunks
+from kvtrace.ingest.lines import BadLine, Chunk, parse_chunk, raw_text, read_chunks
 from kvtrace.schema.dsa import DSA_STEPS, TIERS
 from kvtrace.warehouse import Commit, TableFile, Warehouse
 
@@ -225,7 +225,7 @@ class DsaFileIngest:
         texts = chunk.data.split(b"\n")
         for row in bad:
             line_no = int(lines[row])
-            raw = texts[line_no - chunk.first_line][:1 << 16].decode("utf-8", "replace")
+            raw = raw_text(texts[line_no - chunk.first_line])
             self.result.rejected.append(BadLine(line_no, str(reasons[row]), raw))
 
     # -- valid rows ---------------------------------------------------------------------------

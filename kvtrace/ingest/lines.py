@@ -109,7 +109,7 @@ def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
         except pa.ArrowInvalid as exc:
             if len(group) == 1:
                 number, text = group[0]
-                bad.append(BadLine(number, describe_parse_error(text, exc), _raw(text)))
+                bad.append(BadLine(number, describe_parse_error(text, exc), raw_text(text)))
                 return
             middle = len(group) // 2
             bisect(group[:middle])
@@ -132,5 +132,6 @@ def describe_parse_error(text: bytes, exc: Exception) -> str:
     return f"wrong type: {message}"
 
 
-def _raw(text: bytes) -> str:
+def raw_text(text: bytes) -> str:
+    """A line as stored in the quarantine: decoded, at most MAX_RAW_CHARS bytes of it."""
     return text[:MAX_RAW_CHARS].decode("utf-8", errors="replace")
