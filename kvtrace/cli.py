@@ -25,7 +25,7 @@ from rich.progress import (
 
 from kvtrace import __version__, catalog
 from kvtrace.errors import IngestRejected, KvtraceError
-from kvtrace.ingest import DEFAULT_BLOCK_SIZE, IngestReport
+from kvtrace.ingest import DEFAULT_BLOCK_SIZE, KINDS, IngestReport
 from kvtrace.ingest import ingest as ingest_paths
 from kvtrace.query import OutputFormat, render, run_query, write_output
 from kvtrace.summary import run_summary
@@ -91,20 +91,27 @@ def ingest(
                                                  "else the trace folder's).")] = None,
     block_size: Annotated[int, typer.Option(
         help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
+    kind: Annotated[str | None, typer.Option(
+        help="dsa, pool or requests (default: told by each file's first record).")] = None,
+    experiment: Annotated[str | None, typer.Option(
+        help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
     strict: Annotated[bool, typer.Option(
         help="Exit non-zero when any line was rejected.")] = False,
 ) -> None:
     """Load existing trace dumps into the warehouse.
 
-    Bad lines go to the quarantine (see the quarantine view) and the rest is ingested;
-    the same file ingested twice adds nothing.
+    Reads DSA top-k traces, KV pool time series and request metrics (JSONL, optionally
+    gzipped).  Bad lines go to the quarantine (see the quarantine view) and the rest is
+    ingested; the same file ingested twice adds nothing.
 
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
+    if kind is not None and kind not in KINDS:
+        raise KvtraceError(f"expected one of {', '.join(KINDS)} for --kind, got {kind!r}")
     warehouse = _open(create=True)
     report = _with_progress("ingesting", lambda hook: ingest_paths(
         warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
-        progress=hook))
+        kind=kind, experiment=experiment, progress=hook))
     _print_ingest(report)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")

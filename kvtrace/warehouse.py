@@ -267,7 +267,8 @@ class Warehouse:
         """
         parts = [spec.name]
         for column in spec.partition_by:
-            parts.append(f"{column}={partition_value(first[column][0].as_py())}")
+            value = partition_value(first[column][0].as_py())
+            parts.append(f"{spec.partition_dir(column)}={value}")
         name = partition_value(commit.run_id)
         if request_range:
             name += f"-r{request_range[0]}-{request_range[1]}"

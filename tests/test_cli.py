@@ -51,12 +51,12 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
     (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
 ])
 def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
-    (tmp_path / "other.jsonl").write_text('{"worker_id": 1, "held_tokens": 5}\n')
+    (tmp_path / "other.jsonl").write_text('{"hello": "world"}\n')
     result = kvtrace("-w", str(tmp_path / "wh"), *args, cwd=tmp_path)
     assert result.returncode in (1, 2)
     assert result.stderr.startswith(message)
     if args == ["ingest", "other.jsonl"]:
-        assert "other.jsonl is not a DSA trace" in result.stderr
+        assert "other.jsonl is not a trace kvtrace knows" in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1 or message == "Usage:"
 

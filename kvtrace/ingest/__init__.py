@@ -13,21 +13,29 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtrace import __version__
+from kvtrace.errors import InputError
 from kvtrace.ingest.checks import StatCheck
 from kvtrace.ingest.dsa import DsaFileIngest, DsaFileResult
 from kvtrace.ingest.dsa_formats import detect_format
-from kvtrace.ingest.lines import read_chunks
+from kvtrace.ingest.lines import BadLine, read_chunks
+from kvtrace.ingest.serving import detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
+from kvtrace.schema import TABLES
 from kvtrace.warehouse import Commit, Warehouse
 
 DEFAULT_BLOCK_SIZE = 64
 Progress = Callable[[int, int], None]
+Kind = Literal["dsa", "pool", "requests"]
+KINDS: tuple[str, ...] = ("dsa", "pool", "requests")
+_SERVING_SUFFIXES = ("_pool_timeseries", "-pool-timeseries", "_pool_snapshots", "_pool",
+                     "_request_metrics", "_metrics", "-metrics", "_requests")
 
 
 @dataclass
@@ -66,6 +74,7 @@ def make_run_id(run_name: str, source: str) -> str:
 
 def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None,
            run_name: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+           kind: Kind | None = None, experiment: str | None = None,
            progress: Progress | None = None) -> IngestReport:
     """Ingest every trace file named by ``paths`` (files, folders or glob patterns).
 
@@ -74,7 +83,11 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
     dataset, run_name
         Override what the records or their folder say.
     block_size
-        Block size for records that do not state theirs.
+        Block size for DSA records that do not state theirs.
+    kind
+        ``dsa``, ``pool`` or ``requests``; by default each file's first record tells.
+    experiment
+        Label of serving runs (pool series, request metrics), e.g. ``exp2_2p6d``.
     progress
         Called with (bytes done, bytes in all) as the files are read.
     """
@@ -87,7 +100,15 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
             if progress:
                 progress(base + offset, total)
 
-        reports.append(_ingest_file(warehouse, source, dataset, run_name, block_size, advance))
+        first = _first_line(source)
+        if not first:
+            reports.append(FileReport(str(source.path), "", "empty file"))
+        elif (found := kind or _detect_kind(first, source)) == "dsa":
+            reports.append(_ingest_dsa_file(warehouse, source, first, dataset, run_name,
+                                            block_size, advance))
+        else:
+            reports.append(_ingest_serving_file(warehouse, source, found, run_name,
+                                                experiment, advance))
         done += source.size
         advance(0)
     return IngestReport(reports)
@@ -101,12 +122,69 @@ def _first_line(source: SourceFile) -> bytes:
     return b""
 
 
-def _ingest_file(warehouse: Warehouse, source: SourceFile, dataset: str | None,
-                 run_name: str | None, block_size: int,
-                 advance: Callable[[int], None]) -> FileReport:
-    first = _first_line(source)
-    if not first:
-        return FileReport(str(source.path), "", "empty file")
+def _detect_kind(first: bytes, source: SourceFile) -> Kind:
+    try:
+        record = json.loads(first)
+    except ValueError:
+        raise InputError(f"{source.path}: the first line is not JSON") from None
+    if isinstance(record, dict) and (serving := detect_serving_kind(record)):
+        return serving
+    try:
+        detect_format(first, str(source.path))
+    except InputError:
+        raise InputError(
+            f"{source.path} is not a trace kvtrace knows: its first record is neither a DSA "
+            "record (selected_token_pos), a pool snapshot (worker_id, held_tokens) nor "
+            "request metrics (execution_mode, latency_s); --kind forces one") from None
+    return "dsa"
+
+
+def serving_run_name(source: SourceFile) -> str:
+    """``exp2_2p6d`` from ``exp2_2p6d_pool_timeseries.jsonl``; else the folder's name."""
+    stem = source.path.name.split(".")[0]
+    for suffix in _SERVING_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return stem if len(stem) > 1 else source.path.parent.name
+
+
+def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Kind,
+                         run_name: str | None, experiment: str | None,
+                         advance: Callable[[int], None]) -> FileReport:
+    name = run_name or serving_run_name(source)
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        advance(source.size)
+        return FileReport(str(source.path), run_id, "already ingested", fmt=kind)
+    result = read_serving_file(source.path, kind, advance)
+    table_name = "pool_snapshots" if kind == "pool" else "request_metrics"
+    spec = TABLES[table_name]
+    label = experiment or name
+    for row in result.rows:
+        row["run_id"], row["experiment"] = run_id, label
+    commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
+                             source_size=source.size)
+    try:
+        if result.rows:
+            table = pa.Table.from_pylist(result.rows, schema=spec.schema)
+            warehouse.write(commit, table_name,
+                            table.sort_by([(c, "ascending") for c in spec.sort_by]))
+        warehouse.write(commit, "runs", _run_row(run_id, name, "serving", source, {
+            "format": kind, "experiment": label}, dataset=None))
+        _write_quarantine(warehouse, commit, source, result.rejected)
+        warehouse.commit(commit)
+    except BaseException:
+        warehouse.abort(commit)
+        raise
+    return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
+                      rejected=len(result.rejected), fmt=kind)
+
+
+def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
+                     dataset: str | None, run_name: str | None, block_size: int,
+                     advance: Callable[[int], None]) -> FileReport:
     fmt = detect_format(first, str(source.path))
     record = json.loads(first)
     name = (run_name or record.get("run_name") or source.sidecar.get("run_name")
@@ -158,43 +236,22 @@ def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
 def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
                        run_name: str, fmt: str, result: DsaFileResult) -> None:
     run_id = commit.run_id
-    first = result.first_record
     sidecar = source.sidecar
     datasets = sorted(result.datasets)
-    warehouse.write(commit, "runs", pa.Table.from_pylist([{
-        "run_id": run_id,
-        "run_name": run_name,
-        "kind": "dsa",
-        "dataset": datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
-        "dataset_variant": sidecar.get("dataset_variant"),
-        "model": sidecar.get("model"),
-        "model_config": json.dumps(sidecar["model_config"]) if "model_config" in sidecar
-        else None,
-        "collector_config": json.dumps({
-            "format": fmt,
-            "block_sizes": sorted(result.block_sizes),
-            **({"config": sidecar["config"]} if "config" in sidecar else {}),
-        }, sort_keys=True),
-        "rank": first.get("rank"),
-        "world_size": first.get("world_size"),
-        "source": "ingest",
-        "host": socket.gethostname(),
-        "started_at": _parse_time(sidecar.get("started_at")),
-        "kvtrace_version": __version__,
-    }]))
+    config = {"format": fmt, "block_sizes": sorted(result.block_sizes),
+              **({"config": sidecar["config"]} if "config" in sidecar else {})}
+    warehouse.write(commit, "runs", _run_row(
+        run_id, run_name, "dsa", source, config,
+        dataset=datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
+        rank=result.first_record.get("rank"),
+        world_size=result.first_record.get("world_size")))
     for dataset in datasets:
         rows = [
             {"run_id": run_id, "request_id": rid, **vars(info)}
             for rid, info in sorted(result.requests.items()) if info.dataset == dataset
         ]
         warehouse.write(commit, "requests", pa.Table.from_pylist(rows))
-    if result.rejected:
-        warehouse.write(commit, "quarantine", pa.Table.from_pylist([
-            {"run_id": run_id, "source_path": str(source.path),
-             "source_sha256": commit.source_sha256, "line_no": bad.line_no,
-             "reason": bad.reason, "raw": bad.raw}
-            for bad in result.rejected
-        ]))
+    _write_quarantine(warehouse, commit, source, result.rejected)
     disagreements = result.checks.disagreements()
     if disagreements:
         warehouse.write(commit, "ingest_checks", pa.Table.from_pylist([
@@ -203,6 +260,41 @@ def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
              "first_line": tally.first_line, "source_value": tally.source_value,
              "recomputed_value": tally.recomputed}
             for name, tally in sorted(disagreements.items())
+        ]))
+
+
+def _run_row(run_id: str, run_name: str, kind: str, source: SourceFile, config: dict, *,
+             dataset: str | None, rank: int | None = None,
+             world_size: int | None = None) -> pa.Table:
+    """The ``runs`` row of an ingested file."""
+    sidecar = source.sidecar
+    return pa.Table.from_pylist([{
+        "run_id": run_id,
+        "run_name": run_name,
+        "kind": kind,
+        "dataset": dataset,
+        "dataset_variant": sidecar.get("dataset_variant"),
+        "model": sidecar.get("model"),
+        "model_config": json.dumps(sidecar["model_config"]) if "model_config" in sidecar
+        else None,
+        "collector_config": json.dumps(config, sort_keys=True),
+        "rank": rank,
+        "world_size": world_size,
+        "source": "ingest",
+        "host": socket.gethostname(),
+        "started_at": _parse_time(sidecar.get("started_at")),
+        "kvtrace_version": __version__,
+    }])
+
+
+def _write_quarantine(warehouse: Warehouse, commit: Commit, source: SourceFile,
+                      rejected: list[BadLine]) -> None:
+    if rejected:
+        warehouse.write(commit, "quarantine", pa.Table.from_pylist([
+            {"run_id": commit.run_id, "source_path": str(source.path),
+             "source_sha256": commit.source_sha256, "line_no": bad.line_no,
+             "reason": bad.reason, "raw": bad.raw}
+            for bad in rejected
         ]))
 
 

@@ -15,6 +15,11 @@ class TableSpec:
     schema: pa.Schema
     partition_by: tuple[str, ...] = ()
     sort_by: tuple[str, ...] = ()
+    partition_dirs: tuple[str, ...] = ()  # folder names of partition_by, when they differ
+
+    def partition_dir(self, column: str) -> str:
+        names = self.partition_dirs or self.partition_by
+        return names[self.partition_by.index(column)]
 
 
 RUNS = TableSpec(

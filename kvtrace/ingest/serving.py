@@ -1,0 +1,207 @@
+"""Read serving traces: KV pool time series and per-request metrics (JSONL).
+
+These files are small next to DSA traces (one line per worker and tick, or per
+request), so each line is parsed on its own, its fields found under the DESIGN.md names
+or their usual aliases, and checked for type; a line that fails goes to the quarantine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from kvtrace.ingest.lines import BadLine, raw_text, read_chunks
+from kvtrace.schema.serving import POOL_BREAKDOWN, POOL_COUNTERS, POOL_SNAPSHOTS, REQUEST_METRICS
+
+ServingKind = Literal["pool", "requests"]
+
+# canonical name -> accepted source names, first match wins
+POOL_ALIASES: dict[str, tuple[str, ...]] = {
+    "worker_id": ("worker_id", "worker", "worker_name"),
+    "worker_role": ("worker_role", "role"),
+    "t_s": ("t_s", "t", "elapsed_s"),
+    "ts": ("ts", "timestamp", "time", "wall_time"),
+    **{name: (name,) for name in (*POOL_COUNTERS, *POOL_BREAKDOWN)},
+    "kvcache_mem_gb": ("kvcache_mem_gb",),
+    "last_gen_throughput": ("last_gen_throughput", "gen_throughput"),
+    "sessions": ("sessions",),
+    "poll_latency_ms": ("poll_latency_ms",),
+    "poll_error": ("poll_error", "error"),
+}
+REQUEST_ALIASES: dict[str, tuple[str, ...]] = {
+    "request_id": ("request_id", "rid", "id"),
+    "session_id": ("session_id", "session"),
+    "turn_id": ("turn_id", "turn", "turn_idx"),
+    "prefill_worker": ("prefill_worker", "prefill_worker_id", "p_worker"),
+    "decode_worker": ("decode_worker", "decode_worker_id", "d_worker"),
+    "execution_mode": ("execution_mode", "mode", "exec_mode"),
+    "status": ("status", "outcome"),
+    "error_type": ("error_type", "error_kind"),
+    "error_message": ("error_message", "error_msg", "error"),
+    "kv_transfer_blocks": ("kv_transfer_blocks", "transfer_blocks"),
+    "session_reused": ("session_reused", "reused_session"),
+    "cached_tokens": ("cached_tokens", "prefix_cached_tokens"),
+    "input_tokens": ("input_tokens", "input_length", "prompt_tokens"),
+    "output_tokens": ("output_tokens", "output_length", "completion_tokens"),
+    "arrival_s": ("arrival_s", "arrival_time_s", "arrival_time", "start_s"),
+    "ttft_s": ("ttft_s", "ttft"),
+    "latency_s": ("latency_s", "latency", "e2e_latency_s"),
+    "truncated": ("truncated", "is_truncated"),
+}
+_ERROR_STATUSES = {"error", "failed", "failure", "fail"}
+
+
+def detect_serving_kind(record: dict) -> ServingKind | None:
+    """``pool`` or ``requests`` from a first record's fields, or None."""
+    if any(k in record for k in POOL_ALIASES["worker_id"]) and any(
+            k in record for k in ("held_tokens", "available_tokens", "capacity_tokens",
+                                  "poll_error")):
+        return "pool"
+    markers = ("execution_mode", "ttft_s", "ttft", "latency_s", "error_type", "decode_worker")
+    if any(k in record for k in markers):
+        return "requests"
+    return None
+
+
+class FieldError(ValueError):
+    """A field holds a value of the wrong type."""
+
+
+def _pick(record: dict, names: tuple[str, ...]) -> Any:
+    for name in names:
+        if name in record:
+            return record[name]
+    return None
+
+
+def _as_int(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FieldError(f"{name} must be an integer, got {value!r}"[:200])
+    if isinstance(value, float) and not value.is_integer():
+        raise FieldError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _as_float(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FieldError(f"{name} must be a number, got {value!r}"[:200])
+    return float(value)
+
+
+def _as_text(name: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise FieldError(f"{name} must be a string, got {value!r}"[:200])
+
+
+def _as_bool(name: str, value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise FieldError(f"{name} must be true or false, got {value!r}"[:200])
+
+
+def _as_time(name: str, value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = value / 1000 if value > 1e11 else value  # milliseconds since the epoch
+        return datetime.fromtimestamp(seconds, timezone.utc)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise FieldError(f"{name} is not a time stamp: {value!r}"[:200]) from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    raise FieldError(f"{name} is not a time stamp: {value!r}"[:200])
+
+
+_CONVERTERS: dict[pa.DataType, Callable[[str, Any], Any]] = {
+    pa.int64(): _as_int,
+    pa.float64(): _as_float,
+    pa.string(): _as_text,
+    pa.bool_(): _as_bool,
+    pa.timestamp("us", tz="UTC"): _as_time,
+}
+
+
+def _pool_row(record: dict) -> dict:
+    row = {}
+    for column, names in POOL_ALIASES.items():
+        value = _pick(record, names)
+        if column == "sessions":
+            row[column] = None if value is None else json.dumps(value, sort_keys=True)
+            continue
+        if column == "t_s" and value is None:
+            continue
+        kind = POOL_SNAPSHOTS.schema.field(column).type
+        row[column] = _CONVERTERS[kind](column, value)
+    if row.get("worker_id") is None:
+        raise FieldError("missing field worker_id")
+    return row
+
+
+def _request_row(record: dict) -> dict:
+    row = {}
+    for column, names in REQUEST_ALIASES.items():
+        kind = REQUEST_METRICS.schema.field(column).type
+        row[column] = _CONVERTERS[kind](column, _pick(record, names))
+    if row["status"] is None:
+        row["status"] = "error" if row["error_type"] or row["error_message"] else "ok"
+    row["status"] = row["status"].lower()
+    if row["status"] in _ERROR_STATUSES:
+        row["status"] = "error"
+    return row
+
+
+@dataclass
+class ServingFileResult:
+    rows: list[dict] = field(default_factory=list)
+    rejected: list[BadLine] = field(default_factory=list)
+
+
+def read_serving_file(path, kind: ServingKind,
+                      progress: Callable[[int], None] | None = None) -> ServingFileResult:
+    """Parse every line of a pool series or request-metrics file."""
+    convert = _pool_row if kind == "pool" else _request_row
+    result = ServingFileResult()
+    for chunk in read_chunks(path):
+        for offset, text in enumerate(chunk.data.split(b"\n")):
+            if not text.strip():
+                continue
+            line_no = chunk.first_line + offset
+            try:
+                record = json.loads(text)
+                if not isinstance(record, dict):
+                    raise FieldError(f"expected a JSON object, got {type(record).__name__}")
+                result.rows.append(convert(record))
+            except FieldError as exc:
+                result.rejected.append(BadLine(line_no, f"wrong type: {exc}", raw_text(text)))
+            except ValueError as exc:
+                reason = f"invalid JSON (truncated line?): {exc}"
+                result.rejected.append(BadLine(line_no, reason, raw_text(text)))
+        if progress:
+            progress(chunk.source_offset)
+    if kind == "pool":
+        _fill_relative_time(result.rows)
+    return result
+
+
+def _fill_relative_time(rows: list[dict]) -> None:
+    """Give rows without ``t_s`` the seconds since the file's first wall-clock stamp."""
+    stamps = [row["ts"] for row in rows if row.get("ts") is not None]
+    start = min(stamps) if stamps else None
+    for row in rows:
+        if row.get("t_s") is None:
+            row["t_s"] = (row["ts"] - start).total_seconds() if row.get("ts") else None
