@@ -149,6 +149,51 @@ def _print_ingest(report: IngestReport) -> None:
               f"into {options.path}")
 
 
+collect_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None,
+    help="Collect traces straight into the warehouse.\n\n"
+         "Example: kvtrace collect pool --endpoint decode-0=http://10.0.0.5:30000/server_info")
+app.add_typer(collect_app, name="collect")
+
+
+@collect_app.command("pool")
+def collect_pool(
+    endpoint: Annotated[list[str], typer.Option(
+        help="Worker to poll: NAME=URL or URL; /server_info (instrumented JSON) or "
+             "/metrics (Prometheus). Repeat for each worker.")],
+    interval: Annotated[float, typer.Option(help="Seconds between polls of a worker.")] = 1.0,
+    duration: Annotated[float | None, typer.Option(
+        help="Stop after this many seconds (default: until Ctrl-C).")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        help="Per-poll timeout in seconds (default: half the interval, at most 5).")] = None,
+    run_name: Annotated[str | None, typer.Option(help="Run name (default: pool-<time>).")
+                        ] = None,
+    experiment: Annotated[str | None, typer.Option(help="Experiment label.")] = None,
+) -> None:
+    """Poll every worker's KV pool and write pool_snapshots in small batches.
+
+    A slow, failing or garbled worker gives rows with poll_error and polling goes on;
+    Ctrl-C stops after writing what was polled.
+
+    Example: kvtrace collect pool --endpoint decode-0=http://127.0.0.1:30000/server_info
+    """
+    from kvtrace.collectors.pool_poller import Endpoint, poll_pool
+
+    targets = [Endpoint.parse(text) for text in endpoint]
+    warehouse = _open(create=True)
+
+    def show(report) -> None:
+        if not options.quiet and err.is_terminal:
+            err.print(f"{report.polls:,} polls, {report.errors:,} errors, "
+                      f"{report.rows:,} rows written", end="\r")
+
+    report = poll_pool(warehouse, targets, interval_s=interval, duration_s=duration,
+                       timeout_s=timeout, run_name=run_name, experiment=experiment,
+                       on_batch=show)
+    out.print(f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
+              f"with errors, {report.rows:,} rows into run {report.run_id}")
+
+
 @app.command()
 def sql(
     query: Annotated[str | None, typer.Argument(help="SQL to run (SELECT only).")] = None,

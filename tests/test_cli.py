@@ -113,6 +113,22 @@ def test_shell_init_gives_a_plain_duckdb_the_same_views(loaded, tmp_path):
     assert con.execute("SELECT count(*) FROM dsa_blocks(16)").fetchone() == (12,)
 
 
+def test_collect_pool_polls_and_reports(tmp_path):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = kvtrace("-w", str(tmp_path / "wh"), "collect", "pool", "--endpoint",
+                     f"decode-0=http://127.0.0.1:{port}/server_info", "--interval", "0.2",
+                     "--duration", "0.5", "--run-name", "cli-poll")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("polled 1 worker(s): ")
+    refused = kvtrace("-w", str(tmp_path / "wh"), "collect", "pool", "--endpoint",
+                      "http://127.0.0.1:1/x", "--interval", "1", "--timeout", "2")
+    assert refused.returncode == 1 and "below the interval" in refused.stderr
+
+
 def test_views_lists_documented_objects():
     result = kvtrace("views")
     assert result.returncode == 0

@@ -136,7 +136,8 @@ _CONVERTERS: dict[pa.DataType, Callable[[str, Any], Any]] = {
 }
 
 
-def _pool_row(record: dict) -> dict:
+def pool_row(record: dict) -> dict:
+    """A pool_snapshots row from a record using the DESIGN.md names or their aliases."""
     row = {}
     for column, names in POOL_ALIASES.items():
         value = _pick(record, names)
@@ -174,7 +175,7 @@ class ServingFileResult:
 def read_serving_file(path, kind: ServingKind,
                       progress: Callable[[int], None] | None = None) -> ServingFileResult:
     """Parse every line of a pool series or request-metrics file."""
-    convert = _pool_row if kind == "pool" else _request_row
+    convert = pool_row if kind == "pool" else _request_row
     result = ServingFileResult()
     for chunk in read_chunks(path):
         for offset, text in enumerate(chunk.data.split(b"\n")):

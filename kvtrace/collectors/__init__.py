@@ -1,0 +1,1 @@
+"""Collectors: write traces straight into the warehouse while a system runs."""

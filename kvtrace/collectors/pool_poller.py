@@ -1,0 +1,231 @@
+"""``kvtrace collect pool``: sample every worker's KV pool at a fixed interval.
+
+Polling perturbed the server in the serving study, so the poller stays light: one
+thread per worker and never two polls of one worker at once (a poll that overruns makes
+the worker skip the ticks it missed), a timeout well under the interval, the workers'
+ticks spread over the interval plus a little jitter, each poll's own latency recorded,
+and a worker whose polls keep failing polled less often (every 2, 4, then 8 intervals)
+until it answers again.  A worker that is down, slow or answers garbage gives a row with
+``poll_error`` and polling goes on.  Rows are committed in small batches, so a crash
+loses at most one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from kvtrace import __version__
+from kvtrace.collectors.pool_sources import (
+    MalformedResponse,
+    rows_from_prometheus,
+    rows_from_server_info,
+)
+from kvtrace.errors import InputError
+from kvtrace.ingest import make_run_id
+from kvtrace.schema.serving import POOL_SNAPSHOTS
+from kvtrace.warehouse import Warehouse
+
+MAX_BACKOFF_DOUBLINGS = 3  # a failing worker is polled every 2, 4, then 8 intervals
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A worker to poll: ``NAME=URL`` or a bare URL (named after its host and port)."""
+
+    name: str
+    url: str
+    role: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        name, _, url = text.rpartition("=") if "=" in text.split("://")[0] else ("", "", text)
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"endpoint {text!r} is not an http(s) URL (NAME=URL or URL)")
+        name = name or url.split("://", 1)[1].split("/", 1)[0]
+        role = next((r for r in ("prefill", "decode") if r in name.lower()), None)
+        return cls(name, url, role)
+
+    def parse_rows(self, body: bytes) -> list[dict]:
+        parse = rows_from_prometheus if self.url.rstrip("/").endswith("/metrics") else (
+            rows_from_server_info)
+        return parse(body, self.name, self.role)
+
+
+@dataclass
+class PollReport:
+    run_id: str
+    polls: int = 0
+    errors: int = 0
+    rows: int = 0
+    commits: int = 0
+
+
+def poll_once(endpoint: Endpoint, timeout_s: float) -> tuple[list[dict], float]:
+    """Poll one worker: its rows (or one row with poll_error) and the latency in ms."""
+    started = time.perf_counter()
+    try:
+        request = urllib.request.Request(endpoint.url, headers={"User-Agent": "kvtrace"})
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read()
+        rows = endpoint.parse_rows(body)
+    except urllib.error.HTTPError as exc:
+        rows = [_error_row(endpoint, f"HTTP {exc.code} {exc.reason}")]
+    except TimeoutError:
+        rows = [_error_row(endpoint, f"timeout after {timeout_s:g} s")]
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        text = f"timeout after {timeout_s:g} s" if isinstance(reason, TimeoutError) else (
+            f"unreachable: {reason}")
+        rows = [_error_row(endpoint, text)]
+    except (MalformedResponse, ConnectionError, OSError) as exc:
+        rows = [_error_row(endpoint, str(exc) or type(exc).__name__)]
+    latency_ms = (time.perf_counter() - started) * 1000
+    for row in rows:
+        row["poll_latency_ms"] = latency_ms
+    return rows, latency_ms
+
+
+def _error_row(endpoint: Endpoint, message: str) -> dict:
+    return {"worker_id": endpoint.name, "worker_role": endpoint.role, "poll_error": message}
+
+
+def poll_pool(warehouse: Warehouse, endpoints: list[Endpoint], *, interval_s: float = 1.0,
+              duration_s: float | None = None, timeout_s: float | None = None,
+              run_name: str | None = None, experiment: str | None = None,
+              batch_s: float = 10.0, stop: threading.Event | None = None,
+              on_batch: Callable[[PollReport], None] | None = None) -> PollReport:
+    """Poll ``endpoints`` every ``interval_s`` until ``duration_s`` passes, ``stop`` is set
+    or the user presses Ctrl-C.
+
+    ``timeout_s`` defaults to half the interval (at most 5 s) and must stay below it.
+    """
+    if interval_s <= 0:
+        raise InputError("the interval must be positive")
+    timeout = timeout_s if timeout_s is not None else min(interval_s / 2, 5.0)
+    if not 0 < timeout < interval_s:
+        raise InputError(f"the timeout ({timeout:g} s) must be positive and below the "
+                         f"interval ({interval_s:g} s), or polls would overlap")
+    if not endpoints:
+        raise InputError("give at least one --endpoint")
+    started_at = datetime.now(timezone.utc)
+    name = run_name or f"pool-{started_at:%Y%m%dT%H%M%SZ}"
+    report = PollReport(make_run_id(name, "collect"))
+    label = experiment or name
+    stop = stop or threading.Event()
+    rows: queue.Queue[dict] = queue.Queue()
+    origin = time.monotonic()
+    deadline = origin + duration_s if duration_s is not None else None
+    workers = [
+        threading.Thread(target=_poll_worker, daemon=True, name=f"poll-{e.name}",
+                         args=(e, i / len(endpoints) * interval_s / 2, interval_s, timeout,
+                               origin, deadline, stop, rows, started_at))
+        for i, e in enumerate(endpoints)
+    ]
+    for worker in workers:
+        worker.start()
+    writer = _BatchWriter(warehouse, report, name, label, started_at, {
+        "collector": "pool", "endpoints": [e.url for e in endpoints],
+        "interval_s": interval_s, "timeout_s": timeout})
+    try:
+        while not stop.is_set():
+            wait = batch_s if deadline is None else max(0.0, min(batch_s,
+                                                                  deadline - time.monotonic()))
+            if stop.wait(wait) or (deadline is not None and time.monotonic() >= deadline):
+                break
+            writer.flush(rows)
+            if on_batch:
+                on_batch(report)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an open-ended poll ends: write what was polled
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+        writer.flush(rows)
+    return report
+
+
+def _poll_worker(endpoint: Endpoint, phase: float, interval: float, timeout: float,
+                 origin: float, deadline: float | None, stop: threading.Event,
+                 out: queue.Queue, started_at: datetime) -> None:
+    tick = 0
+    failures = 0
+    while not stop.is_set():
+        planned = origin + phase + tick * interval + random.uniform(0, interval * 0.05)
+        if deadline is not None and planned >= deadline:
+            return
+        if stop.wait(max(0.0, planned - time.monotonic())):
+            return
+        sent = time.monotonic()
+        found, _ = poll_once(endpoint, timeout)
+        for row in found:
+            row["t_s"] = sent - origin
+            row["ts"] = started_at.timestamp() + (sent - origin)
+            out.put(row)
+        failures = failures + 1 if all(row.get("poll_error") for row in found) else 0
+        # never overlap: continue with the first tick that is still ahead, and back off
+        # (2, 4, then 8 intervals) from a worker whose polls keep failing
+        ahead = int((time.monotonic() - origin - phase) // interval) + 1
+        tick = max(tick + 1, ahead) + 2 ** min(failures, MAX_BACKOFF_DOUBLINGS) - 1
+
+
+class _BatchWriter:
+    """Commits what the polling threads queued; the first commit also records the run."""
+
+    def __init__(self, warehouse: Warehouse, report: PollReport, run_name: str, label: str,
+                 started_at: datetime, config: dict) -> None:
+        self.warehouse, self.report = warehouse, report
+        self.run_name, self.label, self.started_at, self.config = (
+            run_name, label, started_at, config)
+
+    def flush(self, rows: queue.Queue) -> None:
+        batch = []
+        while True:
+            try:
+                batch.append(rows.get_nowait())
+            except queue.Empty:
+                break
+        first = self.report.commits == 0
+        if not batch and not first:
+            return
+        for row in batch:
+            row["run_id"], row["experiment"] = self.report.run_id, self.label
+            row["ts"] = datetime.fromtimestamp(row["ts"], timezone.utc)
+        commit = self.warehouse.begin(self.report.run_id)
+        try:
+            if batch:
+                table = pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
+                self.warehouse.write(commit, "pool_snapshots", table.sort_by(
+                    [("worker_id", "ascending"), ("t_s", "ascending")]))
+            if first:
+                self.warehouse.write(commit, "runs", self._run_row())
+            self.warehouse.commit(commit)
+        except BaseException:
+            self.warehouse.abort(commit)
+            raise
+        self.report.commits += 1
+        self.report.rows += len(batch)
+        self.report.errors += sum(1 for row in batch if row.get("poll_error"))
+        self.report.polls += len({(row["worker_id"].split("#")[0], row["t_s"])
+                                  for row in batch})
+
+    def _run_row(self) -> pa.Table:
+        return pa.Table.from_pylist([{
+            "run_id": self.report.run_id, "run_name": self.run_name, "kind": "serving",
+            "collector_config": json.dumps({**self.config, "experiment": self.label},
+                                           sort_keys=True),
+            "source": "collect", "host": socket.gethostname(), "started_at": self.started_at,
+            "kvtrace_version": __version__,
+        }])
