@@ -35,7 +35,7 @@ Progress = Callable[[int, int], None]
 Kind = Literal["dsa", "pool", "requests"]
 KINDS: tuple[str, ...] = ("dsa", "pool", "requests")
 _SERVING_SUFFIXES = ("_pool_timeseries", "-pool-timeseries", "_pool_snapshots", "_pool",
-                     "_request_metrics", "_metrics", "-metrics", "_requests")
+                     "_request_metrics", "_metrics", "-metrics", "_requests", "_summary")
 
 
 @dataclass
@@ -100,6 +100,10 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
             if progress:
                 progress(base + offset, total)
 
+        if source.path.name.endswith(".json"):
+            reports.append(_ingest_run_summary(warehouse, source, run_name, experiment))
+            advance(source.size)
+            continue
         first = _first_line(source)
         if not first:
             reports.append(FileReport(str(source.path), "", "empty file"))
@@ -180,6 +184,36 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Kind,
         raise
     return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
                       rejected=len(result.rejected), fmt=kind)
+
+
+def _ingest_run_summary(warehouse: Warehouse, source: SourceFile, run_name: str | None,
+                        experiment: str | None) -> FileReport:
+    """A serving run's summary JSON: kept whole, as JSON text, beside its run."""
+    try:
+        summary = json.loads(source.path.read_bytes())
+    except ValueError as exc:
+        raise InputError(f"{source.path} is not valid JSON: {exc}") from None
+    if not isinstance(summary, dict):
+        raise InputError(f"{source.path} holds no JSON object; a run summary is one")
+    name = run_name or serving_run_name(source)
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        return FileReport(str(source.path), run_id, "already ingested", fmt="summary")
+    commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
+                             source_size=source.size)
+    try:
+        warehouse.write(commit, "run_summaries", pa.Table.from_pylist([{
+            "run_id": run_id, "experiment": experiment or name,
+            "source_path": str(source.path), "summary": json.dumps(summary, sort_keys=True),
+        }]))
+        warehouse.write(commit, "runs", _run_row(run_id, name, "serving", source,
+                                                 {"format": "summary"}, dataset=None))
+        warehouse.commit(commit)
+    except BaseException:
+        warehouse.abort(commit)
+        raise
+    return FileReport(str(source.path), run_id, "ingested", rows=1, fmt="summary")
 
 
 def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,

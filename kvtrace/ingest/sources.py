@@ -11,6 +11,8 @@ from pathlib import Path
 from kvtrace.errors import InputError
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
+RUN_SUMMARY_SUFFIX = "_summary.json"  # a serving run's summary; a bare summary.json is a
+# DSA tracer's sidecar and is read as run metadata instead
 SIDECARS = ("run_meta.json", "summary.json")
 
 
@@ -41,7 +43,7 @@ class SourceFile:
 
 
 def _is_trace(path: Path) -> bool:
-    return path.is_file() and path.name.endswith(TRACE_SUFFIXES)
+    return path.is_file() and path.name.endswith((*TRACE_SUFFIXES, RUN_SUMMARY_SUFFIX))
 
 
 def expand(paths: list[str]) -> list[SourceFile]:
@@ -52,7 +54,7 @@ def expand(paths: list[str]) -> list[SourceFile]:
         if path.is_dir():
             matches = sorted(p for p in path.rglob("*") if _is_trace(p))
             if not matches:
-                raise InputError(f"no .jsonl or .jsonl.gz files under {text}")
+                raise InputError(f"no .jsonl, .jsonl.gz or *_summary.json files under {text}")
         elif path.is_file():
             matches = [path]
         elif glob.has_magic(text):

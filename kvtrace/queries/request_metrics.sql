@@ -201,3 +201,12 @@ FROM failed AS f
 ASOF LEFT JOIN pool_other AS p
     ON f.run_id = p.run_id AND f.decode_worker = p.worker_id AND f.failed_at_s >= p.t_s
 ORDER BY f.run_id, f.failed_at_s;
+
+-- @view run_summaries
+-- The summary JSON a serving run wrote, whole (query it with DuckDB's JSON functions,
+-- e.g. summary->>'$.errors').
+-- @column run_id       the run
+-- @column experiment   experiment label
+-- @column source_path  the summary file
+-- @column summary      its content (JSON text)
+CREATE VIEW run_summaries AS SELECT * FROM _run_summaries_files;

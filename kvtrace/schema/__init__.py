@@ -2,13 +2,13 @@
 
 from kvtrace.schema.core import INGEST_CHECKS, MANIFEST, QUARANTINE, REQUESTS, RUNS, TableSpec
 from kvtrace.schema.dsa import DSA_FILL_HIST, DSA_OFFSET_HIST, DSA_STEPS
-from kvtrace.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS
+from kvtrace.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
         RUNS, REQUESTS, QUARANTINE, INGEST_CHECKS, DSA_STEPS, DSA_OFFSET_HIST, DSA_FILL_HIST,
-        POOL_SNAPSHOTS, REQUEST_METRICS,
+        POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES,
     )
 }
 

@@ -70,3 +70,15 @@ REQUEST_METRICS = TableSpec(
     partition_dirs=("run",),
     sort_by=("arrival_s",),
 )
+
+RUN_SUMMARIES = TableSpec(
+    "run_summaries",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("experiment", pa.string()),
+            ("source_path", pa.string()),
+            ("summary", pa.string()),
+        ]
+    ),
+)

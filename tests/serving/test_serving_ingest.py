@@ -64,3 +64,17 @@ def test_reingesting_serving_files_adds_nothing_and_kind_can_be_forced(warehouse
     assert (first.rows, again.files[0].status) == (1, "already ingested")
     status = warehouse.connect().execute("SELECT status FROM request_metrics").fetchall()
     assert status == [("ok",)]
+
+
+def test_a_run_summary_lands_beside_its_run(warehouse, tmp_path):
+    (tmp_path / "exp1_1p7d_summary.json").write_text('{"requests": 4449, "errors": 6}')
+    (tmp_path / "summary.json").write_text('{"config": {}}')  # a DSA sidecar, not a summary
+    write(tmp_path / "exp1_1p7d_metrics.jsonl", request_rows()[:2])
+    report = ingest(warehouse, [str(tmp_path)])
+    assert sorted(f.fmt for f in report.files) == ["requests", "summary"]
+    con = warehouse.connect()
+    errors = con.execute("SELECT summary->>'$.errors' FROM run_summaries").fetchall()
+    assert errors == [("6",)]
+    assert con.execute("SELECT count(DISTINCT run_id) FROM (SELECT run_id FROM "
+                       "run_summaries UNION ALL SELECT run_id FROM request_metrics)"
+                       ).fetchone() == (1,)
