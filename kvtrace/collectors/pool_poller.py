@@ -50,7 +50,7 @@ class Endpoint:
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:
-        name, _, url = text.rpartition("=") if "=" in text.split("://")[0] else ("", "", text)
+        name, _, url = text.partition("=") if "=" in text.split("://")[0] else ("", "", text)
         if not url.startswith(("http://", "https://")):
             raise InputError(f"endpoint {text!r} is not an http(s) URL (NAME=URL or URL)")
         name = name or url.split("://", 1)[1].split("/", 1)[0]

@@ -141,5 +141,8 @@ def test_endpoint_names_and_roles():
     assert Endpoint.parse("decode-2=http://h:1/server_info") == Endpoint(
         "decode-2", "http://h:1/server_info", "decode")
     assert Endpoint.parse("http://h:1/metrics").name == "h:1"
+    assert Endpoint.parse("prefill-0=http://h:1/server_info?x=1").url == (
+        "http://h:1/server_info?x=1")
+    assert Endpoint.parse("http://h:1/server_info?x=1").name == "h:1"
     with pytest.raises(InputError):
         Endpoint.parse("decode-2=ftp://h")
