@@ -20,13 +20,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtrace import __version__
+from kvtrace.dsa_checks import StatCheck
+from kvtrace.dsa_writer import DsaFileResult, DsaWriter
 from kvtrace.errors import InputError
-from kvtrace.ingest.checks import StatCheck
-from kvtrace.ingest.dsa import DsaFileIngest, DsaFileResult
+from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import detect_format
-from kvtrace.ingest.lines import BadLine, read_chunks
+from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.serving import detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
+from kvtrace.rejects import BadLine
 from kvtrace.schema import TABLES
 from kvtrace.warehouse import Commit, Warehouse
 
@@ -233,15 +235,15 @@ def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
                              source_size=source.size)
     default_dataset = dataset or record.get("dataset") or source.sidecar.get("dataset")
     try:
-        worker = DsaFileIngest(
-            warehouse, commit, fmt,
+        writer = DsaWriter(
+            warehouse, commit, string_ids=fmt == "nested",
             dataset=str(default_dataset or "unknown"),
             dataset_override=dataset is not None,
             block_size=int(source.sidecar.get("config", {}).get("kv_block_size_tokens")
                            or block_size),
             request_ids=_known_request_keys(warehouse, run_id),
         )
-        result = worker.run(source.path, advance)
+        result = read_dsa_file(writer, source.path, fmt, advance)
         _write_side_tables(warehouse, commit, source, str(name), fmt, result)
         warehouse.commit(commit)
     except BaseException:

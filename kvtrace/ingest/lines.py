@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from kvtrace.rejects import BadLine
+
 CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16
 
@@ -30,13 +32,6 @@ class Chunk:
     first_line: int
     lines: int  # newline-terminated lines, plus one for a final unterminated line
     source_offset: int  # bytes of the source file (compressed, for .gz) read so far
-
-
-@dataclass
-class BadLine:
-    line_no: int
-    reason: str
-    raw: str
 
 
 @dataclass

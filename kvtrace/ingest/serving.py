@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from kvtrace.ingest.lines import BadLine, raw_text, read_chunks
+from kvtrace.ingest.lines import raw_text, read_chunks
+from kvtrace.rejects import BadLine
 from kvtrace.schema.serving import POOL_BREAKDOWN, POOL_COUNTERS, POOL_SNAPSHOTS, REQUEST_METRICS
 
 ServingKind = Literal["pool", "requests"]

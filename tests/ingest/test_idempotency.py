@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kvtrace.ingest import dsa as dsa_ingest
+from kvtrace import dsa_writer
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
 
@@ -35,12 +35,12 @@ def test_reingesting_the_same_bytes_adds_no_rows(warehouse, synthetic_trace):
 def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
         warehouse, synthetic_trace, monkeypatch):
     trace = synthetic_trace(requests=2, steps=2, layers=4)
-    monkeypatch.setattr(dsa_ingest, "FLUSH_BYTES", 1)  # one data file per chunk
+    monkeypatch.setattr(dsa_writer, "FLUSH_BYTES", 1)  # one data file per chunk
 
     def fail_after_data(self):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dsa_ingest.DsaFileIngest, "_write_histograms", fail_after_data)
+    monkeypatch.setattr(dsa_writer.DsaWriter, "_write_histograms", fail_after_data)
     with pytest.raises(OSError):
         ingest(warehouse, [str(trace)])
     assert _counts(warehouse) == {"dsa_steps": 0, "requests": 0, "runs": 0,
@@ -57,9 +57,10 @@ def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic
     Warehouse(root, create=True)
     script = (
         "import sys, time\n"
-        "from kvtrace.ingest import dsa, ingest\n"
+        "from kvtrace import dsa_writer\n"
+        "from kvtrace.ingest import ingest\n"
         "from kvtrace.warehouse import Warehouse\n"
-        "dsa.FLUSH_BYTES = 1\n"
+        "dsa_writer.FLUSH_BYTES = 1\n"
         "original = Warehouse.write\n"
         "def slow(self, *a, **k):\n"
         "    original(self, *a, **k)\n"
