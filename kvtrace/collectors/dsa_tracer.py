@@ -1,0 +1,399 @@
+"""Trace DSA top-k selections of a running model straight into the warehouse.
+
+The hook any engine's indexer can call::
+
+    tracer = DsaTracer(warehouse, run_name="ruler-dsa-ref", dataset="ruler")
+    tracer.begin_request(request_id, prompt_token_ids)
+    with tracer.step({request_id: start_pos}):        # one decode step, all layers
+        ...  # inside the model, per layer:
+        tracer.record_topk(layer_id, indices, scores)  # torch tensors or numpy arrays
+    tracer.end_request(request_id, new_tokens=n)
+    tracer.close()
+
+A record that is sampled out or of an untraced layer costs one attribute check.  Within
+a step the tracer only keeps references; at the end of the step it moves everything to
+the host in one go (one device synchronisation per step, not per layer) and hands the
+rows to a background thread, which writes them through the same `DsaWriter` that ingest
+uses.  The writer commits every ``commit_every_s`` seconds, so a collector that crashes
+leaves every completed file readable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from kvtrace import __version__
+from kvtrace.dsa_writer import DsaWriter
+from kvtrace.errors import InputError
+from kvtrace.ingest import make_run_id
+from kvtrace.warehouse import Warehouse
+
+PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
+_STOP = object()
+
+
+def prefix_hashes(token_ids: Sequence[int], max_tokens: int = 256) -> dict[int, str]:
+    """SHA-1 of the first L prompt tokens (int32 little-endian) for each candidate L.
+
+    Candidates are 32, 64, ... up to ``max_tokens`` and the prompt's length; ``max_tokens``
+    itself is always a candidate when the prompt is that long.
+    """
+    tokens = np.asarray(token_ids, dtype="<i4")
+    lengths = sorted({n for n in (*PREFIX_CANDIDATES, max_tokens) if n <= max_tokens})
+    return {n: hashlib.sha1(tokens[:n].tobytes()).hexdigest()
+            for n in lengths if n <= len(tokens)}
+
+
+@dataclass
+class _Request:
+    request_id: int
+    prompt_tokens: int
+    prefix_key: str | None
+    prefix_hit: bool
+    cached_tokens: int
+
+
+class DsaTracer:
+    """Collect DSA top-k selections into ``warehouse`` (see the module docstring).
+
+    Parameters
+    ----------
+    run_name, dataset
+        Labels of the run; the run id is derived from the name.
+    block_sizes
+        Block sizes to store the trace at (each is a partition of its own).
+    topk
+        The k the indexer asks for, stored with every row.
+    sample_rate
+        Share of (step, layer) records kept, drawn with ``seed``.
+    layers
+        Layers to trace (default: all).
+    scores
+        ``"stats"`` keeps min/mean/max of the index scores, ``"full"`` every score.
+    phase
+        ``"decode"`` (default) ignores steps of more than one query token.
+    prefix_tokens
+        Prompt tokens whose hashes define a request's prefix (candidates 32..1024).
+    rank, world_size
+        Of this process, recorded in ``runs``; each rank writes its own files.
+    commit_every_s
+        How often the background writer makes its files visible.
+    """
+
+    def __init__(self, warehouse: Warehouse, *, run_name: str, dataset: str,
+                 block_sizes: Sequence[int] = (64,), topk: int | None = None,
+                 sample_rate: float = 1.0, layers: Sequence[int] | None = None,
+                 scores: Literal["stats", "full"] = "stats",
+                 phase: Literal["decode", "all"] = "decode", prefix_tokens: int = 256,
+                 rank: int = 0, world_size: int = 1, seed: int = 0,
+                 model: str | None = None, model_config: Mapping[str, Any] | None = None,
+                 dataset_variant: str | None = None,
+                 collector_config: Mapping[str, Any] | None = None,
+                 commit_every_s: float = 30.0) -> None:
+        if not block_sizes or any(b <= 0 for b in block_sizes):
+            raise InputError("block sizes must be positive")
+        if not 0 < sample_rate <= 1:
+            raise InputError("the sample rate must be in (0, 1]")
+        self.warehouse = warehouse
+        self.run_name, self.dataset = run_name, dataset
+        self.run_id = make_run_id(run_name, "collect")
+        self.block_sizes = tuple(block_sizes)
+        self.topk, self.sample_rate = topk, sample_rate
+        self.layers = None if layers is None else frozenset(layers)
+        self.full_scores = scores == "full"
+        self.phase = phase
+        self.prefix_tokens = prefix_tokens
+        self.enabled = True
+        self._rng = random.Random(seed)
+        self._seen_prefixes: set[str] = set()
+        self._requests: dict[int, _Request] = {}
+        self._finished: dict[int, dict] = {}
+        self._step: dict[int, int] | None = None
+        self._records: list[tuple[int, Any, Any]] = []
+        self._record_no = 0
+        self._queue: queue.Queue = queue.Queue(maxsize=64)
+        self._error: BaseException | None = None
+        self._run_written = False
+        self._run_row = {
+            "run_id": self.run_id, "run_name": run_name, "kind": "dsa", "dataset": dataset,
+            "dataset_variant": dataset_variant, "model": model,
+            "model_config": json.dumps(model_config, sort_keys=True) if model_config else None,
+            "collector_config": json.dumps({
+                "block_sizes": list(self.block_sizes), "topk": topk,
+                "sample_rate": sample_rate, "layers": sorted(self.layers or []) or None,
+                "scores": scores, "phase": phase, "prefix_tokens": prefix_tokens,
+                "seed": seed, **(collector_config or {})}, sort_keys=True),
+            "rank": rank, "world_size": world_size, "source": "collect",
+            "host": socket.gethostname(), "started_at": datetime.now(timezone.utc),
+            "kvtrace_version": __version__,
+        }
+        self._writer_thread = threading.Thread(target=self._write_loop, name="kvtrace-writer",
+                                               args=(commit_every_s,), daemon=True)
+        self._writer_thread.start()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def begin_request(self, request_id: int, prompt_token_ids: Sequence[int]) -> None:
+        """Open a request; its prompt's prefix hashes decide whether it is a prefix hit."""
+        hashes = prefix_hashes(prompt_token_ids, self.prefix_tokens)
+        cached = max((n for n, key in hashes.items() if key in self._seen_prefixes), default=0)
+        self._seen_prefixes.update(hashes.values())
+        longest = max(hashes, default=None)
+        self._requests[request_id] = _Request(
+            request_id, len(prompt_token_ids), hashes.get(longest) if longest else None,
+            cached > 0, cached)
+
+    def end_request(self, request_id: int, *, new_tokens: int | None = None,
+                    status: str = "ok", arrival_s: float | None = None,
+                    finish_s: float | None = None) -> None:
+        """Close a request and record what became of it."""
+        request = self._requests.pop(request_id, None)
+        if request is None:
+            raise InputError(f"request {request_id} was never begun")
+        latency = None if arrival_s is None or finish_s is None else (
+            (finish_s - arrival_s) * 1000)
+        self._finished[request_id] = {
+            "request_id": request_id, "prompt_tokens": request.prompt_tokens,
+            "new_tokens": new_tokens, "prefix_key": request.prefix_key,
+            "prefix_cache_hit": request.prefix_hit,
+            "prefix_cached_tokens": request.cached_tokens, "arrival_s": arrival_s,
+            "finish_s": finish_s, "latency_ms": latency, "status": status}
+
+    # -- steps -----------------------------------------------------------------------------
+
+    @contextmanager
+    def step(self, positions: Mapping[int, int] | int, query_tokens: int = 1
+             ) -> Iterator[None]:
+        """One forward step: ``{request_id: start_pos}`` in batch-row order.
+
+        A bare ``start_pos`` means the only open request.  The step's wall time covers
+        everything inside the block.
+        """
+        if isinstance(positions, int):
+            if len(self._requests) != 1:
+                raise InputError("step(start_pos) needs exactly one open request; "
+                                 "pass {request_id: start_pos}")
+            positions = {next(iter(self._requests)): positions}
+        traced = self.enabled and (self.phase == "all" or query_tokens == 1)
+        self._step = dict(positions) if traced else None
+        self._records = []
+        started = time.perf_counter()
+        try:
+            yield
+        except BaseException:  # a failed step leaves no partial rows
+            self._records, self._step = [], None
+            raise
+        latency_us = (time.perf_counter() - started) * 1e6
+        records, self._records, self._step = self._records, [], None
+        if records:
+            self._submit(positions, records, latency_us)
+
+    def record_topk(self, layer_id: int, indices: Any, scores: Any = None) -> None:
+        """The indexer's top-k for one layer: ``[k]`` or ``[batch, k]`` positions.
+
+        Negative positions are padding and dropped.  Cheap: nothing is copied here.
+        """
+        if self._step is None:
+            return
+        if self.layers is not None and layer_id not in self.layers:
+            return
+        if self.sample_rate < 1 and self._rng.random() >= self.sample_rate:
+            return
+        self._records.append((layer_id, _detach(indices), _detach(scores)))
+
+    def close(self) -> None:
+        """Write and commit everything; raise what the background writer hit, if anything."""
+        self._queue.put(_STOP)
+        self._writer_thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> DsaTracer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- bulk conversion -------------------------------------------------------------------
+
+    def _submit(self, positions: Mapping[int, int], records: list, latency_us: float) -> None:
+        layers = np.array([layer for layer, _, _ in records], dtype=np.int64)
+        indices = _to_numpy([ix for _, ix, _ in records])  # [layers, batch?, k]
+        has_scores = all(s is not None for _, _, s in records)
+        values = _to_numpy([s for _, _, s in records]) if has_scores else None
+        request_ids = list(positions)
+        if indices.ndim == 2:  # [layers, k]: one request
+            indices = indices[:, None, :]
+            values = values[:, None, :] if values is not None else None
+        if indices.shape[1] != len(request_ids):
+            raise InputError(f"record_topk got {indices.shape[1]} batch rows for a step of "
+                             f"{len(request_ids)} requests")
+        self._queue.put((layers, indices, values, request_ids,
+                         [positions[r] for r in request_ids], latency_us,
+                         {r: self._requests.get(r) for r in request_ids}))
+
+    # -- background writer -------------------------------------------------------------------
+
+    def _write_loop(self, commit_every_s: float) -> None:
+        writer, commit, request_keys = None, None, {}
+        last_commit = time.monotonic()
+        try:
+            while True:
+                try:
+                    item = self._queue.get(timeout=1.0)
+                except queue.Empty:
+                    item = None
+                if item is not None and item is not _STOP:
+                    if writer is None:
+                        commit = self.warehouse.begin(self.run_id)
+                        writer = self._new_writer(commit, request_keys)
+                    for cols, lines in self._canonical(*item):
+                        writer.add(cols, lines, self._raw_of)
+                due = time.monotonic() - last_commit >= commit_every_s
+                if writer is not None and (item is _STOP or due):
+                    self._commit(writer, commit)
+                    writer, commit, last_commit = None, None, time.monotonic()
+                if item is _STOP:
+                    if self._finished:
+                        self._commit(None, self.warehouse.begin(self.run_id))
+                    return
+        except BaseException as exc:  # surfaced by close()
+            self._error = exc
+            if commit is not None:
+                self.warehouse.abort(commit)
+            while self._queue.get() is not _STOP:
+                pass
+
+    def _new_writer(self, commit, request_keys: dict[str, int]) -> DsaWriter:
+        return DsaWriter(self.warehouse, commit, string_ids=False, dataset=self.dataset,
+                         dataset_override=True, block_size=self.block_sizes[0],
+                         request_ids=request_keys)
+
+    def _commit(self, writer: DsaWriter | None, commit) -> None:
+        result = writer.finish() if writer is not None else None
+        finished, self._finished = self._finished, {}
+        if finished:
+            self.warehouse.write(commit, "requests", pa.Table.from_pylist(
+                [{"run_id": self.run_id, "dataset": self.dataset, **row}
+                 for row in finished.values()]))
+        if result is not None and result.rejected:
+            self.warehouse.write(commit, "quarantine", pa.Table.from_pylist([
+                {"run_id": self.run_id, "source_path": "collect", "line_no": bad.line_no,
+                 "reason": bad.reason, "raw": bad.raw} for bad in result.rejected]))
+        if not self._run_written:
+            self.warehouse.write(commit, "runs", pa.Table.from_pylist([self._run_row]))
+            self._run_written = True
+        self.warehouse.commit(commit)
+
+    def _raw_of(self, record_no: int) -> str:
+        return f"live record {record_no}"
+
+    def _canonical(self, layers, indices, values, request_ids, starts, latency_us, requests):
+        """Canonical columns of one step, once per block size."""
+        n_layers, batch, k = indices.shape
+        rows = n_layers * batch
+        flat = indices.reshape(rows, k).astype(np.int64)
+        keep = flat >= 0
+        lengths = keep.sum(axis=1)
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        positions = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                             pa.array(flat[keep], pa.int64()))
+        request_of_row = np.tile(np.asarray(request_ids, dtype=np.int64), n_layers)
+        start_of_row = np.tile(np.asarray(starts, dtype=np.int64), n_layers)
+        layer_of_row = np.repeat(layers, batch)
+        score_cols = _score_columns(values, keep, offsets, rows, k, self.full_scores)
+        info = [requests[r] for r in request_of_row.tolist()]
+        hit = pa.array([bool(q and q.prefix_hit) for q in info])
+        cached = np.array([q.cached_tokens if q else 0 for q in info], dtype=np.int64)
+        lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
+        self._record_no += rows
+        for block_size in self.block_sizes:
+            nulls = pa.nulls(rows)
+            yield {
+                "event": nulls.cast(pa.string()),
+                "run_name": pa.array([self.run_name] * rows),
+                "dataset": pa.array([self.dataset] * rows),
+                "layer_id": pa.array(layer_of_row),
+                "topk": pa.array([self.topk] * rows, pa.int64()),
+                "prefix_hit": hit,
+                "prefix_cached_blocks": pa.array(cached // block_size),
+                "prefix_key": pa.array([q.prefix_key if q else None for q in info],
+                                       pa.string()),
+                "request_id": pa.array(request_of_row),
+                "request_key": nulls.cast(pa.string()),
+                "is_decode": nulls.cast(pa.bool_()),
+                "rank": nulls.cast(pa.int64()),
+                "world_size": nulls.cast(pa.int64()),
+                "step_idx": pa.array(start_of_row),
+                "seq_len": pa.array(start_of_row + 1),
+                "positions": positions,
+                "block_size": pa.array([block_size] * rows, pa.int64()),
+                "step_latency_us": pa.array([latency_us] * rows, pa.float64()),
+                **score_cols,
+                **{name: nulls.cast(pa.float64()) for name in _SOURCE_STATS},
+            }, lines
+
+
+_SOURCE_STATS = ("src_count", "src_offset_min", "src_offset_p50", "src_offset_p95",
+                 "src_offset_max", "src_unique_blocks", "src_total_blocks",
+                 "src_touched_ratio", "src_tpb_mean", "src_tpb_p50", "src_tpb_p95",
+                 "src_intersection_ratio")
+
+
+def _score_columns(values: np.ndarray | None, keep: np.ndarray, offsets: np.ndarray,
+                   rows: int, k: int, full: bool) -> dict[str, pa.Array]:
+    if values is None:
+        nulls = pa.nulls(rows, pa.float64())
+        return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
+                "score_mean": nulls, "score_max": nulls}
+    flat = values.reshape(rows, k).astype(np.float64)
+    masked = np.where(keep, flat, np.nan)
+    with np.errstate(invalid="ignore"), _quiet_nan_warnings():
+        stats = {"score_min": np.nanmin(masked, axis=1), "score_mean": np.nanmean(masked, axis=1),
+                 "score_max": np.nanmax(masked, axis=1)}
+    scores = (pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                       pa.array(flat[keep], pa.float32()))
+              if full else pa.nulls(rows, pa.list_(pa.float32())))
+    return {"scores": scores, **{n: pa.array(v, pa.float64(), from_pandas=True)
+                                 for n, v in stats.items()}}
+
+
+@contextmanager
+def _quiet_nan_warnings() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _detach(value: Any) -> Any:
+    """Keep a reference without copying; torch tensors are detached from autograd."""
+    if value is None:
+        return None
+    detach = getattr(value, "detach", None)
+    return detach() if detach is not None else value
+
+
+def _to_numpy(items: list) -> np.ndarray:
+    """Stack per-layer arrays or tensors and bring them to the host in one transfer."""
+    if type(items[0]).__module__.startswith("torch"):  # one stack, one copy, one sync
+        import torch
+
+        return torch.stack([torch.as_tensor(x) for x in items]).cpu().numpy()
+    return np.stack([np.asarray(x) for x in items])
+

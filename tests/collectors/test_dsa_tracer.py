@@ -1,0 +1,174 @@
+"""The tracer hook: what it received is what the warehouse holds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kvtrace.collectors.dsa_tracer import DsaTracer, prefix_hashes
+from kvtrace.warehouse import Warehouse
+
+
+def _trace(warehouse, *, requests=2, steps=3, layers=4, k=48, prompt=200, seed=0, **options):
+    """Drive the tracer like a model would; return what record_topk received."""
+    rng = np.random.default_rng(seed)
+    received = {}
+    tracer = DsaTracer(warehouse, run_name=options.pop("run_name", "live"), dataset="unit",
+                       topk=k, **options)
+    for request in range(requests):
+        tracer.begin_request(request, list(range(prompt + request)))
+        for step in range(steps):
+            start = prompt + request + step
+            with tracer.step(start):
+                for layer in range(layers):
+                    picked = rng.choice(start + 1, k, replace=False)
+                    scores = rng.normal(size=k).astype(np.float32)
+                    received[(request, start, layer)] = (picked, scores)
+                    tracer.record_topk(layer, picked, scores)
+        tracer.end_request(request, new_tokens=steps)
+    tracer.close()
+    return received
+
+
+def test_views_agree_with_the_indices_the_hook_received(warehouse):
+    received = _trace(warehouse, block_sizes=(16, 64), scores="full")
+    con = warehouse.connect()
+    for block_size in (16, 64):
+        rows = con.execute(
+            "SELECT request_id, step_idx, layer_id, selected_pos, scores, unique_blocks "
+            "FROM dsa_steps WHERE block_size = ?", [block_size]).fetchall()
+        assert len(rows) == len(received)
+        for request, step, layer, positions, scores, unique in rows:
+            picked, given = received[(request, step, layer)]
+            order = np.argsort(picked)
+            assert positions == sorted(picked.tolist())
+            assert np.allclose(scores, given[order])
+            assert unique == len(np.unique(picked // block_size))
+    steps = con.execute("SELECT DISTINCT seq_len - step_idx, topk FROM dsa_steps").fetchall()
+    assert steps == [(1, 48)]
+    requests = con.execute("SELECT request_id, prompt_tokens, new_tokens FROM requests "
+                           "ORDER BY 1").fetchall()
+    assert requests == [(0, 200, 3), (1, 201, 3)]
+    assert con.execute("SELECT source, kind FROM runs").fetchall() == [("collect", "dsa")]
+
+
+def test_layer_subset_sampling_and_score_stats(warehouse):
+    tracer_received = {}
+    rng = np.random.default_rng(1)
+    tracer = DsaTracer(warehouse, run_name="subset", dataset="unit", layers=[0, 2],
+                       sample_rate=0.5, seed=3)
+    tracer.begin_request(7, list(range(300)))
+    for step in range(300, 340):
+        with tracer.step(step):
+            for layer in range(4):
+                picked = rng.choice(step + 1, 32, replace=False)
+                scores = rng.normal(size=32)
+                tracer_received[(step, layer)] = scores
+                tracer.record_topk(layer, picked, scores)
+    tracer.end_request(7)
+    tracer.close()
+    rows = warehouse.connect().execute(
+        "SELECT step_idx, layer_id, score_min, score_mean, score_max, scores "
+        "FROM dsa_steps").fetchall()
+    assert {layer for _, layer, *_ in rows} == {0, 2}
+    assert 20 < len(rows) < 60  # about half of 80 records
+    for step, layer, low, mean, high, full in rows:
+        given = tracer_received[(step, layer)]
+        assert full is None
+        assert (low, mean, high) == pytest.approx((given.min(), given.mean(), given.max()),
+                                                  rel=1e-6)
+
+
+def test_padding_is_dropped_and_batched_steps_map_rows_to_requests(warehouse):
+    tracer = DsaTracer(warehouse, run_name="batch", dataset="unit", topk=4)
+    tracer.begin_request(10, [1, 2, 3])
+    tracer.begin_request(11, [1, 2, 3, 4, 5])
+    with tracer.step({10: 3, 11: 5}):
+        tracer.record_topk(0, np.array([[3, 0, 2, -1], [5, 4, 1, 0]]))
+    tracer.end_request(10)
+    tracer.end_request(11)
+    tracer.close()
+    rows = warehouse.connect().execute(
+        "SELECT request_id, step_idx, selected_pos FROM dsa_steps ORDER BY 1").fetchall()
+    assert rows == [(10, 3, [0, 2, 3]), (11, 5, [0, 1, 4, 5])]
+
+
+def test_prefix_hits_use_the_longest_shared_candidate():
+    base = list(range(1000))
+    assert set(prefix_hashes(base)) == {32, 64, 128, 256}
+    assert prefix_hashes(base[:100]).keys() == {32, 64}
+
+
+def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
+    tracer = DsaTracer(warehouse, run_name="prefix", dataset="unit", block_sizes=(16,))
+    shared = list(range(5000, 5300))
+    prompts = {0: shared + [1] * 50, 1: shared + [2] * 60, 2: shared[:70] + [3] * 300}
+    for request, prompt in prompts.items():
+        tracer.begin_request(request, prompt)
+        with tracer.step(len(prompt)):
+            tracer.record_topk(0, np.arange(0, len(prompt), 7))
+        tracer.end_request(request)
+    tracer.close()
+    con = warehouse.connect()
+    got = con.execute("SELECT request_id, prefix_cache_hit, prefix_cached_tokens "
+                      "FROM requests ORDER BY 1").fetchall()
+    assert got == [(0, False, 0), (1, True, 256), (2, True, 64)]
+    inter = dict(con.execute("SELECT request_id, intersection_blocks FROM dsa_prefix(16)"
+                             ).fetchall())
+    assert inter[0] is None
+    assert inter[1] == sorted({p // 16 for p in range(0, 360, 7) if p < 256})
+
+
+def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
+    root = tmp_path / "wh"
+    Warehouse(root, create=True)
+    script = (
+        "import sys\n"
+        "from kvtrace.warehouse import Warehouse\n"
+        "from tests.collectors.test_dsa_tracer import _trace\n"
+        "_trace(Warehouse(sys.argv[1]), run_name=sys.argv[2], requests=3, steps=4, layers=8,"
+        " seed=int(sys.argv[3]), rank=int(sys.argv[3]), world_size=2, commit_every_s=0.01)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(root), "shared", str(rank)],
+                              cwd=os.getcwd()) for rank in (0, 1)]
+    assert [p.wait() for p in procs] == [0, 0]
+    con = Warehouse(root).connect()
+    assert con.execute("SELECT count(*) FROM dsa_steps").fetchone() == (2 * 3 * 4 * 8,)
+    assert con.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+
+
+def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
+    root = tmp_path / "wh"
+    Warehouse(root, create=True)
+    script = (
+        "import sys, time\n"
+        "import numpy as np\n"
+        "from kvtrace.collectors.dsa_tracer import DsaTracer\n"
+        "from kvtrace.warehouse import Warehouse\n"
+        "tracer = DsaTracer(Warehouse(sys.argv[1]), run_name='doomed', dataset='unit',"
+        " commit_every_s=0.05)\n"
+        "tracer.begin_request(0, list(range(100)))\n"
+        "for step in range(100, 100000):\n"
+        "    with tracer.step(step):\n"
+        "        tracer.record_topk(0, np.arange(0, step, 3))\n"
+        "    if step == 150: print('running', flush=True)\n"
+        "    time.sleep(0.002)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "running"
+    import time
+
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    con = Warehouse(root).connect()
+    steps = con.execute("SELECT count(*), min(step_idx) FROM dsa_steps").fetchone()
+    assert steps[0] > 0 and steps[1] == 100
+    assert con.execute("SELECT count(*) FROM dsa_quality WHERE check_name = "
+                       "'duplicate_row'").fetchone() == (0,)
