@@ -1,0 +1,125 @@
+"""The reference model: its indexer is the formula, its traces are deterministic."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+from kvtrace.collectors.dsa_tracer import DsaTracer
+
+SMALL = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=3, index_dim=8, rope_dim=4,
+                     q_lora_rank=16, index_topk=5, max_seq_len=64)
+
+
+class Recorder:
+    """Stands in for the tracer: remembers what the model reported."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, dict]] = []
+
+    def step(self, positions):
+        recorder = self
+
+        class _Step:
+            def __enter__(self):
+                recorder.steps.append((next(iter(positions.values())), {}))
+
+            def __exit__(self, *exc):
+                return False
+
+        return _Step()
+
+    def record_topk(self, layer_id, indices, scores=None):
+        self.steps[-1][1][layer_id] = (indices.tolist(), scores.tolist())
+
+
+def _rotate(vector: list[float], position: int, theta: float) -> list[float]:
+    out = list(vector)
+    for i in range(0, len(vector), 2):
+        angle = position * theta ** (-i / len(vector))
+        a, b = vector[i], vector[i + 1]
+        out[i], out[i + 1] = a * math.cos(angle) - b * math.sin(angle), (
+            a * math.sin(angle) + b * math.cos(angle))
+    return out
+
+
+def test_first_layers_top_k_is_the_index_formula_computed_by_hand():
+    model = DsaRef(SMALL, seed=3)
+    prompt = [5, 17, 99, 3, 250, 8, 8, 61, 140, 2, 77, 31]
+    recorder = Recorder()
+    generated = model.generate(prompt, 2, tracer=recorder)
+    position, layers = recorder.steps[0]
+    assert position == len(prompt)
+    tokens = [*prompt, generated[0]]
+    indexer = model.blocks[0].indexer
+    c = SMALL
+    with torch.no_grad():
+        h = model.blocks[0].attn_norm(model.embed(torch.tensor(tokens)))
+        raw_keys = indexer.k_norm(indexer.wk(h)).tolist()
+        raw_q = indexer.wq_b(indexer.q_norm(indexer.wq_a(h[-1:]))).view(
+            c.index_heads, c.index_dim).tolist()
+        weights = (indexer.w_proj(h[-1]) / math.sqrt(c.index_heads * c.index_dim)).tolist()
+    keys = [_rotate(k[:c.rope_dim], s, c.rope_theta) + k[c.rope_dim:]
+            for s, k in enumerate(raw_keys)]
+    queries = [_rotate(q[:c.rope_dim], position, c.rope_theta) + q[c.rope_dim:]
+               for q in raw_q]
+    index = [sum(weights[head] * max(0.0, sum(a * b for a, b in zip(queries[head], key,
+                                                                       strict=True)))
+                 for head in range(c.index_heads)) for key in keys]
+    expected = sorted(range(len(index)), key=lambda s: -index[s])[:c.index_topk]
+    picked, scores = layers[0]
+    assert sorted(picked) == sorted(expected)
+    assert scores == pytest.approx([index[s] for s in picked], rel=1e-4, abs=1e-6)
+    assert set(layers) == {0, 1} and all(len(p) == 5 for p, _ in layers.values())
+
+
+def test_short_sequences_select_every_position():
+    model = DsaRef(SMALL, seed=1)
+    recorder = Recorder()
+    model.generate([1, 2], 3, tracer=recorder)
+    assert [sorted(layers[0][0]) for _, layers in recorder.steps] == [[0, 1, 2], [0, 1, 2, 3]]
+
+
+def _collect(warehouse, seed: int, tag: str) -> list:
+    model = DsaRef(SMALL, seed=seed)
+    tokenizer = ByteTokenizer()
+    tracer = DsaTracer(warehouse, run_name=f"det-{tag}", dataset="unit", block_sizes=(4,))
+    for request, text in enumerate(["needle in a haystack", "the grass is green"]):
+        prompt = tokenizer.encode(text)
+        tracer.begin_request(request, prompt)
+        out = model.generate(prompt, 6, request_id=request, tracer=tracer)
+        tracer.end_request(request, new_tokens=len(out))
+    tracer.close()
+    return warehouse.connect().execute(
+        "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
+        "WHERE run_id LIKE ? ORDER BY ALL", [f"det-{tag}-%"]).fetchall()
+
+
+def test_same_seed_same_selections(warehouse):
+    first, second = _collect(warehouse, 7, "a"), _collect(warehouse, 7, "b")
+    assert first == second and len(first) == 2 * 5 * 2
+    assert _collect(warehouse, 8, "c") != first
+
+
+def test_weights_round_trip_through_safetensors(tmp_path):
+    from safetensors.torch import save_file
+
+    model = DsaRef(SMALL, seed=5)
+    path = tmp_path / "dsa-ref.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    loaded = DsaRef.from_safetensors(path, SMALL)
+    prompt = ByteTokenizer().encode("same weights")
+    assert loaded.generate(prompt, 5) == model.generate(prompt, 5)
+
+
+def test_greedy_decoding_is_deterministic_and_sampling_follows_its_seed():
+    model = DsaRef(SMALL, seed=2)
+    prompt = ByteTokenizer().encode("abc")
+    assert model.generate(prompt, 8) == model.generate(prompt, 8)
+    assert model.generate(prompt, 8, temperature=1.0, seed=4) == model.generate(
+        prompt, 8, temperature=1.0, seed=4)
+    assert np.all(np.array(model.generate(prompt, 8)) < SMALL.vocab_size)
