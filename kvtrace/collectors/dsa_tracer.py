@@ -40,6 +40,7 @@ from kvtrace import __version__
 from kvtrace.dsa_writer import DsaWriter
 from kvtrace.errors import InputError
 from kvtrace.ingest import make_run_id
+from kvtrace.schema.core import REQUESTS
 from kvtrace.warehouse import Warehouse
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
@@ -156,6 +157,12 @@ class DsaTracer:
         self._requests[request_id] = _Request(
             request_id, len(prompt_token_ids), hashes.get(longest) if longest else None,
             cached > 0, cached)
+
+    def skip_request(self, request_id: int, prompt_tokens: int, reason: str) -> None:
+        """Record a request that was not run (e.g. a prompt longer than allowed)."""
+        self._finished[request_id] = {
+            "request_id": request_id, "prompt_tokens": prompt_tokens, "status": "skipped",
+            "skip_reason": reason}
 
     def end_request(self, request_id: int, *, new_tokens: int | None = None,
                     status: str = "ok", arrival_s: float | None = None,
@@ -289,7 +296,7 @@ class DsaTracer:
         if finished:
             self.warehouse.write(commit, "requests", pa.Table.from_pylist(
                 [{"run_id": self.run_id, "dataset": self.dataset, **row}
-                 for row in finished.values()]))
+                 for row in finished.values()], schema=REQUESTS.schema))
         if result is not None and result.rejected:
             self.warehouse.write(commit, "quarantine", pa.Table.from_pylist([
                 {"run_id": self.run_id, "source_path": "collect", "line_no": bad.line_no,

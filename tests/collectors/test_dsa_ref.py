@@ -123,3 +123,32 @@ def test_greedy_decoding_is_deterministic_and_sampling_follows_its_seed():
     assert model.generate(prompt, 8, temperature=1.0, seed=4) == model.generate(
         prompt, 8, temperature=1.0, seed=4)
     assert np.all(np.array(model.generate(prompt, 8)) < SMALL.vocab_size)
+
+
+def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
+    from dataclasses import replace
+
+    from kvtrace.collectors.datasets.ruler import niah_requests
+    from kvtrace.collectors.dsa_collect import collect_dsa
+
+    tokenizer = ByteTokenizer()
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text))
+
+    short = list(niah_requests(2, 500, count, seed=1))
+    long = [replace(r, request_id=2) for r in niah_requests(1, 800, count, seed=2)]
+    assert all(count(r.prompt) <= 500 for r in short) and count(long[0].prompt) > 600
+    model = DsaRef(replace(SMALL, max_seq_len=1024), seed=0)
+    report = collect_dsa(warehouse, short + long, model=model, tokenizer=tokenizer,
+                         run_name="ruler-test", dataset="ruler", block_sizes=(4, 16),
+                         max_new_tokens=3, max_prompt_tokens=600)
+    assert (report.requests, report.skipped, report.new_tokens) == (2, 1, 6)
+    con = warehouse.connect()
+    skipped = con.execute("SELECT request_id, skip_reason FROM requests "
+                          "WHERE status = 'skipped'").fetchall()
+    assert skipped == [(2, f"prompt of {count(long[0].prompt)} tokens is longer than 600")]
+    rows = con.execute("SELECT count(*), min(seq_len), max(len(selected_pos)) "
+                       "FROM dsa_steps").fetchone()
+    assert rows[0] == 2 * 2 * 2 * 2  # requests x decode steps x layers x block sizes
+    assert rows[2] == SMALL.index_topk and rows[1] > 400
