@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -194,6 +194,101 @@ def collect_pool(
               f"with errors, {report.rows:,} rows into run {report.run_id}")
 
 
+@collect_app.command("dsa")
+def collect_dsa_command(
+    model: Annotated[str, typer.Option(help="The DSA model: dsa-ref.")] = "dsa-ref",
+    dataset: Annotated[str, typer.Option(help="Dataset runner: ruler.")] = "ruler",
+    limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(
+        help="Tokens to generate per request (0: until EOS or max_seq_len).")] = 16,
+    max_prompt_tokens: Annotated[int, typer.Option(
+        help="Longer prompts are skipped and recorded with a skip reason.")] = 16384,
+    ruler_length: Annotated[int, typer.Option(help="RULER prompt length in tokens.")] = 4096,
+    ruler_variant: Annotated[str, typer.Option(help="RULER NIAH: single or multikey.")
+                             ] = "single",
+    block_size: Annotated[list[int] | None, typer.Option(
+        help="Block size to store (repeatable) [default: 64].")] = None,
+    sample_rate: Annotated[float, typer.Option(help="Share of records kept.")] = 1.0,
+    temperature: Annotated[float, typer.Option(help="0 decodes greedily.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of weights, data and sampling.")] = 0,
+    layers: Annotated[int, typer.Option(help="dsa-ref layers.")] = 4,
+    topk: Annotated[int, typer.Option(help="dsa-ref index top-k.")] = 2048,
+    weights: Annotated[Path | None, typer.Option(help="dsa-ref weights (safetensors).")
+                       ] = None,
+    scores: Annotated[str, typer.Option(help="stats or full index scores.")] = "stats",
+    run_name: Annotated[str | None, typer.Option(help="Run name [default: <dataset>-<model>-"
+                                                 "<seed>].")] = None,
+) -> None:
+    """Run a dataset through a DSA model and trace its top-k selections into the warehouse.
+
+    Example: kvtrace collect dsa --model dsa-ref --dataset ruler --limit 4 --ruler-length 2048
+    """
+    result = _run_collect(model=model, dataset=dataset, limit=limit,
+                          max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                          ruler_length=ruler_length, ruler_variant=ruler_variant,
+                          block_sizes=tuple(block_size or (64,)), sample_rate=sample_rate,
+                          temperature=temperature, seed=seed, layers=layers, topk=topk,
+                          weights=weights, scores=scores, run_name=run_name)
+    out.print(f"{result.requests} request(s) traced, {result.skipped} skipped, "
+              f"{result.new_tokens:,} tokens in {result.seconds:.1f} s "
+              f"({result.new_tokens / max(result.seconds, 1e-9):.1f} tokens/s) into run "
+              f"{result.run_id}")
+
+
+def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
+                 max_prompt_tokens: int, ruler_length: int, ruler_variant: str,
+                 block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
+                 seed: int, layers: int, topk: int, weights: Path | None, scores: str,
+                 run_name: str | None):
+    from kvtrace.collectors.datasets.ruler import niah_requests
+    from kvtrace.collectors.dsa_collect import collect_dsa
+    from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+
+    if model != "dsa-ref":
+        raise KvtraceError(f"expected dsa-ref for --model, got {model!r}")
+    if dataset != "ruler":
+        raise KvtraceError(f"expected ruler for --dataset, got {dataset!r}")
+    if ruler_variant not in ("single", "multikey"):
+        raise KvtraceError(f"expected single or multikey for --ruler-variant, "
+                           f"got {ruler_variant!r}")
+    if scores not in ("stats", "full"):
+        raise KvtraceError(f"expected stats or full for --scores, got {scores!r}")
+    config = DsaRefConfig(n_layers=layers, index_topk=topk)
+    net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config, seed=seed)
+    tokenizer = ByteTokenizer()
+    requests = niah_requests(limit, ruler_length, lambda text: len(tokenizer.encode(text)),
+                             variant=ruler_variant, seed=seed)
+    warehouse = _open(create=True)
+    name = run_name or f"{dataset}-{model}-{seed}"
+    variant = f"ruler-niah-{ruler_variant} (kvtrace offline generator, seed {seed}, " \
+              f"{ruler_length} tokens)"
+    with _request_progress(limit) as advance:
+        return collect_dsa(warehouse, requests, model=net, tokenizer=tokenizer,
+                           run_name=name, dataset=dataset, dataset_variant=variant,
+                           block_sizes=block_sizes, sample_rate=sample_rate,
+                           max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                           temperature=temperature, seed=seed, scores=scores,
+                           progress=advance)
+
+
+@contextmanager
+def _request_progress(total: int):
+    if options.quiet or not err.is_terminal:
+        yield None
+        return
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  "{task.completed}/{task.total} requests", "{task.fields[rate]}",
+                  TimeRemainingColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("collecting", total=total, rate="")
+
+        def advance(report) -> None:
+            rate = report.new_tokens / max(report.seconds, 1e-9)
+            bar.update(task, completed=report.requests + report.skipped,
+                       rate=f"{rate:.1f} tokens/s")
+
+        yield advance
+
+
 @app.command()
 def sql(
     query: Annotated[str | None, typer.Argument(help="SQL to run (SELECT only).")] = None,
@@ -288,29 +383,30 @@ def shell_init(output: OutputOption = None) -> None:
 
 @app.command()
 def demo() -> None:
-    """Ingest a small synthetic DSA trace and print its summary: the tour in one command.
+    """Trace a small RULER run of the dsa-ref model and print its summary: the tour in one go.
+
+    Runs on the CPU with no network: six needle-in-a-haystack prompts of 3,000 tokens,
+    16 decode steps each, with an index top-k of 256 (about 8.5 % of the context), traced
+    at block sizes 16 and 64.
 
     Example: kvtrace demo
     """
-    from kvtrace.synthetic import write_seed_trace
-
-    with tempfile.TemporaryDirectory() as folder:
-        trace = Path(folder) / "synthetic-demo" / "block64" / "trace_steps_0_6.jsonl"
-        trace.parent.mkdir(parents=True)
-        write_seed_trace(trace, requests=6, steps=16, layers=61, prompt_tokens=12000,
-                         run_name="synthetic-demo", dataset="synthetic-ruler")
-        warehouse = _open(create=True)
-        report = _with_progress("ingesting", lambda hook: ingest_paths(
-            warehouse, [str(trace)], progress=hook))
-    _print_ingest(report)
+    result = _run_collect(model="dsa-ref", dataset="ruler", limit=6, max_new_tokens=16,
+                          max_prompt_tokens=16384, ruler_length=3000, ruler_variant="single",
+                          block_sizes=(64, 16), sample_rate=1.0, temperature=0.0, seed=0,
+                          layers=4, topk=256, weights=None, scores="stats",
+                          run_name="demo-ruler-dsa-ref")
+    out.print(f"traced {result.requests} requests ({result.new_tokens} tokens, "
+              f"{result.seconds:.1f} s) into run {result.run_id}")
+    warehouse = _open()
     con = warehouse.connect()
     try:
-        result = run_summary(con, "synthetic-demo")
+        summary = run_summary(con, result.run_id, 64)
     finally:
         con.close()
-    _print_summary_table(result)
+    _print_summary_table(summary)
     out.print(f"\nWarehouse: {warehouse.root}\nNext: kvtrace -w {warehouse.root} sql "
-              '"SELECT * FROM dsa_layer_profile LIMIT 5"   (kvtrace views lists the views)')
+              '"SELECT * FROM dsa_layer_profile"   (kvtrace views lists the views)')
 
 
 def _print_summary_table(result: dict) -> None:

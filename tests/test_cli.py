@@ -129,6 +129,20 @@ def test_collect_pool_polls_and_reports(tmp_path):
     assert refused.returncode == 1 and "below the interval" in refused.stderr
 
 
+def test_collect_dsa_traces_a_small_ruler_run(tmp_path):
+    result = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--limit", "2",
+                     "--ruler-length", "600", "--max-new-tokens", "3", "--layers", "2",
+                     "--topk", "64", "--block-size", "16", "--run-name", "cli-dsa")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("2 request(s) traced, 0 skipped, 6 tokens")
+    rows = kvtrace("-w", str(tmp_path / "wh"), "sql",
+                   "SELECT count(*) AS n, max(len(selected_pos)) AS k FROM dsa_steps",
+                   "-f", "csv").stdout
+    assert rows.splitlines()[1] == "8,64"  # 2 requests x 2 decode steps x 2 layers
+    bad = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
+    assert bad.returncode == 1 and "expected ruler for --dataset" in bad.stderr
+
+
 def test_views_lists_documented_objects():
     result = kvtrace("views")
     assert result.returncode == 0
