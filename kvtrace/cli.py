@@ -197,7 +197,11 @@ def collect_pool(
 @collect_app.command("dsa")
 def collect_dsa_command(
     model: Annotated[str, typer.Option(help="The DSA model: dsa-ref.")] = "dsa-ref",
-    dataset: Annotated[str, typer.Option(help="Dataset runner: ruler.")] = "ruler",
+    dataset: Annotated[str, typer.Option(help="Dataset runner: ruler or sharegpt.")] = "ruler",
+    data_file: Annotated[Path | None, typer.Option(
+        help="Local dataset file (sharegpt: the ShareGPT JSON).")] = None,
+    turn_mode: Annotated[str, typer.Option(
+        help="sharegpt: full or per_user_turn.")] = "full",
     limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
     max_new_tokens: Annotated[int, typer.Option(
         help="Tokens to generate per request (0: until EOS or max_seq_len).")] = 16,
@@ -223,7 +227,8 @@ def collect_dsa_command(
 
     Example: kvtrace collect dsa --model dsa-ref --dataset ruler --limit 4 --ruler-length 2048
     """
-    result = _run_collect(model=model, dataset=dataset, limit=limit,
+    result = _run_collect(model=model, dataset=dataset, data_file=data_file,
+                          turn_mode=turn_mode, limit=limit,
                           max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                           ruler_length=ruler_length, ruler_variant=ruler_variant,
                           block_sizes=tuple(block_size or (64,)), sample_rate=sample_rate,
@@ -236,32 +241,31 @@ def collect_dsa_command(
 
 
 def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
+                 data_file: Path | None = None, turn_mode: str = "full",
                  max_prompt_tokens: int, ruler_length: int, ruler_variant: str,
                  block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
                  seed: int, layers: int, topk: int, weights: Path | None, scores: str,
                  run_name: str | None):
-    from kvtrace.collectors.datasets.ruler import niah_requests
-    from kvtrace.collectors.dsa_collect import collect_dsa
-    from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+    try:
+        from kvtrace.collectors.dsa_collect import collect_dsa
+        from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise KvtraceError("collecting DSA traces needs torch; install it with "
+                           "pip install 'kvtrace[collect]'") from None
 
     if model != "dsa-ref":
         raise KvtraceError(f"expected dsa-ref for --model, got {model!r}")
-    if dataset != "ruler":
-        raise KvtraceError(f"expected ruler for --dataset, got {dataset!r}")
-    if ruler_variant not in ("single", "multikey"):
-        raise KvtraceError(f"expected single or multikey for --ruler-variant, "
-                           f"got {ruler_variant!r}")
     if scores not in ("stats", "full"):
         raise KvtraceError(f"expected stats or full for --scores, got {scores!r}")
     config = DsaRefConfig(n_layers=layers, index_topk=topk)
     net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config, seed=seed)
     tokenizer = ByteTokenizer()
-    requests = niah_requests(limit, ruler_length, lambda text: len(tokenizer.encode(text)),
-                             variant=ruler_variant, seed=seed)
+    requests, variant = _dataset_requests(dataset, data_file, turn_mode, limit, ruler_length,
+                                          ruler_variant, seed, tokenizer)
     warehouse = _open(create=True)
     name = run_name or f"{dataset}-{model}-{seed}"
-    variant = f"ruler-niah-{ruler_variant} (kvtrace offline generator, seed {seed}, " \
-              f"{ruler_length} tokens)"
     with _request_progress(limit) as advance:
         return collect_dsa(warehouse, requests, model=net, tokenizer=tokenizer,
                            run_name=name, dataset=dataset, dataset_variant=variant,
@@ -269,6 +273,35 @@ def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
                            max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                            temperature=temperature, seed=seed, scores=scores,
                            progress=advance)
+
+
+def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limit: int,
+                      ruler_length: int, ruler_variant: str, seed: int, tokenizer):
+    """The requests of a dataset runner and the exact variant to record in runs."""
+    from itertools import islice
+
+    if dataset == "ruler":
+        from kvtrace.collectors.datasets.ruler import niah_requests
+
+        if ruler_variant not in ("single", "multikey"):
+            raise KvtraceError(f"expected single or multikey for --ruler-variant, "
+                               f"got {ruler_variant!r}")
+        requests = niah_requests(limit, ruler_length, lambda text: len(tokenizer.encode(text)),
+                                 variant=ruler_variant, seed=seed)
+        return requests, (f"ruler-niah-{ruler_variant} (kvtrace offline generator, seed "
+                          f"{seed}, {ruler_length} tokens)")
+    if dataset == "sharegpt":
+        from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
+
+        if data_file is None:
+            raise KvtraceError("--dataset sharegpt needs --data-file (a ShareGPT JSON file)")
+        if turn_mode not in ("full", "per_user_turn"):
+            raise KvtraceError(f"expected full or per_user_turn for --turn-mode, "
+                               f"got {turn_mode!r}")
+        conversations, sha = load_conversations(data_file)
+        requests = islice(sharegpt_requests(conversations, turn_mode), limit)
+        return requests, f"{data_file.name} (sha256 {sha}, turns {turn_mode})"
+    raise KvtraceError(f"expected ruler or sharegpt for --dataset, got {dataset!r}")
 
 
 @contextmanager

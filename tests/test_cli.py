@@ -140,7 +140,26 @@ def test_collect_dsa_traces_a_small_ruler_run(tmp_path):
                    "-f", "csv").stdout
     assert rows.splitlines()[1] == "8,64"  # 2 requests x 2 decode steps x 2 layers
     bad = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
-    assert bad.returncode == 1 and "expected ruler for --dataset" in bad.stderr
+    assert bad.returncode == 1 and "expected ruler or sharegpt for --dataset" in bad.stderr
+    chat = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "sharegpt",
+                   "--data-file", "tests/data/sharegpt_format_dummy_conversation.json",
+                   "--turn-mode", "per_user_turn", "--limit", "3", "--max-new-tokens", "2",
+                   "--layers", "1", "--topk", "32", "--run-name", "cli-chat",
+                   cwd=Path(__file__).parent.parent)
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.startswith("3 request(s) traced")
+    variant = kvtrace("-w", str(tmp_path / "wh"), "sql", "SELECT dataset_variant FROM runs "
+                      "WHERE run_name = 'cli-chat'", "-f", "csv").stdout.splitlines()[1].strip('"')
+    assert variant.startswith("sharegpt_format_dummy_conversation.json (sha256 ")
+
+
+def test_collecting_without_torch_says_how_to_install_it(tmp_path):
+    script = ("import sys; sys.modules['torch'] = None; from kvtrace.cli import main; "
+              f"sys.argv = ['kvtrace', '-w', {str(tmp_path / 'wh')!r}, 'demo']; main()")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr == ("Error: collecting DSA traces needs torch; install it with "
+                             "pip install 'kvtrace[collect]'\n")
 
 
 def test_views_lists_documented_objects():
