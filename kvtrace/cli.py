@@ -197,9 +197,13 @@ def collect_pool(
 @collect_app.command("dsa")
 def collect_dsa_command(
     model: Annotated[str, typer.Option(help="The DSA model: dsa-ref.")] = "dsa-ref",
-    dataset: Annotated[str, typer.Option(help="Dataset runner: ruler or sharegpt.")] = "ruler",
+    dataset: Annotated[str, typer.Option(
+        help="Dataset runner: ruler, sharegpt or longbench-v2.")] = "ruler",
     data_file: Annotated[Path | None, typer.Option(
-        help="Local dataset file (sharegpt: the ShareGPT JSON).")] = None,
+        help="Local dataset file (sharegpt: the ShareGPT JSON; longbench-v2: data.json).")
+    ] = None,
+    length: Annotated[str | None, typer.Option(
+        help="longbench-v2 length classes, comma-separated: short,medium,long.")] = None,
     turn_mode: Annotated[str, typer.Option(
         help="sharegpt: full or per_user_turn.")] = "full",
     limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
@@ -228,7 +232,7 @@ def collect_dsa_command(
     Example: kvtrace collect dsa --model dsa-ref --dataset ruler --limit 4 --ruler-length 2048
     """
     result = _run_collect(model=model, dataset=dataset, data_file=data_file,
-                          turn_mode=turn_mode, limit=limit,
+                          turn_mode=turn_mode, length_filter=length, limit=limit,
                           max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                           ruler_length=ruler_length, ruler_variant=ruler_variant,
                           block_sizes=tuple(block_size or (64,)), sample_rate=sample_rate,
@@ -242,6 +246,7 @@ def collect_dsa_command(
 
 def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
                  data_file: Path | None = None, turn_mode: str = "full",
+                 length_filter: str | None = None,
                  max_prompt_tokens: int, ruler_length: int, ruler_variant: str,
                  block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
                  seed: int, layers: int, topk: int, weights: Path | None, scores: str,
@@ -263,7 +268,7 @@ def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
     net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config, seed=seed)
     tokenizer = ByteTokenizer()
     requests, variant = _dataset_requests(dataset, data_file, turn_mode, limit, ruler_length,
-                                          ruler_variant, seed, tokenizer)
+                                          ruler_variant, seed, tokenizer, length_filter)
     warehouse = _open(create=True)
     name = run_name or f"{dataset}-{model}-{seed}"
     with _request_progress(limit) as advance:
@@ -276,7 +281,8 @@ def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
 
 
 def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limit: int,
-                      ruler_length: int, ruler_variant: str, seed: int, tokenizer):
+                      ruler_length: int, ruler_variant: str, seed: int, tokenizer,
+                      length_filter: str | None = None):
     """The requests of a dataset runner and the exact variant to record in runs."""
     from itertools import islice
 
@@ -301,7 +307,18 @@ def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limi
         conversations, sha = load_conversations(data_file)
         requests = islice(sharegpt_requests(conversations, turn_mode), limit)
         return requests, f"{data_file.name} (sha256 {sha}, turns {turn_mode})"
-    raise KvtraceError(f"expected ruler or sharegpt for --dataset, got {dataset!r}")
+    if dataset == "longbench-v2":
+        from kvtrace.collectors.datasets.longbench import load_longbench, longbench_requests
+
+        if data_file is None:
+            raise KvtraceError("--dataset longbench-v2 needs --data-file (its data.json)")
+        records, sha = load_longbench(data_file)
+        classes = None if length_filter is None else length_filter.split(",")
+        requests = islice(longbench_requests(records, classes), limit)
+        return requests, (f"{data_file.name} (sha256 {sha}, lengths "
+                          f"{length_filter or 'all'})")
+    raise KvtraceError(f"expected ruler, sharegpt or longbench-v2 for --dataset, "
+                       f"got {dataset!r}")
 
 
 @contextmanager

@@ -77,3 +77,31 @@ def test_a_file_that_is_not_sharegpt_is_refused(tmp_path):
     bad.write_text(json.dumps({"conversations": []}))
     with pytest.raises(InputError, match="not in ShareGPT format"):
         load_conversations(bad)
+
+
+def _longbench_record(n: int, length: str) -> dict:
+    return {"_id": f"lb{n}", "domain": "Single-Document QA", "sub_domain": "legal",
+            "difficulty": "hard", "length": length, "question": f"Which clause {n}?",
+            **{f"choice_{c}": f"clause {c}{n}" for c in "ABCD"}, "answer": "C",
+            "context": f"Article {n}. " * 40}
+
+
+def test_longbench_filters_lengths_and_asks_the_choices(tmp_path):
+    from kvtrace.collectors.datasets.longbench import load_longbench, longbench_requests
+
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps([_longbench_record(i, length) for i, length in
+                                enumerate(["short", "long", "medium", "short"])]))
+    records, _ = load_longbench(path)
+    requests = list(longbench_requests(records, ["short", "medium"]))
+    assert [r.meta["id"] for r in requests] == ["lb0", "lb2", "lb3"]
+    assert [r.request_id for r in requests] == [0, 1, 2]
+    prompt = requests[0].prompt
+    assert prompt.index("Article 0.") < prompt.index("Which clause 0?") < prompt.index(
+        "(D) clause D0")
+    assert requests[0].answer == "C"
+    with pytest.raises(InputError, match="unknown LongBench length class"):
+        list(longbench_requests(records, ["huge"]))
+    (tmp_path / "bad.json").write_text(json.dumps([{"question": "q"}]))
+    with pytest.raises(InputError, match="not LongBench v2 data"):
+        load_longbench(tmp_path / "bad.json")
