@@ -198,12 +198,16 @@ def collect_pool(
 def collect_dsa_command(
     model: Annotated[str, typer.Option(help="The DSA model: dsa-ref.")] = "dsa-ref",
     dataset: Annotated[str, typer.Option(
-        help="Dataset runner: ruler, sharegpt or longbench-v2.")] = "ruler",
+        help="Dataset runner: ruler, sharegpt, longbench-v2 or burstgpt.")] = "ruler",
     data_file: Annotated[Path | None, typer.Option(
         help="Local dataset file (sharegpt: the ShareGPT JSON; longbench-v2: data.json).")
     ] = None,
     length: Annotated[str | None, typer.Option(
         help="longbench-v2 length classes, comma-separated: short,medium,long.")] = None,
+    batch_size: Annotated[int, typer.Option(
+        help="burstgpt: requests taken at once when the model is free.")] = 1,
+    time_scale: Annotated[float, typer.Option(
+        help="burstgpt: divide recorded arrival times by this.")] = 1.0,
     turn_mode: Annotated[str, typer.Option(
         help="sharegpt: full or per_user_turn.")] = "full",
     limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
@@ -232,7 +236,8 @@ def collect_dsa_command(
     Example: kvtrace collect dsa --model dsa-ref --dataset ruler --limit 4 --ruler-length 2048
     """
     result = _run_collect(model=model, dataset=dataset, data_file=data_file,
-                          turn_mode=turn_mode, length_filter=length, limit=limit,
+                          turn_mode=turn_mode, length_filter=length, batch_size=batch_size,
+                          time_scale=time_scale, limit=limit,
                           max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                           ruler_length=ruler_length, ruler_variant=ruler_variant,
                           block_sizes=tuple(block_size or (64,)), sample_rate=sample_rate,
@@ -246,13 +251,14 @@ def collect_dsa_command(
 
 def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
                  data_file: Path | None = None, turn_mode: str = "full",
-                 length_filter: str | None = None,
+                 length_filter: str | None = None, batch_size: int = 1,
+                 time_scale: float = 1.0,
                  max_prompt_tokens: int, ruler_length: int, ruler_variant: str,
                  block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
                  seed: int, layers: int, topk: int, weights: Path | None, scores: str,
                  run_name: str | None):
     try:
-        from kvtrace.collectors.dsa_collect import collect_dsa
+        from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
         from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
@@ -272,6 +278,12 @@ def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
     warehouse = _open(create=True)
     name = run_name or f"{dataset}-{model}-{seed}"
     with _request_progress(limit) as advance:
+        if dataset == "burstgpt":
+            return replay_arrivals(
+                warehouse, requests, model=net, tokenizer=tokenizer, run_name=name,
+                dataset=dataset, dataset_variant=variant, batch_size=batch_size,
+                time_scale=time_scale, block_sizes=block_sizes, max_new_tokens=max_new_tokens,
+                max_prompt_tokens=max_prompt_tokens, seed=seed, progress=advance)
         return collect_dsa(warehouse, requests, model=net, tokenizer=tokenizer,
                            run_name=name, dataset=dataset, dataset_variant=variant,
                            block_sizes=block_sizes, sample_rate=sample_rate,
@@ -307,6 +319,13 @@ def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limi
         conversations, sha = load_conversations(data_file)
         requests = islice(sharegpt_requests(conversations, turn_mode), limit)
         return requests, f"{data_file.name} (sha256 {sha}, turns {turn_mode})"
+    if dataset == "burstgpt":
+        from kvtrace.collectors.datasets.burstgpt import load_arrivals
+
+        if data_file is None:
+            raise KvtraceError("--dataset burstgpt needs --data-file (an arrival trace CSV)")
+        arrivals, sha = load_arrivals(data_file)
+        return arrivals[:limit], f"{data_file.name} (sha256 {sha}, first {limit} arrivals)"
     if dataset == "longbench-v2":
         from kvtrace.collectors.datasets.longbench import load_longbench, longbench_requests
 
@@ -317,7 +336,7 @@ def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limi
         requests = islice(longbench_requests(records, classes), limit)
         return requests, (f"{data_file.name} (sha256 {sha}, lengths "
                           f"{length_filter or 'all'})")
-    raise KvtraceError(f"expected ruler, sharegpt or longbench-v2 for --dataset, "
+    raise KvtraceError(f"expected ruler, sharegpt, longbench-v2 or burstgpt for --dataset, "
                        f"got {dataset!r}")
 
 

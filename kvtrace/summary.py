@@ -60,6 +60,16 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str,
     hot = row["prefix_hot_blocks"] or {}
     summary["prefix_hot_blocks"] = {str(request): blocks for request, blocks in sorted(
         hot.items())}
+    latency = con.execute("SELECT * FROM dsa_request_latency WHERE run_id = $run",
+                          {"run": row["run_id"]}).fetchone()
+    if latency is not None:
+        collector = json.loads(row["collector_config"] or "{}")
+        summary["serving"] = {
+            "requests": latency[1],
+            "latency_ms": dict(zip(("p50", "p95", "p99", "max"), latency[2:], strict=True)),
+            **{key: collector[key] for key in ("batch_size", "max_new_tokens_cap")
+               if key in collector},
+        }
     return summary
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -10,6 +11,7 @@ from typing import Literal
 from kvtrace.collectors.datasets import DatasetRequest
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef
 from kvtrace.collectors.dsa_tracer import DsaTracer
+from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
 
 
@@ -64,6 +66,71 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *, mod
                                finish_s=time.perf_counter() - started)
             report.requests += 1
             report.new_tokens += len(out)
+            report.seconds = time.perf_counter() - started
+            if progress:
+                progress(report)
+    finally:
+        tracer.close()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
+                    tokenizer: ByteTokenizer, run_name: str, dataset: str,
+                    dataset_variant: str | None = None, batch_size: int = 1,
+                    time_scale: float = 1.0, block_sizes: tuple[int, ...] = (64,),
+                    max_new_tokens: int = 16, max_prompt_tokens: int = 16384,
+                    seed: int = 0, progress: Progress | None = None) -> CollectReport:
+    """Serve recorded arrivals FIFO on a simulated clock, tracing DSA selections.
+
+    The clock starts at the first arrival (times divided by ``time_scale``).  When the
+    model is free it takes up to ``batch_size`` requests that have arrived and runs them
+    one after the other; each finishes when its own decoding ends.  Arrival, finish and
+    latency go to ``requests``.  A request generates its recorded response length, at
+    most ``max_new_tokens`` (0: no cap).
+    """
+    from kvtrace.collectors.datasets.burstgpt import filler_prompt
+
+    if batch_size < 1 or time_scale <= 0:
+        raise InputError("the batch size must be at least 1 and the time scale positive")
+    tracer = DsaTracer(
+        warehouse, run_name=run_name, dataset=dataset, block_sizes=block_sizes,
+        topk=model.config.index_topk, seed=seed, model="dsa-ref",
+        model_config=model.config.to_dict(), dataset_variant=dataset_variant,
+        collector_config={"batch_size": batch_size, "time_scale": time_scale,
+                          "max_new_tokens_cap": max_new_tokens,
+                          "max_prompt_tokens": max_prompt_tokens})
+    report = CollectReport(tracer.run_id)
+    pending = deque(sorted(arrivals, key=lambda a: a.arrival_s))
+    clock = 0.0
+    started = time.perf_counter()
+    limit = min(max_prompt_tokens, model.config.max_seq_len - 1)
+    try:
+        while pending:
+            clock = max(clock, pending[0].arrival_s / time_scale)
+            batch = []
+            while pending and len(batch) < batch_size and (
+                    pending[0].arrival_s / time_scale <= clock):
+                batch.append(pending.popleft())
+            for arrival in batch:
+                if arrival.prompt_tokens > limit:
+                    tracer.skip_request(arrival.request_id, arrival.prompt_tokens,
+                                        f"prompt of {arrival.prompt_tokens} tokens is longer "
+                                        f"than {limit}")
+                    report.skipped += 1
+                    continue
+                prompt = tokenizer.encode(filler_prompt(arrival.prompt_tokens))
+                wanted = max(arrival.response_tokens, 1)
+                budget = min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted
+                tracer.begin_request(arrival.request_id, prompt)
+                began = time.perf_counter()
+                out = model.generate(prompt, budget, request_id=arrival.request_id,
+                                     tracer=tracer, seed=seed + arrival.request_id)
+                clock += time.perf_counter() - began
+                tracer.end_request(arrival.request_id, new_tokens=len(out),
+                                   arrival_s=arrival.arrival_s / time_scale, finish_s=clock)
+                report.requests += 1
+                report.new_tokens += len(out)
             report.seconds = time.perf_counter() - started
             if progress:
                 progress(report)

@@ -93,3 +93,24 @@ LEFT JOIN _hist_summary('_dsa_fill_hist_values') AS fill USING (run_id, dataset,
 LEFT JOIN _hist_summary('_dsa_offset_hist_values') AS offs USING (run_id, dataset, block_size)
 LEFT JOIN prefix USING (run_id, dataset, block_size)
 LEFT JOIN hot_by_request USING (run_id, dataset, block_size);
+
+-- @view dsa_request_latency
+-- Per run: end-to-end latency of the requests that recorded one (replayed arrival traces),
+-- the serving part of the tracer's summary.json.  Percentiles are linear-interpolated.
+-- @column run_id          the run
+-- @column requests        requests with a latency
+-- @column latency_p50_ms  median latency, milliseconds
+-- @column latency_p95_ms  95th percentile latency, milliseconds
+-- @column latency_p99_ms  99th percentile latency, milliseconds
+-- @column latency_max_ms  largest latency, milliseconds
+CREATE VIEW dsa_request_latency AS
+SELECT
+    run_id,
+    count(*) AS requests,
+    quantile_cont(latency_ms, 0.5) AS latency_p50_ms,
+    quantile_cont(latency_ms, 0.95) AS latency_p95_ms,
+    quantile_cont(latency_ms, 0.99) AS latency_p99_ms,
+    max(latency_ms) AS latency_max_ms
+FROM requests
+WHERE latency_ms IS NOT NULL
+GROUP BY run_id;

@@ -105,3 +105,57 @@ def test_longbench_filters_lengths_and_asks_the_choices(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps([{"question": "q"}]))
     with pytest.raises(InputError, match="not LongBench v2 data"):
         load_longbench(tmp_path / "bad.json")
+
+
+AZURE = Path(__file__).parent.parent / "data" / "azure_llm_inference_code.csv"
+
+
+def test_arrival_traces_read_the_azure_file_fifo():
+    from kvtrace.collectors.datasets.burstgpt import load_arrivals
+
+    arrivals, sha = load_arrivals(AZURE)
+    assert len(arrivals) == 8819 and len(sha) == 64
+    assert arrivals[0].arrival_s == 0.0
+    times = [a.arrival_s for a in arrivals]
+    assert times == sorted(times)
+    assert arrivals[0].prompt_tokens > 0 and [a.request_id for a in arrivals[:3]] == [0, 1, 2]
+
+
+def test_replayed_arrivals_record_fifo_latency_and_the_serving_summary(warehouse, tmp_path):
+    import numpy as np
+
+    from kvtrace.collectors.datasets.burstgpt import load_arrivals
+    from kvtrace.collectors.dsa_collect import replay_arrivals
+    from kvtrace.summary import run_summary
+
+    trace = tmp_path / "burst.csv"
+    trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5.0,ChatGPT,120,3,123,Conversation log\n"
+                     "0.0,ChatGPT,100,2,102,Conversation log\n"
+                     "0.0,GPT-4,90,4,94,Conversation log\n"
+                     "0.5,ChatGPT,2000,2,2002,Conversation log\n")
+    arrivals, _ = load_arrivals(trace)
+    config = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=2, index_dim=8,
+                          rope_dim=4, q_lora_rank=16, index_topk=16, max_seq_len=1024)
+    report = replay_arrivals(warehouse, arrivals, model=DsaRef(config),
+                             tokenizer=ByteTokenizer(), run_name="burst", dataset="burstgpt",
+                             batch_size=2, block_sizes=(16,), max_new_tokens=3,
+                             max_prompt_tokens=500)
+    assert (report.requests, report.skipped) == (3, 1)
+    con = warehouse.connect()
+    rows = con.execute("SELECT request_id, prompt_tokens, new_tokens, arrival_s, finish_s, "
+                       "latency_ms, status FROM requests ORDER BY request_id").fetchall()
+    served = [r for r in rows if r[6] == "ok"]
+    assert [(r[0], r[1], r[2], r[3]) for r in served] == [
+        (0, 100, 2, 0.0), (1, 90, 3, 0.0), (3, 120, 3, 5.0)]
+    assert rows[2][6] == "skipped" and rows[2][1] == 2000
+    finishes = [r[4] for r in served]
+    assert finishes == sorted(finishes) and all(r[4] > r[3] for r in served)
+    assert served[2][4] > 5.0  # the model waited for the late arrival
+    latencies = [r[5] for r in served]
+    assert latencies == pytest.approx([(r[4] - r[3]) * 1000 for r in served])
+    summary = run_summary(con, "burst")
+    assert summary["serving"]["requests"] == 3
+    assert summary["serving"]["batch_size"] == 2
+    assert summary["serving"]["latency_ms"]["p95"] == pytest.approx(
+        np.quantile(latencies, 0.95))
