@@ -44,6 +44,8 @@ from kvtrace.schema.core import REQUESTS
 from kvtrace.warehouse import Warehouse
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
+BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
+BATCH_RECORDS = 4096
 _STOP = object()
 
 
@@ -256,25 +258,24 @@ class DsaTracer:
     # -- background writer -------------------------------------------------------------------
 
     def _write_loop(self, commit_every_s: float) -> None:
+        """Take steps off the queue in batches (one `DsaWriter.add` per batch, so the
+        writer's fixed costs are paid rarely) and commit every ``commit_every_s``."""
         writer, commit, request_keys = None, None, {}
         last_commit = time.monotonic()
         try:
             while True:
-                try:
-                    item = self._queue.get(timeout=1.0)
-                except queue.Empty:
-                    item = None
-                if item is not None and item is not _STOP:
+                steps, stop = self._next_batch(last_commit + commit_every_s)
+                if steps:
                     if writer is None:
                         commit = self.warehouse.begin(self.run_id)
                         writer = self._new_writer(commit, request_keys)
-                    for cols, lines in self._canonical(*item):
+                    for cols, lines in self._canonical(steps):
                         writer.add(cols, lines, self._raw_of)
                 due = time.monotonic() - last_commit >= commit_every_s
-                if writer is not None and (item is _STOP or due):
+                if writer is not None and (stop or due):
                     self._commit(writer, commit)
                     writer, commit, last_commit = None, None, time.monotonic()
-                if item is _STOP:
+                if stop:
                     if self._finished:
                         self._commit(None, self.warehouse.begin(self.run_id))
                     return
@@ -284,6 +285,30 @@ class DsaTracer:
                 self.warehouse.abort(commit)
             while self._queue.get() is not _STOP:
                 pass
+
+    def _next_batch(self, commit_due: float) -> tuple[list, bool]:
+        """Steps queued within BATCH_SECONDS of the first (or BATCH_RECORDS, or until a
+        commit is due), and whether the tracer was closed."""
+        steps: list = []
+        try:
+            first = self._queue.get(timeout=1.0)
+        except queue.Empty:
+            return steps, False
+        if first is _STOP:
+            return steps, True
+        steps.append(first)
+        records = first[1].shape[0] * first[1].shape[1]
+        deadline = min(time.monotonic() + BATCH_SECONDS, commit_due)
+        while records < BATCH_RECORDS:
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return steps, True
+            steps.append(item)
+            records += item[1].shape[0] * item[1].shape[1]
+        return steps, False
 
     def _new_writer(self, commit, request_keys: dict[str, int]) -> DsaWriter:
         return DsaWriter(self.warehouse, commit, string_ids=False, dataset=self.dataset,
@@ -309,27 +334,29 @@ class DsaTracer:
     def _raw_of(self, record_no: int) -> str:
         return f"live record {record_no}"
 
-    def _canonical(self, layers, indices, values, request_ids, starts, latency_us, requests):
-        """Canonical columns of one step, once per block size."""
-        n_layers, batch, k = indices.shape
-        rows = n_layers * batch
-        flat = indices.reshape(rows, k).astype(np.int64)
-        keep = flat >= 0
-        lengths = keep.sum(axis=1)
+    def _canonical(self, steps: list):
+        """Canonical columns of several steps, once per block size."""
+        parts = [_step_rows(*step) for step in steps]
+        flat_positions = np.concatenate([p["positions"] for p in parts])
+        lengths = np.concatenate([p["lengths"] for p in parts])
         offsets = np.concatenate(([0], np.cumsum(lengths)))
+        rows = len(lengths)
         positions = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                             pa.array(flat[keep], pa.int64()))
-        request_of_row = np.tile(np.asarray(request_ids, dtype=np.int64), n_layers)
-        start_of_row = np.tile(np.asarray(starts, dtype=np.int64), n_layers)
-        layer_of_row = np.repeat(layers, batch)
-        score_cols = _score_columns(values, keep, offsets, rows, k, self.full_scores)
-        info = [requests[r] for r in request_of_row.tolist()]
+                                             pa.array(flat_positions, pa.int64()))
+        request_of_row = np.concatenate([p["request"] for p in parts])
+        start_of_row = np.concatenate([p["start"] for p in parts])
+        layer_of_row = np.concatenate([p["layer"] for p in parts])
+        latency = np.concatenate([p["latency"] for p in parts])
+        score_cols = _score_columns([p["scores"] for p in parts], offsets, rows,
+                                    self.full_scores)
+        info = [q for p in parts for q in p["info"]]
         hit = pa.array([bool(q and q.prefix_hit) for q in info])
         cached = np.array([q.cached_tokens if q else 0 for q in info], dtype=np.int64)
+        keys = pa.array([q.prefix_key if q else None for q in info], pa.string())
         lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
         self._record_no += rows
+        nulls = pa.nulls(rows)
         for block_size in self.block_sizes:
-            nulls = pa.nulls(rows)
             yield {
                 "event": nulls.cast(pa.string()),
                 "run_name": pa.array([self.run_name] * rows),
@@ -338,8 +365,7 @@ class DsaTracer:
                 "topk": pa.array([self.topk] * rows, pa.int64()),
                 "prefix_hit": hit,
                 "prefix_cached_blocks": pa.array(cached // block_size),
-                "prefix_key": pa.array([q.prefix_key if q else None for q in info],
-                                       pa.string()),
+                "prefix_key": keys,
                 "request_id": pa.array(request_of_row),
                 "request_key": nulls.cast(pa.string()),
                 "is_decode": nulls.cast(pa.bool_()),
@@ -349,10 +375,31 @@ class DsaTracer:
                 "seq_len": pa.array(start_of_row + 1),
                 "positions": positions,
                 "block_size": pa.array([block_size] * rows, pa.int64()),
-                "step_latency_us": pa.array([latency_us] * rows, pa.float64()),
+                "step_latency_us": pa.array(latency, pa.float64()),
                 **score_cols,
                 **{name: nulls.cast(pa.float64()) for name in _SOURCE_STATS},
             }, lines
+
+
+def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests) -> dict:
+    """Row-level arrays of one step: rows run layer by layer, batch row by batch row."""
+    n_layers, batch, k = indices.shape
+    rows = n_layers * batch
+    flat = indices.reshape(rows, k).astype(np.int64)
+    keep = flat >= 0
+    scores = None
+    if values is not None:
+        scores = (values.reshape(rows, k).astype(np.float64), keep)
+    return {
+        "positions": flat[keep],
+        "lengths": keep.sum(axis=1),
+        "request": np.tile(np.asarray(request_ids, dtype=np.int64), n_layers),
+        "start": np.tile(np.asarray(starts, dtype=np.int64), n_layers),
+        "layer": np.repeat(layers, batch),
+        "latency": np.full(rows, latency_us),
+        "scores": scores,
+        "info": [requests[r] for r in request_ids] * n_layers,
+    }
 
 
 _SOURCE_STATS = ("src_count", "src_offset_min", "src_offset_p50", "src_offset_p95",
@@ -361,22 +408,35 @@ _SOURCE_STATS = ("src_count", "src_offset_min", "src_offset_p50", "src_offset_p9
                  "src_intersection_ratio")
 
 
-def _score_columns(values: np.ndarray | None, keep: np.ndarray, offsets: np.ndarray,
-                   rows: int, k: int, full: bool) -> dict[str, pa.Array]:
-    if values is None:
-        nulls = pa.nulls(rows, pa.float64())
+def _score_columns(parts: list, offsets: np.ndarray, rows: int,
+                   full: bool) -> dict[str, pa.Array]:
+    """Score statistics (and, when ``full``, the scores) of every row; NULL without scores."""
+    nulls = pa.nulls(rows, pa.float64())
+    if all(p is None for p in parts):
         return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
                 "score_mean": nulls, "score_max": nulls}
-    flat = values.reshape(rows, k).astype(np.float64)
-    masked = np.where(keep, flat, np.nan)
-    with np.errstate(invalid="ignore"), _quiet_nan_warnings():
-        stats = {"score_min": np.nanmin(masked, axis=1), "score_mean": np.nanmean(masked, axis=1),
-                 "score_max": np.nanmax(masked, axis=1)}
+    stats = {name: [] for name in ("score_min", "score_mean", "score_max")}
+    kept, has = [], []
+    for part in parts:
+        if part is None:
+            continue
+        values, keep = part
+        masked = np.where(keep, values, np.nan)
+        with np.errstate(invalid="ignore"), _quiet_nan_warnings():
+            stats["score_min"].append(np.nanmin(masked, axis=1))
+            stats["score_mean"].append(np.nanmean(masked, axis=1))
+            stats["score_max"].append(np.nanmax(masked, axis=1))
+        kept.append(values[keep])
+        has.append(len(values))
+    if sum(has) != rows:  # some steps came without scores: keep the columns NULL
+        return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
+                "score_mean": nulls, "score_max": nulls}
     scores = (pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                       pa.array(flat[keep], pa.float32()))
+                                       pa.array(np.concatenate(kept), pa.float32()))
               if full else pa.nulls(rows, pa.list_(pa.float32())))
-    return {"scores": scores, **{n: pa.array(v, pa.float64(), from_pandas=True)
-                                 for n, v in stats.items()}}
+    return {"scores": scores, **{name: pa.array(np.concatenate(v), pa.float64(),
+                                                from_pandas=True)
+                                 for name, v in stats.items()}}
 
 
 @contextmanager
