@@ -20,6 +20,7 @@ leaves every completed file readable.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import queue
@@ -37,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace import __version__
+from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.dsa_writer import DsaWriter
 from kvtrace.errors import InputError
 from kvtrace.ingest import make_run_id
@@ -93,6 +95,9 @@ class DsaTracer:
         Prompt tokens whose hashes define a request's prefix (candidates 32..1024).
     rank, world_size
         Of this process, recorded in ``runs``; each rank writes its own files.
+    tier_model
+        Which KV tier serves each touched block (`kvtrace.collectors.kv_tiers`); by
+        default every block is an HBM hit.  Each block size gets its own copy.
     commit_every_s
         How often the background writer makes its files visible.
     """
@@ -106,6 +111,7 @@ class DsaTracer:
                  model: str | None = None, model_config: Mapping[str, Any] | None = None,
                  dataset_variant: str | None = None,
                  collector_config: Mapping[str, Any] | None = None,
+                 tier_model: TierModel | None = None,
                  commit_every_s: float = 30.0) -> None:
         if not block_sizes or any(b <= 0 for b in block_sizes):
             raise InputError("block sizes must be positive")
@@ -120,6 +126,8 @@ class DsaTracer:
         self.full_scores = scores == "full"
         self.phase = phase
         self.prefix_tokens = prefix_tokens
+        model_of_tiers = tier_model or HbmOnly()
+        self._tiers = {size: copy.deepcopy(model_of_tiers) for size in self.block_sizes}
         self.enabled = True
         self._rng = random.Random(seed)
         self._seen_prefixes: set[str] = set()
@@ -357,7 +365,10 @@ class DsaTracer:
         self._record_no += rows
         nulls = pa.nulls(rows)
         for block_size in self.block_sizes:
+            touched = _touched_blocks(flat_positions, lengths, block_size)
+            fetched = self._tiers[block_size].fetch(request_of_row, touched, block_size)
             yield {
+                **_tier_columns(fetched),
                 "event": nulls.cast(pa.string()),
                 "run_name": pa.array([self.run_name] * rows),
                 "dataset": pa.array([self.dataset] * rows),
@@ -379,6 +390,30 @@ class DsaTracer:
                 **score_cols,
                 **{name: nulls.cast(pa.float64()) for name in _SOURCE_STATS},
             }, lines
+
+
+def _touched_blocks(positions: np.ndarray, lengths: np.ndarray,
+                    block_size: int) -> list[np.ndarray]:
+    """The distinct blocks of each row, ascending."""
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    keys = np.unique((rows << 32) | (positions // block_size))
+    counts = np.bincount(keys >> 32, minlength=len(lengths))
+    return np.split(keys & 0xFFFFFFFF, np.cumsum(counts)[:-1])
+
+
+def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
+    columns: dict[str, pa.Array] = {}
+    for tier, fetch in fetched.items():
+        counts = np.array([len(h) for h in fetch.hit_blocks], dtype=np.int64)
+        values = np.concatenate(fetch.hit_blocks) if len(counts) else np.zeros(0, np.int64)
+        columns[f"{tier}_hit_blocks"] = pa.ListArray.from_arrays(
+            pa.array(np.concatenate(([0], np.cumsum(counts))).astype(np.int32)),
+            pa.array(values, pa.int64()))
+        columns[f"{tier}_bytes_read"] = pa.array(fetch.bytes_read, pa.int64())
+        columns[f"{tier}_read_ops"] = pa.array(fetch.read_ops, pa.int64())
+        columns[f"{tier}_latency_us"] = pa.array(fetch.latency_us, pa.float64(),
+                                                 from_pandas=True)
+    return columns
 
 
 def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests) -> dict:

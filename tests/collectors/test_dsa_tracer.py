@@ -172,3 +172,36 @@ def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
     assert steps[0] > 0 and steps[1] == 100
     assert con.execute("SELECT count(*) FROM dsa_quality WHERE check_name = "
                        "'duplicate_row'").fetchone() == (0,)
+
+
+def test_default_tiers_serve_every_block_from_hbm(warehouse):
+    from kvtrace.collectors.kv_tiers import HbmOnly
+
+    _trace(warehouse, requests=1, steps=2, layers=2, block_sizes=(16,),
+           tier_model=HbmOnly(bytes_per_token=656))
+    rows = warehouse.connect().execute(
+        "SELECT unique_blocks, hbm_blocks, hbm_bytes_read, hbm_read_ops, hbm_hit_blocks, "
+        "local_pool_blocks, remote_pool_blocks, remote_pool_hit_blocks FROM dsa_steps"
+    ).fetchall()
+    assert rows and all(r == (r[0], r[0], r[0] * 16 * 656, 1, None, 0, 0, None) for r in rows)
+
+
+def test_an_lru_tier_model_splits_blocks_over_the_tiers(warehouse):
+    from kvtrace.collectors.kv_tiers import LruTiers, TierCost
+
+    tiers = LruTiers(hbm_blocks=2, local_blocks=2, bytes_per_token=2,
+                     costs={"remote_pool": TierCost(op_latency_us=10, block_latency_us=1)})
+    tracer = DsaTracer(warehouse, run_name="tiers", dataset="unit", block_sizes=(16,),
+                       tier_model=tiers)
+    tracer.begin_request(0, list(range(60)))
+    with tracer.step(60):  # blocks 0, 1, 2: all cold, read remotely
+        tracer.record_topk(0, np.array([0, 16, 32]))
+    with tracer.step(61):  # HBM holds 1, 2 and the local pool 0: 0 and 1 local, 3 remote
+        tracer.record_topk(0, np.array([0, 16, 48]))
+    tracer.end_request(0)
+    tracer.close()
+    rows = warehouse.connect().execute(
+        "SELECT hbm_blocks, local_pool_hit_blocks, remote_pool_hit_blocks, "
+        "remote_pool_bytes_read, remote_pool_latency_us FROM dsa_steps ORDER BY step_idx"
+    ).fetchall()
+    assert rows == [(0, None, [0, 1, 2], 3 * 16 * 2, 13.0), (0, [0, 1], [3], 16 * 2, 11.0)]
