@@ -10,12 +10,12 @@ Each prompt is filler text of the recorded length in tokens.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from kvtrace.collectors.datasets import read_local_file
 from kvtrace.errors import InputError
 
 COLUMNS = {
@@ -46,10 +46,7 @@ def _seconds(text: str) -> float:
 
 def load_arrivals(path: Path) -> tuple[list[Arrival], str]:
     """The arrivals of a trace CSV, FIFO, and the file's sha256."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    data, sha = read_local_file(path)
     reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig")))
     names = {}
     for column, aliases in COLUMNS.items():
@@ -72,7 +69,7 @@ def load_arrivals(path: Path) -> tuple[list[Arrival], str]:
     ordered = sorted(rows, key=lambda r: r[0])
     arrivals = [Arrival(i, t - start, prompt, response)
                 for i, (t, prompt, response) in enumerate(ordered)]
-    return arrivals, hashlib.sha256(data).hexdigest()
+    return arrivals, sha
 
 
 def filler_prompt(tokens: int) -> str:

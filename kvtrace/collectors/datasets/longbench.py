@@ -8,12 +8,10 @@ last, asking for the letter.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from kvtrace.collectors.datasets import DatasetRequest
+from kvtrace.collectors.datasets import DatasetRequest, read_json_file
 from kvtrace.errors import InputError
 
 FIELDS = ("question", "choice_A", "choice_B", "choice_C", "choice_D", "context")
@@ -22,18 +20,12 @@ LENGTHS = ("short", "medium", "long")
 
 def load_longbench(path: Path) -> tuple[list[dict], str]:
     """The records of a local LongBench v2 ``data.json`` and the file's sha256."""
-    try:
-        data = path.read_bytes()
-        records = json.loads(data)
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    records, sha = read_json_file(path)
     if not isinstance(records, list) or not all(
             isinstance(r, dict) and all(f in r for f in FIELDS) for r in records):
         raise InputError(f"{path} is not LongBench v2 data: expected a list of records "
                          f"with {', '.join(FIELDS)}")
-    return records, hashlib.sha256(data).hexdigest()
+    return records, sha
 
 
 def longbench_requests(records: list[dict], lengths: Iterable[str] | None = None

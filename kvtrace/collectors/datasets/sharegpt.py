@@ -8,13 +8,11 @@ them).  Requests are numbered in file order.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from kvtrace.collectors.datasets import DatasetRequest
+from kvtrace.collectors.datasets import DatasetRequest, read_json_file
 from kvtrace.errors import InputError
 
 ROLES = {"human": "User", "user": "User", "gpt": "Assistant", "assistant": "Assistant",
@@ -24,19 +22,13 @@ ROLES = {"human": "User", "user": "User", "gpt": "Assistant", "assistant": "Assi
 
 def load_conversations(path: Path) -> tuple[list[dict], str]:
     """The conversations of a local ShareGPT JSON file and the file's sha256."""
-    try:
-        data = path.read_bytes()
-        conversations = json.loads(data)
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    conversations, sha = read_json_file(path)
     if not isinstance(conversations, list) or not all(
             isinstance(c, dict) and isinstance(c.get("conversations"), list)
             for c in conversations):
         raise InputError(f"{path} is not in ShareGPT format: expected a list of "
                          "{id, conversations: [{from, value}]}")
-    return conversations, hashlib.sha256(data).hexdigest()
+    return conversations, sha
 
 
 def _turn(message: dict) -> str:
