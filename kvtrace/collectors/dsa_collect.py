@@ -48,24 +48,16 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *, mod
                           "max_prompt_tokens": max_prompt_tokens})
     report = CollectReport(tracer.run_id)
     started = time.perf_counter()
+    limit = _prompt_limit(model, max_prompt_tokens)
     try:
         for request in requests:
             prompt = tokenizer.encode(request.prompt)
-            limit = min(max_prompt_tokens, model.config.max_seq_len - 1)
-            if len(prompt) > limit:
-                tracer.skip_request(request.request_id, len(prompt),
-                                    f"prompt of {len(prompt)} tokens is longer than {limit}")
-                report.skipped += 1
+            if _skipped(tracer, report, request.request_id, len(prompt), limit):
                 continue
-            arrival = time.perf_counter() - started
-            tracer.begin_request(request.request_id, prompt)
-            out = model.generate(prompt, max_new_tokens, request_id=request.request_id,
-                                 tracer=tracer, temperature=temperature,
-                                 eos_id=tokenizer.eos_id, seed=seed + request.request_id)
-            tracer.end_request(request.request_id, new_tokens=len(out), arrival_s=arrival,
-                               finish_s=time.perf_counter() - started)
-            report.requests += 1
-            report.new_tokens += len(out)
+            now = time.perf_counter() - started
+            _decode(tracer, model, report, request.request_id, prompt, max_new_tokens,
+                    arrival_s=now, clock_s=now, temperature=temperature,
+                    eos_id=tokenizer.eos_id, seed=seed + request.request_id)
             report.seconds = time.perf_counter() - started
             if progress:
                 progress(report)
@@ -73,6 +65,36 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *, mod
         tracer.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _prompt_limit(model: DsaRef, max_prompt_tokens: int) -> int:
+    return min(max_prompt_tokens, model.config.max_seq_len - 1)
+
+
+def _skipped(tracer: DsaTracer, report: CollectReport, request_id: int, prompt_tokens: int,
+             limit: int) -> bool:
+    """Record a request whose prompt is too long as skipped; say whether it was."""
+    if prompt_tokens <= limit:
+        return False
+    tracer.skip_request(request_id, prompt_tokens,
+                        f"prompt of {prompt_tokens} tokens is longer than {limit}")
+    report.skipped += 1
+    return True
+
+
+def _decode(tracer: DsaTracer, model: DsaRef, report: CollectReport, request_id: int,
+            prompt: list[int], budget: int, *, arrival_s: float, clock_s: float,
+            **generate: object) -> float:
+    """Decode one request with the tracer on; returns its finish time on the caller's
+    clock (``clock_s`` plus the seconds decoding took)."""
+    tracer.begin_request(request_id, prompt)
+    began = time.perf_counter()
+    out = model.generate(prompt, budget, request_id=request_id, tracer=tracer, **generate)
+    finish = clock_s + time.perf_counter() - began
+    tracer.end_request(request_id, new_tokens=len(out), arrival_s=arrival_s, finish_s=finish)
+    report.requests += 1
+    report.new_tokens += len(out)
+    return finish
 
 
 def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
@@ -104,7 +126,7 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
     pending = deque(sorted(arrivals, key=lambda a: a.arrival_s))
     clock = 0.0
     started = time.perf_counter()
-    limit = min(max_prompt_tokens, model.config.max_seq_len - 1)
+    limit = _prompt_limit(model, max_prompt_tokens)
     try:
         while pending:
             clock = max(clock, pending[0].arrival_s / time_scale)
@@ -113,24 +135,14 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
                     pending[0].arrival_s / time_scale <= clock):
                 batch.append(pending.popleft())
             for arrival in batch:
-                if arrival.prompt_tokens > limit:
-                    tracer.skip_request(arrival.request_id, arrival.prompt_tokens,
-                                        f"prompt of {arrival.prompt_tokens} tokens is longer "
-                                        f"than {limit}")
-                    report.skipped += 1
+                if _skipped(tracer, report, arrival.request_id, arrival.prompt_tokens, limit):
                     continue
                 prompt = tokenizer.encode(filler_prompt(arrival.prompt_tokens))
                 wanted = max(arrival.response_tokens, 1)
                 budget = min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted
-                tracer.begin_request(arrival.request_id, prompt)
-                began = time.perf_counter()
-                out = model.generate(prompt, budget, request_id=arrival.request_id,
-                                     tracer=tracer, seed=seed + arrival.request_id)
-                clock += time.perf_counter() - began
-                tracer.end_request(arrival.request_id, new_tokens=len(out),
-                                   arrival_s=arrival.arrival_s / time_scale, finish_s=clock)
-                report.requests += 1
-                report.new_tokens += len(out)
+                clock = _decode(tracer, model, report, arrival.request_id, prompt, budget,
+                                arrival_s=arrival.arrival_s / time_scale, clock_s=clock,
+                                seed=seed + arrival.request_id)
             report.seconds = time.perf_counter() - started
             if progress:
                 progress(report)
