@@ -78,16 +78,13 @@ def segment_quantile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.n
     return result
 
 
-def invalid_rows(lists: PositionLists, seq_len: np.ndarray) -> dict[str, np.ndarray]:
-    """Rows whose positions break the contract, by reason (boolean masks over rows).
-
-    Expects no null values.  Positions must lie in ``[0, seq_len)`` and be distinct.
-    """
+def out_of_range_rows(lists: PositionLists, seq_len: np.ndarray) -> np.ndarray:
+    """Rows holding a position outside ``[0, seq_len)`` (a boolean mask; no nulls expected)."""
     seq = np.repeat(seq_len, lists.lengths)
     values = lists.values
-    out_of_range = np.zeros(lists.num_rows, dtype=bool)
-    out_of_range[lists.row_ids()[(values < 0) | (values >= seq)]] = True
-    return {"position outside [0, seq_len)": out_of_range}
+    outside = np.zeros(lists.num_rows, dtype=bool)
+    outside[lists.row_ids()[(values < 0) | (values >= seq)]] = True
+    return outside
 
 
 def sort_lists(lists: PositionLists, scores: np.ndarray | None = None

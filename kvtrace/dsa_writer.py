@@ -128,9 +128,7 @@ class DsaWriter:
         scored = _scores(cols["scores"], lists)
         scores, has_scores = scored if scored is not None else (None, None)
         bad = np.full(len(seq_len), "", dtype=object)
-        bad[dsa_stats.invalid_rows(lists, seq_len)["position outside [0, seq_len)"]] = (
-            "position outside [0, seq_len)"
-        )
+        bad[dsa_stats.out_of_range_rows(lists, seq_len)] = "position outside [0, seq_len)"
         if scored is not None:
             given = np.asarray(pc.fill_null(pc.list_value_length(_combined(cols["scores"])), 0)
                                .to_numpy(zero_copy_only=False))

@@ -55,9 +55,6 @@ class LocalStorage:
             raise WarehouseError(f"path {relative!r} would leave the warehouse {self.root}")
         return target
 
-    def exists(self) -> bool:
-        return self.root.is_dir()
-
     def new_temp(self, suffix: str) -> Path:
         """A fresh path in the warehouse's scratch folder (same file system: rename is atomic)."""
         tmp = self.root / TMP_DIR

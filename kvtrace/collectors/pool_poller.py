@@ -72,8 +72,8 @@ class PollReport:
     commits: int = 0
 
 
-def poll_once(endpoint: Endpoint, timeout_s: float) -> tuple[list[dict], float]:
-    """Poll one worker: its rows (or one row with poll_error) and the latency in ms."""
+def poll_once(endpoint: Endpoint, timeout_s: float) -> list[dict]:
+    """Poll one worker: its rows (or one row with poll_error), each with the poll's latency."""
     started = time.perf_counter()
     try:
         request = urllib.request.Request(endpoint.url, headers={"User-Agent": "kvtrace"})
@@ -94,7 +94,7 @@ def poll_once(endpoint: Endpoint, timeout_s: float) -> tuple[list[dict], float]:
     latency_ms = (time.perf_counter() - started) * 1000
     for row in rows:
         row["poll_latency_ms"] = latency_ms
-    return rows, latency_ms
+    return rows
 
 
 def _error_row(endpoint: Endpoint, message: str) -> dict:
@@ -169,7 +169,7 @@ def _poll_worker(endpoint: Endpoint, phase: float, interval: float, timeout: flo
         if stop.wait(max(0.0, planned - time.monotonic())):
             return
         sent = time.monotonic()
-        found, _ = poll_once(endpoint, timeout)
+        found = poll_once(endpoint, timeout)
         for row in found:
             row["t_s"] = sent - origin
             row["ts"] = started_at.timestamp() + (sent - origin)
