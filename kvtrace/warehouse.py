@@ -219,6 +219,11 @@ class Warehouse:
         handle.append(data)
         handle.close()
 
+    def write_rows(self, commit: Commit, table: str, rows: list[dict[str, Any]]) -> None:
+        """`write` for rows as dicts, built with the table's schema (so a column that the
+        first row lacks is not dropped, and a missing key reads as NULL)."""
+        self.write(commit, table, pa.Table.from_pylist(rows, schema=TABLES[table].schema))
+
     def open_file(self, commit: Commit, table: str) -> TableFile:
         """A file of ``table`` to fill with row groups of one partition."""
         return TableFile(self, commit, TABLES[table])

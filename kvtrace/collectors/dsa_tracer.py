@@ -42,7 +42,6 @@ from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.dsa_writer import DsaWriter
 from kvtrace.errors import InputError
 from kvtrace.ingest import make_run_id
-from kvtrace.schema.core import REQUESTS
 from kvtrace.warehouse import Warehouse
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
@@ -327,15 +326,15 @@ class DsaTracer:
         result = writer.finish() if writer is not None else None
         finished, self._finished = self._finished, {}
         if finished:
-            self.warehouse.write(commit, "requests", pa.Table.from_pylist(
-                [{"run_id": self.run_id, "dataset": self.dataset, **row}
-                 for row in finished.values()], schema=REQUESTS.schema))
+            self.warehouse.write_rows(commit, "requests", [
+                {"run_id": self.run_id, "dataset": self.dataset, **row}
+                for row in finished.values()])
         if result is not None and result.rejected:
-            self.warehouse.write(commit, "quarantine", pa.Table.from_pylist([
+            self.warehouse.write_rows(commit, "quarantine", [
                 {"run_id": self.run_id, "source_path": "collect", "line_no": bad.line_no,
-                 "reason": bad.reason, "raw": bad.raw} for bad in result.rejected]))
+                 "reason": bad.reason, "raw": bad.raw} for bad in result.rejected])
         if not self._run_written:
-            self.warehouse.write(commit, "runs", pa.Table.from_pylist([self._run_row]))
+            self.warehouse.write_rows(commit, "runs", [self._run_row])
             self._run_written = True
         self.warehouse.commit(commit)
 

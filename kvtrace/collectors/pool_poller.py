@@ -210,7 +210,7 @@ class _BatchWriter:
                 self.warehouse.write(commit, "pool_snapshots", table.sort_by(
                     [("worker_id", "ascending"), ("t_s", "ascending")]))
             if first:
-                self.warehouse.write(commit, "runs", self._run_row())
+                self.warehouse.write_rows(commit, "runs", [self._run_row()])
             self.warehouse.commit(commit)
         except BaseException:
             self.warehouse.abort(commit)
@@ -221,11 +221,11 @@ class _BatchWriter:
         self.report.polls += len({(row["worker_id"].split("#")[0], row["t_s"])
                                   for row in batch})
 
-    def _run_row(self) -> pa.Table:
-        return pa.Table.from_pylist([{
+    def _run_row(self) -> dict:
+        return {
             "run_id": self.report.run_id, "run_name": self.run_name, "kind": "serving",
             "collector_config": json.dumps({**self.config, "experiment": self.label},
                                            sort_keys=True),
             "source": "collect", "host": socket.gethostname(), "started_at": self.started_at,
             "kvtrace_version": __version__,
-        }])
+        }

@@ -177,7 +177,7 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Kind,
             table = pa.Table.from_pylist(result.rows, schema=spec.schema)
             warehouse.write(commit, table_name,
                             table.sort_by([(c, "ascending") for c in spec.sort_by]))
-        warehouse.write(commit, "runs", _run_row(run_id, name, "serving", source, {
+        warehouse.write_rows(commit, "runs", _run_row(run_id, name, "serving", source, {
             "format": kind, "experiment": label}, dataset=None))
         _write_quarantine(warehouse, commit, source, result.rejected)
         warehouse.commit(commit)
@@ -205,11 +205,11 @@ def _ingest_run_summary(warehouse: Warehouse, source: SourceFile, run_name: str 
     commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
                              source_size=source.size)
     try:
-        warehouse.write(commit, "run_summaries", pa.Table.from_pylist([{
+        warehouse.write_rows(commit, "run_summaries", [{
             "run_id": run_id, "experiment": experiment or name,
             "source_path": str(source.path), "summary": json.dumps(summary, sort_keys=True),
-        }]))
-        warehouse.write(commit, "runs", _run_row(run_id, name, "serving", source,
+        }])
+        warehouse.write_rows(commit, "runs", _run_row(run_id, name, "serving", source,
                                                  {"format": "summary"}, dataset=None))
         warehouse.commit(commit)
     except BaseException:
@@ -276,7 +276,7 @@ def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
     datasets = sorted(result.datasets)
     config = {"format": fmt, "block_sizes": sorted(result.block_sizes),
               **({"config": sidecar["config"]} if "config" in sidecar else {})}
-    warehouse.write(commit, "runs", _run_row(
+    warehouse.write_rows(commit, "runs", _run_row(
         run_id, run_name, "dsa", source, config,
         dataset=datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
         rank=result.first_record.get("rank"),
@@ -286,25 +286,25 @@ def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
             {"run_id": run_id, "request_id": rid, **vars(info)}
             for rid, info in sorted(result.requests.items()) if info.dataset == dataset
         ]
-        warehouse.write(commit, "requests", pa.Table.from_pylist(rows))
+        warehouse.write_rows(commit, "requests", rows)
     _write_quarantine(warehouse, commit, source, result.rejected)
     disagreements = result.checks.disagreements()
     if disagreements:
-        warehouse.write(commit, "ingest_checks", pa.Table.from_pylist([
+        warehouse.write_rows(commit, "ingest_checks", [
             {"run_id": run_id, "source_path": str(source.path), "statistic": name,
              "rows_checked": tally.checked, "rows_disagreeing": tally.disagreeing,
              "first_line": tally.first_line, "source_value": tally.source_value,
              "recomputed_value": tally.recomputed}
             for name, tally in sorted(disagreements.items())
-        ]))
+        ])
 
 
 def _run_row(run_id: str, run_name: str, kind: str, source: SourceFile, config: dict, *,
              dataset: str | None, rank: int | None = None,
-             world_size: int | None = None) -> pa.Table:
+             world_size: int | None = None) -> list[dict]:
     """The ``runs`` row of an ingested file."""
     sidecar = source.sidecar
-    return pa.Table.from_pylist([{
+    return [{
         "run_id": run_id,
         "run_name": run_name,
         "kind": kind,
@@ -320,18 +320,18 @@ def _run_row(run_id: str, run_name: str, kind: str, source: SourceFile, config: 
         "host": socket.gethostname(),
         "started_at": _parse_time(sidecar.get("started_at")),
         "kvtrace_version": __version__,
-    }])
+    }]
 
 
 def _write_quarantine(warehouse: Warehouse, commit: Commit, source: SourceFile,
                       rejected: list[BadLine]) -> None:
     if rejected:
-        warehouse.write(commit, "quarantine", pa.Table.from_pylist([
+        warehouse.write_rows(commit, "quarantine", [
             {"run_id": commit.run_id, "source_path": str(source.path),
              "source_sha256": commit.source_sha256, "line_no": bad.line_no,
              "reason": bad.reason, "raw": bad.raw}
             for bad in rejected
-        ]))
+        ])
 
 
 def _parse_time(value: object) -> datetime | None:
