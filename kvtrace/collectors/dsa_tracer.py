@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import queue
 import random
 import socket
@@ -93,7 +94,9 @@ class DsaTracer:
     prefix_tokens
         Prompt tokens whose hashes define a request's prefix (candidates 32..1024).
     rank, world_size
-        Of this process, recorded in ``runs``; each rank writes its own files.
+        Of this process (default: ``$RANK`` / ``$WORLD_SIZE`` as torchrun sets them, else
+        0 and 1), recorded in ``runs``.  With ``world_size > 1`` each rank gets
+        its own run id (and so its own files and request ids) under the shared run name.
     tier_model
         Which KV tier serves each touched block (`kvtrace.collectors.kv_tiers`); by
         default every block is an HBM hit.  Each block size gets its own copy.
@@ -106,7 +109,7 @@ class DsaTracer:
                  sample_rate: float = 1.0, layers: Sequence[int] | None = None,
                  scores: Literal["stats", "full"] = "stats",
                  phase: Literal["decode", "all"] = "decode", prefix_tokens: int = 256,
-                 rank: int = 0, world_size: int = 1, seed: int = 0,
+                 rank: int | None = None, world_size: int | None = None, seed: int = 0,
                  model: str | None = None, model_config: Mapping[str, Any] | None = None,
                  dataset_variant: str | None = None,
                  collector_config: Mapping[str, Any] | None = None,
@@ -116,9 +119,17 @@ class DsaTracer:
             raise InputError("block sizes must be positive")
         if not 0 < sample_rate <= 1:
             raise InputError("the sample rate must be in (0, 1]")
+        rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise InputError(f"rank {rank} is outside a world of size {world_size}")
         self.warehouse = warehouse
         self.run_name, self.dataset = run_name, dataset
-        self.run_id = make_run_id(run_name, "collect")
+        # Each rank of a multi-process run is a run of its own (its own run id, runs row
+        # and request ids); they share the run name, so grouping by it joins the ranks.
+        self.run_id = make_run_id(
+            run_name if world_size == 1 else f"{run_name}/rank{rank}-of-{world_size}",
+            "collect")
         self.block_sizes = tuple(block_sizes)
         self.topk, self.sample_rate = topk, sample_rate
         self.layers = None if layers is None else frozenset(layers)

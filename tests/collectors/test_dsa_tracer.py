@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvtrace.collectors.dsa_tracer import DsaTracer, prefix_hashes
+from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
 
 
@@ -139,7 +140,22 @@ def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
     assert [p.wait() for p in procs] == [0, 0]
     con = Warehouse(root).connect()
     assert con.execute("SELECT count(*) FROM dsa_steps").fetchone() == (2 * 3 * 4 * 8,)
-    assert con.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+    ranks = con.execute("SELECT run_name, rank, run_id FROM runs ORDER BY rank").fetchall()
+    assert [(name, rank) for name, rank, _ in ranks] == [("shared", 0), ("shared", 1)]
+    assert ranks[0][2] != ranks[1][2]
+    assert con.execute("SELECT count(DISTINCT (run_id, request_id)) FROM requests"
+                       ).fetchone() == (2 * 3,)
+
+
+def test_rank_and_world_size_default_to_the_torchrun_environment(warehouse, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    _trace(warehouse, requests=1, steps=1, layers=1)
+    con = warehouse.connect()
+    assert con.execute("SELECT rank, world_size FROM runs").fetchall() == [(3, 4)]
+    monkeypatch.setenv("RANK", "4")
+    with pytest.raises(InputError, match="outside a world of size 4"):
+        DsaTracer(warehouse, run_name="bad", dataset="unit")
 
 
 def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
