@@ -196,16 +196,28 @@ def collect_pool(
 
 @collect_app.command("dsa")
 def collect_dsa_command(
-    model: Annotated[str, typer.Option(help="The DSA model: dsa-ref.")] = "dsa-ref",
+    model: Annotated[str, typer.Option(
+        help="dsa-ref, or the folder of a local Hugging Face causal LM (traced with the "
+             "top-k of its attention).")] = "dsa-ref",
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="A tokenizer.json to encode prompts with [default: bytes for dsa-ref, the "
+             "model's own for a Hugging Face folder].")] = None,
     dataset: Annotated[str, typer.Option(
         help="Dataset runner: ruler, sharegpt, longbench-v2 or burstgpt.")] = "ruler",
     data_file: Annotated[Path | None, typer.Option(
-        help="Local dataset file (sharegpt: the ShareGPT JSON; longbench-v2: data.json).")
-    ] = None,
+        help="Local dataset file (ruler: RULER .jsonl or .tgz; sharegpt: the ShareGPT "
+             "JSON; longbench-v2: data.json; burstgpt: the CSV).")] = None,
+    hf_dataset: Annotated[str | None, typer.Option(
+        help="ruler, sharegpt, longbench-v2: a Hugging Face dataset id (online) or a "
+             "local folder, read with the datasets library.")] = None,
+    hf_split: Annotated[str, typer.Option(help="Split of --hf-dataset.")] = "train",
+    hf_revision: Annotated[str | None, typer.Option(
+        help="Revision (branch, tag or commit) of --hf-dataset.")] = None,
     length: Annotated[str | None, typer.Option(
         help="longbench-v2 length classes, comma-separated: short,medium,long.")] = None,
     batch_size: Annotated[int, typer.Option(
-        help="burstgpt: requests taken at once when the model is free.")] = 1,
+        help="Requests decoded together (burstgpt: at most this many that have arrived).")
+    ] = 1,
     time_scale: Annotated[float, typer.Option(
         help="burstgpt: divide recorded arrival times by this.")] = 1.0,
     turn_mode: Annotated[str, typer.Option(
@@ -235,7 +247,11 @@ def collect_dsa_command(
 
     Example: kvtrace collect dsa --model dsa-ref --dataset ruler --limit 4 --ruler-length 2048
     """
-    result = _run_collect(model=model, dataset=dataset, data_file=data_file,
+    if data_file is not None and hf_dataset is not None:
+        raise KvtraceError("give --data-file or --hf-dataset, not both")
+    hub = (hf_dataset, hf_split, hf_revision) if hf_dataset else None
+    result = _run_collect(model=model, tokenizer_file=tokenizer, dataset=dataset,
+                          data_file=data_file, hub=hub,
                           turn_mode=turn_mode, length_filter=length, batch_size=batch_size,
                           time_scale=time_scale, limit=limit,
                           max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
@@ -250,6 +266,8 @@ def collect_dsa_command(
 
 
 def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
+                 tokenizer_file: Path | None = None,
+                 hub: tuple[str, str, str | None] | None = None,
                  data_file: Path | None = None, turn_mode: str = "full",
                  length_filter: str | None = None, batch_size: int = 1,
                  time_scale: float = 1.0,
@@ -257,26 +275,23 @@ def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
                  block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
                  seed: int, layers: int, topk: int, weights: Path | None, scores: str,
                  run_name: str | None):
+    if scores not in ("stats", "full"):
+        raise KvtraceError(f"expected stats or full for --scores, got {scores!r}")
     try:
         from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
-        from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+
+        net, tokenizer = _model_and_tokenizer(model, tokenizer_file, layers=layers, topk=topk,
+                                              weights=weights, seed=seed)
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             raise
         raise KvtraceError("collecting DSA traces needs torch; install it with "
                            "pip install 'kvtrace[collect]'") from None
-
-    if model != "dsa-ref":
-        raise KvtraceError(f"expected dsa-ref for --model, got {model!r}")
-    if scores not in ("stats", "full"):
-        raise KvtraceError(f"expected stats or full for --scores, got {scores!r}")
-    config = DsaRefConfig(n_layers=layers, index_topk=topk)
-    net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config, seed=seed)
-    tokenizer = ByteTokenizer()
-    requests, variant = _dataset_requests(dataset, data_file, turn_mode, limit, ruler_length,
-                                          ruler_variant, seed, tokenizer, length_filter)
+    requests, variant = _dataset_requests(dataset, data_file, hub, turn_mode, limit,
+                                          ruler_length, ruler_variant, seed, tokenizer,
+                                          length_filter)
     warehouse = _open(create=True)
-    name = run_name or f"{dataset}-{model}-{seed}"
+    name = run_name or f"{dataset}-{net.name.removeprefix('hf:')}-{seed}"
     with _request_progress(limit) as advance:
         if dataset == "burstgpt":
             return replay_arrivals(
@@ -287,20 +302,76 @@ def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
         return collect_dsa(warehouse, requests, model=net, tokenizer=tokenizer,
                            run_name=name, dataset=dataset, dataset_variant=variant,
                            block_sizes=block_sizes, sample_rate=sample_rate,
+                           batch_size=batch_size,
                            max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                            temperature=temperature, seed=seed, scores=scores,
                            progress=advance)
 
 
-def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limit: int,
+def _model_and_tokenizer(model: str, tokenizer_file: Path | None, *, layers: int, topk: int,
+                         weights: Path | None, seed: int):
+    """The model ``--model`` names and the tokenizer its prompts are encoded with."""
+    from kvtrace.collectors.tokenizer_file import TokenizerFile
+
+    tokenizer = TokenizerFile(tokenizer_file) if tokenizer_file else None
+    if model == "dsa-ref":
+        from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+
+        tokenizer = tokenizer or ByteTokenizer()
+        config = DsaRefConfig(n_layers=layers, index_topk=topk,
+                              vocab_size=max(tokenizer.vocab_size, 2))
+        net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config,
+                                                                               seed=seed)
+        return net, tokenizer
+    folder = Path(model)
+    if not folder.is_dir():
+        raise KvtraceError(f"expected dsa-ref or a model folder for --model, got {model!r}")
+    from kvtrace.collectors.hf_adapter import HfCausalLM
+
+    if tokenizer is None:
+        if not (folder / "tokenizer.json").is_file():
+            raise KvtraceError(f"{folder} has no tokenizer.json; name one with --tokenizer")
+        tokenizer = TokenizerFile(folder / "tokenizer.json")
+    return HfCausalLM(folder, index_topk=topk, seed=seed), tokenizer
+
+
+def _dataset_requests(dataset: str, data_file: Path | None,
+                      hub: tuple[str, str, str | None] | None, turn_mode: str, limit: int,
                       ruler_length: int, ruler_variant: str, seed: int, tokenizer,
                       length_filter: str | None = None):
     """The requests of a dataset runner and the exact variant to record in runs."""
     from itertools import islice
 
-    if dataset == "ruler":
-        from kvtrace.collectors.datasets.ruler import niah_requests
+    if hub is not None and dataset == "burstgpt":
+        raise KvtraceError("--hf-dataset serves ruler, sharegpt and longbench-v2; "
+                           "burstgpt reads its CSV with --data-file")
 
+    def records(check, what: str) -> tuple[list[dict], str]:
+        """The dataset's records from --hf-dataset or --data-file, and their variant."""
+        if hub is not None:
+            from kvtrace.collectors.datasets.hub import load_hub_records
+
+            name, split, revision = hub
+            rows, variant = load_hub_records(name, split=split, revision=revision)
+            return check(rows, name), variant
+        if data_file is None:
+            raise KvtraceError(f"--dataset {dataset} needs --data-file ({what}) "
+                               "or --hf-dataset")
+        rows, sha = check(data_file)
+        return rows, f"{data_file.name} (sha256 {sha})"
+
+    if dataset == "ruler":
+        from kvtrace.collectors.datasets.ruler import (
+            check_ruler,
+            load_ruler_file,
+            niah_requests,
+            ruler_requests,
+        )
+
+        if data_file is not None or hub is not None:
+            rows, variant = records(check_ruler if hub else load_ruler_file,
+                                    "a RULER .jsonl or .tgz")
+            return islice(ruler_requests(rows), limit), variant
         if ruler_variant not in ("single", "multikey"):
             raise KvtraceError(f"expected single or multikey for --ruler-variant, "
                                f"got {ruler_variant!r}")
@@ -309,16 +380,18 @@ def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limi
         return requests, (f"ruler-niah-{ruler_variant} (kvtrace offline generator, seed "
                           f"{seed}, {ruler_length} tokens)")
     if dataset == "sharegpt":
-        from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
+        from kvtrace.collectors.datasets.sharegpt import (
+            check_conversations,
+            load_conversations,
+            sharegpt_requests,
+        )
 
-        if data_file is None:
-            raise KvtraceError("--dataset sharegpt needs --data-file (a ShareGPT JSON file)")
         if turn_mode not in ("full", "per_user_turn"):
             raise KvtraceError(f"expected full or per_user_turn for --turn-mode, "
                                f"got {turn_mode!r}")
-        conversations, sha = load_conversations(data_file)
-        requests = islice(sharegpt_requests(conversations, turn_mode), limit)
-        return requests, f"{data_file.name} (sha256 {sha}, turns {turn_mode})"
+        rows, variant = records(check_conversations if hub else load_conversations,
+                                "a ShareGPT JSON file")
+        return islice(sharegpt_requests(rows, turn_mode), limit), f"{variant}, turns {turn_mode}"
     if dataset == "burstgpt":
         from kvtrace.collectors.datasets.burstgpt import load_arrivals
 
@@ -327,15 +400,17 @@ def _dataset_requests(dataset: str, data_file: Path | None, turn_mode: str, limi
         arrivals, sha = load_arrivals(data_file)
         return arrivals[:limit], f"{data_file.name} (sha256 {sha}, first {limit} arrivals)"
     if dataset == "longbench-v2":
-        from kvtrace.collectors.datasets.longbench import load_longbench, longbench_requests
+        from kvtrace.collectors.datasets.longbench import (
+            check_longbench,
+            load_longbench,
+            longbench_requests,
+        )
 
-        if data_file is None:
-            raise KvtraceError("--dataset longbench-v2 needs --data-file (its data.json)")
-        records, sha = load_longbench(data_file)
+        rows, variant = records(check_longbench if hub else load_longbench,
+                                "its data.json")
         classes = None if length_filter is None else length_filter.split(",")
-        requests = islice(longbench_requests(records, classes), limit)
-        return requests, (f"{data_file.name} (sha256 {sha}, lengths "
-                          f"{length_filter or 'all'})")
+        return (islice(longbench_requests(rows, classes), limit),
+                f"{variant}, lengths {length_filter or 'all'}")
     raise KvtraceError(f"expected ruler, sharegpt, longbench-v2 or burstgpt for --dataset, "
                        f"got {dataset!r}")
 

@@ -6,13 +6,33 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from kvtrace.collectors.datasets import DatasetRequest
-from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
+
+
+class TracedModel(Protocol):
+    """What the runners need of a model (`DsaRef`, `HfCausalLM`); a model that can
+    decode several requests at once also has ``generate_batch`` (see `DsaRef`)."""
+
+    name: str
+    index_topk: int
+    max_seq_len: int
+
+    def config_dict(self) -> dict[str, Any]: ...
+
+    def generate(self, prompt: list[int], max_new_tokens: int, *, request_id: int,
+                 tracer: Any, temperature: float, eos_id: int | None, seed: int
+                 ) -> list[int]: ...
+
+
+class Tokenizer(Protocol):
+    eos_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...
 
 
 @dataclass
@@ -24,51 +44,79 @@ class CollectReport:
     seconds: float = 0.0
 
 
+@dataclass
+class _Job:
+    """A request ready to decode."""
+
+    request_id: int
+    prompt: list[int]
+    budget: int
+    arrival_s: float
+
+
 Progress = Callable[[CollectReport], None]
 
 
-def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *, model: DsaRef,
-                tokenizer: ByteTokenizer, run_name: str, dataset: str,
+def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *,
+                model: TracedModel, tokenizer: Tokenizer, run_name: str, dataset: str,
                 dataset_variant: str | None = None, block_sizes: tuple[int, ...] = (64,),
                 sample_rate: float = 1.0, max_new_tokens: int = 16,
-                max_prompt_tokens: int = 16384, temperature: float = 0.0, seed: int = 0,
+                max_prompt_tokens: int = 16384, batch_size: int = 1,
+                temperature: float = 0.0, seed: int = 0,
                 scores: Literal["stats", "full"] = "stats",
                 progress: Progress | None = None) -> CollectReport:
     """Decode every request with ``model``, tracing its DSA selections into ``warehouse``.
 
-    Prompts longer than ``max_prompt_tokens`` are not run; they are recorded in
+    Requests are decoded ``batch_size`` at a time (one batched decode step for all of
+    them).  Prompts longer than ``max_prompt_tokens`` are not run; they are recorded in
     ``requests`` with a skip reason.  ``max_new_tokens`` 0 decodes until EOS or the
     model's max_seq_len.
     """
+    _check_batching(model, batch_size)
     tracer = DsaTracer(
         warehouse, run_name=run_name, dataset=dataset, block_sizes=block_sizes,
-        topk=model.config.index_topk, sample_rate=sample_rate, seed=seed, scores=scores,
-        model="dsa-ref", model_config=model.config.to_dict(), dataset_variant=dataset_variant,
+        topk=model.index_topk, sample_rate=sample_rate, seed=seed, scores=scores,
+        model=model.name, model_config=model.config_dict(), dataset_variant=dataset_variant,
         collector_config={"max_new_tokens": max_new_tokens, "temperature": temperature,
-                          "max_prompt_tokens": max_prompt_tokens})
+                          "max_prompt_tokens": max_prompt_tokens, "batch_size": batch_size})
     report = CollectReport(tracer.run_id)
     started = time.perf_counter()
     limit = _prompt_limit(model, max_prompt_tokens)
+    decoding = dict(model=model, report=report, temperature=temperature,
+                    eos_id=tokenizer.eos_id, seed=seed)
+    batch: list[_Job] = []
     try:
         for request in requests:
             prompt = tokenizer.encode(request.prompt)
             if _skipped(tracer, report, request.request_id, len(prompt), limit):
                 continue
-            now = time.perf_counter() - started
-            _decode(tracer, model, report, request.request_id, prompt, max_new_tokens,
-                    arrival_s=now, clock_s=now, temperature=temperature,
-                    eos_id=tokenizer.eos_id, seed=seed + request.request_id)
-            report.seconds = time.perf_counter() - started
-            if progress:
-                progress(report)
+            batch.append(_Job(request.request_id, prompt, max_new_tokens,
+                              time.perf_counter() - started))
+            if len(batch) == batch_size:
+                _decode(tracer, batch, clock_s=time.perf_counter() - started, **decoding)
+                batch = []
+                report.seconds = time.perf_counter() - started
+                if progress:
+                    progress(report)
+        if batch:
+            _decode(tracer, batch, clock_s=time.perf_counter() - started, **decoding)
     finally:
         tracer.close()
     report.seconds = time.perf_counter() - started
+    if progress:
+        progress(report)
     return report
 
 
-def _prompt_limit(model: DsaRef, max_prompt_tokens: int) -> int:
-    return min(max_prompt_tokens, model.config.max_seq_len - 1)
+def _check_batching(model: TracedModel, batch_size: int) -> None:
+    if batch_size < 1:
+        raise InputError("the batch size must be at least 1")
+    if batch_size > 1 and not hasattr(model, "generate_batch"):
+        raise InputError(f"{model.name} decodes one request at a time; use --batch-size 1")
+
+
+def _prompt_limit(model: TracedModel, max_prompt_tokens: int) -> int:
+    return min(max_prompt_tokens, model.max_seq_len - 1)
 
 
 def _skipped(tracer: DsaTracer, report: CollectReport, request_id: int, prompt_tokens: int,
@@ -82,23 +130,41 @@ def _skipped(tracer: DsaTracer, report: CollectReport, request_id: int, prompt_t
     return True
 
 
-def _decode(tracer: DsaTracer, model: DsaRef, report: CollectReport, request_id: int,
-            prompt: list[int], budget: int, *, arrival_s: float, clock_s: float,
-            **generate: object) -> float:
-    """Decode one request with the tracer on; returns its finish time on the caller's
-    clock (``clock_s`` plus the seconds decoding took)."""
-    tracer.begin_request(request_id, prompt)
+def _decode(tracer: DsaTracer, batch: list[_Job], *, model: TracedModel,
+            report: CollectReport, clock_s: float, temperature: float,
+            eos_id: int | None, seed: int) -> float:
+    """Decode a batch of requests with the tracer on; returns the time the last one
+    finished on the caller's clock (``clock_s`` plus the seconds decoding took)."""
+    for job in batch:
+        tracer.begin_request(job.request_id, job.prompt)
     began = time.perf_counter()
-    out = model.generate(prompt, budget, request_id=request_id, tracer=tracer, **generate)
-    finish = clock_s + time.perf_counter() - began
-    tracer.end_request(request_id, new_tokens=len(out), arrival_s=arrival_s, finish_s=finish)
-    report.requests += 1
-    report.new_tokens += len(out)
-    return finish
+    finished: dict[int, float] = {}
+
+    def finish(row: int) -> None:
+        finished[row] = clock_s + time.perf_counter() - began
+
+    if len(batch) == 1:
+        job = batch[0]
+        outs = [model.generate(job.prompt, job.budget, request_id=job.request_id,
+                               tracer=tracer, temperature=temperature, eos_id=eos_id,
+                               seed=seed + job.request_id)]
+        finish(0)
+    else:
+        outs = model.generate_batch(
+            [job.prompt for job in batch], [job.budget for job in batch],
+            request_ids=[job.request_id for job in batch], tracer=tracer,
+            temperature=temperature, eos_id=eos_id,
+            seeds=[seed + job.request_id for job in batch], on_finish=finish)
+    for row, (job, out) in enumerate(zip(batch, outs, strict=True)):
+        tracer.end_request(job.request_id, new_tokens=len(out), arrival_s=job.arrival_s,
+                           finish_s=finished[row])
+        report.requests += 1
+        report.new_tokens += len(out)
+    return max(finished.values())
 
 
-def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
-                    tokenizer: ByteTokenizer, run_name: str, dataset: str,
+def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedModel,
+                    tokenizer: Tokenizer, run_name: str, dataset: str,
                     dataset_variant: str | None = None, batch_size: int = 1,
                     time_scale: float = 1.0, block_sizes: tuple[int, ...] = (64,),
                     max_new_tokens: int = 16, max_prompt_tokens: int = 16384,
@@ -106,19 +172,21 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
     """Serve recorded arrivals FIFO on a simulated clock, tracing DSA selections.
 
     The clock starts at the first arrival (times divided by ``time_scale``).  When the
-    model is free it takes up to ``batch_size`` requests that have arrived and runs them
-    one after the other; each finishes when its own decoding ends.  Arrival, finish and
-    latency go to ``requests``.  A request generates its recorded response length, at
-    most ``max_new_tokens`` (0: no cap).
+    model is free it takes up to ``batch_size`` requests that have arrived and decodes
+    them as one batch; each finishes when its own decoding ends, and the model is free
+    again when the last one has.  Arrival, finish and latency go to ``requests``.  A
+    request generates its recorded response length, at most ``max_new_tokens`` (0: no
+    cap).
     """
     from kvtrace.collectors.datasets.burstgpt import filler_prompt
 
-    if batch_size < 1 or time_scale <= 0:
-        raise InputError("the batch size must be at least 1 and the time scale positive")
+    _check_batching(model, batch_size)
+    if time_scale <= 0:
+        raise InputError("the time scale must be positive")
     tracer = DsaTracer(
         warehouse, run_name=run_name, dataset=dataset, block_sizes=block_sizes,
-        topk=model.config.index_topk, seed=seed, model="dsa-ref",
-        model_config=model.config.to_dict(), dataset_variant=dataset_variant,
+        topk=model.index_topk, seed=seed, model=model.name,
+        model_config=model.config_dict(), dataset_variant=dataset_variant,
         collector_config={"batch_size": batch_size, "time_scale": time_scale,
                           "max_new_tokens_cap": max_new_tokens,
                           "max_prompt_tokens": max_prompt_tokens})
@@ -133,16 +201,17 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: DsaRef,
             batch = []
             while pending and len(batch) < batch_size and (
                     pending[0].arrival_s / time_scale <= clock):
-                batch.append(pending.popleft())
-            for arrival in batch:
+                arrival = pending.popleft()
                 if _skipped(tracer, report, arrival.request_id, arrival.prompt_tokens, limit):
                     continue
-                prompt = tokenizer.encode(filler_prompt(arrival.prompt_tokens))
                 wanted = max(arrival.response_tokens, 1)
-                budget = min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted
-                clock = _decode(tracer, model, report, arrival.request_id, prompt, budget,
-                                arrival_s=arrival.arrival_s / time_scale, clock_s=clock,
-                                seed=seed + arrival.request_id)
+                batch.append(_Job(
+                    arrival.request_id, tokenizer.encode(filler_prompt(arrival.prompt_tokens)),
+                    min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted,
+                    arrival.arrival_s / time_scale))
+            if batch:
+                clock = _decode(tracer, batch, model=model, report=report, clock_s=clock,
+                                temperature=0.0, eos_id=None, seed=seed)
             report.seconds = time.perf_counter() - started
             if progress:
                 progress(report)

@@ -17,6 +17,7 @@ safetensors file; decoding at temperature 0 is greedy and deterministic on the C
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -85,12 +86,14 @@ class LightningIndexer(nn.Module):
 
     def scores(self, x: torch.Tensor, positions: torch.Tensor,
                cached_keys: torch.Tensor) -> torch.Tensor:
-        """I[t, s] for the queries ``x`` [T, dim] against ``cached_keys`` [S, D]."""
+        """I[t, s] for the queries ``x`` [T, dim] against ``cached_keys``: [S, D] shared
+        by every query, or [T, S, D] with keys of its own per query (a batch of requests)."""
         c = self.config
         q = self.wq_b(self.q_norm(self.wq_a(x))).view(-1, c.index_heads, c.index_dim)
         q = self._rotate_front(q, positions)
         weights = self.w_proj(x) / math.sqrt(c.index_heads * c.index_dim)  # [T, H]
-        logits = F.relu(torch.einsum("thd,sd->ths", q, cached_keys))  # [T, H, S]
+        pattern = "thd,sd->ths" if cached_keys.dim() == 2 else "thd,tsd->ths"
+        logits = F.relu(torch.einsum(pattern, q, cached_keys))  # [T, H, S]
         return torch.einsum("th,ths->ts", weights, logits)
 
 
@@ -107,31 +110,50 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(config.dim, 4 * config.dim), nn.GELU(),
                                  nn.Linear(4 * config.dim, config.dim))
 
-    def forward(self, x: torch.Tensor, start: int, cache: dict, layer_id: int,
-                tracer: Any) -> torch.Tensor:
+    def prefill(self, x: torch.Tensor, cache: dict) -> torch.Tensor:
+        """Dense causal attention over one prompt ``x`` [T, dim], filling ``cache``."""
         c = self.config
         t = x.shape[0]
-        positions = torch.arange(start, start + t)
+        positions = torch.arange(t)
         h = self.attn_norm(x)
         q, k, v = self.wqkv(h).view(t, 3, c.n_heads, self.head_dim).unbind(dim=1)
         q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
-        cache["k"][start:start + t], cache["v"][start:start + t] = k, v
-        cache["ik"][start:start + t] = self.indexer.keys(h, positions)
-        end = start + t
-        keys, values = cache["k"][:end], cache["v"][:end]
-        if t == 1:  # sparse decode: attend to the indexer's top k only
-            index = self.indexer.scores(h, positions, cache["ik"][:end])[0]
-            top = index.topk(min(c.index_topk, end)).indices
-            if tracer is not None:
-                tracer.record_topk(layer_id, top, index[top])
-            keys, values = keys[top], values[top]
-            mask = None
-        else:  # dense causal prefill
-            mask = positions[:, None] >= torch.arange(end)[None, :]
-        attn = torch.einsum("thd,shd->hts", q, keys) / math.sqrt(self.head_dim)
-        if mask is not None:
-            attn = attn.masked_fill(~mask[None], float("-inf"))
-        out = torch.einsum("hts,shd->thd", attn.softmax(dim=-1), values).reshape(t, c.dim)
+        cache["k"][:t], cache["v"][:t] = k, v
+        cache["ik"][:t] = self.indexer.keys(h, positions)
+        attn = torch.einsum("thd,shd->hts", q, k) / math.sqrt(self.head_dim)
+        mask = positions[:, None] >= positions[None, :]
+        attn = attn.masked_fill(~mask[None], float("-inf"))
+        out = torch.einsum("hts,shd->thd", attn.softmax(dim=-1), v).reshape(t, c.dim)
+        x = x + self.wo(out)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def decode(self, x: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+               cache: dict, layer_id: int, tracer: Any) -> torch.Tensor:
+        """One sparse decode step for a batch: ``x`` [B, dim] is the new token of cache
+        row ``rows[b]`` at position ``positions[b]``; each row attends to the indexer's
+        top k of its own positions (rows shorter than k pad with -1)."""
+        c = self.config
+        b = x.shape[0]
+        h = self.attn_norm(x)
+        q, k, v = self.wqkv(h).view(b, 3, c.n_heads, self.head_dim).unbind(dim=1)
+        q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
+        cache["k"][rows, positions], cache["v"][rows, positions] = k, v
+        cache["ik"][rows, positions] = self.indexer.keys(h, positions)
+        end = int(positions.max()) + 1
+        index = self.indexer.scores(h, positions, cache["ik"][rows, :end])  # [B, end]
+        beyond = torch.arange(end)[None, :] > positions[:, None]
+        index = index.masked_fill(beyond, float("-inf"))
+        top = index.topk(min(c.index_topk, end), dim=-1)
+        padding = top.values == float("-inf")
+        selected = top.indices.masked_fill(padding, -1)
+        if tracer is not None:
+            tracer.record_topk(layer_id, selected if b > 1 else selected[0],
+                               top.values if b > 1 else top.values[0])
+        gather = top.indices.masked_fill(padding, 0)
+        keys, values = cache["k"][rows[:, None], gather], cache["v"][rows[:, None], gather]
+        attn = torch.einsum("bhd,bkhd->bhk", q, keys) / math.sqrt(self.head_dim)
+        attn = attn.masked_fill(padding[:, None, :], float("-inf"))
+        out = torch.einsum("bhk,bkhd->bhd", attn.softmax(dim=-1), values).reshape(b, c.dim)
         x = x + self.wo(out)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -153,6 +175,19 @@ class DsaRef(nn.Module):
         self.norm = nn.LayerNorm(config.dim)
         torch.random.set_rng_state(generator_state)
 
+    name = "dsa-ref"
+
+    @property
+    def index_topk(self) -> int:
+        return self.config.index_topk
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.config.max_seq_len
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
     @classmethod
     def from_safetensors(cls, path: Path, config: DsaRefConfig) -> DsaRef:
         """A model with the weights of a safetensors file (names as in `state_dict`)."""
@@ -168,50 +203,85 @@ class DsaRef(nn.Module):
             raise InputError(f"cannot load {path} into dsa-ref: {exc}") from None
         return model
 
-    def _new_cache(self, length: int) -> list[dict]:
+    def _new_cache(self, rows: int, length: int) -> list[dict]:
         c = self.config
         head_dim = c.dim // c.n_heads
-        return [{"k": torch.zeros(length, c.n_heads, head_dim),
-                 "v": torch.zeros(length, c.n_heads, head_dim),
-                 "ik": torch.zeros(length, c.index_dim)} for _ in self.blocks]
+        return [{"k": torch.zeros(rows, length, c.n_heads, head_dim),
+                 "v": torch.zeros(rows, length, c.n_heads, head_dim),
+                 "ik": torch.zeros(rows, length, c.index_dim)} for _ in self.blocks]
 
-    def forward(self, tokens: torch.Tensor, start: int, cache: list[dict],
-                tracer: Any = None) -> torch.Tensor:
-        x = self.embed(tokens)
-        for layer_id, block in enumerate(self.blocks):
-            x = block(x, start, cache[layer_id], layer_id, tracer)
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) @ self.embed.weight.T
 
-    @torch.inference_mode()
     def generate(self, prompt: list[int], max_new_tokens: int, *, request_id: int = 0,
                  tracer: Any = None, temperature: float = 0.0, eos_id: int | None = None,
                  seed: int = 0) -> list[int]:
         """Decode up to ``max_new_tokens`` after ``prompt`` (0: until EOS or max_seq_len)."""
+        return self.generate_batch([prompt], [max_new_tokens], request_ids=[request_id],
+                                   tracer=tracer, temperature=temperature, eos_id=eos_id,
+                                   seeds=[seed])[0]
+
+    @torch.inference_mode()
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: list[int], *,
+                       request_ids: list[int], tracer: Any = None, temperature: float = 0.0,
+                       eos_id: int | None = None, seeds: list[int],
+                       on_finish: Callable[[int], None] | None = None) -> list[list[int]]:
+        """Decode several requests together: each prompt is prefilled on its own, then
+        every decode step runs the unfinished requests as one batch (one tracer step
+        with a row per request).  Budgets of 0 mean until EOS or max_seq_len.
+        ``on_finish(i)`` is called as soon as request ``i`` is done."""
         limit = self.config.max_seq_len
-        if not prompt or len(prompt) >= limit:
-            raise InputError(f"the prompt must have 1 to {limit - 1} tokens, "
-                             f"got {len(prompt)}")
-        budget = limit - len(prompt) if max_new_tokens <= 0 else min(
-            max_new_tokens, limit - len(prompt))
-        cache = self._new_cache(len(prompt) + budget)
-        generator = torch.Generator().manual_seed(seed)
-        logits = self.forward(torch.tensor(prompt), 0, cache)  # prefill: not traced
-        out: list[int] = []
-        position = len(prompt)
+        budgets = []
+        for prompt, wanted in zip(prompts, max_new_tokens, strict=True):
+            if not prompt or len(prompt) >= limit:
+                raise InputError(f"the prompt must have 1 to {limit - 1} tokens, "
+                                 f"got {len(prompt)}")
+            room = limit - len(prompt)
+            budgets.append(room if wanted <= 0 else min(wanted, room))
+        length = max(len(p) + n for p, n in zip(prompts, budgets, strict=True))
+        cache = self._new_cache(len(prompts), length)
+        generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        outs: list[list[int]] = [[] for _ in prompts]
+        last_logits = []
+        for row, prompt in enumerate(prompts):  # prefill: dense and not traced
+            x = self.embed(torch.tensor(prompt))
+            for block, layer_cache in zip(self.blocks, cache, strict=True):
+                x = block.prefill(x, {name: part[row] for name, part in layer_cache.items()})
+            last_logits.append(self._logits(x[-1]))
+        active = list(range(len(prompts)))
         while True:
-            token = _sample(logits[-1], temperature, generator)
-            out.append(token)
-            if len(out) >= budget or token == eos_id:
-                return out
-            if tracer is not None:
-                with tracer.step({request_id: position}):
-                    logits = self.forward(torch.tensor([token]), position, cache, tracer)
+            tokens = []
+            for row, logits in zip(list(active), last_logits, strict=True):
+                token = sample_token(logits, temperature, generators[row])
+                outs[row].append(token)
+                if len(outs[row]) >= budgets[row] or token == eos_id:
+                    active.remove(row)
+                    if on_finish is not None:
+                        on_finish(row)
+                else:
+                    tokens.append(token)
+            if not active:
+                return outs
+            rows = torch.tensor(active)
+            positions = torch.tensor([len(prompts[r]) + len(outs[r]) - 1 for r in active])
+            x = self.embed(torch.tensor(tokens))
+            if tracer is None:
+                x = self._decode_layers(x, rows, positions, cache, None)
             else:
-                logits = self.forward(torch.tensor([token]), position, cache)
-            position += 1
+                step = {request_ids[r]: int(p) for r, p in zip(active, positions, strict=True)}
+                with tracer.step(step):
+                    x = self._decode_layers(x, rows, positions, cache, tracer)
+            last_logits = list(self._logits(x))
+
+    def _decode_layers(self, x: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                       cache: list[dict], tracer: Any) -> torch.Tensor:
+        for layer_id, block in enumerate(self.blocks):
+            x = block.decode(x, rows, positions, cache[layer_id], layer_id, tracer)
+        return x
 
 
-def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
+def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
+    """Greedy at temperature 0, else a draw from softmax(logits / temperature)."""
     if temperature <= 0:
         return int(logits.argmax())
     probabilities = (logits / temperature).softmax(dim=-1)
@@ -221,7 +291,7 @@ def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator
 class ByteTokenizer:
     """Bytes of UTF-8 text as tokens 0..255, with BOS 256 and EOS 257."""
 
-    bos_id, eos_id = 256, 257
+    bos_id, eos_id, vocab_size = 256, 257, 258
 
     def encode(self, text: str) -> list[int]:
         return [self.bos_id, *text.encode("utf-8")]

@@ -159,3 +159,87 @@ def test_replayed_arrivals_record_fifo_latency_and_the_serving_summary(warehouse
     assert summary["serving"]["batch_size"] == 2
     assert summary["serving"]["latency_ms"]["p95"] == pytest.approx(
         np.quantile(latencies, 0.95))
+
+
+def _ruler_lines(task: str, count: int) -> str:
+    return "".join(json.dumps({"index": i, "input": f"{task} haystack {i}. What is it?",
+                               "outputs": [str(1000 + i)], "length": 12}) + "\n"
+                   for i in range(count))
+
+
+def test_ruler_reads_its_prepared_jsonl_and_tgz_files(tmp_path):
+    import io
+    import tarfile
+
+    from kvtrace.collectors.datasets.ruler import load_ruler_file, ruler_requests
+
+    single = tmp_path / "niah_single_1.jsonl"
+    single.write_text(_ruler_lines("single", 2) + "\n")
+    records, sha = load_ruler_file(single)
+    requests = list(ruler_requests(records))
+    assert [(r.request_id, r.prompt, r.answer, r.meta["task"]) for r in requests] == [
+        (0, "single haystack 0. What is it?", "1000", "niah_single_1"),
+        (1, "single haystack 1. What is it?", "1001", "niah_single_1")]
+    assert len(sha) == 64
+    archive = tmp_path / "ruler.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for task, count in (("niah_multikey_2", 1), ("niah_single_1", 2)):
+            data = _ruler_lines(task, count).encode()
+            info = tarfile.TarInfo(f"data/{task}/validation.jsonl")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    tasks = [r.meta["task"] for r in ruler_requests(load_ruler_file(archive)[0])]
+    assert tasks == ["niah_multikey_2", "niah_single_1", "niah_single_1"]
+    (tmp_path / "bad.jsonl").write_text('{"input": "ok"}\n{oops\n')
+    with pytest.raises(InputError, match=r"bad\.jsonl line 2 is not valid JSON"):
+        load_ruler_file(tmp_path / "bad.jsonl")
+    (tmp_path / "other.jsonl").write_text('{"text": "no input"}\n')
+    with pytest.raises(InputError, match="is not RULER data"):
+        load_ruler_file(tmp_path / "other.jsonl")
+
+
+def test_hf_datasets_load_through_the_datasets_library(tmp_path):
+    from tests.test_cli import kvtrace
+
+    folder = tmp_path / "longbench"
+    folder.mkdir()
+    (folder / "data.json").write_text(json.dumps(
+        [_longbench_record(i, length) for i, length in enumerate(["short", "long", "short"])]))
+    root = str(tmp_path / "wh")
+    result = kvtrace("-w", root, "collect", "dsa", "--dataset", "longbench-v2",
+                     "--hf-dataset", str(folder), "--length", "short", "--layers", "1",
+                     "--max-new-tokens", "2", "--limit", "5")
+    assert result.returncode == 0, result.stderr
+    variant = kvtrace("-w", root, "sql", "SELECT dataset_variant FROM runs", "--format",
+                      "csv").stdout.splitlines()[1]
+    assert variant.startswith(f'"{folder} (split train, revision default, fingerprint ')
+    assert variant.endswith(', lengths short"')
+    served = kvtrace("-w", root, "sql", "SELECT count(*) FROM requests", "--format", "csv")
+    assert served.stdout.splitlines()[1] == "2"
+    missing = kvtrace("-w", root, "collect", "dsa", "--dataset", "ruler", "--hf-dataset",
+                      str(tmp_path / "nowhere"))
+    assert missing.returncode == 1
+    assert missing.stderr.startswith(f"Error: cannot load dataset '{tmp_path / 'nowhere'}'")
+    assert len(missing.stderr.splitlines()) == 1
+    both = kvtrace("-w", root, "collect", "dsa", "--data-file", "x", "--hf-dataset", "y")
+    assert both.stderr == "Error: give --data-file or --hf-dataset, not both\n"
+
+
+def test_batched_collection_traces_what_one_at_a_time_does(tmp_path):
+    from kvtrace.warehouse import Warehouse
+
+    config = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=2, index_dim=8,
+                          rope_dim=4, q_lora_rank=16, index_topk=24, max_seq_len=1024)
+    tokenizer = ByteTokenizer()
+    prompts = list(niah_requests(5, 200, lambda t: len(tokenizer.encode(t)), seed=3))
+    picked = {}
+    for batch in (1, 2):
+        warehouse = Warehouse(tmp_path / f"wh{batch}", create=True)
+        report = collect_dsa(warehouse, prompts, model=DsaRef(config), tokenizer=tokenizer,
+                             run_name="b", dataset="ruler", block_sizes=(16,),
+                             max_new_tokens=4, batch_size=batch)
+        assert (report.requests, report.new_tokens) == (5, 20)
+        picked[batch] = warehouse.connect().execute(
+            "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
+            "ORDER BY ALL").fetchall()
+    assert len(picked[1]) == 5 * 3 * 2 and picked[2] == picked[1]

@@ -152,3 +152,37 @@ def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
                        "FROM dsa_steps").fetchone()
     assert rows[0] == 2 * 2 * 2 * 2  # requests x decode steps x layers x block sizes
     assert rows[2] == SMALL.index_topk and rows[1] > 400
+
+
+def _selections(warehouse, run: str) -> list:
+    return warehouse.connect().execute(
+        "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
+        "WHERE run_id LIKE ? ORDER BY ALL", [f"{run}-%"]).fetchall()
+
+
+def test_a_batched_decode_selects_and_generates_what_one_at_a_time_does(warehouse):
+    model = DsaRef(SMALL, seed=4)
+    tokenizer = ByteTokenizer()
+    prompts = [tokenizer.encode(text) for text in ("a", "a longer prompt here", "mid size")]
+    budgets = [7, 3, 5]  # rows leave the batch at different steps
+    alone = DsaTracer(warehouse, run_name="alone", dataset="unit", block_sizes=(4,))
+    one_by_one = []
+    for request, (prompt, budget) in enumerate(zip(prompts, budgets, strict=True)):
+        alone.begin_request(request, prompt)
+        one_by_one.append(model.generate(prompt, budget, request_id=request, tracer=alone))
+        alone.end_request(request)
+    alone.close()
+    together = DsaTracer(warehouse, run_name="batch", dataset="unit", block_sizes=(4,))
+    for request, prompt in enumerate(prompts):
+        together.begin_request(request, prompt)
+    finished = []
+    batched = model.generate_batch(prompts, budgets, request_ids=[0, 1, 2], tracer=together,
+                                   seeds=[0, 0, 0], on_finish=finished.append)
+    for request in range(3):
+        together.end_request(request)
+    together.close()
+    assert batched == one_by_one and [len(out) for out in batched] == budgets
+    assert finished == [1, 2, 0]
+    expected = _selections(warehouse, "alone")
+    assert len(expected) == (6 + 2 + 4) * SMALL.n_layers
+    assert _selections(warehouse, "batch") == expected

@@ -1,4 +1,4 @@
-"""LongBench v2 from a local ``data.json``: long contexts with a four-way question.
+"""LongBench v2 (a local ``data.json`` or the hub): long contexts with a four-way question.
 
 Records are ``{_id, domain, sub_domain, difficulty, length, question, choice_A..D,
 answer, context}``; ``lengths`` keeps only records of those length classes (short,
@@ -21,11 +21,16 @@ LENGTHS = ("short", "medium", "long")
 def load_longbench(path: Path) -> tuple[list[dict], str]:
     """The records of a local LongBench v2 ``data.json`` and the file's sha256."""
     records, sha = read_json_file(path)
+    return check_longbench(records, str(path)), sha
+
+
+def check_longbench(records: object, source: str) -> list[dict]:
+    """``records`` if they are LongBench v2 records, else one clear error."""
     if not isinstance(records, list) or not all(
             isinstance(r, dict) and all(f in r for f in FIELDS) for r in records):
-        raise InputError(f"{path} is not LongBench v2 data: expected a list of records "
+        raise InputError(f"{source} is not LongBench v2 data: expected a list of records "
                          f"with {', '.join(FIELDS)}")
-    return records, sha
+    return records
 
 
 def longbench_requests(records: list[dict], lengths: Iterable[str] | None = None

@@ -5,15 +5,23 @@ repeated), needles "One of the special magic numbers for {key} is: {value}." pla
 evenly spread depths, and the question at the end.  ``single`` hides one needle;
 ``multikey`` adds needles for other keys as distractors.  The haystack is grown until
 the prompt reaches the target length in tokens of the given tokenizer.
+
+RULER's own prepared data is read too: its ``.jsonl`` files (records ``{index, input,
+outputs, length}``), or a ``.tgz`` of them, whose tasks are named by their folders.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import random
+import tarfile
 from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from kvtrace.collectors.datasets import DatasetRequest
+from kvtrace.collectors.datasets import DatasetRequest, read_local_file
+from kvtrace.errors import InputError
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic numbers for {key} is: {value}."
@@ -70,3 +78,62 @@ def _fill(needles: list[str], target: int, count_tokens: Callable[[str], int],
         size = count_tokens(TEMPLATE.format(context=" ".join(build(middle)), key=key))
         low, high = (middle, high) if size <= target else (low, middle - 1)
     return build(low)
+
+
+def load_ruler_file(path: Path) -> tuple[list[dict], str]:
+    """The records of a RULER ``.jsonl`` file or ``.tgz`` of them, and the file's sha256.
+
+    Each record gets a ``task``: the file's stem, or in an archive its folder's name
+    (``niah_single_1/validation.jsonl``).  Archive members are read in name order.
+    """
+    data, sha = read_local_file(path)
+    if path.name.endswith((".tgz", ".tar.gz")):
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+                members = sorted((m for m in archive.getmembers()
+                                  if m.isfile() and m.name.endswith(".jsonl")),
+                                 key=lambda m: m.name)
+                files = [(m.name, archive.extractfile(m).read()) for m in members]
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise InputError(f"cannot read {path} as a .tgz of RULER files: {exc}") from None
+        if not files:
+            raise InputError(f"{path} holds no .jsonl files")
+    else:
+        files = [(path.name, data)]
+    records = []
+    for name, content in files:
+        member = PurePosixPath(name)
+        task = member.parent.name if len(member.parts) > 1 else member.stem
+        records += [{**record, "task": record.get("task", task)}
+                    for record in _jsonl_records(content, f"{path}:{name}")]
+    return check_ruler(records, str(path)), sha
+
+
+def _jsonl_records(content: bytes, source: str) -> list[dict]:
+    records = []
+    for line_no, line in enumerate(content.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise InputError(f"{source} line {line_no} is not valid JSON") from None
+    return records
+
+
+def check_ruler(records: object, source: str) -> list[dict]:
+    """``records`` if they are RULER records (with ``input``), else one clear error."""
+    if not isinstance(records, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("input"), str) for r in records):
+        raise InputError(f"{source} is not RULER data: expected records with an input text "
+                         "(and outputs)")
+    return records
+
+
+def ruler_requests(records: list[dict]) -> Iterator[DatasetRequest]:
+    """One request per prepared RULER record; its answer is the expected outputs."""
+    for request_id, record in enumerate(records):
+        outputs = record.get("outputs") or []
+        yield DatasetRequest(request_id, record["input"], answer=", ".join(map(str, outputs)),
+                             meta={"task": record.get("task"), "index": record.get("index"),
+                                   "length": record.get("length")})

@@ -23,12 +23,17 @@ ROLES = {"human": "User", "user": "User", "gpt": "Assistant", "assistant": "Assi
 def load_conversations(path: Path) -> tuple[list[dict], str]:
     """The conversations of a local ShareGPT JSON file and the file's sha256."""
     conversations, sha = read_json_file(path)
+    return check_conversations(conversations, str(path)), sha
+
+
+def check_conversations(conversations: object, source: str) -> list[dict]:
+    """``conversations`` if they are in ShareGPT format, else one clear error."""
     if not isinstance(conversations, list) or not all(
             isinstance(c, dict) and isinstance(c.get("conversations"), list)
             for c in conversations):
-        raise InputError(f"{path} is not in ShareGPT format: expected a list of "
+        raise InputError(f"{source} is not in ShareGPT format: expected a list of "
                          "{id, conversations: [{from, value}]}")
-    return conversations, sha
+    return conversations
 
 
 def _turn(message: dict) -> str:

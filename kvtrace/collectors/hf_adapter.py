@@ -1,0 +1,89 @@
+"""Trace a local Hugging Face causal LM as if it selected its attention the DSA way.
+
+The model attends densely as usual; at every decode step the adapter takes each layer's
+attention probabilities of the last query, sums them over heads, and records the top
+``index_topk`` positions (with those summed probabilities as scores).  The trace is thus
+the oracle selection: what a sparse indexer would pick if it agreed with full attention.
+Attention weights come from the eager implementation, so the model is loaded with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvtrace.errors import InputError
+
+
+class HfCausalLM:
+    """A local ``transformers`` causal LM behind the collectors' model interface."""
+
+    def __init__(self, path: Path, *, index_topk: int = 2048, max_seq_len: int | None = None,
+                 seed: int = 0) -> None:
+        try:
+            from transformers import AutoModelForCausalLM
+        except ImportError:
+            raise InputError("--model PATH needs the transformers package "
+                             "(pip install 'kvtrace[hf]')") from None
+        if not Path(path, "config.json").is_file():
+            raise InputError(f"{path} is not a model folder (it has no config.json)")
+        torch.manual_seed(seed)
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(path), attn_implementation="eager", local_files_only=True,
+                dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot load the model in {path}: {exc}") from None
+        self.model.eval()
+        self.path = Path(path)
+        self.name = f"hf:{self.path.name}"
+        self.index_topk = index_topk
+        positions = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        self.max_seq_len = min(positions, max_seq_len or positions)
+
+    def config_dict(self) -> dict[str, Any]:
+        config = self.model.config
+        return {"path": str(self.path), "architecture": (config.architectures or [None])[0],
+                "num_hidden_layers": config.num_hidden_layers,
+                "num_attention_heads": config.num_attention_heads,
+                "hidden_size": config.hidden_size, "index_topk": self.index_topk,
+                "max_seq_len": self.max_seq_len, "selection": "attention of the last query "
+                                                               "summed over heads"}
+
+    @torch.inference_mode()
+    def generate(self, prompt: list[int], max_new_tokens: int, *, request_id: int = 0,
+                 tracer: Any = None, temperature: float = 0.0, eos_id: int | None = None,
+                 seed: int = 0) -> list[int]:
+        """Decode up to ``max_new_tokens`` after ``prompt`` (0: until EOS or max_seq_len)."""
+        from kvtrace.collectors.dsa_ref import sample_token
+
+        limit = self.max_seq_len
+        if not prompt or len(prompt) >= limit:
+            raise InputError(f"the prompt must have 1 to {limit - 1} tokens, "
+                             f"got {len(prompt)}")
+        budget = limit - len(prompt) if max_new_tokens <= 0 else min(
+            max_new_tokens, limit - len(prompt))
+        generator = torch.Generator().manual_seed(seed)
+        output = self.model(input_ids=torch.tensor([prompt]), use_cache=True)  # not traced
+        out: list[int] = []
+        position = len(prompt)
+        while True:
+            token = sample_token(output.logits[0, -1], temperature, generator)
+            out.append(token)
+            if len(out) >= budget or token == eos_id:
+                return out
+            step = torch.tensor([[token]])
+            if tracer is None:
+                output = self.model(input_ids=step, past_key_values=output.past_key_values,
+                                    use_cache=True)
+            else:
+                with tracer.step({request_id: position}):
+                    output = self.model(input_ids=step, past_key_values=output.past_key_values,
+                                        use_cache=True, output_attentions=True)
+                    for layer_id, weights in enumerate(output.attentions):
+                        summed = weights[0, :, -1, :].sum(dim=0)  # [kv_len]
+                        top = summed.topk(min(self.index_topk, summed.shape[0]))
+                        tracer.record_topk(layer_id, top.indices, top.values)
+            position += 1
