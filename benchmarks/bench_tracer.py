@@ -73,17 +73,19 @@ class NaiveTracer:
 @torch.inference_mode()
 def decode(model: DsaRef, prompt: list[int], steps: int, tracer) -> float:
     """Seconds of ``steps`` decode steps after an untimed prefill (greedy, as generate)."""
-    cache = model._new_cache(len(prompt) + steps + 1)
-    logits = model.forward(torch.tensor(prompt), 0, cache)
+    cache = model.new_cache(1, len(prompt) + steps + 1)
+    logits = model.prefill(prompt, cache)[None]
+    rows = torch.tensor([0])
     position = len(prompt)
     started = time.perf_counter()
     for _ in range(steps):
-        token = torch.tensor([int(logits[-1].argmax())])
+        token = [int(logits[-1].argmax())]
         if tracer is None:
-            logits = model.forward(token, position, cache)
+            logits = model.decode_step(token, rows, torch.tensor([position]), cache)
         else:
             with tracer.step({0: position}):
-                logits = model.forward(token, position, cache, tracer)
+                logits = model.decode_step(token, rows, torch.tensor([position]), cache,
+                                           tracer)
         position += 1
     return time.perf_counter() - started
 

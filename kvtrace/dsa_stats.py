@@ -152,8 +152,8 @@ def block_stats(lists: PositionLists, seq_len: np.ndarray,
     new_block[1:] = blocks[1:] != blocks[:-1]
     new_block[lists.offsets[:-1][lists.lengths > 0]] = True
     run_starts = np.flatnonzero(new_block)
-    counted = np.concatenate(([0], np.cumsum(new_block, dtype=np.int64)))
-    unique = counted[lists.offsets[1:]] - counted[lists.offsets[:-1]]
+    counted = np.searchsorted(run_starts, lists.offsets)  # runs begun before each offset
+    unique = counted[1:] - counted[:-1]
     run_tokens = np.diff(np.append(run_starts, len(blocks)))
     run_rows = np.repeat(np.arange(n, dtype=np.int64), unique)
 
@@ -163,7 +163,7 @@ def block_stats(lists: PositionLists, seq_len: np.ndarray,
         ratio = np.where(total > 0, unique / np.maximum(total, 1), np.nan)
         mean = np.where(unique > 0, lists.lengths / np.maximum(unique, 1), np.nan)
     by_row = np.sort((run_rows << 32) | run_tokens) & 0xFFFFFFFF
-    run_offsets = counted[lists.offsets[:-1]]
+    run_offsets = counted[:-1]
     return BlockStats(
         unique_blocks=unique,
         total_blocks_in_use=total,
@@ -207,9 +207,12 @@ def offset_stats(lists: PositionLists, seq_len: np.ndarray,
     last_pos = np.full(n, np.nan)
     first_pos[filled] = lists.values[lists.offsets[:-1][filled]]
     last_pos[filled] = lists.values[lists.offsets[1:][filled] - 1]
-    sums = np.concatenate(([0], np.cumsum(lists.values, dtype=np.int64)))
+    sums = np.zeros(n, dtype=np.int64)
+    if filled.any():  # empty rows hold nothing, so each sum runs to the next filled row
+        values = lists.values[:lists.offsets[-1]]
+        sums[filled] = np.add.reduceat(values, lists.offsets[:-1][filled], dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean_pos = (sums[lists.offsets[1:]] - sums[lists.offsets[:-1]]) / counts
+        mean_pos = sums / counts
     starts = lists.offsets[:-1]
     within = {}
     if windows:
@@ -240,6 +243,8 @@ def prefix_block_lists(lists: PositionLists, prefix_tokens: np.ndarray,
     n = lists.num_rows
     size = np.broadcast_to(np.asarray(block_size, dtype=np.int64), (n,))
     known = ~np.isnan(prefix_tokens)
+    if not known.any():
+        return PositionLists(np.zeros(0, dtype=np.int32), np.zeros(n + 1, dtype=np.int64))
     limit = np.zeros(n, dtype=np.int64)
     limit[known] = (prefix_tokens[known].astype(np.int64) // size[known]) * size[known]
     rows = lists.row_ids()

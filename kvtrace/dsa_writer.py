@@ -139,7 +139,7 @@ class DsaWriter:
             lists = _take_lists(lists, ok)
             scores = _take_lists(scores, ok) if scores is not None else None
         lists_sorted, score_values, repeated = dsa_stats.sort_lists(
-            PositionLists(lists.values.astype(np.int32), lists.offsets),
+            PositionLists(lists.values.astype(np.int32, copy=False), lists.offsets),
             scores.values if scores is not None else None,
         )
         dup_rows = np.flatnonzero(ok)[repeated]
@@ -316,7 +316,7 @@ class DsaWriter:
     def _histograms(self, table: pa.Table, lists: PositionLists, seq_len: np.ndarray,
                     blocks: dsa_stats.BlockStats) -> None:
         rows = lists.row_ids()
-        offset = (seq_len.astype(np.int64) - 1)[rows] - lists.values
+        offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
         self._offset_hist.append(_histogram(table, rows, offset, "offset"))
         self._fill_hist.append(_histogram(table, blocks.run_rows, blocks.run_tokens, "tokens"))
 
@@ -524,7 +524,9 @@ def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
                | table["block_size"].to_numpy().astype(np.int64))
     groups, group_of_row = np.unique(row_key, return_inverse=True)
     width = int(values.max()) + 1 if len(values) else 1
-    key = group_of_row[value_rows] * width + values.astype(np.int64)
+    # The usual batch holds one dataset at one block size: the values are the keys.
+    key = values if len(groups) == 1 else (
+        group_of_row[value_rows] * width + values.astype(np.int64))
     if len(groups) * width <= _DENSE_BINS:
         counts = np.bincount(key, minlength=len(groups) * width)
         key = np.flatnonzero(counts)

@@ -203,7 +203,8 @@ class DsaRef(nn.Module):
             raise InputError(f"cannot load {path} into dsa-ref: {exc}") from None
         return model
 
-    def _new_cache(self, rows: int, length: int) -> list[dict]:
+    def new_cache(self, rows: int, length: int) -> list[dict]:
+        """Empty KV and index-key caches for ``rows`` requests of up to ``length`` tokens."""
         c = self.config
         head_dim = c.dim // c.n_heads
         return [{"k": torch.zeros(rows, length, c.n_heads, head_dim),
@@ -239,15 +240,10 @@ class DsaRef(nn.Module):
             room = limit - len(prompt)
             budgets.append(room if wanted <= 0 else min(wanted, room))
         length = max(len(p) + n for p, n in zip(prompts, budgets, strict=True))
-        cache = self._new_cache(len(prompts), length)
+        cache = self.new_cache(len(prompts), length)
         generators = [torch.Generator().manual_seed(seed) for seed in seeds]
         outs: list[list[int]] = [[] for _ in prompts]
-        last_logits = []
-        for row, prompt in enumerate(prompts):  # prefill: dense and not traced
-            x = self.embed(torch.tensor(prompt))
-            for block, layer_cache in zip(self.blocks, cache, strict=True):
-                x = block.prefill(x, {name: part[row] for name, part in layer_cache.items()})
-            last_logits.append(self._logits(x[-1]))
+        last_logits = [self.prefill(prompt, cache, row) for row, prompt in enumerate(prompts)]
         active = list(range(len(prompts)))
         while True:
             tokens = []
@@ -264,20 +260,29 @@ class DsaRef(nn.Module):
                 return outs
             rows = torch.tensor(active)
             positions = torch.tensor([len(prompts[r]) + len(outs[r]) - 1 for r in active])
-            x = self.embed(torch.tensor(tokens))
             if tracer is None:
-                x = self._decode_layers(x, rows, positions, cache, None)
+                last_logits = list(self.decode_step(tokens, rows, positions, cache))
             else:
                 step = {request_ids[r]: int(p) for r, p in zip(active, positions, strict=True)}
                 with tracer.step(step):
-                    x = self._decode_layers(x, rows, positions, cache, tracer)
-            last_logits = list(self._logits(x))
+                    last_logits = list(self.decode_step(tokens, rows, positions, cache,
+                                                        tracer))
 
-    def _decode_layers(self, x: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-                       cache: list[dict], tracer: Any) -> torch.Tensor:
+    def prefill(self, prompt: list[int], cache: list[dict], row: int = 0) -> torch.Tensor:
+        """Dense causal prefill of one prompt into cache row ``row``; the last logits."""
+        x = self.embed(torch.tensor(prompt))
+        for block, layer_cache in zip(self.blocks, cache, strict=True):
+            x = block.prefill(x, {name: part[row] for name, part in layer_cache.items()})
+        return self._logits(x[-1])
+
+    def decode_step(self, tokens: list[int], rows: torch.Tensor, positions: torch.Tensor,
+                    cache: list[dict], tracer: Any = None) -> torch.Tensor:
+        """One sparse decode step of a batch (token b goes to cache row ``rows[b]`` at
+        ``positions[b]``), reporting each layer's top-k to ``tracer``; logits [B, vocab]."""
+        x = self.embed(torch.tensor(tokens))
         for layer_id, block in enumerate(self.blocks):
             x = block.decode(x, rows, positions, cache[layer_id], layer_id, tracer)
-        return x
+        return self._logits(x)
 
 
 def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> int:

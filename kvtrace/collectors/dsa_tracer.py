@@ -27,10 +27,11 @@ import os
 import queue
 import random
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -278,6 +279,7 @@ class DsaTracer:
     def _write_loop(self, commit_every_s: float) -> None:
         """Take steps off the queue in batches (one `DsaWriter.add` per batch, so the
         writer's fixed costs are paid rarely) and commit every ``commit_every_s``."""
+        _yield_to_the_model()
         writer, commit, request_keys = None, None, {}
         last_commit = time.monotonic()
         try:
@@ -354,13 +356,13 @@ class DsaTracer:
 
     def _canonical(self, steps: list):
         """Canonical columns of several steps, once per block size."""
-        parts = [_step_rows(*step) for step in steps]
+        parts = [_step_rows(*step, full_scores=self.full_scores) for step in steps]
         flat_positions = np.concatenate([p["positions"] for p in parts])
         lengths = np.concatenate([p["lengths"] for p in parts])
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         rows = len(lengths)
         positions = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                             pa.array(flat_positions, pa.int64()))
+                                             pa.array(flat_positions))
         request_of_row = np.concatenate([p["request"] for p in parts])
         start_of_row = np.concatenate([p["start"] for p in parts])
         layer_of_row = np.concatenate([p["layer"] for p in parts])
@@ -375,7 +377,7 @@ class DsaTracer:
         self._record_no += rows
         nulls = pa.nulls(rows)
         for block_size in self.block_sizes:
-            touched = _touched_blocks(flat_positions, lengths, block_size)
+            touched = _touched_blocks(flat_positions, offsets, block_size)
             fetched = self._tiers[block_size].fetch(request_of_row, touched, block_size)
             yield {
                 **_tier_columns(fetched),
@@ -402,13 +404,23 @@ class DsaTracer:
             }, lines
 
 
-def _touched_blocks(positions: np.ndarray, lengths: np.ndarray,
+def _yield_to_the_model(niceness: int = 10) -> None:
+    """Lower this thread's scheduling priority (Linux schedules threads one by one), so
+    that on a busy host the writer takes the CPU time the model leaves idle."""
+    if sys.platform.startswith("linux"):
+        with suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+
+
+def _touched_blocks(positions: np.ndarray, offsets: np.ndarray,
                     block_size: int) -> list[np.ndarray]:
-    """The distinct blocks of each row, ascending."""
-    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    keys = np.unique((rows << 32) | (positions // block_size))
-    counts = np.bincount(keys >> 32, minlength=len(lengths))
-    return np.split(keys & 0xFFFFFFFF, np.cumsum(counts)[:-1])
+    """The distinct blocks of each row, ascending (rows hold ascending positions)."""
+    blocks = positions // block_size
+    new = np.ones(len(blocks), dtype=bool)
+    new[1:] = blocks[1:] != blocks[:-1]
+    new[offsets[:-1][offsets[:-1] < len(blocks)]] = True
+    ends = np.searchsorted(np.flatnonzero(new), offsets[1:-1])
+    return np.split(blocks[new].astype(np.int64), ends)
 
 
 def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
@@ -426,15 +438,30 @@ def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
     return columns
 
 
-def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests) -> dict:
-    """Row-level arrays of one step: rows run layer by layer, batch row by batch row."""
+def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests, *,
+               full_scores: bool) -> dict:
+    """Row-level arrays of one step: rows run layer by layer, batch row by batch row.
+
+    Positions come out ascending within each row (so the writer only checks that they
+    are); scores follow them only when they are kept in full, since min/mean/max do not
+    depend on the order."""
     n_layers, batch, k = indices.shape
     rows = n_layers * batch
-    flat = indices.reshape(rows, k).astype(np.int64)
-    keep = flat >= 0
+    flat = indices.reshape(rows, k)
+    if flat.size and flat.max() < 2**31:  # a narrower sort, when the values fit
+        flat = flat.astype(np.int32)
     scores = None
-    if values is not None:
-        scores = (values.reshape(rows, k).astype(np.float64), keep)
+    if values is None:
+        flat = np.sort(flat, axis=1)
+    elif full_scores:
+        order = np.argsort(flat, axis=1)
+        flat = np.take_along_axis(flat, order, axis=1)
+        ordered = np.take_along_axis(values.reshape(rows, k), order, axis=1)
+        scores = (ordered.astype(np.float64), flat >= 0)
+    else:
+        scores = (values.reshape(rows, k).astype(np.float64), flat >= 0)
+        flat = np.sort(flat, axis=1)
+    keep = flat >= 0
     return {
         "positions": flat[keep],
         "lengths": keep.sum(axis=1),
@@ -466,12 +493,18 @@ def _score_columns(parts: list, offsets: np.ndarray, rows: int,
         if part is None:
             continue
         values, keep = part
-        masked = np.where(keep, values, np.nan)
-        with np.errstate(invalid="ignore"), _quiet_nan_warnings():
-            stats["score_min"].append(np.nanmin(masked, axis=1))
-            stats["score_mean"].append(np.nanmean(masked, axis=1))
-            stats["score_max"].append(np.nanmax(masked, axis=1))
-        kept.append(values[keep])
+        if keep.all() and values.shape[1]:  # no padding: plain reductions
+            stats["score_min"].append(values.min(axis=1))
+            stats["score_mean"].append(values.mean(axis=1))
+            stats["score_max"].append(values.max(axis=1))
+            kept.append(values.ravel())
+        else:
+            masked = np.where(keep, values, np.nan)
+            with np.errstate(invalid="ignore"), _quiet_nan_warnings():
+                stats["score_min"].append(np.nanmin(masked, axis=1))
+                stats["score_mean"].append(np.nanmean(masked, axis=1))
+                stats["score_max"].append(np.nanmax(masked, axis=1))
+            kept.append(values[keep])
         has.append(len(values))
     if sum(has) != rows:  # some steps came without scores: keep the columns NULL
         return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
