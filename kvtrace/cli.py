@@ -549,8 +549,48 @@ def demo() -> None:
     finally:
         con.close()
     _print_summary_table(summary)
-    out.print(f"\nWarehouse: {warehouse.root}\nNext: kvtrace -w {warehouse.root} sql "
-              '"SELECT * FROM dsa_layer_profile"   (kvtrace views lists the views)')
+    report = warehouse.root.parent / "kvtrace-demo-report.html"
+    _write_report(warehouse, "dsa", runs=[result.run_id], experiments=[], output=report,
+                  command_line=f"kvtrace -w {warehouse.root} report dsa --run "
+                               f"{result.run_id} --output {report}")
+    out.print(f"\nWarehouse: {warehouse.root}\nReport:    {report}\nNext: kvtrace -w "
+              f'{warehouse.root} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '
+              "lists the views)")
+
+
+@app.command("report")
+def report_command(
+    name: Annotated[str, typer.Argument(help="The report: dsa, pool, serving or compare.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
+    run: Annotated[list[str] | None, typer.Option(
+        help="Run id or run name to cover (repeatable) [default: every run of the kind]; "
+             "compare: the two sides.")] = None,
+    experiment: Annotated[list[str] | None, typer.Option(
+        help="Experiment label to cover (repeatable); compare: the two sides.")] = None,
+) -> None:
+    """Render a self-contained HTML report (charts and tables, with their SQL).
+
+    Example: kvtrace report dsa --run demo-ruler-dsa-ref --output dsa.html
+    """
+    import shlex
+
+    _write_report(_open(), name, runs=run or [], experiments=experiment or [],
+                  output=output, command_line="kvtrace " + shlex.join(sys.argv[1:]))
+    out.print(f"wrote {output}")
+
+
+def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
+                  experiments: list[str], output: Path, command_line: str) -> None:
+    from kvtrace.reports import reports
+    from kvtrace.reports.render import render_report
+
+    known = reports()
+    if name not in known:
+        raise KvtraceError(f"expected {', '.join(known)} for the report, got {name!r}")
+    html = render_report(warehouse, known[name], runs=runs, experiments=experiments,
+                         command_line=command_line)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_output(html.encode(), output)
 
 
 def _print_summary_table(result: dict) -> None:

@@ -1,0 +1,16 @@
+"""HTML reports over the views: ``kvtrace report dsa|pool|serving|compare``.
+
+Each report is a module here that defines a `ReportDefinition` (see `model`), with its
+queries in ``queries/<name>.sql``.  To add one, write both and list it in `REPORTS`.
+"""
+
+from __future__ import annotations
+
+from kvtrace.reports.model import ReportDefinition
+
+
+def reports() -> dict[str, ReportDefinition]:
+    """Every report by name (imported on demand: altair loads only when reporting)."""
+    from kvtrace.reports import compare, dsa, pool, serving
+
+    return {r.name: r for r in (dsa.REPORT, pool.REPORT, serving.REPORT, compare.REPORT)}

@@ -1,0 +1,47 @@
+"""Helpers the reports' charts share: rows to inline chart data, common chart shapes."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+import altair as alt
+import pyarrow as pa
+
+WIDTH = 640
+
+
+def rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows for an inline dataset: floats to 6 significant digits, NaN and inf as null
+    (JSON has neither), timestamps as ISO text."""
+    out = []
+    for row in table.to_pylist():
+        out.append({key: _plain(value) for key, value in row.items()})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        value = float(value)
+    if isinstance(value, float):
+        return None if not math.isfinite(value) else float(f"{value:.6g}")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def data(table: pa.Table) -> alt.Data:
+    return alt.Data(values=rows(table))
+
+
+def series_color(table: pa.Table, field: str = "series") -> alt.Color | alt.utils.Undefined:
+    """Colour by ``field`` only when the rows hold more than one of it."""
+    if field in table.column_names and len(set(table[field].to_pylist())) > 1:
+        return alt.Color(f"{field}:N", title=field)
+    return alt.Undefined
+
+
+def spec(chart: Any) -> dict:
+    """The chart's Vega-Lite spec, checked against the schema by altair."""
+    return chart.to_dict()

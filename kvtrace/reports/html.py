@@ -1,0 +1,149 @@
+"""One self-contained HTML page: tables in plain HTML, charts as Vega-Lite specs drawn by
+the inlined Vega libraries (no network request), every string from the data escaped."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from html import escape
+from importlib import resources
+from typing import Any
+
+import pyarrow as pa
+
+VENDOR = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
+       padding: 0 1em; color: #1b1b1b; }
+h1 { margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+dl.provenance { display: grid; grid-template-columns: max-content 1fr; gap: 0.2em 1em; }
+dl.provenance dt { font-weight: 600; } dl.provenance dd { margin: 0; }
+code, pre { font: 12px/1.4 ui-monospace, monospace; }
+pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td.text { text-align: left; }
+.warning { background: #fff4e5; border-left: 4px solid #e8590c; padding: 0.5em 1em; }
+.figure { min-height: 60px; } .caption { color: #555; } .generated { color: #777; }
+"""
+
+EMBED = """
+document.querySelectorAll("[data-spec]").forEach(function (box) {
+  var spec = JSON.parse(document.getElementById(box.dataset.spec).textContent);
+  vegaEmbed(box, spec, {renderer: "svg", actions: false})
+    .then(function () { box.dataset.rendered = "true"; })
+    .catch(function (error) {
+      box.dataset.error = String(error);
+      box.textContent = "This figure could not be drawn: " + error;
+      console.error(error);
+    });
+});
+"""
+
+
+@dataclass
+class RenderedSection:
+    anchor: str
+    title: str
+    caption: str
+    sql: str
+    spec: dict | None = None  # a chart
+    table: pa.Table | None = None  # a table
+    max_rows: int = 200
+    empty: str = ""
+    warning: str = ""
+
+
+def page(*, title: str, summary: str, provenance: list[tuple[str, str]],
+         generated_at: str, sections: list[RenderedSection]) -> str:
+    """The whole report as one HTML document."""
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             f"<title>{escape(title)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
+             f"<h1>{escape(title)}</h1>", f"<p>{escape(summary)}</p>",
+             '<dl class="provenance">']
+    parts += [f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in provenance]
+    parts += ["</dl>", f'<p class="generated">Generated at {escape(generated_at)}</p>',
+              "<nav><ol>"]
+    parts += [f'<li><a href="#{s.anchor}">{escape(s.title)}</a></li>' for s in sections]
+    parts.append("</ol></nav>")
+    specs = []
+    for section in sections:
+        parts += _section(section, specs)
+    parts += [f"<script>{_vendor(name)}</script>" for name in VENDOR]
+    parts += [f'<script type="application/json" id="{anchor}-spec">{_script_json(spec)}'
+              "</script>" for anchor, spec in specs]
+    parts += [f"<script>{EMBED}</script>", "</body>", "</html>"]
+    return "\n".join(parts) + "\n"
+
+
+def _section(section: RenderedSection, specs: list) -> list[str]:
+    out = [f'<section id="{section.anchor}">', f"<h2>{escape(section.title)}</h2>"]
+    if section.caption:
+        out.append(f'<p class="caption">{escape(section.caption)}</p>')
+    if section.warning:
+        out.append(f'<p class="warning">{escape(section.warning)}</p>')
+    if section.spec is not None:
+        specs.append((section.anchor, section.spec))
+        out += [f'<div class="figure" id="{section.anchor}-figure" '
+                f'data-spec="{section.anchor}-spec"></div>',
+                "<noscript>This figure needs JavaScript; the query below gives its "
+                "numbers.</noscript>"]
+    elif section.table is not None and section.table.num_rows:
+        out.append(html_table(section.table, section.max_rows))
+    else:
+        out.append(f"<p>{escape(section.empty)}</p>")
+    out += ["<details><summary>SQL</summary>", f"<pre>{escape(section.sql)}</pre>",
+            "</details>", "</section>"]
+    return out
+
+
+def html_table(table: pa.Table, max_rows: int) -> str:
+    """An HTML table of the first ``max_rows`` rows, saying how many were left out."""
+    rows = table.slice(0, max_rows).to_pylist()
+    head = "".join(f"<th>{escape(name)}</th>" for name in table.column_names)
+    body = []
+    for row in rows:
+        cells = []
+        for value in row.values():
+            text = format_value(value)
+            numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
+            cells.append(f"<td>{escape(text)}</td>" if numeric
+                         else f'<td class="text">{escape(text)}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    more = (f"<p>{table.num_rows - max_rows:,} more rows not shown.</p>"
+            if table.num_rows > max_rows else "")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, Decimal):
+        value = float(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _script_json(spec: dict) -> str:
+    """JSON that cannot end its <script> element early: <, > and & are escaped."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _vendor(name: str) -> str:
+    text = resources.files("kvtrace.reports").joinpath(f"vendor/{name}").read_text()
+    # A source-map comment would make developer tools fetch a file that is not there.
+    return "\n".join(line for line in text.splitlines()
+                     if not line.startswith("//# sourceMappingURL"))

@@ -1,0 +1,74 @@
+"""What a report is made of: sections, each a documented query shown as a chart or table.
+
+A report module defines a `ReportDefinition`: its sections, the ``.sql`` file their
+queries live in, and how it picks the runs it covers (the ``report_runs`` table every
+query joins).  Queries sit in ``queries/<report>.sql``, each under a header
+
+    -- @query name
+    -- What the query answers, its columns and their units.
+    SELECT ...
+
+and may read the report's settings with ``getvariable('name')``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+ChartBuilder = Callable[[pa.Table], Any]  # rows -> an altair chart
+
+
+@dataclass(frozen=True)
+class Section:
+    """One figure (``chart`` given) or table of a report."""
+
+    query: str
+    title: str
+    caption: str = ""
+    chart: ChartBuilder | None = None
+    empty: str = "Nothing to show: the query returned no rows."
+    max_rows: int = 200
+    warning: Callable[[pa.Table], str] | None = None  # a caveat the rows call for
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The runs a report covers and the settings its queries read."""
+
+    lines: list[str]  # shown in the report header: what was selected, how
+    variables: dict[str, Any] = field(default_factory=dict)
+
+
+Selector = Callable[[duckdb.DuckDBPyConnection, list[str], list[str]], Scope]
+
+
+@dataclass(frozen=True)
+class ReportDefinition:
+    """A report: ``select`` fills the ``report_runs`` table from the user's --run and
+    --experiment values (raising InputError when nothing matches), then every section's
+    query runs."""
+
+    name: str
+    title: str
+    summary: str
+    select: Selector
+    sections: tuple[Section, ...]
+
+
+_HEADER = re.compile(r"^-- @query (\w+)\s*$", re.MULTILINE)
+
+
+def load_queries(report: str) -> dict[str, str]:
+    """The named queries of ``queries/<report>.sql``, each with its comment header."""
+    text = resources.files("kvtrace.reports").joinpath(f"queries/{report}.sql").read_text()
+    marks = list(_HEADER.finditer(text))
+    return {mark.group(1): text[mark.start():marks[i + 1].start() if i + 1 < len(marks)
+                                else len(text)].strip()
+            for i, mark in enumerate(marks)}

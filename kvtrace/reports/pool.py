@@ -1,0 +1,71 @@
+"""The pool report: what fills each worker's KV pool over time."""
+
+from __future__ import annotations
+
+import altair as alt
+import duckdb
+import pyarrow as pa
+
+from kvtrace.reports.charts import WIDTH, data
+from kvtrace.reports.model import ReportDefinition, Scope, Section
+from kvtrace.reports.selection import select_runs
+
+CANDIDATES = ("SELECT p.run_id, r.run_name, p.experiment FROM pool_snapshots p "
+              "LEFT JOIN runs r USING (run_id)")
+
+
+def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
+           ) -> Scope:
+    return Scope(select_runs(con, CANDIDATES, runs=runs, experiments=experiments,
+                             what="pool runs"))
+
+
+def _series(rows: pa.Table):
+    base = alt.Chart(width=WIDTH, height=160)
+    area = base.mark_area().encode(
+        x=alt.X("t_s:Q", title="seconds since start"),
+        y=alt.Y("tokens:Q", stack=True, title="tokens"),
+        color=alt.Color("component:N", sort=["held", "other", "available"],
+                        scale=alt.Scale(domain=["held", "other", "available"],
+                                        range=["#1f77b4", "#e8590c", "#b2df8a"])),
+        order=alt.Order("component:N", sort="descending"))
+    capacity = base.mark_line(color="black", strokeDash=[4, 3]).encode(
+        x="t_s:Q", y=alt.Y("capacity:Q", title="tokens"))
+    return alt.layer(area, capacity, data=data(rows)).facet(
+        row=alt.Row("worker:N", title=None))
+
+
+def _other(rows: pa.Table):
+    return alt.Chart(data(rows), width=WIDTH).mark_bar().encode(
+        x=alt.X("other_bin:Q", title="other tokens (bin start)"),
+        y=alt.Y("ticks:Q", title="ticks"), color=alt.Color("worker_role:N", title="role"))
+
+
+def _stuck(rows: pa.Table):
+    return alt.Chart(data(rows), width=WIDTH).mark_bar(height=12, color="#e8590c").encode(
+        x=alt.X("start_s:Q", title="seconds since start"), x2="end_s:Q",
+        y=alt.Y("worker:N", title=None),
+        tooltip=["worker:N", "start_s:Q", "end_s:Q", "ticks:Q", "other_mean:Q"])
+
+
+REPORT = ReportDefinition(
+    name="pool",
+    title="kvtrace KV pool report",
+    summary="Per worker: held, other (capacity - held - available) and available tokens "
+            "over time, how other is distributed, and where memory sits stuck.",
+    select=select,
+    sections=(
+        Section("pool_series", "Held / other / available over time",
+                "Stacked per worker; the dashed line is the capacity.", chart=_series),
+        Section("other_distribution", "Distribution of other",
+                "Ticks per bin of other tokens; a bimodal shape shows as two humps.",
+                chart=_other),
+        Section("thresholds", "Threshold frequencies"),
+        Section("stuck", "Stuck stretches on the time axis", chart=_stuck,
+                empty="No stuck stretches (held 0, no sessions, other above 30K, "
+                      "5+ ticks)."),
+        Section("stuck", "Stuck stretches", empty="No stuck stretches."),
+        Section("breakdown", "What other holds",
+                empty="The servers did not report the breakdown fields."),
+    ),
+)

@@ -1,0 +1,50 @@
+"""Run a report's queries over a warehouse and render the page."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import duckdb
+
+from kvtrace import __version__
+from kvtrace.errors import QueryError
+from kvtrace.reports import charts
+from kvtrace.reports.html import RenderedSection, page
+from kvtrace.reports.model import ReportDefinition, load_queries
+from kvtrace.warehouse import Warehouse
+
+
+def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[str],
+                  experiments: list[str], command_line: str,
+                  generated_at: datetime | None = None) -> str:
+    """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select."""
+    con = warehouse.connect()
+    scope = report.select(con, runs, experiments)
+    for name, value in sorted(scope.variables.items()):
+        con.execute(f"SET VARIABLE {name} = ?", [value])
+    queries = load_queries(report.name)
+    sections = []
+    for number, section in enumerate(report.sections, 1):
+        sql = queries[section.query]
+        try:
+            table = con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise QueryError(f"the {report.name} report's query {section.query} failed: "
+                             f"{str(exc).splitlines()[0]}") from None
+        rendered = RenderedSection(
+            anchor=f"s{number}", title=section.title, caption=section.caption, sql=sql,
+            max_rows=section.max_rows, empty=section.empty,
+            warning=section.warning(table) if section.warning and table.num_rows else "")
+        if section.chart is None:
+            rendered.table = table
+        elif table.num_rows:
+            rendered.spec = charts.spec(section.chart(table))
+        sections.append(rendered)
+    provenance = [("Command", command_line), ("kvtrace", __version__),
+                  ("Warehouse fingerprint", warehouse.fingerprint()),
+                  *[("Selection", line) for line in scope.lines],
+                  *[(f"Setting {name}", str(value))
+                    for name, value in sorted(scope.variables.items())]]
+    stamp = (generated_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
+    return page(title=report.title, summary=report.summary, provenance=provenance,
+                generated_at=stamp, sections=sections)

@@ -1,0 +1,132 @@
+"""Reports open in headless Chromium with every chart drawn, offline, strings escaped."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from kvtrace.collectors.datasets.ruler import niah_requests
+from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
+from kvtrace.collectors.dsa_collect import collect_dsa
+from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+from kvtrace.ingest import ingest
+from kvtrace.warehouse import Warehouse
+from tests.reports.browser import open_report
+from tests.serving.fixtures import pool_rows, request_rows, write
+from tests.test_cli import kvtrace
+
+HOSTILE = "<script>alert(1)</script>"
+SHAREGPT = Path(__file__).parent.parent / "data" / "sharegpt_format_dummy_conversation.json"
+ARTIFACTS = Path(os.environ.get("KVTRACE_TEST_ARTIFACTS",
+                                Path(__file__).parent.parent.parent / "test-artifacts"))
+CONFIG = DsaRefConfig(dim=32, n_layers=3, n_heads=2, index_heads=2, index_dim=8, rope_dim=4,
+                      q_lora_rank=16, index_topk=64, max_seq_len=4096)
+COMMANDS = {
+    "dsa": ["report", "dsa"],
+    "pool": ["report", "pool"],
+    "serving": ["report", "serving"],
+    "compare": ["report", "compare", "--experiment", "exp-a", "--experiment", "exp-b"],
+    "compare-dsa": ["report", "compare", "--run", "chat", "--run", "niah"],
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """A warehouse with two DSA runs (one with a hostile dataset name and prefix hits)
+    and two serving experiments."""
+    root = tmp_path_factory.mktemp("reports") / "wh"
+    warehouse = Warehouse(root, create=True)
+    tokenizer = ByteTokenizer()
+    conversations, _ = load_conversations(SHAREGPT)
+    chat = list(sharegpt_requests(conversations, "per_user_turn"))[:4]
+    collect_dsa(warehouse, chat, model=DsaRef(CONFIG), tokenizer=tokenizer, run_name="chat",
+                dataset=HOSTILE, block_sizes=(16, 64), max_new_tokens=6)
+    niah = list(niah_requests(2, 600, lambda t: len(tokenizer.encode(t)), seed=1))
+    collect_dsa(warehouse, niah, model=DsaRef(CONFIG), tokenizer=tokenizer, run_name="niah",
+                dataset="ruler", block_sizes=(64,), max_new_tokens=6)
+    folder = root.parent / "serving"
+    for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
+        write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
+        write(folder / f"{experiment}_metrics.jsonl", [
+            {**row, "latency_s": row["latency_s"] + shift} for row in request_rows()])
+        ingest(warehouse, [str(folder / f"{experiment}_pool_timeseries.jsonl"),
+                           str(folder / f"{experiment}_metrics.jsonl")])
+    return root
+
+
+def _render(root: Path, name: str, output: Path) -> str:
+    result = kvtrace("-w", str(root), *COMMANDS[name], "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    return output.read_text()
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_chart_renders_offline_without_console_errors(root, tmp_path, name):
+    html = _render(root, name, tmp_path / f"{name}.html")
+    expected_charts = html.count("data-spec=")
+    opened = open_report(tmp_path / f"{name}.html", ARTIFACTS / f"report-{name}.png")
+    assert opened.console_errors == []
+    assert opened.requests == []
+    assert len(opened.figures) == expected_charts > 0
+    for figure in opened.figures:
+        assert figure["rendered"] and not figure["error"], figure
+        assert figure["marks"] > 0, figure
+    assert opened.scripts == 3 + expected_charts + 1  # libraries, specs, embedding
+    assert not opened.alerts
+
+
+def test_a_hostile_dataset_name_shows_as_text(root, tmp_path):
+    html = _render(root, "dsa", tmp_path / "dsa.html")
+    assert HOSTILE not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    opened = open_report(tmp_path / "dsa.html", ARTIFACTS / "report-dsa-hostile.png")
+    assert HOSTILE in opened.texts
+    assert opened.scripts == 3 + html.count("data-spec=") + 1
+    assert not opened.alerts
+
+
+def test_the_same_warehouse_and_command_give_the_same_html(root, tmp_path):
+    generated = re.compile(r'<p class="generated">Generated at [^<]*</p>')
+    first = _render(root, "dsa", tmp_path / "dsa.html")
+    second = _render(root, "dsa", tmp_path / "dsa.html")
+    assert len(generated.findall(first)) == 1
+    assert generated.sub("", first) == generated.sub("", second)
+
+
+def test_reports_show_their_provenance_and_sql(root, tmp_path):
+    html = _render(root, "pool", tmp_path / "pool.html")
+    warehouse = Warehouse(root)
+    assert f"<dd>{warehouse.fingerprint()}</dd>" in html
+    assert "kvtrace -w " in html and " report pool --output " in html
+    assert html.count("<details><summary>SQL</summary>") == html.count("<section ")
+    assert "FROM pool_stuck_intervals()" in html
+    assert "cdn" not in html.lower().replace("cdna", "")
+
+
+def test_a_single_run_side_is_flagged_in_the_comparison(root, tmp_path):
+    html = _render(root, "compare-dsa", tmp_path / "cmp.html")
+    assert html.count('class="warning"') == 2  # the DSA table and its chart
+    assert "A side rests on a single run" in html
+
+
+def test_selections_that_match_nothing_are_one_clear_error(root, tmp_path):
+    result = kvtrace("-w", str(root), "report", "dsa", "--run", "nope", "-o",
+                     str(tmp_path / "x.html"))
+    assert result.returncode == 1
+    assert result.stderr == "Error: no DSA runs in the warehouse match --run nope\n"
+    assert not (tmp_path / "x.html").exists()
+    odd = kvtrace("-w", str(root), "report", "compare", "--run", "chat", "-o",
+                  str(tmp_path / "y.html"))
+    assert odd.returncode == 1 and odd.stderr.startswith("Error: compare needs two sides")
+
+
+def test_the_demo_ends_by_writing_its_dsa_report(tmp_path):
+    result = kvtrace("-w", str(tmp_path / "wh"), "demo")
+    assert result.returncode == 0, result.stderr
+    report = tmp_path / "kvtrace-demo-report.html"
+    assert f"Report:    {report}" in result.stdout
+    html = report.read_text()
+    assert html.count("data-spec=") == 7 and "report dsa --run demo-ruler-dsa-ref-" in html
