@@ -143,15 +143,27 @@ def _block_ids(lists: PositionLists, block_size: np.ndarray | int) -> np.ndarray
     return lists.values // np.repeat(block_size.astype(np.int64), lists.lengths)
 
 
+def _opens_block_run(lists: PositionLists, blocks: np.ndarray) -> np.ndarray:
+    """Whether each position of sorted lists is the first of its block in its row."""
+    first = np.ones(len(blocks), dtype=bool)
+    first[1:] = blocks[1:] != blocks[:-1]
+    first[lists.offsets[:-1][lists.lengths > 0]] = True
+    return first
+
+
+def touched_blocks(lists: PositionLists, block_size: int) -> PositionLists:
+    """The distinct blocks of each row of sorted lists, ascending."""
+    blocks = _block_ids(lists, block_size)
+    run_starts = np.flatnonzero(_opens_block_run(lists, blocks))
+    return PositionLists(blocks[run_starts], np.searchsorted(run_starts, lists.offsets))
+
+
 def block_stats(lists: PositionLists, seq_len: np.ndarray,
                 block_size: np.ndarray | int) -> BlockStats:
     """Block statistics of sorted lists (see the module docstring for the semantics)."""
     n = lists.num_rows
     blocks = _block_ids(lists, block_size)
-    new_block = np.ones(len(blocks), dtype=bool)
-    new_block[1:] = blocks[1:] != blocks[:-1]
-    new_block[lists.offsets[:-1][lists.lengths > 0]] = True
-    run_starts = np.flatnonzero(new_block)
+    run_starts = np.flatnonzero(_opens_block_run(lists, blocks))
     counted = np.searchsorted(run_starts, lists.offsets)  # runs begun before each offset
     unique = counted[1:] - counted[:-1]
     run_tokens = np.diff(np.append(run_starts, len(blocks)))
@@ -249,10 +261,7 @@ def prefix_block_lists(lists: PositionLists, prefix_tokens: np.ndarray,
     limit[known] = (prefix_tokens[known].astype(np.int64) // size[known]) * size[known]
     rows = lists.row_ids()
     blocks = _block_ids(lists, block_size)
-    first = np.ones(len(blocks), dtype=bool)
-    first[1:] = blocks[1:] != blocks[:-1]
-    first[lists.offsets[:-1][lists.lengths > 0]] = True
-    keep = first & (lists.values < limit[rows])
+    keep = _opens_block_run(lists, blocks) & (lists.values < limit[rows])
     counts = np.bincount(rows[keep], minlength=n)
     offsets = np.concatenate(([0], np.cumsum(counts)))
     return PositionLists(blocks[keep].astype(np.int32), offsets)

@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from kvtrace import __version__
+from kvtrace import __version__, dsa_stats
 from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.dsa_writer import DsaWriter
 from kvtrace.errors import InputError
@@ -360,6 +360,7 @@ class DsaTracer:
         flat_positions = np.concatenate([p["positions"] for p in parts])
         lengths = np.concatenate([p["lengths"] for p in parts])
         offsets = np.concatenate(([0], np.cumsum(lengths)))
+        lists = dsa_stats.PositionLists(flat_positions, offsets)
         rows = len(lengths)
         positions = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                              pa.array(flat_positions))
@@ -377,7 +378,8 @@ class DsaTracer:
         self._record_no += rows
         nulls = pa.nulls(rows)
         for block_size in self.block_sizes:
-            touched = _touched_blocks(flat_positions, offsets, block_size)
+            touched = dsa_stats.touched_blocks(lists, block_size)
+            touched = np.split(touched.values.astype(np.int64), touched.offsets[1:-1])
             fetched = self._tiers[block_size].fetch(request_of_row, touched, block_size)
             yield {
                 **_tier_columns(fetched),
@@ -410,17 +412,6 @@ def _yield_to_the_model(niceness: int = 10) -> None:
     if sys.platform.startswith("linux"):
         with suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-
-
-def _touched_blocks(positions: np.ndarray, offsets: np.ndarray,
-                    block_size: int) -> list[np.ndarray]:
-    """The distinct blocks of each row, ascending (rows hold ascending positions)."""
-    blocks = positions // block_size
-    new = np.ones(len(blocks), dtype=bool)
-    new[1:] = blocks[1:] != blocks[:-1]
-    new[offsets[:-1][offsets[:-1] < len(blocks)]] = True
-    ends = np.searchsorted(np.flatnonzero(new), offsets[1:-1])
-    return np.split(blocks[new].astype(np.int64), ends)
 
 
 def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
