@@ -231,14 +231,8 @@ class DsaRef(nn.Module):
         every decode step runs the unfinished requests as one batch (one tracer step
         with a row per request).  Budgets of 0 mean until EOS or max_seq_len.
         ``on_finish(i)`` is called as soon as request ``i`` is done."""
-        limit = self.config.max_seq_len
-        budgets = []
-        for prompt, wanted in zip(prompts, max_new_tokens, strict=True):
-            if not prompt or len(prompt) >= limit:
-                raise InputError(f"the prompt must have 1 to {limit - 1} tokens, "
-                                 f"got {len(prompt)}")
-            room = limit - len(prompt)
-            budgets.append(room if wanted <= 0 else min(wanted, room))
+        budgets = [decode_budget(len(prompt), wanted, self.config.max_seq_len)
+                   for prompt, wanted in zip(prompts, max_new_tokens, strict=True)]
         length = max(len(p) + n for p, n in zip(prompts, budgets, strict=True))
         cache = self.new_cache(len(prompts), length)
         generators = [torch.Generator().manual_seed(seed) for seed in seeds]
@@ -283,6 +277,16 @@ class DsaRef(nn.Module):
         for layer_id, block in enumerate(self.blocks):
             x = block.decode(x, rows, positions, cache[layer_id], layer_id, tracer)
         return self._logits(x)
+
+
+def decode_budget(prompt_tokens: int, max_new_tokens: int, max_seq_len: int) -> int:
+    """Tokens a request may generate: ``max_new_tokens`` (0: all the room left) within
+    ``max_seq_len``; a prompt that is empty or leaves no room is refused."""
+    if not 0 < prompt_tokens < max_seq_len:
+        raise InputError(f"the prompt must have 1 to {max_seq_len - 1} tokens, "
+                         f"got {prompt_tokens}")
+    room = max_seq_len - prompt_tokens
+    return room if max_new_tokens <= 0 else min(max_new_tokens, room)
 
 
 def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kvtrace.collectors.dsa_ref import decode_budget, sample_token
 from kvtrace.errors import InputError
 
 
@@ -57,14 +58,7 @@ class HfCausalLM:
                  tracer: Any = None, temperature: float = 0.0, eos_id: int | None = None,
                  seed: int = 0) -> list[int]:
         """Decode up to ``max_new_tokens`` after ``prompt`` (0: until EOS or max_seq_len)."""
-        from kvtrace.collectors.dsa_ref import sample_token
-
-        limit = self.max_seq_len
-        if not prompt or len(prompt) >= limit:
-            raise InputError(f"the prompt must have 1 to {limit - 1} tokens, "
-                             f"got {len(prompt)}")
-        budget = limit - len(prompt) if max_new_tokens <= 0 else min(
-            max_new_tokens, limit - len(prompt))
+        budget = decode_budget(len(prompt), max_new_tokens, self.max_seq_len)
         generator = torch.Generator().manual_seed(seed)
         output = self.model(input_ids=torch.tensor([prompt]), use_cache=True)  # not traced
         out: list[int] = []
