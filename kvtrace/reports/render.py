@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import duckdb
+import pyarrow as pa
 
 from kvtrace import __version__
 from kvtrace.errors import QueryError
@@ -23,14 +24,17 @@ def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[
     for name, value in sorted(scope.variables.items()):
         con.execute(f"SET VARIABLE {name} = ?", [value])
     queries = load_queries(report.name)
+    results: dict[str, pa.Table] = {}  # a query shown as a table and a chart runs once
     sections = []
     for number, section in enumerate(report.sections, 1):
         sql = queries[section.query]
-        try:
-            table = con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
-            raise QueryError(f"the {report.name} report's query {section.query} failed: "
-                             f"{str(exc).splitlines()[0]}") from None
+        if section.query not in results:
+            try:
+                results[section.query] = con.sql(sql).to_arrow_table()
+            except duckdb.Error as exc:
+                raise QueryError(f"the {report.name} report's query {section.query} "
+                                 f"failed: {str(exc).splitlines()[0]}") from None
+        table = results[section.query]
         rendered = RenderedSection(
             anchor=f"s{number}", title=section.title, caption=section.caption, sql=sql,
             max_rows=section.max_rows, empty=section.empty,
