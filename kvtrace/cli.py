@@ -346,8 +346,9 @@ def _dataset_requests(dataset: str, data_file: Path | None,
         raise KvtraceError("--hf-dataset serves ruler, sharegpt and longbench-v2; "
                            "burstgpt reads its CSV with --data-file")
 
-    def records(check, what: str) -> tuple[list[dict], str]:
-        """The dataset's records from --hf-dataset or --data-file, and their variant."""
+    def records(load, check, what: str) -> tuple[list[dict], str]:
+        """The dataset's records and their variant: --hf-dataset's rows passed through
+        ``check(rows, name)``, or ``load(path)`` of --data-file."""
         if hub is not None:
             from kvtrace.collectors.datasets.hub import load_hub_records
 
@@ -357,7 +358,7 @@ def _dataset_requests(dataset: str, data_file: Path | None,
         if data_file is None:
             raise KvtraceError(f"--dataset {dataset} needs --data-file ({what}) "
                                "or --hf-dataset")
-        rows, sha = check(data_file)
+        rows, sha = load(data_file)
         return rows, f"{data_file.name} (sha256 {sha})"
 
     if dataset == "ruler":
@@ -369,8 +370,7 @@ def _dataset_requests(dataset: str, data_file: Path | None,
         )
 
         if data_file is not None or hub is not None:
-            rows, variant = records(check_ruler if hub else load_ruler_file,
-                                    "a RULER .jsonl or .tgz")
+            rows, variant = records(load_ruler_file, check_ruler, "a RULER .jsonl or .tgz")
             return islice(ruler_requests(rows), limit), variant
         if ruler_variant not in ("single", "multikey"):
             raise KvtraceError(f"expected single or multikey for --ruler-variant, "
@@ -389,7 +389,7 @@ def _dataset_requests(dataset: str, data_file: Path | None,
         if turn_mode not in ("full", "per_user_turn"):
             raise KvtraceError(f"expected full or per_user_turn for --turn-mode, "
                                f"got {turn_mode!r}")
-        rows, variant = records(check_conversations if hub else load_conversations,
+        rows, variant = records(load_conversations, check_conversations,
                                 "a ShareGPT JSON file")
         return islice(sharegpt_requests(rows, turn_mode), limit), f"{variant}, turns {turn_mode}"
     if dataset == "burstgpt":
@@ -406,7 +406,7 @@ def _dataset_requests(dataset: str, data_file: Path | None,
             longbench_requests,
         )
 
-        rows, variant = records(check_longbench if hub else load_longbench,
+        rows, variant = records(load_longbench, check_longbench,
                                 "its data.json")
         classes = None if length_filter is None else length_filter.split(",")
         return (islice(longbench_requests(rows, classes), limit),
