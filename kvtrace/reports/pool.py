@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import altair as alt
-import duckdb
 import pyarrow as pa
 
 from kvtrace.reports.charts import WIDTH, data
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
-
-CANDIDATES = ("SELECT p.run_id, r.run_name, p.experiment FROM pool_snapshots p "
-              "LEFT JOIN runs r USING (run_id)")
-
-
-def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
-           ) -> Scope:
-    return Scope(select_runs(con, CANDIDATES, runs=runs, experiments=experiments,
-                             what="pool runs"))
+from kvtrace.reports.model import ReportDefinition, Section
+from kvtrace.reports.selection import runs_in
 
 
 def _series(rows: pa.Table):
@@ -53,7 +43,7 @@ REPORT = ReportDefinition(
     title="kvtrace KV pool report",
     summary="Per worker: held, other (capacity - held - available) and available tokens "
             "over time, how other is distributed, and where memory sits stuck.",
-    select=select,
+    select=runs_in("pool_snapshots", "pool runs"),
     sections=(
         Section("pool_series", "Held / other / available over time",
                 "Stacked per worker; the dashed line is the capacity.", chart=_series),

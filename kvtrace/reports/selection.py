@@ -5,6 +5,7 @@ from __future__ import annotations
 import duckdb
 
 from kvtrace.errors import InputError
+from kvtrace.reports.model import Scope, Selector
 
 MAX_LISTED = 12
 
@@ -36,3 +37,17 @@ def select_runs(con: duckdb.DuckDBPyConnection, candidates_sql: str, *, runs: li
     more = len(chosen) - MAX_LISTED
     return [f"{len(chosen)} {what}: " + "; ".join(listed) + (f"; {more} more" if more > 0
                                                              else "")]
+
+
+def runs_in(table: str, what: str) -> Selector:
+    """A report's selector: the runs with rows in ``table`` (a view with run_id and
+    experiment columns), by run id, run name or experiment."""
+    candidates = (f"SELECT t.run_id, r.run_name, t.experiment FROM {table} t "
+                  "LEFT JOIN runs r USING (run_id)")
+
+    def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
+               ) -> Scope:
+        return Scope(select_runs(con, candidates, runs=runs, experiments=experiments,
+                                 what=what))
+
+    return select

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import altair as alt
-import duckdb
 import pyarrow as pa
 
 from kvtrace.reports.charts import WIDTH, data, series_color
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
-
-CANDIDATES = ("SELECT m.run_id, r.run_name, m.experiment FROM request_metrics m "
-              "LEFT JOIN runs r USING (run_id)")
-
-
-def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
-           ) -> Scope:
-    return Scope(select_runs(con, CANDIDATES, runs=runs, experiments=experiments,
-                             what="serving runs"))
+from kvtrace.reports.model import ReportDefinition, Section
+from kvtrace.reports.selection import runs_in
 
 
 def _deciles(rows: pa.Table):
@@ -57,7 +47,7 @@ REPORT = ReportDefinition(
     title="kvtrace serving report",
     summary="Error rates over the run (equal-time and equal-count bins), per worker and "
             "per session; the execution-mode mix; latency per mode.",
-    select=select,
+    select=runs_in("request_metrics", "serving runs"),
     sections=(
         Section("deciles", "Error rate per decile",
                 "Equal-time and equal-count bins side by side.", chart=_deciles),
