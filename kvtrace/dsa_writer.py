@@ -271,6 +271,8 @@ class DsaWriter:
         self._buffered_bytes += table.nbytes
         self.result.rows += n
         self._histograms(table, lists, seq_len, blocks)
+        if self._buffered_bytes >= FLUSH_BYTES:
+            self._flush()
 
     def _request_ids(self, cols: dict) -> np.ndarray:
         if not self.string_ids:
@@ -323,10 +325,13 @@ class DsaWriter:
     # -- output ----------------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Write the buffered rows as a row group per partition; fold the histograms."""
         if not self._buffer:
             return
         table = pa.concat_tables(self._buffer)
         self._buffer, self._buffered_bytes = [], 0
+        self._offset_hist = [_merged_histogram(self._offset_hist, "offset")]
+        self._fill_hist = [_merged_histogram(self._fill_hist, "tokens")]
         for part in _partitions(table):
             if not _is_sorted(part):
                 part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
@@ -351,9 +356,7 @@ class DsaWriter:
                                    ("dsa_fill_hist", self._fill_hist, "tokens")):
             if not parts:
                 continue
-            merged = pa.concat_tables(parts).group_by(
-                ["dataset", "block_size", value]).aggregate([("n", "sum")])
-            merged = merged.rename_columns({"n_sum": "n"})
+            merged = _merged_histogram(parts, value)
             merged = merged.append_column(
                 "run_id", pa.array([self.commit.run_id] * merged.num_rows, pa.string()))
             for part in _partitions(merged):
@@ -540,6 +543,13 @@ def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
         name: pa.array(key % width, pa.int32()),
         "n": pa.array(counts, pa.int64()),
     })
+
+
+def _merged_histogram(parts: list[pa.Table], value: str) -> pa.Table:
+    """Several histogram tables summed into one (counts per dataset, block size, value)."""
+    merged = pa.concat_tables(parts).group_by(
+        ["dataset", "block_size", value]).aggregate([("n", "sum")])
+    return merged.rename_columns({"n_sum": "n"}).select(["dataset", "block_size", value, "n"])
 
 
 def _sort_key(table: pa.Table, row: int) -> tuple[int, int, int]:

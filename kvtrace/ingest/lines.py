@@ -46,8 +46,10 @@ def is_gzip(path: Path) -> bool:
         return handle.read(2) == b"\x1f\x8b"
 
 
-def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
-    """Yield the file (plain or gzip) as chunks of whole lines, about ``chunk_bytes`` each."""
+def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
+    """Yield the file (plain or gzip) as chunks of whole lines, about ``chunk_bytes`` each
+    (default `CHUNK_BYTES`)."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     line = 1
     pending = b""
     with open(path, "rb") as raw:
