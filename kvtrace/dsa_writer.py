@@ -243,6 +243,8 @@ class DsaWriter:
             "step_idx": pa.array(step, pa.int32()),
             "layer_id": pa.array(layer, pa.int16()),
             "seq_len": pa.array(seq_len, pa.int32()),
+            "batch_step": (_combined(cols["batch_step"]).cast(pa.int64()) if "batch_step" in cols
+                           else pa.nulls(n, pa.int64())),
             "topk": _combined(cols["topk"]),
             "selected_pos": lists.to_arrow(),
             "scores": (

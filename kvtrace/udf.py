@@ -7,6 +7,8 @@ Python, gets SQL macros of the same names and results from ``udf_fallback.sql``.
 
 from __future__ import annotations
 
+import weakref
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -65,8 +67,68 @@ def prefix_blocks_udf(positions: pa.ChunkedArray, prefix_tokens: pa.ChunkedArray
     return dsa_stats.prefix_block_lists(lists, tokens, _numbers(block_size)).to_arrow()
 
 
+def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.Array:
+    """The distinct blocks of each ascending position list, ascending."""
+    lists = PositionLists.from_arrow(positions)
+    sizes = _numbers(block_size)
+    if len(sizes) and (sizes != sizes[0]).any():
+        rows = [dsa_stats.touched_blocks(
+            PositionLists(lists.values[lists.offsets[i]:lists.offsets[i + 1]],
+                          np.array([0, lists.lengths[i]])), int(sizes[i])).values
+            for i in range(lists.num_rows)]
+        return pa.array([r.tolist() for r in rows], pa.list_(pa.int32()))
+    size = int(sizes[0]) if len(sizes) else 1
+    return dsa_stats.touched_blocks(lists, size).to_arrow()
+
+
+def _constant(column: pa.ChunkedArray):
+    return column[0].as_py() if len(column) else None
+
+
+def _access_functions(con: duckdb.DuckDBPyConnection):
+    """The what-if functions; each runs its own query on a cursor of ``con``.
+
+    They hold ``con`` weakly: a connection that referred to itself through its own
+    functions would never be freed.
+    """
+    from kvtrace.kv_access import curves
+
+    connection = weakref.ref(con)
+
+    def cursor() -> duckdb.DuckDBPyConnection:
+        live = connection()
+        if live is None:
+            raise RuntimeError("the connection of this function was closed")
+        return live.cursor()
+
+    def hit_curve(bs, policy, granularity, scope, capacities) -> pa.Array:
+        rows = curves.hit_curve_rows(cursor(), _constant(bs), _constant(policy),
+                                     _constant(granularity), _constant(scope),
+                                     _constant(capacities) or [])
+        return pa.array([rows] * len(bs), pa.list_(curves.HIT_CURVE))
+
+    def reuse(bs, granularity, scope) -> pa.Array:
+        rows = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity),
+                                 _constant(scope))
+        return pa.array([rows] * len(bs), pa.list_(curves.REUSE))
+
+    return hit_curve, reuse
+
+
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised functions on ``con``."""
+    from kvtrace.kv_access import curves
+
+    con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
+                        "INTEGER[]", type="arrow")
+    hit_curve, reuse = _access_functions(con)
+    con.create_function(
+        "kvtrace_hit_curve", hit_curve,
+        ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],
+        f"{duckdb_type(curves.HIT_CURVE)}[]", type="arrow", side_effects=True)
+    con.create_function(
+        "kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"],
+        f"{duckdb_type(curves.REUSE)}[]", type="arrow", side_effects=True)
     con.create_function(
         "kvtrace_block_stats", block_stats_udf, ["INTEGER[]", "INTEGER", "INTEGER"],
         duckdb_type(BLOCK_STATS), type="arrow")
@@ -79,5 +141,6 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def duckdb_type(struct: pa.StructType) -> str:
-    names = {pa.int32(): "INTEGER", pa.float64(): "DOUBLE"}
+    names = {pa.int32(): "INTEGER", pa.float64(): "DOUBLE", pa.int64(): "BIGINT",
+             pa.string(): "VARCHAR"}
     return "STRUCT(" + ", ".join(f"{f.name} {names[f.type]}" for f in struct) + ")"

@@ -147,6 +147,7 @@ class DsaTracer:
         self._step: dict[int, int] | None = None
         self._records: list[tuple[int, Any, Any]] = []
         self._record_no = 0
+        self._batch_step = 0
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._error: BaseException | None = None
         self._run_written = False
@@ -272,7 +273,8 @@ class DsaTracer:
                              f"{len(request_ids)} requests")
         self._queue.put((layers, indices, values, request_ids,
                          [positions[r] for r in request_ids], latency_us,
-                         {r: self._requests.get(r) for r in request_ids}))
+                         {r: self._requests.get(r) for r in request_ids}, self._batch_step))
+        self._batch_step += 1
 
     # -- background writer -------------------------------------------------------------------
 
@@ -368,6 +370,7 @@ class DsaTracer:
         start_of_row = np.concatenate([p["start"] for p in parts])
         layer_of_row = np.concatenate([p["layer"] for p in parts])
         latency = np.concatenate([p["latency"] for p in parts])
+        batch_step = np.concatenate([p["batch_step"] for p in parts])
         score_cols = _score_columns([p["scores"] for p in parts], offsets, rows,
                                     self.full_scores)
         info = [q for p in parts for q in p["info"]]
@@ -380,7 +383,8 @@ class DsaTracer:
         for block_size in self.block_sizes:
             touched = dsa_stats.touched_blocks(lists, block_size)
             touched = np.split(touched.values.astype(np.int64), touched.offsets[1:-1])
-            fetched = self._tiers[block_size].fetch(request_of_row, touched, block_size)
+            fetched = self._tiers[block_size].fetch(batch_step, request_of_row, layer_of_row,
+                                                    touched, block_size)
             yield {
                 **_tier_columns(fetched),
                 "event": nulls.cast(pa.string()),
@@ -401,6 +405,7 @@ class DsaTracer:
                 "positions": positions,
                 "block_size": pa.array([block_size] * rows, pa.int64()),
                 "step_latency_us": pa.array(latency, pa.float64()),
+                "batch_step": pa.array(batch_step, pa.int64()),
                 **score_cols,
                 **{name: nulls.cast(pa.float64()) for name in _SOURCE_STATS},
             }, lines
@@ -429,8 +434,8 @@ def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
     return columns
 
 
-def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests, *,
-               full_scores: bool) -> dict:
+def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests,
+               batch_step, *, full_scores: bool) -> dict:
     """Row-level arrays of one step: rows run layer by layer, batch row by batch row.
 
     Positions come out ascending within each row (so the writer only checks that they
@@ -460,6 +465,7 @@ def _step_rows(layers, indices, values, request_ids, starts, latency_us, request
         "start": np.tile(np.asarray(starts, dtype=np.int64), n_layers),
         "layer": np.repeat(layers, batch),
         "latency": np.full(rows, latency_us),
+        "batch_step": np.full(rows, batch_step, dtype=np.int64),
         "scores": scores,
         "info": [requests[r] for r in request_ids] * n_layers,
     }

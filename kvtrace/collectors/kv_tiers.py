@@ -5,17 +5,23 @@ says, per tier, which blocks it served, the bytes and read operations that took,
 their latency.  `HbmOnly` (the default) serves everything from HBM.  `LruTiers` keeps
 an LRU set of blocks in HBM and another in a local pool; a block found in neither comes
 from the remote pool and is then cached.  Write your own by implementing ``fetch``.
+
+`LruTiers` is the what-if's model (`kvtrace.kv_access`) run live: the same access stream
+(scope ``run``, batched step order) and the same stack-distance kernel, so a traced run
+and ``kvtrace whatif --policy lru --scope run`` on it agree block for block.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
-TIERS = ("hbm", "local_pool", "remote_pool")
+from kvtrace.kernels.cache_sim import LruStack
+from kvtrace.schema.dsa import TIERS
+
+Granularity = Literal["block", "layer_block"]
 
 
 @dataclass
@@ -29,9 +35,12 @@ class TierFetch:
 
 
 class TierModel(Protocol):
-    def fetch(self, request_ids: np.ndarray, blocks: list[np.ndarray],
-              block_size: int) -> dict[str, TierFetch]:
-        """Split each row's touched ``blocks`` over the tiers (keys of `TIERS`)."""
+    def fetch(self, batch_steps: np.ndarray, request_ids: np.ndarray, layer_ids: np.ndarray,
+              blocks: list[np.ndarray], block_size: int) -> dict[str, TierFetch]:
+        """Split each row's touched ``blocks`` over the tiers (keys of `TIERS`).
+
+        Rows come with their batched step number, request and layer, in any order.
+        """
         ...
 
 
@@ -58,8 +67,8 @@ class HbmOnly:
 
     bytes_per_token: int = 0
 
-    def fetch(self, request_ids: np.ndarray, blocks: list[np.ndarray],
-              block_size: int) -> dict[str, TierFetch]:
+    def fetch(self, batch_steps: np.ndarray, request_ids: np.ndarray, layer_ids: np.ndarray,
+              blocks: list[np.ndarray], block_size: int) -> dict[str, TierFetch]:
         empty = [np.zeros(0, dtype=np.int64)] * len(blocks)
         return {
             "hbm": _fetch(blocks, block_size, self.bytes_per_token, None),
@@ -69,49 +78,58 @@ class HbmOnly:
 
 
 class LruTiers:
-    """HBM and a local pool as LRU caches of (request, block); misses read remotely.
+    """HBM and a local pool as one LRU stack of items; misses are read remotely.
 
-    A block read from the local pool moves to HBM; one read remotely lands in HBM too.
-    Blocks HBM evicts fall to the local pool; what the local pool evicts is gone.
-    Rows are served in the order given.
+    The ``hbm_blocks`` most recently used items are in HBM, the next ``local_blocks`` in
+    the local pool (a block HBM evicts falls to the local pool, one read from it moves
+    back to HBM); everything else, first touches included, comes from the remote pool.
+
+    Items follow the what-if's access stream: with ``granularity="block"`` an item is
+    (request, block) and a step reads the union of its layers' blocks once; with
+    ``"layer_block"`` it is (request, layer, block).  Accesses run in batched step
+    order, then request id, then layer, then block id.  Each row reports its own blocks
+    under the tier that served them at that step.
     """
 
     def __init__(self, hbm_blocks: int, local_blocks: int, *, bytes_per_token: int = 0,
-                 costs: dict[str, TierCost] | None = None) -> None:
-        self.hbm: OrderedDict = OrderedDict()
-        self.local: OrderedDict = OrderedDict()
-        self.hbm_blocks, self.local_blocks = hbm_blocks, local_blocks
+                 costs: dict[str, TierCost] | None = None,
+                 granularity: Granularity = "block") -> None:
+        self.limits = np.array([hbm_blocks, hbm_blocks + local_blocks], dtype=np.int64)
         self.bytes_per_token = bytes_per_token
         self.costs = costs or {}
+        self.granularity = granularity
+        self._stack = LruStack()
+        self._request_rank: dict[int, int] = {}
 
-    def _admit_to_hbm(self, key: tuple[int, int]) -> None:
-        self.hbm[key] = True
-        self.hbm.move_to_end(key)
-        while len(self.hbm) > self.hbm_blocks:
-            evicted, _ = self.hbm.popitem(last=False)
-            self.local[evicted] = True
-            while len(self.local) > self.local_blocks:
-                self.local.popitem(last=False)
-
-    def fetch(self, request_ids: np.ndarray, blocks: list[np.ndarray],
-              block_size: int) -> dict[str, TierFetch]:
-        served: dict[str, list[list[int]]] = {tier: [] for tier in TIERS}
-        for request, row in zip(request_ids.tolist(), blocks, strict=True):
-            split: dict[str, list[int]] = {tier: [] for tier in TIERS}
-            for block in row.tolist():
-                key = (request, block)
-                if key in self.hbm:
-                    self.hbm.move_to_end(key)
-                    split["hbm"].append(block)
-                    continue
-                if key in self.local:
-                    del self.local[key]
-                    split["local_pool"].append(block)
-                else:
-                    split["remote_pool"].append(block)
-                self._admit_to_hbm(key)
-            for tier in TIERS:
-                served[tier].append(split[tier])
-        return {tier: _fetch([np.asarray(h, dtype=np.int64) for h in served[tier]],
-                             block_size, self.bytes_per_token, self.costs.get(tier))
-                for tier in TIERS}
+    def fetch(self, batch_steps: np.ndarray, request_ids: np.ndarray, layer_ids: np.ndarray,
+              blocks: list[np.ndarray], block_size: int) -> dict[str, TierFetch]:
+        for request in request_ids.tolist():
+            self._request_rank.setdefault(request, len(self._request_rank))
+        rank = np.array([self._request_rank[r] for r in request_ids.tolist()], dtype=np.int64)
+        lengths = np.array([len(b) for b in blocks], dtype=np.int64)
+        values = (np.concatenate(blocks) if len(blocks) else np.zeros(0)).astype(np.int64)
+        row_of = np.repeat(np.arange(len(blocks)), lengths)
+        layer = (layer_ids.astype(np.int64) if self.granularity == "layer_block"
+                 else np.zeros(len(blocks), dtype=np.int64))
+        # one sort key per (row, block) that orders the stream and names its item
+        item = (rank[row_of] << 47) | (layer[row_of] << 32) | values
+        order_key = np.stack([values, layer[row_of], rank[row_of], batch_steps[row_of]])
+        order = np.lexsort(order_key)
+        stream_keys = np.stack([batch_steps[row_of][order], item[order]])
+        first = np.ones(len(order), dtype=bool)  # an item once per step
+        first[1:] = (stream_keys[:, 1:] != stream_keys[:, :-1]).any(axis=0)
+        distances = self._stack.distances(item[order][first])
+        tier_of_access = np.where(distances < 0, 2,
+                                  np.searchsorted(self.limits, distances, side="right"))
+        tier_sorted = tier_of_access[np.cumsum(first) - 1]
+        tier = np.empty(len(order), dtype=np.int64)
+        tier[order] = tier_sorted
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        served = {name: [] for name in TIERS}
+        for row in range(len(blocks)):
+            row_blocks = values[offsets[row]:offsets[row + 1]]
+            row_tier = tier[offsets[row]:offsets[row + 1]]
+            for index, name in enumerate(TIERS):
+                served[name].append(row_blocks[row_tier == index])
+        return {name: _fetch(served[name], block_size, self.bytes_per_token,
+                             self.costs.get(name)) for name in TIERS}

@@ -14,6 +14,7 @@
 -- @column step_idx                decode position start_pos (the prompt length at the first decode step)
 -- @column layer_id                layer
 -- @column seq_len                 tokens in the KV cache at this step (end_pos = step_idx + 1)
+-- @column batch_step              the collector's decode step counter within the run (rows of one batched step share it); NULL when ingested
 -- @column topk                    the k that was asked for, when known
 -- @column selected_pos            selected absolute positions, ascending and distinct
 -- @column scores                  index scores aligned with selected_pos, when stored

@@ -44,3 +44,25 @@ CREATE MACRO kvtrace_prefix_blocks(pos, prefix_tokens, bs) AS
     list_sort(list_distinct(list_transform(
         list_filter(pos, lambda p: p < (prefix_tokens // bs) * bs), lambda p: (p // bs)::INTEGER
     )));
+
+-- @macro kvtrace_touched_blocks(pos, bs)
+-- The distinct blocks of one ascending position list at block size bs, ascending.
+CREATE MACRO kvtrace_touched_blocks(pos, bs) AS
+    list_sort(list_distinct(list_transform(pos, lambda p: p // bs)));
+
+-- @macro kvtrace_hit_curve(bs, policy, granularity, scope, capacities)
+-- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities) AS
+    CAST(error('dsa_hit_curve runs cache simulations in Python: use "kvtrace sql" or '
+               || 'kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, block_size INTEGER, policy VARCHAR, granularity VARCHAR,
+                   scope VARCHAR, capacity_blocks BIGINT, accesses BIGINT, hits BIGINT,
+                   hit_rate DOUBLE, missed_blocks BIGINT)[]);
+
+-- @macro kvtrace_reuse(bs, granularity, scope)
+-- Stack distances need kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_reuse(bs, granularity, scope) AS
+    CAST(error('dsa_reuse runs cache simulations in Python: use "kvtrace sql" or '
+               || 'kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, block_size INTEGER, granularity VARCHAR, scope VARCHAR,
+                   distance BIGINT, accesses BIGINT)[]);

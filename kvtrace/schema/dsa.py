@@ -37,6 +37,7 @@ DSA_STEPS = TableSpec(
             ("step_idx", pa.int32()),
             ("layer_id", pa.int16()),
             ("seq_len", pa.int32()),
+            ("batch_step", pa.int64()),
             ("topk", pa.int32()),
             ("selected_pos", pa.list_(pa.int32())),
             ("scores", pa.list_(pa.float32())),

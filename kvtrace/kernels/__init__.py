@@ -1,0 +1,5 @@
+"""Numeric kernels: leaf code over NumPy arrays that the writers and the views both call.
+
+Nothing here imports the warehouse, DuckDB or any reader.  `cache_sim` simulates caches
+over streams of integer item keys (LRU stack distances, FIFO, Belady's OPT).
+"""
