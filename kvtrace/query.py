@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -43,7 +44,15 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
             con.execute(statement.query)
         return con.sql(statements[-1].query).to_arrow_table()
     except duckdb.Error as exc:
-        raise QueryError(_first_line(exc) + '; "kvtrace views" lists the views') from None
+        message = _first_line(exc)
+        own = _OWN_ERROR.match(message)
+        if own:  # a kvtrace function refused its arguments: its sentence alone
+            raise QueryError(own[1]) from None
+        raise QueryError(message + '; "kvtrace views" lists the views') from None
+
+
+_OWN_ERROR = re.compile(r"Invalid Input Error: Python exception occurred while executing "
+                        r"the UDF: (?:QueryError|InputError): (.*)")
 
 
 def _first_line(exc: Exception) -> str:

@@ -110,10 +110,12 @@ WITH rows AS (
 SELECT run_id, request_id, step_idx, layer_id, bs::INTEGER AS block_size, len(b) AS blocks,
        len(list_intersect(b, p)) / nullif(len(b) + len(p) - len(list_intersect(b, p)), 0)
            AS prev_step_jaccard,
-       len(list_intersect(b, p)) / nullif(len(b), 0) AS prev_step_reused,
+       CASE WHEN p IS NOT NULL THEN len(list_intersect(b, p)) / nullif(len(b), 0) END
+           AS prev_step_reused,
        len(list_intersect(b, l)) / nullif(len(b) + len(l) - len(list_intersect(b, l)), 0)
            AS prev_layer_jaccard,
-       len(list_intersect(b, l)) / nullif(len(b), 0) AS prev_layer_reused
+       CASE WHEN l IS NOT NULL THEN len(list_intersect(b, l)) / nullif(len(b), 0) END
+           AS prev_layer_reused
 FROM neighbours;
 
 -- @macro dsa_working_set(bs, steps, granularity)

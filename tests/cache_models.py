@@ -1,0 +1,64 @@
+"""Brute-force cache simulations, written plainly, that the fast kernels are checked against."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+
+def lru_hits(stream: list, capacity: int) -> list[bool]:
+    cache: OrderedDict = OrderedDict()
+    hits = []
+    for item in stream:
+        if item in cache:
+            cache.move_to_end(item)
+            hits.append(True)
+            continue
+        hits.append(False)
+        cache[item] = True
+        if len(cache) > capacity:
+            cache.popitem(last=False)
+    return hits
+
+
+def fifo_hits(stream: list, capacity: int) -> list[bool]:
+    cache: set = set()
+    order: deque = deque()
+    hits = []
+    for item in stream:
+        if item in cache:
+            hits.append(True)
+            continue
+        hits.append(False)
+        if len(cache) == capacity:
+            cache.discard(order.popleft())
+        cache.add(item)
+        order.append(item)
+    return hits
+
+
+def opt_hits(stream: list, capacity: int) -> list[bool]:
+    cache: set = set()
+    hits = []
+    for i, item in enumerate(stream):
+        if item in cache:
+            hits.append(True)
+            continue
+        hits.append(False)
+        if len(cache) == capacity:
+            def next_use(other, start=i):
+                for j in range(start + 1, len(stream)):
+                    if stream[j] == other:
+                        return j
+                return len(stream) + 1
+            cache.remove(max(cache, key=next_use))
+        cache.add(item)
+    return hits
+
+
+def stack_distance(stream: list) -> list[int]:
+    """Distinct other items since each item's last access; -1 for a first access."""
+    out = []
+    for i, item in enumerate(stream):
+        previous = max((j for j in range(i) if stream[j] == item), default=None)
+        out.append(-1 if previous is None else len(set(stream[previous + 1:i])))
+    return out
