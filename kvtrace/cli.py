@@ -24,9 +24,16 @@ from rich.progress import (
 )
 
 from kvtrace import __version__, catalog
-from kvtrace.errors import IngestRejected, KvtraceError
+from kvtrace.errors import IngestRejected, InputError, KvtraceError
 from kvtrace.ingest import DEFAULT_BLOCK_SIZE, KINDS, IngestReport
 from kvtrace.ingest import ingest as ingest_paths
+from kvtrace.kv_access import (
+    DEEPSEEK_V32_BYTES_PER_TOKEN,
+    DEFAULT_TIERS,
+    Granularity,
+    Policy,
+    Scope,
+)
 from kvtrace.query import OutputFormat, render, run_query, write_output
 from kvtrace.summary import run_summary
 from kvtrace.warehouse import Warehouse, default_path
@@ -479,6 +486,81 @@ def _emit(data: bytes, output: Path | None) -> None:
     else:
         write_output(data, output)
         err.print(f"wrote {output}")
+
+
+@app.command()
+def whatif(
+    run: Annotated[list[str] | None, typer.Option(
+        help="Run id or run name (repeatable) [default: every DSA run].")] = None,
+    block_size: Annotated[list[int] | None, typer.Option(
+        help="Block size in tokens to re-bin at (repeatable) [default: 64].")] = None,
+    tier: Annotated[list[str] | None, typer.Option(
+        help="NAME:CAPACITY:GBPS:LATENCY_US, fastest first (repeatable); CAPACITY in "
+             "blocks (items of the granularity), the last tier inf; GB/s = 10^9 bytes/s; "
+             "microseconds per read [default: hbm:4096:3000:0 host:65536:50:5 "
+             "remote:inf:20:30].")] = None,
+    policy: Annotated[Policy, typer.Option(
+        help="lru, opt (Belady, the ceiling), fifo or pin_prefix.")] = "lru",
+    granularity: Annotated[Granularity, typer.Option(
+        help="block: (request, block), all layers move together; layer_block: (request, "
+             "layer, block).")] = "block",
+    scope: Annotated[Scope, typer.Option(
+        help="request: a cache per request; run: one cache shared by a run's requests.")
+    ] = "request",
+    bytes_per_token: Annotated[int, typer.Option(
+        help="KV bytes per token and layer [default: 656, DeepSeek-V3.2's FP8 sparse-MLA "
+             "cache (FlashMLA): 512 B FP8 latent + 16 B scales + 128 B BF16 RoPE; the "
+             "seed tracer's BF16 estimate is 1152].")] = DEEPSEEK_V32_BYTES_PER_TOKEN,
+    fmt: FormatOption = "table",
+    output: OutputOption = None,
+) -> None:
+    """What would a tiered KV cache serve? Replay each run's top-k accesses through tiers.
+
+    Prints per run and block size: each tier's share of the accesses, bytes and fetch
+    time per decode step (p50/p95), and the HBM capacity that reaches 90/95/99 % hits.
+
+    Example: kvtrace whatif --tier hbm:2048:3000:0 --tier remote:inf:20:30 --block-size 64
+    """
+    from kvtrace.kv_access.whatif import Tier
+    from kvtrace.kv_access.whatif import whatif as run_whatif
+
+    chosen = _output_format(fmt, output)
+    tiers = [Tier.parse(text) for text in (tier or DEFAULT_TIERS)]
+    warehouse = _open()
+    con = warehouse.connect()
+    run_ids = _dsa_run_ids(con, run) if run else None
+    with _busy("Simulating the tiers"):
+        result = run_whatif(con, block_sizes=block_size or [DEFAULT_BLOCK_SIZE], tiers=tiers,
+                            policy=policy, granularity=granularity, scope=scope,
+                            bytes_per_token=bytes_per_token, runs=run_ids)
+    if chosen == "table" and output is None:
+        _emit(render(result.tiers, "table") + b"\n" + render(result.runs, "table"), None)
+    else:
+        _emit(render(result.combined(), chosen), output)
+
+
+def _dsa_run_ids(con, selectors: list[str]) -> list[str]:
+    """Run ids of DSA runs named by id or name; one sentence for a selector with none."""
+    ids = []
+    for selector in selectors:
+        found = [row[0] for row in con.execute(
+            "SELECT DISTINCT run_id FROM dsa_steps WHERE run_id = $s OR run_id IN "
+            "(SELECT run_id FROM runs WHERE run_name = $s)", {"s": selector}).fetchall()]
+        if not found:
+            raise InputError(f"no DSA rows for run {selector!r}; "
+                             "kvtrace sql \"SELECT run_id, run_name FROM runs\" lists the runs")
+        ids += found
+    return ids
+
+
+@contextmanager
+def _busy(what: str):
+    """A spinner on a terminal (not with --quiet)."""
+    if options.quiet or not err.is_terminal:
+        yield
+        return
+    with err.status(what + " ..."):
+        yield
 
 
 @app.command()

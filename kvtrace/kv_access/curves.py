@@ -59,16 +59,19 @@ class RunCurve:
     first_touches: int
     step_ids: list[np.ndarray]
     step_tiers: list[np.ndarray]
+    layers: int  # traced layers of the run (the layers one block item carries)
 
 
 def run_curves(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
                granularity: Granularity, scope: Scope, capacities: Sequence[int] = (),
-               tier_limits: Sequence[int] = ()) -> Iterator[RunCurve]:
-    """Simulate ``policy`` over every run's access stream, one run at a time."""
+               tier_limits: Sequence[int] = (),
+               runs: Sequence[str] | None = None) -> Iterator[RunCurve]:
+    """Simulate ``policy`` over the access stream of every run (or of ``runs``), one run
+    at a time."""
     check_arguments(block_size, policy, granularity, scope, capacities)
     named = np.asarray(sorted(set(int(c) for c in capacities)), dtype=np.int64)
     limits = np.asarray(tier_limits, dtype=np.int64)
-    layouts = run_layouts(con, block_size, granularity)
+    layouts = run_layouts(con, block_size, granularity, runs)
     pieces = read_pieces(con, block_size, granularity, scope, layouts)
 
     def pinned(run_id: str, request_id: int | None) -> int:
@@ -77,14 +80,14 @@ def run_curves(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
     units: list[UnitOutcome] = []
     for unit in simulate_units(pieces, policy, named, limits, pinned):
         if units and unit.run_id != units[0].run_id:
-            yield _combine(units, named)
+            yield _combine(units, named, len(layouts[units[0].run_id].layers))
             units = []
         units.append(unit)
     if units:
-        yield _combine(units, named)
+        yield _combine(units, named, len(layouts[units[0].run_id].layers))
 
 
-def _combine(units: list[UnitOutcome], named: np.ndarray) -> RunCurve:
+def _combine(units: list[UnitOutcome], named: np.ndarray, layers: int) -> RunCurve:
     span = max(u.span for u in units)
     length = max(int(span) - 1, 0).bit_length() + 1
     grid = 2 ** np.arange(length, dtype=np.int64)
@@ -104,7 +107,7 @@ def _combine(units: list[UnitOutcome], named: np.ndarray) -> RunCurve:
     return RunCurve(
         units[0].run_id, sum(u.accesses for u in units), max(u.distinct for u in units),
         capacities[keep], all_hits[keep], hist, sum(u.first_touches for u in units),
-        [u.step_ids for u in units], [u.step_tiers for u in units])
+        [u.step_ids for u in units], [u.step_tiers for u in units], layers)
 
 
 def hit_curve_rows(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,

@@ -12,7 +12,7 @@ else requests one after another.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -64,12 +64,16 @@ class RunLayout:
         return blocks * per_block
 
 
-def run_layouts(con: duckdb.DuckDBPyConnection, block_size: int,
-                granularity: Granularity) -> dict[str, RunLayout]:
-    """Key layouts of every run with DSA rows, with their requests' prefix regions."""
+def run_layouts(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity,
+                runs: Sequence[str] | None = None) -> dict[str, RunLayout]:
+    """Key layouts of every run with DSA rows (or of ``runs``), with their requests'
+    prefix regions."""
     shape = con.execute(
         "SELECT run_id, max(seq_len), list(DISTINCT layer_id ORDER BY layer_id), "
-        "count(DISTINCT request_id) FROM _dsa_access_rows GROUP BY run_id").fetchall()
+        "count(DISTINCT request_id) FROM _dsa_access_rows GROUP BY run_id ORDER BY run_id"
+    ).fetchall()
+    if runs is not None:
+        shape = [row for row in shape if row[0] in set(runs)]
     prefix = con.execute(
         "SELECT run_id, request_id, prefix_blocks FROM _dsa_access_prefix($bs) "
         "ORDER BY run_id, request_id", {"bs": block_size}).fetchall()
@@ -98,8 +102,10 @@ def read_pieces(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Gr
     """The stream of every run, unit by unit, in pieces."""
     reader = con.sql(
         f"SELECT run_id, request_id, step_idx, layer_id, batch_step, blocks "
-        f"FROM dsa_access($bs, $granularity) ORDER BY {_ORDER[scope]}",
-        params={"bs": block_size, "granularity": granularity}).to_arrow_reader(_BATCH_ROWS)
+        f"FROM dsa_access($bs, $granularity) WHERE list_contains($runs, run_id) "
+        f"ORDER BY {_ORDER[scope]}",
+        params={"bs": block_size, "granularity": granularity, "runs": list(layouts)},
+    ).to_arrow_reader(_BATCH_ROWS)
     ranks: dict[int, int] = {}
     current_run = None
     for batch in reader:

@@ -1,0 +1,171 @@
+"""The tier what-if: which tier serves each decode step's KV reads, how many bytes, how fast.
+
+Tiers are listed fastest first, each with a capacity (items of the granularity), a
+bandwidth (GB/s, 10^9 bytes per second) and a latency per read (µs); the last tier is
+unbounded and holds everything (first touches are read from it).  An access is served by
+the first tier whose capacity, added to those of the tiers above it, would hit it under
+the policy: for LRU that is an exclusive LRU hierarchy (what `LruTiers` simulates live).
+
+Per decode step (of one request for scope ``request``, the batched step for scope
+``run``) each tier with anything to read does one batched read: ``latency + bytes /
+bandwidth``.  Tiers are read concurrently, so a step's fetch time is the slowest tier's.
+A block item carries ``block_size x bytes_per_token`` bytes per layer, times the run's
+traced layers at granularity ``block`` (all layers of a block move together).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from kvtrace.errors import InputError
+from kvtrace.kv_access import DEEPSEEK_V32_BYTES_PER_TOKEN, Granularity, Policy, Scope
+from kvtrace.kv_access.curves import RunCurve, capacity_for, run_curves
+
+HIT_TARGETS = (0.90, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One KV tier: capacity in items (None: unbounded), GB/s, µs per read."""
+
+    name: str
+    capacity: int | None
+    gbps: float
+    latency_us: float
+
+    @classmethod
+    def parse(cls, text: str) -> Tier:
+        """``NAME:CAPACITY:GBPS:LATENCY_US``, CAPACITY a whole number of items or ``inf``."""
+        parts = text.split(":")
+        if len(parts) != 4 or not parts[0]:
+            raise InputError(f"tier {text!r} is not NAME:CAPACITY:GBPS:LATENCY_US "
+                             "(e.g. hbm:4096:3000:0)")
+        name, capacity_text, gbps_text, latency_text = parts
+        try:
+            capacity = None if capacity_text.lower() == "inf" else int(capacity_text)
+            gbps, latency = float(gbps_text), float(latency_text)
+        except ValueError:
+            raise InputError(f"tier {text!r}: capacity must be a whole number or inf, "
+                             "bandwidth and latency numbers") from None
+        if capacity is not None and capacity < 1:
+            raise InputError(f"tier {name}: capacity must be at least 1 block, got {capacity}")
+        if not (gbps > 0 and math.isfinite(gbps)) or not (latency >= 0
+                                                           and math.isfinite(latency)):
+            raise InputError(f"tier {name}: bandwidth must be positive and latency not "
+                             "negative")
+        return cls(name, capacity, gbps, latency)
+
+
+def check_tiers(tiers: Sequence[Tier]) -> None:
+    """One sentence for a tier list the what-if cannot use."""
+    if not tiers:
+        raise InputError("give at least one tier")
+    names = [t.name for t in tiers]
+    if len(set(names)) != len(names):
+        raise InputError("tier names must differ: " + ", ".join(names))
+    if tiers[-1].capacity is not None:
+        raise InputError(f"the last tier ({tiers[-1].name}) must be unbounded (capacity inf): "
+                         "every miss is read from it")
+    unbounded = [t.name for t in tiers[:-1] if t.capacity is None]
+    if unbounded:
+        raise InputError(f"only the last tier may be unbounded, not {unbounded[0]}")
+
+
+@dataclass
+class WhatIf:
+    """Per (run, block size, tier) rows, and per (run, block size) rows."""
+
+    tiers: pa.Table
+    runs: pa.Table
+
+    def combined(self) -> pa.Table:
+        """The tier rows with their run's figures beside them (one table to write out)."""
+        run_columns = {"steps": "steps", "accesses": "accesses",
+                       "first_touches": "first_touches",
+                       "bytes_per_step_p50": "step_bytes_p50",
+                       "fetch_us_p50": "step_fetch_us_p50", "fetch_us_p95": "step_fetch_us_p95",
+                       **{c: c for c in self.runs.column_names if c.startswith("hbm_blocks")}}
+        runs = self.runs.select(["run_id", "block_size", *run_columns]).rename_columns(
+            ["run_id", "block_size", *run_columns.values()])
+        joined = self.tiers.join(runs, keys=["run_id", "block_size"])
+        return joined.sort_by([("run_id", "ascending"), ("block_size", "ascending")])
+
+
+def whatif(con: duckdb.DuckDBPyConnection, *, block_sizes: Sequence[int],
+           tiers: Sequence[Tier], policy: Policy = "lru", granularity: Granularity = "block",
+           scope: Scope = "request", bytes_per_token: int = DEEPSEEK_V32_BYTES_PER_TOKEN,
+           runs: Sequence[str] | None = None) -> WhatIf:
+    """Serve every run's access stream from ``tiers`` (see the module docstring)."""
+    check_tiers(tiers)
+    if bytes_per_token < 1:
+        raise InputError(f"bytes per token must be positive, got {bytes_per_token}")
+    limits = np.cumsum([t.capacity for t in tiers[:-1]]).astype(np.int64)
+    tier_rows, run_rows = [], []
+    for block_size in block_sizes:
+        for curve in run_curves(con, block_size, policy, granularity, scope,
+                                tier_limits=limits, runs=runs):
+            base = {"run_id": curve.run_id, "block_size": block_size, "policy": policy,
+                    "granularity": granularity, "scope": scope}
+            item_bytes = block_size * bytes_per_token * (
+                curve.layers if granularity == "block" else 1)
+            tier_rows += _tier_rows(base, curve, tiers, item_bytes)
+            run_rows.append({**base, **_run_row(curve, tiers, item_bytes)})
+    if not run_rows:
+        raise InputError("no DSA rows to simulate" + (" in the selected runs" if runs else ""))
+    return WhatIf(pa.Table.from_pylist(tier_rows), pa.Table.from_pylist(run_rows))
+
+
+def _per_step(curve: RunCurve, tiers: Sequence[Tier]) -> np.ndarray:
+    counts = [c for c in curve.step_tiers if len(c)]
+    return np.concatenate(counts) if counts else np.zeros((0, len(tiers)), dtype=np.int64)
+
+
+def _fetch_us(counts: np.ndarray, tiers: Sequence[Tier], item_bytes: int) -> np.ndarray:
+    """Per step and tier: latency plus transfer time, 0 where nothing is read."""
+    latency = np.array([t.latency_us for t in tiers])
+    bandwidth = np.array([t.gbps for t in tiers]) * 1e9
+    return np.where(counts > 0, latency + counts * item_bytes / bandwidth * 1e6, 0.0)
+
+
+def _percentiles(values: np.ndarray, whole: bool = False) -> tuple:
+    """p50 and p95 (linear), rounded to whole numbers when ``whole``; None when empty."""
+    if len(values) == 0:
+        return None, None
+    p50, p95 = np.percentile(values, [50, 95])
+    return (round(p50), round(p95)) if whole else (float(p50), float(p95))
+
+
+def _tier_rows(base: dict, curve: RunCurve, tiers: Sequence[Tier],
+               item_bytes: int) -> list[dict]:
+    counts = _per_step(curve, tiers)
+    fetch = _fetch_us(counts, tiers, item_bytes)
+    rows = []
+    for index, tier in enumerate(tiers):
+        served = int(counts[:, index].sum())
+        bytes_p50, bytes_p95 = _percentiles(counts[:, index] * item_bytes, whole=True)
+        fetch_p50, fetch_p95 = _percentiles(fetch[:, index])
+        rows.append({**base, "tier": tier.name, "capacity_blocks": tier.capacity,
+                     "accesses_served": served,
+                     "hit_rate": served / curve.accesses if curve.accesses else None,
+                     "bytes_per_step_p50": bytes_p50, "bytes_per_step_p95": bytes_p95,
+                     "fetch_us_p50": fetch_p50, "fetch_us_p95": fetch_p95})
+    return rows
+
+
+def _run_row(curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> dict:
+    counts = _per_step(curve, tiers)
+    step_fetch = _fetch_us(counts, tiers, item_bytes).max(axis=1, initial=0.0)
+    fetch_p50, fetch_p95 = _percentiles(step_fetch)
+    return {
+        "steps": len(counts), "accesses": curve.accesses,
+        "first_touches": curve.first_touches,
+        "bytes_per_step_p50": _percentiles(counts.sum(axis=1) * item_bytes, whole=True)[0],
+        "fetch_us_p50": fetch_p50, "fetch_us_p95": fetch_p95,
+        **{f"hbm_blocks_for_{round(t * 100)}pct": capacity_for(curve, t) for t in HIT_TARGETS},
+    }
