@@ -55,3 +55,22 @@ def read_records(path: Path) -> list[dict]:
 
 def linear_quantile(values, q: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=np.float64), q))
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the command line in this process: ``cli(*args) -> (exit status, stdout, stderr)``."""
+    from kvtrace import cli as cli_module
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.argv", ["kvtrace", *args])
+        monkeypatch.setattr(cli_module, "options", cli_module.Options())
+        status = 0
+        try:
+            cli_module.main()
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run

@@ -113,7 +113,8 @@ class LruTiers:
                  else np.zeros(len(blocks), dtype=np.int64))
         # one sort key per (row, block) that orders the stream and names its item
         item = (rank[row_of] << 47) | (layer[row_of] << 32) | values
-        order_key = np.stack([values, layer[row_of], rank[row_of], batch_steps[row_of]])
+        order_key = np.stack([values, layer[row_of], request_ids[row_of],
+                              batch_steps[row_of]])
         order = np.lexsort(order_key)
         stream_keys = np.stack([batch_steps[row_of][order], item[order]])
         first = np.ones(len(order), dtype=bool)  # an item once per step

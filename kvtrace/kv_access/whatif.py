@@ -28,6 +28,20 @@ from kvtrace.kv_access import DEEPSEEK_V32_BYTES_PER_TOKEN, Granularity, Policy,
 from kvtrace.kv_access.curves import RunCurve, capacity_for, run_curves
 
 HIT_TARGETS = (0.90, 0.95, 0.99)
+_KEYS = [("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),
+         ("granularity", pa.string()), ("scope", pa.string())]
+TIER_ROWS = pa.schema([
+    *_KEYS, ("tier", pa.string()), ("capacity_blocks", pa.int64()),
+    ("accesses_served", pa.int64()), ("hit_rate", pa.float64()),
+    ("bytes_per_step_p50", pa.int64()), ("bytes_per_step_p95", pa.int64()),
+    ("fetch_us_p50", pa.float64()), ("fetch_us_p95", pa.float64()),
+])
+RUN_ROWS = pa.schema([
+    *_KEYS, ("steps", pa.int64()), ("accesses", pa.int64()), ("first_touches", pa.int64()),
+    ("bytes_per_step_p50", pa.int64()), ("fetch_us_p50", pa.float64()),
+    ("fetch_us_p95", pa.float64()),
+    *[(f"hbm_blocks_for_{round(t * 100)}pct", pa.int64()) for t in HIT_TARGETS],
+])
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,8 @@ def whatif(con: duckdb.DuckDBPyConnection, *, block_sizes: Sequence[int],
             run_rows.append({**base, **_run_row(curve, tiers, item_bytes)})
     if not run_rows:
         raise InputError("no DSA rows to simulate" + (" in the selected runs" if runs else ""))
-    return WhatIf(pa.Table.from_pylist(tier_rows), pa.Table.from_pylist(run_rows))
+    return WhatIf(pa.Table.from_pylist(tier_rows, TIER_ROWS),
+                  pa.Table.from_pylist(run_rows, RUN_ROWS))
 
 
 def _per_step(curve: RunCurve, tiers: Sequence[Tier]) -> np.ndarray:
