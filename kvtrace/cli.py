@@ -642,7 +642,7 @@ def demo() -> None:
 
 @app.command("report")
 def report_command(
-    name: Annotated[str, typer.Argument(help="The report: dsa, pool, serving or compare.")],
+    name: Annotated[str, typer.Argument(help="The report: dsa, pool, serving, compare or whatif.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
     run: Annotated[list[str] | None, typer.Option(
         help="Run id or run name to cover (repeatable) [default: every run of the kind]; "

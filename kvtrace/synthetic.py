@@ -19,8 +19,10 @@ import numpy as np
 PREFIX_TOKENS = 256
 
 
-def _selection(rng: np.random.Generator, seq_len: int, topk: int, layer: int,
-               segments: list[tuple[int, int]]) -> np.ndarray:
+def dsa_selection(rng: np.random.Generator, seq_len: int, topk: int, layer: int,
+                  segments: list[tuple[int, int]]) -> np.ndarray:
+    """One synthetic top-k selection (unordered positions) at ``seq_len`` for ``layer``;
+    ``segments`` are the request's salient (start, length) spans."""
     k = min(topk, seq_len)
     window = min(seq_len, 64 + 32 * (layer % 8))
     chosen = [np.arange(min(4, seq_len)), np.arange(seq_len - window, seq_len)]
@@ -101,7 +103,7 @@ def write_seed_trace(path: Path, *, requests: int = 4, steps: int = 8, layers: i
                         for _ in range(4)]
             for step in range(prompt, prompt + steps):
                 for layer in range(layers):
-                    positions = _selection(rng, step + 1, topk, layer, segments)
+                    positions = dsa_selection(rng, step + 1, topk, layer, segments)
                     record = _record(run_name, dataset, request_id, layer, step, positions,
                                      block_size, prefix, rng)
                     out.write(json.dumps(record, separators=(",", ":")) + "\n")

@@ -55,8 +55,9 @@ def _lru_pass(keys, start, out, table, bits, tree, state):  # pragma: no cover
 
     ``table`` interleaves (key, last access time) pairs; ``bits`` has a bit per time slot
     (set: the last access of a live item) and ``tree`` is a Fenwick tree over the set
-    bits of each 64-slot word.  ``state`` holds [now, live]; returns the index of the
-    first access not processed.
+    bits of each *completed* 64-slot word (the word being filled is counted from its
+    bits alone, and enters the tree when it is complete).  ``state`` holds [now, live];
+    returns the index of the first access not processed.
     """
     now, live = state[0], state[1]
     slots = 64 * len(bits)
@@ -70,6 +71,7 @@ def _lru_pass(keys, start, out, table, bits, tree, state):  # pragma: no cover
         s = _hash_slot(key, mask)
         while table[2 * s] != _EMPTY and table[2 * s] != key:
             s = (s + 1) & mask
+        current = now >> 6
         if table[2 * s] == _EMPTY:
             table[2 * s] = key
             live += 1
@@ -77,26 +79,30 @@ def _lru_pass(keys, start, out, table, bits, tree, state):  # pragma: no cover
         else:
             p = table[2 * s + 1]
             word = p >> 6
-            # marks after p: the rest of p's word, plus all (live) but those up to p's word
-            after = _popcount(bits[word] & (-1 << (p & 63))) - 1 + live
-            j = word + 1
-            while j > 0:
-                after -= tree[j]
-                j -= j & -j
-            out[i] = after
+            # marks after p: the rest of p's word, and every later word
+            after = _popcount(bits[word] & (-1 << (p & 63))) - 1
             bits[word] &= ~(1 << (p & 63))
-            j = word + 1
-            while j <= words:
-                tree[j] -= 1
-                j += j & -j
+            if word != current:
+                later = live  # minus the marks up to p's word = the marks after it
+                j = word + 1
+                while j > 0:
+                    later -= tree[j]
+                    j -= j & -j
+                after += later  # the tree's marks after p's word, plus the current word's
+                j = word + 1
+                while j <= words:
+                    tree[j] -= 1
+                    j += j & -j
+            out[i] = after
         table[2 * s + 1] = now
-        word = now >> 6
-        bits[word] |= 1 << (now & 63)
-        j = word + 1
-        while j <= words:
-            tree[j] += 1
-            j += j & -j
+        bits[current] |= 1 << (now & 63)
         now += 1
+        if now & 63 == 0:  # the word is complete: its marks enter the tree
+            count = _popcount(bits[current])
+            j = current + 1
+            while j <= words:
+                tree[j] += count
+                j += j & -j
         i += 1
     state[0], state[1] = now, live
     return i
@@ -105,15 +111,17 @@ def _lru_pass(keys, start, out, table, bits, tree, state):  # pragma: no cover
 @njit(cache=True)
 def _renumber(table, bits, tree):  # pragma: no cover
     """Give the live marks times 0..D-1 in their order; rebuild ``bits`` and ``tree``
-    (both zeros on entry).  Returns D."""
+    (both zeros on entry) with the completed words in the tree.  Returns D."""
     used = np.flatnonzero(table[0::2] != _EMPTY)
     order = np.argsort(table[2 * used + 1])
     for rank in range(len(order)):
         table[2 * used[order[rank]] + 1] = rank
         bits[rank >> 6] |= 1 << (rank & 63)
     words = len(tree) - 1
+    completed = len(used) >> 6
     for j in range(1, words + 1):
-        tree[j] += _popcount(bits[j - 1])
+        if j - 1 < completed:
+            tree[j] += _popcount(bits[j - 1])
         parent = j + (j & -j)
         if parent <= words:
             tree[parent] += tree[j]
