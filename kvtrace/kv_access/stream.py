@@ -128,7 +128,7 @@ def _pieces_of(rows: pa.RecordBatch, layout: RunLayout, granularity: Granularity
                scope: Scope, ranks: dict[int, int]) -> Iterator[Piece]:
     blocks = rows.column("blocks")
     lengths = np.diff(blocks.offsets.to_numpy().astype(np.int64))
-    values = blocks.values.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = blocks.flatten().to_numpy(zero_copy_only=False).astype(np.int64)  # this slice
     requests = rows.column("request_id").to_numpy(zero_copy_only=False).astype(np.int64)
     steps = rows.column("step_idx").to_numpy(zero_copy_only=False).astype(np.int64)
     request_of = np.repeat(requests, lengths)

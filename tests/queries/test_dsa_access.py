@@ -186,6 +186,21 @@ def test_hit_curves_equal_brute_force_simulation(random_trace, policy, granulari
         assert hits == expected, (capacity, policy, granularity, scope)
 
 
+def test_runs_read_in_one_batch_are_simulated_apart(warehouse, tmp_path):
+    rng = np.random.default_rng(2)
+    first, second = _random_trace(rng), _random_trace(rng)
+    for records, name in ((first, "one"), (second, "two")):
+        for record in records:
+            record["run_name"] = name
+        ingest(warehouse, [str(write_jsonl(tmp_path / f"{name}.jsonl", records))])
+    rows = _rows(warehouse.connect(), "SELECT r.run_name, c.capacity_blocks, c.hits "
+                 "FROM dsa_hit_curve(16, 'opt', 'layer_block') c JOIN runs r USING (run_id)")
+    assert {name for name, _, _ in rows} == {"one", "two"}
+    for name, capacity, hits in rows:
+        streams = _streams(first if name == "one" else second, 16, "layer_block")
+        assert hits == sum(sum(cache_models.opt_hits(s, capacity)) for s in streams.values())
+
+
 def test_reuse_histogram_equals_the_stack_distances_by_definition(random_trace):
     con, records = random_trace
     distances = [d for s in _streams(records, 12, "layer_block").values()

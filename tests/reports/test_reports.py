@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 from pathlib import Path
@@ -30,6 +32,7 @@ COMMANDS = {
     "serving": ["report", "serving"],
     "compare": ["report", "compare", "--experiment", "exp-a", "--experiment", "exp-b"],
     "compare-dsa": ["report", "compare", "--run", "chat", "--run", "niah"],
+    "whatif": ["report", "whatif"],
 }
 
 
@@ -76,6 +79,17 @@ def test_every_chart_renders_offline_without_console_errors(root, tmp_path, name
         assert figure["marks"] > 0, figure
     assert opened.scripts == 3 + expected_charts + 1  # libraries, specs, embedding
     assert not opened.alerts
+
+
+def test_the_whatif_report_holds_the_tier_table_of_kvtrace_whatif(root, tmp_path):
+    html = _render(root, "whatif", tmp_path / "whatif.html")
+    result = kvtrace("-w", str(root), "whatif", "--run", "niah", "--block-size", "64",
+                     "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    remote = next(row for row in csv.DictReader(io.StringIO(result.stdout))
+                  if row["tier"] == "remote")
+    assert f"<td>{int(remote['accesses_served']):,}</td>" in html
+    assert html.count("<section ") == 5 and "FROM dsa_hit_curve(" in html
 
 
 def test_a_hostile_dataset_name_shows_as_text(root, tmp_path):
