@@ -71,15 +71,19 @@ CREATE MACRO dsa_access(bs, granularity := 'block') AS TABLE
 SELECT run_id, request_id, step_idx, layer_id, batch_step,
        _dsa_checked_block_size(bs) AS block_size, granularity AS granularity, blocks
 FROM (
-    SELECT run_id, request_id, step_idx,
-           CASE WHEN _dsa_checked_granularity(granularity) = 'layer_block' THEN layer_id
-           END AS layer_id,
+    SELECT run_id, request_id, step_idx, NULL::SMALLINT AS layer_id,
            min(batch_step) AS batch_step,
            list_sort(list_distinct(flatten(list(
                kvtrace_touched_blocks(selected_pos, _dsa_checked_block_size(bs))))))
                AS blocks
     FROM _dsa_access_rows
+    WHERE _dsa_checked_granularity(granularity) = 'block'
     GROUP BY ALL
+    UNION ALL
+    SELECT run_id, request_id, step_idx, layer_id, batch_step,
+           kvtrace_touched_blocks(selected_pos, _dsa_checked_block_size(bs)) AS blocks
+    FROM _dsa_access_rows
+    WHERE _dsa_checked_granularity(granularity) = 'layer_block'
 );
 
 -- @macro dsa_step_overlap(bs)
