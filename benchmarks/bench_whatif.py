@@ -114,10 +114,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=16000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warehouse", type=Path, default=None,
+                        help="Reuse the warehouse an earlier run traced (its sizes win)")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="kvtrace-bench-whatif-")) / "wh"
-    trace_s, warehouse = timed(lambda: trace(root, args.requests, args.steps, args.layers,
-                                             args.prompt))
+    if args.warehouse is not None and args.warehouse.exists():
+        trace_s, warehouse = 0.0, Warehouse(args.warehouse)
+    else:
+        root = args.warehouse or Path(tempfile.mkdtemp(prefix="kvtrace-bench-whatif-")) / "wh"
+        trace_s, warehouse = timed(lambda: trace(root, args.requests, args.steps, args.layers,
+                                                 args.prompt))
     con = warehouse.connect()
     blocks = streams(con, "block")
     layer_blocks = streams(con, "layer_block")

@@ -30,7 +30,8 @@ def dsa_selection(rng: np.random.Generator, seq_len: int, topk: int, layer: int,
         chosen.append(np.arange(start, min(start + length, seq_len)))
     picked = np.unique(np.concatenate(chosen))[:k]
     if len(picked) < k:
-        offsets = np.floor(rng.pareto(0.6, size=3 * k) * 64).astype(np.int64)
+        draws = np.minimum(rng.pareto(0.6, size=3 * k) * 64, seq_len)  # pareto can be inf
+        offsets = np.floor(draws).astype(np.int64)
         tail = seq_len - 1 - offsets[offsets < seq_len]
         tail = np.setdiff1d(np.unique(tail), picked)
         need = k - len(picked)

@@ -102,7 +102,7 @@ def read_pieces(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Gr
     """The stream of every run, unit by unit, in pieces."""
     reader = con.sql(
         f"SELECT run_id, request_id, step_idx, layer_id, batch_step, blocks "
-        f"FROM dsa_access($bs, $granularity) WHERE list_contains($runs, run_id) "
+        f"FROM dsa_access($bs, $granularity) WHERE run_id IN (SELECT unnest($runs)) "
         f"ORDER BY {_ORDER[scope]}",
         params={"bs": block_size, "granularity": granularity, "runs": list(layouts)},
     ).to_arrow_reader(_BATCH_ROWS)
