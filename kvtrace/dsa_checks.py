@@ -3,8 +3,10 @@
 Disagreements are counted per statistic, with the first example, and reported; the
 stored values are always the recomputed ones.  Integer statistics must match exactly.
 A percentile agrees when it lies between the two order statistics around its rank (so a
-source that used another percentile method is not flagged); means and ratios allow for
-the rounding the tracer applied when printing them.
+source that used another percentile method is not flagged); the offset median must be the
+linear one (within rounding) or exactly one of the two middle values, so offsets off by
+one are caught.  Means and ratios allow for the rounding the tracer applied when printing
+them.
 """
 
 from __future__ import annotations
@@ -81,6 +83,16 @@ def check_source_stats(checks: SourceChecks, src: dict, lists: PositionLists,
         ok |= np.isnan(source) & np.isnan(ours)
         checks.add(name, source, ok, ours, line_numbers)
 
+    def median_like(name: str, ours: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+        """The linear median within printed rounding, or exactly one of the two middle
+        order statistics (the lower / higher / nearest methods).  Unlike a bracket, a
+        value off by one from the linear median is caught however far apart the middle
+        order statistics are."""
+        source = _values(src[name])
+        ok = np.abs(source - ours) <= 0.5 + _SLACK
+        ok |= (np.abs(source - low) <= _SLACK) | (np.abs(source - high) <= _SLACK)
+        checks.add(name, source, ok, ours, line_numbers)
+
     def within(name: str, ours: np.ndarray, low: np.ndarray, high: np.ndarray,
                only: np.ndarray | None = None) -> None:
         source = _values(src[name])
@@ -95,10 +107,10 @@ def check_source_stats(checks: SourceChecks, src: dict, lists: PositionLists,
     exact("src_count", counts.astype(np.float64))
     exact("src_offset_min", offsets.offset_min)
     exact("src_offset_max", offsets.offset_max)
-    for name, q, ours in (("src_offset_p50", 0.5, offsets.offset_p50),
-                          ("src_offset_p95", 0.95, offsets.offset_p95)):
-        low, high = segment_bracket(lists.values, starts, counts, 1 - q)
-        within(name, ours, last - low, last - high)
+    low, high = segment_bracket(lists.values, starts, counts, 0.5)
+    median_like("src_offset_p50", offsets.offset_p50, last - low, last - high)
+    low, high = segment_bracket(lists.values, starts, counts, 0.05)
+    within("src_offset_p95", offsets.offset_p95, last - low, last - high)
     known = source_block_size_known
     exact("src_unique_blocks", blocks.unique_blocks.astype(np.float64), known)
     exact("src_total_blocks", blocks.total_blocks_in_use.astype(np.float64), known)

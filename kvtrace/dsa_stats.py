@@ -245,20 +245,20 @@ def offset_stats(lists: PositionLists, seq_len: np.ndarray,
     )
 
 
-def prefix_block_lists(lists: PositionLists, prefix_tokens: np.ndarray,
+def prefix_block_lists(lists: PositionLists, region_blocks: np.ndarray,
                        block_size: np.ndarray | int) -> PositionLists:
-    """Per row: the distinct selected blocks wholly inside the cached prefix, ascending.
+    """Per row: the distinct selected blocks with id < ``region_blocks``, ascending.
 
-    The prefix region is the blocks with id < ``prefix_tokens // block_size`` (a partial
-    last block is not cached).  Rows whose ``prefix_tokens`` is NaN get empty lists.
+    Rows whose ``region_blocks`` is NaN get empty lists.  The seed's prefix region covers
+    ``ceil(region_tokens / block_size)`` blocks (a partly covered block counts).
     """
     n = lists.num_rows
     size = np.broadcast_to(np.asarray(block_size, dtype=np.int64), (n,))
-    known = ~np.isnan(prefix_tokens)
+    known = ~np.isnan(region_blocks)
     if not known.any():
         return PositionLists(np.zeros(0, dtype=np.int32), np.zeros(n + 1, dtype=np.int64))
     limit = np.zeros(n, dtype=np.int64)
-    limit[known] = (prefix_tokens[known].astype(np.int64) // size[known]) * size[known]
+    limit[known] = region_blocks[known].astype(np.int64) * size[known]
     rows = lists.row_ids()
     blocks = _block_ids(lists, block_size)
     keep = _opens_block_run(lists, blocks) & (lists.values < limit[rows])

@@ -40,6 +40,7 @@ class RequestInfo:
     prefix_key: str | None
     prefix_cache_hit: bool | None
     prefix_cached_tokens: int | None
+    prefix_region_tokens: int | None
 
 
 @dataclass
@@ -219,12 +220,13 @@ class DsaWriter:
         )
         blocks = dsa_stats.block_stats(lists, seq_len, block_size)
         offsets = dsa_stats.offset_stats(lists, seq_len, windows=())
-        cached_blocks = _floats(cols["prefix_cached_blocks"])
         hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
-        cached_tokens = np.where(hit, cached_blocks * block_size, np.nan)
-        prefix_lists = dsa_stats.prefix_block_lists(lists, cached_tokens, block_size)
+        region_tokens = (_floats(cols["prefix_region_tokens"]) if "prefix_region_tokens" in cols
+                         else _floats(cols["prefix_cached_blocks"]) * block_size)
+        region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
+        prefix_lists = dsa_stats.prefix_block_lists(lists, region_blocks, block_size)
         with np.errstate(divide="ignore", invalid="ignore"):
-            intersection = np.where(np.isnan(cached_tokens), np.nan,
+            intersection = np.where(np.isnan(region_blocks), np.nan,
                                     prefix_lists.lengths / blocks.unique_blocks)
         check_source_stats(self.result.checks, cols, lists, seq_len, blocks, offsets,
                            intersection, size_known, lines)
@@ -233,7 +235,7 @@ class DsaWriter:
         dataset = self._datasets(cols)
         layer = _ints(cols["layer_id"])
         step = _ints(cols["step_idx"])
-        self._note_requests(request_id, dataset, cols, step, cached_blocks * block_size)
+        self._note_requests(request_id, dataset, cols, step, region_tokens, hit)
 
         columns = {
             "run_id": pa.array([self.commit.run_id] * n, pa.string()),
@@ -263,7 +265,7 @@ class DsaWriter:
             "tokens_per_block_p95": pa.array(blocks.tokens_per_block_p95, pa.float32()),
             "prefix_blocks": pa.ListArray.from_arrays(
                 pa.array(prefix_lists.offsets.astype(np.int32)),
-                pa.array(prefix_lists.values, pa.int32()), mask=pa.array(np.isnan(cached_tokens))),
+                pa.array(prefix_lists.values, pa.int32()), mask=pa.array(np.isnan(region_blocks))),
             **_score_columns(cols, score_values, scored_rows, lists),
             **_tier_columns(cols, lists, block_size, blocks),
         }
@@ -295,11 +297,11 @@ class DsaWriter:
         return values
 
     def _note_requests(self, request_id: np.ndarray, dataset: pa.Array, cols: dict,
-                       step: np.ndarray, cached_tokens: np.ndarray) -> None:
+                       step: np.ndarray, region_tokens: np.ndarray, hit: np.ndarray) -> None:
         datasets = dataset.to_pylist()
         keys = _combined(cols["request_key"]).to_pylist()
         prefix_key = _combined(cols["prefix_key"]).to_pylist()
-        hit = _combined(cols["prefix_hit"]).to_pylist()
+        hit_given = _combined(cols["prefix_hit"]).to_pylist()
         order = np.lexsort((step, request_id))
         firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
         for row in firsts:
@@ -307,14 +309,15 @@ class DsaWriter:
             known = self.result.requests.get(rid)
             if known is not None and known.prompt_tokens <= step[row]:
                 continue
-            tokens = cached_tokens[row]
+            region = None if np.isnan(region_tokens[row]) else int(region_tokens[row])
             self.result.requests[rid] = RequestInfo(
                 dataset=datasets[row],
                 request_key=keys[row],
                 prompt_tokens=int(step[row]),
                 prefix_key=prefix_key[row],
-                prefix_cache_hit=hit[row],
-                prefix_cached_tokens=None if np.isnan(tokens) else int(tokens),
+                prefix_cache_hit=hit_given[row],
+                prefix_cached_tokens=None if region is None else (region if hit[row] else 0),
+                prefix_region_tokens=region,
             )
 
     def _histograms(self, table: pa.Table, lists: PositionLists, seq_len: np.ndarray,

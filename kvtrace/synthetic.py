@@ -51,7 +51,7 @@ def _record(run_name: str, dataset: str, request_id: int, layer: int, step: int,
     blocks, per_block = np.unique(ordered // block_size, return_counts=True)
     total = -(-seq_len // block_size)
     cached = prefix["prefix_cached_blocks"]
-    inter = blocks[blocks < cached].tolist() if prefix["prefix_cache_hit"] else []
+    inter = blocks[blocks < cached].tolist()  # the seed intersects every row with its region
     scores = rng.normal(size=3)
     hbm = {"hit_blocks": blocks.tolist(), "bytes_read": int(len(blocks) * block_size * 656),
            "read_ops": 1, "latency_us": 400000 + 1000 * request_id, "batch_size": len(blocks)}
@@ -71,8 +71,7 @@ def _record(run_name: str, dataset: str, request_id: int, layer: int, step: int,
             "p95": float(np.percentile(per_block, 95)),
         },
         "kv_fetch": {"hbm": hbm, "local_pool": empty, "remote_pool": dict(empty)},
-        "prefix": {**prefix, "intersection_ratio":
-                   round(len(inter) / len(blocks), 4) if prefix["prefix_cache_hit"] else 0.0,
+        "prefix": {**prefix, "intersection_ratio": round(len(inter) / len(blocks), 4),
                    "intersection_blocks": inter},
         "selected_token_pos": positions.tolist(),
         "scores_stats": {"min": float(scores.min()), "mean": float(scores.mean()),

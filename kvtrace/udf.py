@@ -59,12 +59,12 @@ def offset_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray) -> pa
     return _struct(fields, OFFSET_STATS, lists.lengths == 0)
 
 
-def prefix_blocks_udf(positions: pa.ChunkedArray, prefix_tokens: pa.ChunkedArray,
+def prefix_blocks_udf(positions: pa.ChunkedArray, region_blocks: pa.ChunkedArray,
                       block_size: pa.ChunkedArray) -> pa.Array:
-    """The distinct selected blocks inside the cached prefix, ascending."""
+    """The distinct selected blocks with id < region_blocks, ascending."""
     lists = PositionLists.from_arrow(positions)
-    tokens = np.asarray(prefix_tokens.to_numpy(), dtype=np.float64)
-    return dsa_stats.prefix_block_lists(lists, tokens, _numbers(block_size)).to_arrow()
+    blocks = np.asarray(region_blocks.to_numpy(), dtype=np.float64)
+    return dsa_stats.prefix_block_lists(lists, blocks, _numbers(block_size)).to_arrow()
 
 
 def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.Array:

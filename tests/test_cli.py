@@ -99,7 +99,7 @@ def test_summary_writes_the_tracers_summary_json(loaded, tmp_path):
         assert set(summary[field]) == {"count", "min", "p50", "p95", "max", "mean"}
     assert summary["config"]["kv_block_size_tokens"] == 64
     assert summary["unique_blocks"]["count"] == 12
-    assert list(summary["prefix_hot_blocks"]) == ["1"]
+    assert list(summary["prefix_hot_blocks"]) == ["0", "1"]  # a miss has its key region
     missing = kvtrace("-w", str(loaded), "summary", "--run", "nope")
     assert missing.returncode == 1 and "no DSA run 'nope'" in missing.stderr
 

@@ -55,13 +55,13 @@ _STOP = object()
 def prefix_hashes(token_ids: Sequence[int], max_tokens: int = 256) -> dict[int, str]:
     """SHA-1 of the first L prompt tokens (int32 little-endian) for each candidate L.
 
-    Candidates are 32, 64, ... up to ``max_tokens`` and the prompt's length; ``max_tokens``
-    itself is always a candidate when the prompt is that long.
+    The candidates are 32, 64, 128, ... up to ``min(len(prompt), max_tokens)``, and that
+    length itself (seed ``000_*`` section 3.4), so a short prompt has a key too.
     """
     tokens = np.asarray(token_ids, dtype="<i4")
-    lengths = sorted({n for n in (*PREFIX_CANDIDATES, max_tokens) if n <= max_tokens})
-    return {n: hashlib.sha1(tokens[:n].tobytes()).hexdigest()
-            for n in lengths if n <= len(tokens)}
+    region = min(len(tokens), max_tokens)
+    lengths = sorted({n for n in (*PREFIX_CANDIDATES, region) if 0 < n <= region})
+    return {n: hashlib.sha1(tokens[:n].tobytes()).hexdigest() for n in lengths}
 
 
 @dataclass
@@ -71,6 +71,7 @@ class _Request:
     prefix_key: str | None
     prefix_hit: bool
     cached_tokens: int
+    key_tokens: int  # the request's own key region: min(prompt length, prefix_tokens)
 
 
 class DsaTracer:
@@ -171,14 +172,16 @@ class DsaTracer:
     # -- requests ------------------------------------------------------------------------
 
     def begin_request(self, request_id: int, prompt_token_ids: Sequence[int]) -> None:
-        """Open a request; its prompt's prefix hashes decide whether it is a prefix hit."""
+        """Open a request; its prompt's prefix hashes decide whether it is a prefix hit:
+        the longest candidate seen before is the cached length; a miss registers all."""
         hashes = prefix_hashes(prompt_token_ids, self.prefix_tokens)
         cached = max((n for n, key in hashes.items() if key in self._seen_prefixes), default=0)
-        self._seen_prefixes.update(hashes.values())
+        if cached == 0:  # a miss registers every candidate (the seed's rule)
+            self._seen_prefixes.update(hashes.values())
         longest = max(hashes, default=None)
         self._requests[request_id] = _Request(
             request_id, len(prompt_token_ids), hashes.get(longest) if longest else None,
-            cached > 0, cached)
+            cached > 0, cached, longest or 0)
 
     def skip_request(self, request_id: int, prompt_tokens: int, reason: str) -> None:
         """Record a request that was not run (e.g. a prompt longer than allowed)."""
@@ -199,7 +202,9 @@ class DsaTracer:
             "request_id": request_id, "prompt_tokens": request.prompt_tokens,
             "new_tokens": new_tokens, "prefix_key": request.prefix_key,
             "prefix_cache_hit": request.prefix_hit,
-            "prefix_cached_tokens": request.cached_tokens, "arrival_s": arrival_s,
+            "prefix_cached_tokens": request.cached_tokens,
+            "prefix_region_tokens": request.cached_tokens if request.prefix_hit
+            else request.key_tokens, "arrival_s": arrival_s,
             "finish_s": finish_s, "latency_ms": latency, "status": status}
 
     # -- steps -----------------------------------------------------------------------------
@@ -375,7 +380,8 @@ class DsaTracer:
                                     self.full_scores)
         info = [q for p in parts for q in p["info"]]
         hit = pa.array([bool(q and q.prefix_hit) for q in info])
-        cached = np.array([q.cached_tokens if q else 0 for q in info], dtype=np.int64)
+        region = np.array([(q.cached_tokens if q.prefix_hit else q.key_tokens) if q else 0
+                           for q in info], dtype=np.int64)
         keys = pa.array([q.prefix_key if q else None for q in info], pa.string())
         lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
         self._record_no += rows
@@ -393,7 +399,8 @@ class DsaTracer:
                 "layer_id": pa.array(layer_of_row),
                 "topk": pa.array([self.topk] * rows, pa.int64()),
                 "prefix_hit": hit,
-                "prefix_cached_blocks": pa.array(cached // block_size),
+                "prefix_cached_blocks": pa.array(-(-region // block_size)),
+                "prefix_region_tokens": pa.array(region),
                 "prefix_key": keys,
                 "request_id": pa.array(request_of_row),
                 "request_key": nulls.cast(pa.string()),

@@ -5,7 +5,8 @@
 --   unique_blocks, touched_block_ratio: one value per (request, step, layer) row;
 --   tokens_per_touched_block: one value per touched block of every row;
 --   offsets: one value per selected position of every row;
---   prefix_intersection_ratio: one value per row of requests with a prefix hit.
+--   prefix_intersection_ratio: one value per row with a prefix region (every row whose
+--   request has one: the cached length on a hit, its own key region on a miss).
 -- tokens_per_touched_block and offsets come from histograms written at ingest and the
 -- prefix intersection from the prefix_blocks column, so the summary is exact without
 -- decoding a single position list.
@@ -17,9 +18,8 @@ CREATE VIEW _dsa_fill_hist_values AS
 SELECT run_id, dataset, block_size, tokens AS value, n FROM _dsa_fill_hist_files;
 
 -- @view dsa_prefix_rows
--- Every stored row of a request with a prefix hit, intersected with its prefix at the
--- row's own block size, as stored at ingest (see dsa_prefix for the semantics and for
--- other block sizes).
+-- Every stored row with a prefix region, intersected with it at the row's own block size,
+-- as stored at ingest (see dsa_prefix for the semantics and for other block sizes).
 -- @column run_id               the run
 -- @column dataset              dataset label
 -- @column block_size           block size the row was stored with
@@ -44,8 +44,8 @@ WHERE prefix_blocks IS NOT NULL;
 -- @column touched_block_ratio        unique_blocks / ceil(seq_len / block_size) per row
 -- @column tokens_per_touched_block   selected positions per touched block, over all touched blocks
 -- @column offsets                    offset (seq_len - 1 - pos) of every selected position
--- @column prefix_intersection_ratio  per row of prefix-hit requests; count 0 and NULLs without hits
--- @column prefix_hot_blocks          per prefix-hit request, its 10 most touched prefix blocks
+-- @column prefix_intersection_ratio  per row with a prefix region (hit or miss); count 0 and NULLs without any
+-- @column prefix_hot_blocks          per request with a prefix region, its 20 most touched region blocks
 CREATE VIEW dsa_summary AS
 WITH per_row AS (
     SELECT
@@ -68,7 +68,7 @@ WITH per_row AS (
 ), hot AS (
     SELECT run_id, dataset, block_size, request_id,
            list({'block_id': block_id, 'touch_count': touch_count}
-                ORDER BY touch_count DESC, block_id)[1:10] AS blocks
+                ORDER BY touch_count DESC, block_id)[1:20] AS blocks
     FROM touches
     GROUP BY ALL
 ), hot_by_request AS (

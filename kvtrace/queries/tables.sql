@@ -39,7 +39,8 @@ WHERE _row = 1;
 -- @column new_tokens            generated tokens, when known
 -- @column prefix_key            hash of the first prompt tokens (SHA-1 hex)
 -- @column prefix_cache_hit      whether an earlier request had the same prefix key
--- @column prefix_cached_tokens  tokens of the shared prefix (prefix_cached_blocks x block size)
+-- @column prefix_cached_tokens  on a prefix-cache hit, the cached length in tokens (the longest key seen before); 0 on a miss
+-- @column prefix_region_tokens  the prefix region: the cached length on a hit, the request's own key region min(prompt_len, N) on a miss (ingested: prefix_cached_blocks x block size)
 -- @column arrival_s             arrival time, seconds since run start
 -- @column finish_s              finish time, seconds since run start
 -- @column latency_ms            end-to-end latency in milliseconds

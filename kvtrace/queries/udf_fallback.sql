@@ -38,11 +38,11 @@ CREATE MACRO kvtrace_offset_stats(pos, seq_len) AS (
     FROM (SELECT seq_len - 1 - unnest(pos) AS o)
 );
 
--- @macro kvtrace_prefix_blocks(pos, prefix_tokens, bs)
--- Distinct blocks of one position list inside the cached prefix, ascending (see dsa_prefix).
-CREATE MACRO kvtrace_prefix_blocks(pos, prefix_tokens, bs) AS
+-- @macro kvtrace_prefix_blocks(pos, region_blocks, bs)
+-- Distinct blocks of one position list with id < region_blocks, ascending (see dsa_prefix).
+CREATE MACRO kvtrace_prefix_blocks(pos, region_blocks, bs) AS
     list_sort(list_distinct(list_transform(
-        list_filter(pos, lambda p: p < (prefix_tokens // bs) * bs), lambda p: (p // bs)::INTEGER
+        list_filter(pos, lambda p: p < region_blocks * bs), lambda p: (p // bs)::INTEGER
     )));
 
 -- @macro kvtrace_touched_blocks(pos, bs)

@@ -58,6 +58,7 @@ REQUESTS = TableSpec(
             ("prefix_key", pa.string()),
             ("prefix_cache_hit", pa.bool_()),
             ("prefix_cached_tokens", pa.int64()),
+            ("prefix_region_tokens", pa.int64()),
             ("arrival_s", pa.float64()),
             ("finish_s", pa.float64()),
             ("latency_ms", pa.float64()),

@@ -102,13 +102,19 @@ def test_padding_is_dropped_and_batched_steps_map_rows_to_requests(warehouse):
 def test_prefix_hits_use_the_longest_shared_candidate():
     base = list(range(1000))
     assert set(prefix_hashes(base)) == {32, 64, 128, 256}
-    assert prefix_hashes(base[:100]).keys() == {32, 64}
+    assert prefix_hashes(base[:100]).keys() == {32, 64, 100}  # the prompt's own length too
+    assert prefix_hashes(base[:20]).keys() == {20}  # a short prompt still has a key
 
 
 def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
     tracer = DsaTracer(warehouse, run_name="prefix", dataset="unit", block_sizes=(16,))
     shared = list(range(5000, 5300))
-    prompts = {0: shared + [1] * 50, 1: shared + [2] * 60, 2: shared[:70] + [3] * 300}
+    short = list(range(7000, 7020))
+    prompts = {0: shared + [1] * 50, 1: shared + [2] * 60, 2: shared[:70] + [3] * 300,
+               3: short, 4: list(short),
+               # shares 128 tokens with request 1 only: a hit registers nothing, and
+               # request 0 registered 128 too, so this hits at 128 through request 0
+               5: shared[:128] + [5] * 10}
     for request, prompt in prompts.items():
         tracer.begin_request(request, prompt)
         with tracer.step(len(prompt)):
@@ -118,11 +124,21 @@ def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
     con = warehouse.connect()
     got = con.execute("SELECT request_id, prefix_cache_hit, prefix_cached_tokens "
                       "FROM requests ORDER BY 1").fetchall()
-    assert got == [(0, False, 0), (1, True, 256), (2, True, 64)]
-    inter = dict(con.execute("SELECT request_id, intersection_blocks FROM dsa_prefix(16)"
-                             ).fetchall())
-    assert inter[0] is None
-    assert inter[1] == sorted({p // 16 for p in range(0, 360, 7) if p < 256})
+    # request 4 hits request 3's 20-token key (the old rule gave short prompts no key)
+    assert got == [(0, False, 0), (1, True, 256), (2, True, 64), (3, False, 0),
+                   (4, True, 20), (5, True, 128)]
+    region = dict(con.execute("SELECT request_id, prefix_region_tokens FROM requests"
+                              ).fetchall())
+    assert region == {0: 256, 1: 256, 2: 64, 3: 20, 4: 20, 5: 128}
+    rows = con.execute("SELECT request_id, prefix_cache_hit, intersection_blocks "
+                       "FROM dsa_prefix(16)").fetchall()
+    inter = {request: (hit, blocks) for request, hit, blocks in rows}
+    selected = {r: {p // 16 for p in range(0, len(prompt), 7)} for r, prompt in prompts.items()}
+    # every row is intersected: a miss with its own key region, ceil(tokens / 16) blocks
+    assert inter[0] == (False, sorted(b for b in selected[0] if b < 16))
+    assert inter[1] == (True, sorted(b for b in selected[1] if b < 16))
+    assert inter[2] == (True, sorted(b for b in selected[2] if b < 4))
+    assert inter[3] == (False, sorted(b for b in selected[3] if b < 2))  # 20 tokens: 2 blocks
 
 
 def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):

@@ -64,11 +64,10 @@ def test_dsa_prefix_matches_numpy(loaded, block_size):
     for record in records:
         prefix = record["prefix"]
         blocks = np.unique(np.array(record["selected_token_pos"]) // block_size)
-        if not prefix["prefix_cache_hit"]:
-            assert got[_key(record)] == (None, None)
-            continue
-        cached_tokens = prefix["prefix_cached_blocks"] * record["block_size_tokens"]
-        inside = blocks[blocks < cached_tokens // block_size]
+        # the region (cached length on a hit, own key region on a miss) covers
+        # ceil(tokens / block size) blocks, for every row
+        region_tokens = prefix["prefix_cached_blocks"] * record["block_size_tokens"]
+        inside = blocks[blocks < -(-region_tokens // block_size)]
         hot[record["request_id"]].update(inside.tolist())
         assert got[_key(record)][0] == inside.tolist()
         assert got[_key(record)][1] == pytest.approx(len(inside) / len(blocks))
@@ -93,8 +92,7 @@ def test_dsa_summary_matches_numpy_over_all_positions_and_blocks(loaded):
         ratio.append(len(blocks) / np.ceil(record["seq_len_current"] / size))
         per_block_all.extend(per_block)
         offsets.extend(record["seq_len_current"] - 1 - pos)
-        if record["prefix"]["prefix_cache_hit"]:
-            inter.append((blocks < record["prefix"]["prefix_cached_blocks"]).sum() / len(blocks))
+        inter.append((blocks < record["prefix"]["prefix_cached_blocks"]).sum() / len(blocks))
 
     def stats(values):
         values = np.asarray(values, dtype=np.float64)

@@ -6,7 +6,8 @@
 -- The statistics of the tracer's summary.json per run, dataset and stored block size:
 -- count, min, p50, p95, max and mean of unique blocks per row, touched-block ratio,
 -- tokens per touched block, offsets (tokens back from the current one) and the prefix
--- intersection ratio (rows of prefix-hit requests only).
+-- intersection ratio (every row with a prefix region: the cached length on a hit, the
+-- request's own key region on a miss).
 WITH s AS (SELECT * FROM dsa_summary WHERE run_id IN (SELECT run_id FROM report_runs)),
 long AS (
     SELECT run_id, dataset, block_size, 1 AS ord, 'unique_blocks' AS statistic,
@@ -88,17 +89,21 @@ FROM _dsa_fill_hist_files JOIN report_base USING (run_id, block_size)
 GROUP BY ALL ORDER BY ALL;
 
 -- @query prefix_intersection
--- intersection_ratio = |selected blocks inside the cached prefix| / |selected blocks|,
--- over the rows of prefix-hit requests, in bins of 0.05 (the last bin holds 1.0).
-SELECT run_id || ' @' || block_size AS series,
-       least(floor(intersection_ratio * 20), 19) / 20 AS ratio_bin, count(*) AS rows
-FROM dsa_prefix_rows JOIN report_base USING (run_id, block_size)
-WHERE intersection_ratio IS NOT NULL
+-- intersection_ratio = |selected blocks inside the prefix region| / |selected blocks|,
+-- for every row with a region (hit: the cached length; miss: the request's own key
+-- region), ceil(tokens / block size) blocks, in bins of 0.05 (the last bin holds 1.0);
+-- hits and misses apart.
+SELECT p.run_id || ' @' || p.block_size
+           || CASE WHEN q.prefix_cache_hit THEN ' hit' ELSE ' miss' END AS series,
+       least(floor(p.intersection_ratio * 20), 19) / 20 AS ratio_bin, count(*) AS rows
+FROM dsa_prefix_rows p JOIN report_base USING (run_id, block_size)
+LEFT JOIN requests q ON q.run_id = p.run_id AND q.request_id = p.request_id
+WHERE p.intersection_ratio IS NOT NULL
 GROUP BY ALL ORDER BY ALL;
 
 -- @query prefix_hot_blocks
--- The five most touched prefix blocks of each prefix-hit request, at the report's
--- block size: how many (step, layer) rows selected each.
+-- The five most touched prefix-region blocks of each request, at the report's block
+-- size: how many (step, layer) rows selected each.
 SELECT run_id, request_id, hot_rank, block_id, touch_count
 FROM dsa_prefix_hot_blocks(getvariable('block_size'))
 WHERE (run_id, trace_block_size) IN (SELECT (run_id, block_size) FROM report_base)
@@ -131,6 +136,7 @@ SELECT s.run_id, s.request_id, any_value(q.prompt_tokens) AS prompt_tokens,
        avg(s.offset_p50) AS offset_p50_mean,
        any_value(q.prefix_cache_hit) AS prefix_hit,
        any_value(q.prefix_cached_tokens) AS prefix_cached_tokens,
+       any_value(q.prefix_region_tokens) AS prefix_region_tokens,
        any_value(q.latency_ms) AS latency_ms
 FROM dsa_steps s JOIN report_base USING (run_id, block_size)
 LEFT JOIN requests q ON q.run_id = s.run_id AND q.request_id = s.request_id
