@@ -11,6 +11,12 @@ from kvtrace.errors import QueryError
 
 _STATS = ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block", "offsets",
           "prefix_intersection_ratio")
+# The run settings summary.json's config carries, as the collector recorded them.
+_SETTINGS = {"topk": "topk", "sample_rate": "sample_rate", "temperature": "temperature",
+             "seed": "seed", "prefix_tokens": "prefix_key_tokens",
+             "max_new_tokens": "max_new_tokens", "max_prompt_tokens": "max_prompt_tokens",
+             "batch_size": "batch_size", "layers": "layers", "scores": "scores",
+             "phase": "phase", "block_sizes": "block_sizes"}
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run: str,
@@ -20,7 +26,7 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str,
     ``block_size`` may be left out when the run was stored at one block size only.
     """
     rows = con.execute(
-        "SELECT r.run_name, r.collector_config, s.* FROM dsa_summary AS s "
+        "SELECT r.run_name, r.collector_config, r.dataset_variant, s.* FROM dsa_summary AS s "
         "JOIN (SELECT DISTINCT ON (run_id) * FROM runs) AS r USING (run_id) "
         "WHERE s.run_id = $run OR r.run_name = $run ORDER BY s.block_size, s.dataset",
         {"run": run},
@@ -46,12 +52,12 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str,
         raise QueryError(f"run {run!r} holds several datasets "
                          f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary")
     row = chosen[0]
-    config = json.loads(row["collector_config"] or "{}").get("config", {})
+    collector = json.loads(row["collector_config"] or "{}")
     summary: dict[str, Any] = {
         "run_name": row["run_name"],
         "run_id": row["run_id"],
         "dataset": row["dataset"],
-        "config": {**config, "kv_block_size_tokens": row["block_size"]},
+        "config": _config(collector, row["block_size"], row["dataset_variant"]),
         "rows": row["rows"],
         "requests": row["requests"],
     }
@@ -60,17 +66,31 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str,
     hot = row["prefix_hot_blocks"] or {}
     summary["prefix_hot_blocks"] = {str(request): blocks for request, blocks in sorted(
         hot.items())}
-    latency = con.execute("SELECT * FROM dsa_request_latency WHERE run_id = $run",
-                          {"run": row["run_id"]}).fetchone()
-    if latency is not None:
-        collector = json.loads(row["collector_config"] or "{}")
-        summary["serving"] = {
-            "requests": latency[1],
-            "latency_ms": dict(zip(("p50", "p95", "p99", "max"), latency[2:], strict=True)),
-            **{key: collector[key] for key in ("batch_size", "max_new_tokens_cap")
-               if key in collector},
-        }
+    if collector.get("arrival_trace") or "serving" in collector.get("config", {}):
+        summary["serving"] = _serving(con, row["run_id"], collector)
     return summary
+
+
+def _config(collector: dict, block_size: int, dataset_variant: str | None) -> dict[str, Any]:
+    """The run's settings: an ingested tracer's own config, then what kvtrace recorded."""
+    config = dict(collector.get("config", {}))
+    config.update({name: collector[key] for key, name in _SETTINGS.items() if key in collector})
+    config["kv_block_size_tokens"] = block_size
+    config["dataset_variant"] = dataset_variant
+    return config
+
+
+def _serving(con: duckdb.DuckDBPyConnection, run_id: str, collector: dict) -> dict[str, Any]:
+    """Seed section 5.3's serving block of an arrival-trace run (BurstGPT replays)."""
+    latency = con.execute("SELECT * FROM dsa_request_latency WHERE run_id = $run",
+                          {"run": run_id}).fetchone()
+    values = latency[2:] if latency is not None else (None,) * 4
+    return {
+        "requests": latency[1] if latency is not None else 0,
+        "latency_ms": dict(zip(("p50", "p95", "p99", "max"), values, strict=True)),
+        "batch_size": collector.get("batch_size"),
+        "max_new_tokens_cap": collector.get("max_new_tokens_cap"),
+    }
 
 
 def _plain(stats: dict | None) -> dict[str, Any]:

@@ -187,8 +187,8 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedMo
         warehouse, run_name=run_name, dataset=dataset, block_sizes=block_sizes,
         topk=model.index_topk, seed=seed, model=model.name,
         model_config=model.config_dict(), dataset_variant=dataset_variant,
-        collector_config={"batch_size": batch_size, "time_scale": time_scale,
-                          "max_new_tokens_cap": max_new_tokens,
+        collector_config={"arrival_trace": True, "batch_size": batch_size,
+                          "time_scale": time_scale, "max_new_tokens_cap": max_new_tokens,
                           "max_prompt_tokens": max_prompt_tokens})
     report = CollectReport(tracer.run_id)
     pending = deque(sorted(arrivals, key=lambda a: a.arrival_s))

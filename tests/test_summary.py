@@ -1,0 +1,62 @@
+"""summary.json has the seed's fields and shapes (seed 000_* section 5.3)."""
+
+from __future__ import annotations
+
+import json
+
+from kvtrace.collectors.datasets.ruler import niah_requests
+from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
+from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+from kvtrace.summary import run_summary
+
+CONFIG = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=2, index_dim=8, rope_dim=4,
+                      q_lora_rank=16, index_topk=16, max_seq_len=1024)
+STATS = {"count", "min", "p50", "p95", "max", "mean"}
+SEED_FIELDS = {"run_name", "dataset", "config", "unique_blocks", "tokens_per_touched_block",
+               "offsets", "prefix_intersection_ratio", "prefix_hot_blocks"}
+
+
+def _check_seed_shapes(summary: dict) -> None:
+    assert SEED_FIELDS <= set(summary)
+    for name in ("unique_blocks", "tokens_per_touched_block", "offsets",
+                 "prefix_intersection_ratio"):
+        assert set(summary[name]) == STATS, name
+    for request, blocks in summary["prefix_hot_blocks"].items():
+        assert request.isdigit() and 0 < len(blocks) <= 20
+        assert all(set(b) == {"block_id", "touch_count"} for b in blocks)
+    json.dumps(summary)  # plain JSON throughout
+
+
+def test_a_collected_run_carries_its_settings_and_no_serving_block(warehouse):
+    tokenizer = ByteTokenizer()
+    requests = list(niah_requests(2, 300, lambda t: len(tokenizer.encode(t)), seed=1))
+    collect_dsa(warehouse, requests, model=DsaRef(CONFIG), tokenizer=tokenizer,
+                run_name="niah", dataset="ruler", block_sizes=(16,), max_new_tokens=3,
+                temperature=0.0, dataset_variant="niah_single-300")
+    summary = run_summary(warehouse.connect(), "niah")
+    _check_seed_shapes(summary)
+    assert "serving" not in summary
+    config = summary["config"]
+    assert config["kv_block_size_tokens"] == 16 and config["topk"] == 16
+    assert config["prefix_key_tokens"] == 256 and config["sample_rate"] == 1.0
+    assert config["temperature"] == 0.0 and config["dataset_variant"] == "niah_single-300"
+
+
+def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
+    from kvtrace.collectors.datasets.burstgpt import load_arrivals
+
+    trace = tmp_path / "burst.csv"
+    trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "0.0,ChatGPT,100,2,102,Conversation log\n"
+                     "0.5,ChatGPT,90,4,94,Conversation log\n")
+    arrivals, _ = load_arrivals(trace)
+    replay_arrivals(warehouse, arrivals, model=DsaRef(CONFIG), tokenizer=ByteTokenizer(),
+                    run_name="burst", dataset="burstgpt", batch_size=2, block_sizes=(16,),
+                    max_new_tokens=3)
+    summary = run_summary(warehouse.connect(), "burst")
+    _check_seed_shapes(summary)
+    serving = summary["serving"]
+    assert set(serving) == {"requests", "latency_ms", "batch_size", "max_new_tokens_cap"}
+    assert set(serving["latency_ms"]) == {"p50", "p95", "p99", "max"}
+    assert (serving["requests"], serving["batch_size"], serving["max_new_tokens_cap"]) == (
+        2, 2, 3)
