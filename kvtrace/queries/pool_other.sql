@@ -80,11 +80,33 @@ SELECT
         AS other_unaccounted_tokens
 FROM pool_snapshots;
 
+-- @macro _pool_kept(warmup_fraction)
+-- pool_other ticks with counters after the warm-up (the first `warmup_fraction` of each
+-- run's time span), each with a weight for time-weighted statistics: the seconds to the
+-- worker's next kept tick, capped at twice the worker's median tick interval (the poller
+-- backs off to 2, 4 and 8 intervals on a failing worker; a gap is not counted as the
+-- state before it).  The last tick weighs the cap's half, one median interval.
+CREATE MACRO _pool_kept(warmup_fraction) AS TABLE
+WITH spans AS (
+    SELECT run_id, min(t_s) AS t0, max(t_s) AS t1 FROM pool_snapshots GROUP BY run_id
+), kept AS (
+    SELECT p.*,
+           lead(p.t_s) OVER (PARTITION BY p.run_id, p.worker_id ORDER BY p.t_s) - p.t_s AS dt
+    FROM pool_other AS p JOIN spans AS s USING (run_id)
+    WHERE p.t_s >= s.t0 + warmup_fraction * (s.t1 - s.t0) AND p.other_tokens IS NOT NULL
+), typical AS (
+    SELECT run_id, worker_id, quantile_cont(dt, 0.5) AS median_dt FROM kept GROUP BY ALL
+)
+SELECT k.* EXCLUDE (dt),
+       least(coalesce(k.dt, t.median_dt, 0), 2 * coalesce(t.median_dt, 0)) AS weight_s
+FROM kept AS k JOIN typical AS t USING (run_id, worker_id);
+
 -- @macro pool_worker_stats(warmup_fraction)
 -- Per worker, after dropping the first `warmup_fraction` of each run's time span
--- (default 0.1): plain statistics over ticks and time-weighted means, where a tick
--- weighs the seconds until the worker's next kept tick (the last tick weighs nothing).
--- Percentiles are linear-interpolated over ticks.
+-- (default 0.1): statistics over ticks, and the same weighted by time (each tick weighs
+-- the seconds to the worker's next tick, capped at twice its median interval; see
+-- _pool_kept).  Tick percentiles are linear-interpolated; time-weighted percentiles are
+-- the smallest value whose cumulative time share reaches the quantile.
 -- @column run_id                  the run
 -- @column experiment              experiment label
 -- @column worker_id               worker
@@ -99,15 +121,20 @@ FROM pool_snapshots;
 -- @column other_time_mean         time-weighted mean other, tokens
 -- @column held_time_mean          time-weighted mean held, tokens
 -- @column available_time_mean     time-weighted mean available, tokens
+-- @column other_time_p50          time-weighted median other, tokens
+-- @column other_time_p90          time-weighted 90th percentile other, tokens
 CREATE MACRO pool_worker_stats(warmup_fraction := 0.1) AS TABLE
-WITH spans AS (
-    SELECT run_id, min(t_s) AS t0, max(t_s) AS t1 FROM pool_snapshots GROUP BY run_id
-), kept AS (
-    SELECT
-        p.*,
-        lead(p.t_s) OVER (PARTITION BY p.run_id, p.worker_id ORDER BY p.t_s) - p.t_s AS dt
-    FROM pool_other AS p JOIN spans AS s USING (run_id)
-    WHERE p.t_s >= s.t0 + warmup_fraction * (s.t1 - s.t0) AND p.other_tokens IS NOT NULL
+WITH kept AS (FROM _pool_kept(warmup_fraction)), cumulative AS (
+    SELECT run_id, worker_id, other_tokens,
+           sum(weight_s) OVER (PARTITION BY run_id, worker_id ORDER BY other_tokens
+                               ROWS UNBOUNDED PRECEDING)
+               / sum(weight_s) OVER (PARTITION BY run_id, worker_id) AS time_share
+    FROM kept
+), weighted AS (
+    SELECT run_id, worker_id,
+           min(other_tokens) FILTER (WHERE time_share >= 0.5) AS other_time_p50,
+           min(other_tokens) FILTER (WHERE time_share >= 0.9) AS other_time_p90
+    FROM cumulative GROUP BY ALL
 )
 SELECT
     run_id, experiment, worker_id, worker_role,
@@ -118,17 +145,20 @@ SELECT
     max(other_tokens) AS other_max,
     avg(held_tokens) AS held_mean,
     avg(available_tokens) AS available_mean,
-    sum(other_tokens * dt) / sum(dt) AS other_time_mean,
-    sum(held_tokens * dt) / sum(dt) AS held_time_mean,
-    sum(available_tokens * dt) / sum(dt) AS available_time_mean
-FROM kept
-GROUP BY ALL
+    sum(other_tokens * weight_s) / sum(weight_s) AS other_time_mean,
+    sum(held_tokens * weight_s) / sum(weight_s) AS held_time_mean,
+    sum(available_tokens * weight_s) / sum(weight_s) AS available_time_mean,
+    any_value(w.other_time_p50) AS other_time_p50,
+    any_value(w.other_time_p90) AS other_time_p90
+FROM kept JOIN weighted AS w USING (run_id, worker_id)
+GROUP BY run_id, experiment, worker_id, worker_role
 ORDER BY run_id, worker_id;
 
--- @macro pool_threshold_freq(other_above, held_above, other_fraction_above)
--- Share of ticks above each threshold, per worker and (worker_id NULL) per role of a run.
--- Defaults: other above 30K / 50K / 70K tokens, held above 60K tokens, other above 25 /
--- 50 / 75 % of capacity.  Ticks without counters are not counted.
+-- @macro pool_threshold_freq(other_above, held_above, other_fraction_above, warmup_fraction)
+-- Share of ticks, and of time, above each threshold, per worker and (worker_id NULL) per
+-- role of a run, after the same warm-up as pool_worker_stats (default 0.1).  Defaults:
+-- other above 30K / 50K / 70K tokens, held above 60K tokens, other above 25 / 50 / 75 % of
+-- capacity.  Ticks without counters are not counted.
 -- @column run_id        the run
 -- @column experiment    experiment label
 -- @column worker_role   prefill or decode
@@ -138,35 +168,93 @@ ORDER BY run_id, worker_id;
 -- @column ticks         ticks counted
 -- @column ticks_above   ticks strictly above the threshold
 -- @column share         ticks_above / ticks
+-- @column time_share    share of the time (tick weights, see _pool_kept) spent above
 CREATE MACRO pool_threshold_freq(other_above := [30000, 50000, 70000], held_above := [60000],
-                                 other_fraction_above := [0.25, 0.5, 0.75]) AS TABLE
+                                 other_fraction_above := [0.25, 0.5, 0.75],
+                                 warmup_fraction := 0.1) AS TABLE
 WITH thresholds AS (
     SELECT 'other_tokens' AS measure, unnest(other_above)::DOUBLE AS threshold
     UNION ALL SELECT 'held_tokens', unnest(held_above)::DOUBLE
     UNION ALL SELECT 'other_fraction_of_capacity', unnest(other_fraction_above)::DOUBLE
+), marked AS (
+    SELECT k.*, t.measure, t.threshold,
+           CASE t.measure
+               WHEN 'other_tokens' THEN other_tokens > threshold
+               WHEN 'held_tokens' THEN held_tokens > threshold
+               ELSE other_tokens > threshold * capacity_tokens END AS above
+    FROM _pool_kept(warmup_fraction) AS k CROSS JOIN thresholds AS t
 ), counted AS (
     SELECT
         run_id, experiment, worker_role, worker_id, measure, threshold,
         count(*) AS ticks,
-        count(*) FILTER (WHERE CASE measure
-            WHEN 'other_tokens' THEN other_tokens > threshold
-            WHEN 'held_tokens' THEN held_tokens > threshold
-            ELSE other_tokens > threshold * capacity_tokens END) AS ticks_above
-    FROM pool_other CROSS JOIN thresholds
-    WHERE other_tokens IS NOT NULL
+        count(*) FILTER (WHERE above) AS ticks_above,
+        sum(weight_s) FILTER (WHERE above) AS time_above,
+        sum(weight_s) AS time_total
+    FROM marked
     GROUP BY GROUPING SETS (
         (run_id, experiment, worker_role, worker_id, measure, threshold),
         (run_id, experiment, worker_role, measure, threshold)
     )
 )
-SELECT *, ticks_above / ticks AS share
+SELECT * EXCLUDE (time_above, time_total), ticks_above / ticks AS share,
+       coalesce(time_above, 0) / nullif(time_total, 0) AS time_share
 FROM counted
 ORDER BY run_id, worker_role, worker_id NULLS FIRST, measure, threshold;
 
--- @macro pool_stuck_intervals(other_above, min_ticks)
+-- @macro pool_decode_summary(warmup_fraction)
+-- The decode workers of each run taken together after the warm-up (seed 001_* section
+-- 5): ticks, other percentiles by ticks (linear) and by time, and the shares of ticks
+-- and of time with other above 30K / 50K / 70K and held above 60K tokens.
+-- @column run_id                 the run
+-- @column experiment             experiment label
+-- @column decode_ticks           decode ticks kept
+-- @column other_p50              median other over ticks, tokens
+-- @column other_p90              90th percentile other over ticks, tokens
+-- @column other_time_p50         time-weighted median other, tokens
+-- @column other_time_p90         time-weighted 90th percentile other, tokens
+-- @column other_above_30k        share of ticks with other > 30,000
+-- @column other_above_50k        share of ticks with other > 50,000
+-- @column other_above_70k        share of ticks with other > 70,000
+-- @column held_above_60k         share of ticks with held > 60,000
+-- @column other_above_30k_time   share of time with other > 30,000
+-- @column other_above_70k_time   share of time with other > 70,000
+CREATE MACRO pool_decode_summary(warmup_fraction := 0.1) AS TABLE
+WITH kept AS (FROM _pool_kept(warmup_fraction) WHERE worker_role = 'decode'), cumulative AS (
+    SELECT run_id, other_tokens,
+           sum(weight_s) OVER (PARTITION BY run_id ORDER BY other_tokens
+                               ROWS UNBOUNDED PRECEDING)
+               / sum(weight_s) OVER (PARTITION BY run_id) AS time_share
+    FROM kept
+), weighted AS (
+    SELECT run_id,
+           min(other_tokens) FILTER (WHERE time_share >= 0.5) AS other_time_p50,
+           min(other_tokens) FILTER (WHERE time_share >= 0.9) AS other_time_p90
+    FROM cumulative GROUP BY ALL
+)
+SELECT
+    run_id, any_value(experiment) AS experiment, count(*) AS decode_ticks,
+    quantile_cont(other_tokens, 0.5) AS other_p50,
+    quantile_cont(other_tokens, 0.9) AS other_p90,
+    any_value(w.other_time_p50) AS other_time_p50,
+    any_value(w.other_time_p90) AS other_time_p90,
+    avg((other_tokens > 30000)::INTEGER) AS other_above_30k,
+    avg((other_tokens > 50000)::INTEGER) AS other_above_50k,
+    avg((other_tokens > 70000)::INTEGER) AS other_above_70k,
+    avg((held_tokens > 60000)::INTEGER) AS held_above_60k,
+    sum(weight_s * (other_tokens > 30000)::INTEGER) / nullif(sum(weight_s), 0)
+        AS other_above_30k_time,
+    sum(weight_s * (other_tokens > 70000)::INTEGER) / nullif(sum(weight_s), 0)
+        AS other_above_70k_time
+FROM kept JOIN weighted AS w USING (run_id)
+GROUP BY run_id
+ORDER BY run_id;
+
+-- @macro pool_stuck_intervals(other_above, min_ticks, role, warmup_fraction)
 -- Stretches of consecutive ticks of one worker with held = 0, no sessions and other above
 -- `other_above` tokens (default 30K): memory that nothing visible holds.  A failed poll
--- ends a stretch.  Only stretches of at least `min_ticks` ticks (default 2) are listed.
+-- ends a stretch.  Only stretches of at least `min_ticks` ticks (default 2), of workers of
+-- `role` (default 'decode': prefill workers always report held = 0; NULL for every role),
+-- after the same warm-up as pool_worker_stats (default 0.1), are listed.
 -- @column run_id       the run
 -- @column experiment   experiment label
 -- @column worker_id    worker
@@ -177,14 +265,19 @@ ORDER BY run_id, worker_role, worker_id NULLS FIRST, measure, threshold;
 -- @column duration_s   end_s - start_s
 -- @column other_mean   mean other over the stretch, tokens
 -- @column other_max    largest other over the stretch, tokens
-CREATE MACRO pool_stuck_intervals(other_above := 30000, min_ticks := 2) AS TABLE
-WITH numbered AS (
+CREATE MACRO pool_stuck_intervals(other_above := 30000, min_ticks := 2, role := 'decode',
+                                  warmup_fraction := 0.1) AS TABLE
+WITH spans AS (
+    SELECT run_id, min(t_s) AS t0, max(t_s) AS t1 FROM pool_snapshots GROUP BY run_id
+), numbered AS (
     SELECT
-        *,
+        p.*,
         coalesce(held_tokens = 0 AND session_count = 0 AND other_tokens > other_above, false)
             AS stuck,
         row_number() OVER (PARTITION BY run_id, worker_id ORDER BY t_s) AS tick
-    FROM pool_other
+    FROM pool_other AS p JOIN spans AS s USING (run_id)
+    WHERE (role IS NULL OR worker_role = role)
+      AND p.t_s >= s.t0 + warmup_fraction * (s.t1 - s.t0)
 ), islands AS (
     SELECT *, tick - row_number() OVER (PARTITION BY run_id, worker_id ORDER BY t_s) AS island
     FROM numbered
@@ -199,3 +292,38 @@ WITH numbered AS (
     GROUP BY run_id, experiment, worker_id, worker_role, island
 )
 SELECT * FROM stretches WHERE ticks >= min_ticks ORDER BY run_id, worker_id, start_s;
+
+-- @macro pool_throughput_by_state(other_above, stuck_other_above, warmup_fraction)
+-- last_gen_throughput beside the pool's state (seed 001_* sections 3.1, 8.7): per worker,
+-- ticks in a stuck stretch (held = 0, no sessions, other > `stuck_other_above`, default
+-- 30K), ticks with a high other (> `other_above`, default 70K, not stuck), and the rest;
+-- after the same warm-up as pool_worker_stats (default 0.1).  Percentiles are linear.
+-- @column run_id               the run
+-- @column experiment           experiment label
+-- @column worker_id            worker
+-- @column state                stuck, high_other or normal
+-- @column ticks                ticks in that state
+-- @column with_throughput      of them, reporting last_gen_throughput
+-- @column throughput_mean      mean last_gen_throughput, tokens/s
+-- @column throughput_p50       median last_gen_throughput, tokens/s
+CREATE MACRO pool_throughput_by_state(other_above := 70000, stuck_other_above := 30000,
+                                      warmup_fraction := 0.1) AS TABLE
+WITH kept AS (
+    SELECT k.*, s.last_gen_throughput
+    FROM _pool_kept(warmup_fraction) AS k
+    JOIN pool_snapshots AS s USING (run_id, worker_id, t_s)
+), labelled AS (
+    SELECT *, CASE
+        WHEN held_tokens = 0 AND session_count = 0 AND other_tokens > stuck_other_above
+            THEN 'stuck'
+        WHEN other_tokens > other_above THEN 'high_other'
+        ELSE 'normal' END AS state
+    FROM kept
+)
+SELECT run_id, experiment, worker_id, state, count(*) AS ticks,
+       count(last_gen_throughput) AS with_throughput,
+       avg(last_gen_throughput) AS throughput_mean,
+       quantile_cont(last_gen_throughput, 0.5) AS throughput_p50
+FROM labelled
+GROUP BY ALL
+ORDER BY run_id, worker_id, state;

@@ -121,8 +121,8 @@ SELECT
     CASE WHEN count(DISTINCT decode_worker) = 1 THEN min(decode_worker) END AS pinned_worker,
     max(turn_id) AS max_turn_id
 FROM request_metrics
-GROUP BY ALL
-ORDER BY run_id, errors DESC, session_id;
+GROUP BY run_id, experiment, session_id
+ORDER BY run_id, errors DESC, _natural_sort_key(session_id);
 
 -- @view execution_mode_mix
 -- How requests were served: share of each execution mode, with its errors.
@@ -171,36 +171,187 @@ WHERE NOT is_error AND latency_s IS NOT NULL
 GROUP BY GROUPING SETS ((run_id, experiment, execution_mode), (run_id, experiment))
 ORDER BY run_id, execution_mode NULLS FIRST;
 
--- @view errors_with_pool_state
--- Each failed request beside its decode worker's latest pool snapshot at the moment it
--- failed (arrival_s + latency_s, or + ttft_s, or arrival_s): an ASOF join on the run,
--- the worker and time.  Request and pool times must share an origin (the same run).
--- @column run_id             the run
--- @column experiment         experiment label
--- @column request_id         failed request
--- @column session_id         its session
--- @column decode_worker      its decode worker
--- @column error_type         exception type
--- @column failed_at_s        when it failed, seconds since start
--- @column snapshot_t_s       t_s of the snapshot joined (NULL when none came before)
--- @column held_tokens        held at that snapshot
--- @column available_tokens   available at that snapshot
--- @column other_tokens       other at that snapshot
--- @column session_count      sessions at that snapshot
-CREATE VIEW errors_with_pool_state AS
+-- @macro errors_with_pool_state(max_age_s)
+-- Each failed request beside the last *successful* poll of its decode worker at the
+-- moment it failed (arrival_s + latency_s, or + ttft_s, or arrival_s).  Pool and request
+-- files join by experiment (they may have been ingested as separate runs; without an
+-- experiment label, by run), so their times must share an origin.  A poll older than
+-- `max_age_s` (default NULL: twice the worker's median poll interval) is too stale to
+-- describe the failure: its counters are NULL and its age is shown.
+-- @column run_id            the run of the failed request
+-- @column experiment        experiment label
+-- @column request_id        request
+-- @column session_id        session
+-- @column decode_worker     decode worker it was routed to
+-- @column error_type        error type
+-- @column failed_at_s       when it failed, seconds since start
+-- @column snapshot_t_s      t_s of the last successful poll before it (NULL: none)
+-- @column snapshot_age_s    failed_at_s - snapshot_t_s
+-- @column max_age_s         the age limit applied, seconds
+-- @column held_tokens       held at that poll (NULL when older than max_age_s)
+-- @column available_tokens  available at that poll (NULL when older than max_age_s)
+-- @column other_tokens      other at that poll (NULL when older than max_age_s)
+-- @column session_count     sessions at that poll (NULL when older than max_age_s)
+CREATE MACRO errors_with_pool_state(max_age_s := NULL) AS TABLE
 WITH failed AS (
-    SELECT *, arrival_s + coalesce(latency_s, ttft_s, 0) AS failed_at_s
+    SELECT *, arrival_s + coalesce(latency_s, ttft_s, 0) AS failed_at_s,
+           coalesce(experiment, run_id) AS joins
     FROM request_metrics
     WHERE is_error AND arrival_s IS NOT NULL
+), polls AS (
+    SELECT *, coalesce(experiment, run_id) AS joins,
+           lead(t_s) OVER (PARTITION BY run_id, worker_id ORDER BY t_s) - t_s AS dt
+    FROM pool_other
+    WHERE other_tokens IS NOT NULL
+), intervals AS (
+    SELECT joins, worker_id, 2 * quantile_cont(dt, 0.5) AS default_age
+    FROM polls GROUP BY ALL
+), matched AS (
+    SELECT f.run_id, f.experiment, f.request_id, f.session_id, f.decode_worker,
+           f.error_type, f.failed_at_s, p.t_s AS snapshot_t_s,
+           f.failed_at_s - p.t_s AS snapshot_age_s,
+           coalesce(max_age_s, i.default_age)::DOUBLE AS age_limit_s,
+           p.held_tokens, p.available_tokens, p.other_tokens, p.session_count
+    FROM failed AS f
+    ASOF LEFT JOIN polls AS p
+        ON f.joins = p.joins AND f.decode_worker = p.worker_id AND f.failed_at_s >= p.t_s
+    LEFT JOIN intervals AS i ON i.joins = f.joins AND i.worker_id = f.decode_worker
+)
+SELECT run_id, experiment, request_id, session_id, decode_worker, error_type, failed_at_s,
+       snapshot_t_s, snapshot_age_s, age_limit_s AS max_age_s,
+       CASE WHEN snapshot_age_s <= age_limit_s THEN held_tokens END AS held_tokens,
+       CASE WHEN snapshot_age_s <= age_limit_s THEN available_tokens END AS available_tokens,
+       CASE WHEN snapshot_age_s <= age_limit_s THEN other_tokens END AS other_tokens,
+       CASE WHEN snapshot_age_s <= age_limit_s THEN session_count END AS session_count
+FROM matched
+ORDER BY run_id, failed_at_s;
+
+-- @view request_error_types
+-- Per run and error type (seed 001_* section 2.1): how many failed, their share of the
+-- run's errors, how many had already started their P->D transfer (kv_transfer_blocks >
+-- 0) and how many reused their session.
+-- @column run_id                 the run
+-- @column experiment             experiment label
+-- @column error_type             error type (NULL: failed without one)
+-- @column errors                 failed requests of that type
+-- @column share_of_errors        errors / all errors of the run
+-- @column with_kv_transfer       of them, with kv_transfer_blocks > 0
+-- @column with_kv_transfer_share with_kv_transfer / errors
+-- @column session_reused         of them, with session_reused true
+-- @column session_reused_share   session_reused / errors
+CREATE VIEW request_error_types AS
+SELECT
+    run_id, experiment, error_type,
+    count(*) AS errors,
+    count(*) / sum(count(*)) OVER (PARTITION BY run_id) AS share_of_errors,
+    count(*) FILTER (WHERE kv_transfer_blocks > 0) AS with_kv_transfer,
+    count(*) FILTER (WHERE kv_transfer_blocks > 0) / count(*) AS with_kv_transfer_share,
+    count(*) FILTER (WHERE session_reused) AS session_reused,
+    count(*) FILTER (WHERE session_reused) / count(*) AS session_reused_share
+FROM request_metrics
+WHERE is_error
+GROUP BY run_id, experiment, error_type
+ORDER BY run_id, errors DESC, error_type;
+
+-- @view session_turn_profile
+-- Per session: its turns and where in them it failed, to compare failing sessions with
+-- the others (seed 001_* hypothesis H3: the failing sessions are the long ones).
+-- @column run_id             the run
+-- @column experiment         experiment label
+-- @column session_id         session
+-- @column failing            whether any of its requests failed
+-- @column requests           its requests
+-- @column errors             its failed requests
+-- @column max_turn_id        its highest turn
+-- @column first_error_turn   turn of its first failure (NULL: none)
+-- @column input_tokens_mean  mean input tokens of its requests
+CREATE VIEW session_turn_profile AS
+SELECT
+    run_id, experiment, session_id,
+    bool_or(is_error) AS failing,
+    count(*) AS requests,
+    count(*) FILTER (WHERE is_error) AS errors,
+    max(turn_id) AS max_turn_id,
+    min(turn_id) FILTER (WHERE is_error) AS first_error_turn,
+    avg(input_tokens) AS input_tokens_mean
+FROM request_metrics
+GROUP BY run_id, experiment, session_id
+ORDER BY run_id, failing DESC, _natural_sort_key(session_id);
+
+-- @view session_failure_recurrence
+-- Per experiment and session: in how many of the experiment's runs it failed.  A session
+-- that fails in every rerun points at its workload, not at chance (seed 001_* H3).
+-- @column experiment         experiment label
+-- @column session_id         session
+-- @column runs               runs of the experiment holding the session
+-- @column runs_with_errors   runs in which it failed at least once
+-- @column errors             its failed requests over all runs
+-- @column fails_every_run    runs_with_errors = runs (and more than one run)
+CREATE VIEW session_failure_recurrence AS
+WITH per_run AS (
+    SELECT experiment, session_id, run_id, count(*) FILTER (WHERE is_error) AS errors
+    FROM request_metrics
+    WHERE experiment IS NOT NULL
+    GROUP BY ALL
 )
 SELECT
-    f.run_id, f.experiment, f.request_id, f.session_id, f.decode_worker, f.error_type,
-    f.failed_at_s, p.t_s AS snapshot_t_s, p.held_tokens, p.available_tokens, p.other_tokens,
-    p.session_count
-FROM failed AS f
-ASOF LEFT JOIN pool_other AS p
-    ON f.run_id = p.run_id AND f.decode_worker = p.worker_id AND f.failed_at_s >= p.t_s
-ORDER BY f.run_id, f.failed_at_s;
+    experiment, session_id, count(*) AS runs,
+    count(*) FILTER (WHERE errors > 0) AS runs_with_errors,
+    sum(errors) AS errors,
+    count(*) > 1 AND count(*) FILTER (WHERE errors > 0) = count(*) AS fails_every_run
+FROM per_run
+GROUP BY experiment, session_id
+ORDER BY experiment, runs_with_errors DESC, _natural_sort_key(session_id);
+
+-- @macro execution_mode_compare(left_experiment, right_experiment)
+-- How each execution mode's share, and the truncated requests, moved between two
+-- experiments (seed 001_* sections 6.4, 8.10): means over each side's runs, with the runs
+-- behind each; the row execution_mode = 'truncated' counts truncated requests.
+-- @column execution_mode  execution mode, or 'truncated'
+-- @column left_share      mean share of the left side's requests (truncated: of all requests)
+-- @column left_requests   mean requests per left run
+-- @column left_runs       runs behind the left side
+-- @column right_share     mean share of the right side's requests
+-- @column right_requests  mean requests per right run
+-- @column right_runs      runs behind the right side
+-- @column share_delta     right_share - left_share
+-- @column single_run      true when either side rests on a single run
+CREATE MACRO execution_mode_compare(left_experiment, right_experiment) AS TABLE
+WITH modes AS (
+    SELECT experiment, run_id, execution_mode, count(*) AS requests
+    FROM request_metrics
+    WHERE experiment IN (left_experiment, right_experiment)
+    GROUP BY ALL
+    UNION ALL
+    SELECT experiment, run_id, 'truncated', count(*) FILTER (WHERE truncated)
+    FROM request_metrics
+    WHERE experiment IN (left_experiment, right_experiment)
+    GROUP BY ALL
+), totals AS (
+    SELECT run_id, count(*) AS total FROM request_metrics GROUP BY ALL
+), run_counts AS (
+    SELECT experiment, count(DISTINCT run_id) AS runs FROM modes GROUP BY ALL
+), shares AS (  -- a run without a mode counts as share 0 for it
+    SELECT m.experiment, m.execution_mode,
+           sum(m.requests / t.total) / any_value(c.runs) AS share,
+           sum(m.requests) / any_value(c.runs) AS requests, any_value(c.runs) AS runs
+    FROM modes AS m JOIN totals AS t USING (run_id) JOIN run_counts AS c USING (experiment)
+    GROUP BY ALL
+), keys AS (SELECT DISTINCT execution_mode FROM shares)
+SELECT
+    k.execution_mode,
+    coalesce(l.share, 0) AS left_share, coalesce(l.requests, 0) AS left_requests,
+    (SELECT runs FROM run_counts WHERE experiment = left_experiment) AS left_runs,
+    coalesce(r.share, 0) AS right_share, coalesce(r.requests, 0) AS right_requests,
+    (SELECT runs FROM run_counts WHERE experiment = right_experiment) AS right_runs,
+    coalesce(r.share, 0) - coalesce(l.share, 0) AS share_delta,
+    (SELECT min(runs) FROM run_counts) = 1 AS single_run
+FROM keys AS k
+LEFT JOIN shares AS l ON l.execution_mode IS NOT DISTINCT FROM k.execution_mode
+    AND l.experiment = left_experiment
+LEFT JOIN shares AS r ON r.execution_mode IS NOT DISTINCT FROM k.execution_mode
+    AND r.experiment = right_experiment
+ORDER BY k.execution_mode = 'truncated', greatest(left_share, right_share) DESC;
 
 -- @view run_summaries
 -- The summary JSON a serving run wrote, whole (query it with DuckDB's JSON functions,

@@ -5,8 +5,9 @@
 -- run).  A single run on either side is flagged: its difference is within single-run
 -- variance and is no evidence of an improvement.
 
--- @macro run_compare(left_experiment, right_experiment)
--- Per metric: both sides, the runs behind each, the difference right - left.
+-- @macro run_compare(left_experiment, right_experiment, warmup_fraction)
+-- Per metric: both sides, the runs behind each, the difference right - left.  Decode
+-- pool percentiles drop the same warm-up as pool_worker_stats (default 0.1).
 -- @column metric       requests, errors, error_rate, latency_mean_s, latency_p50_s, latency_p90_s, latency_p99_s, decode_other_p50_tokens, decode_other_p90_tokens
 -- @column left_mean    mean over the left side's runs
 -- @column left_std     sample standard deviation over them (NULL for one run)
@@ -17,7 +18,7 @@
 -- @column delta        right_mean - left_mean
 -- @column delta_rel    delta / left_mean
 -- @column single_run   true when either side rests on a single run
-CREATE MACRO run_compare(left_experiment, right_experiment) AS TABLE
+CREATE MACRO run_compare(left_experiment, right_experiment, warmup_fraction := 0.1) AS TABLE
 WITH requests_per_run AS (
     SELECT
         experiment, run_id,
@@ -36,7 +37,7 @@ WITH requests_per_run AS (
         experiment, run_id,
         quantile_cont(other_tokens, 0.5)::DOUBLE AS decode_other_p50_tokens,
         quantile_cont(other_tokens, 0.9)::DOUBLE AS decode_other_p90_tokens
-    FROM pool_other
+    FROM _pool_kept(warmup_fraction)
     WHERE worker_role = 'decode' AND experiment IN (left_experiment, right_experiment)
     GROUP BY ALL
 ), per_run AS (

@@ -55,3 +55,11 @@ SELECT
     } AS stats
 FROM ranked
 GROUP BY run_id, dataset, block_size, total;
+
+-- @macro _natural_sort_key(text)
+-- A key that sorts text naturally: digit runs compare as numbers, so 'sess-9' comes
+-- before 'sess-10' and '9' before '10'.
+CREATE MACRO _natural_sort_key(text) AS array_to_string(list_transform(
+    regexp_extract_all(text, '\d+|\D+'),
+    lambda part: CASE WHEN regexp_full_match(part, '\d+') THEN lpad(part, 24, '0')
+                      ELSE part END), '');

@@ -7,7 +7,8 @@ from kvtrace.catalog import documented_objects, library
 # Arguments for macros whose parameters have no default.
 ARGUMENTS = {"dsa_blocks": "(16)", "dsa_prefix": "(16)", "dsa_prefix_hot_blocks": "(16)",
              "run_compare": "('a', 'b')", "dsa_access": "(16)", "dsa_step_overlap": "(16)",
-             "dsa_working_set": "(16, 4)", "dsa_reuse": "(16)", "dsa_hit_curve": "(16)"}
+             "dsa_working_set": "(16, 4)", "dsa_reuse": "(16)", "dsa_hit_curve": "(16)",
+             "execution_mode_compare": "('a', 'b')"}
 
 
 def test_every_created_object_is_documented():
