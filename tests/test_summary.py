@@ -17,7 +17,7 @@ SEED_FIELDS = {"run_name", "dataset", "config", "unique_blocks", "tokens_per_tou
 
 
 def _check_seed_shapes(summary: dict) -> None:
-    assert SEED_FIELDS <= set(summary)
+    assert set(summary) >= SEED_FIELDS
     for name in ("unique_blocks", "tokens_per_touched_block", "offsets",
                  "prefix_intersection_ratio"):
         assert set(summary[name]) == STATS, name

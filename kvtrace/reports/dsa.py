@@ -118,6 +118,8 @@ REPORT = ReportDefinition(
         Section("block_size_sweep", "Block-size sweep",
                 "One trace re-binned at 4, 16, 64 and 128 tokens per block.",
                 chart=_sweep),
+        Section("kv_fetch", "KV reads per tier",
+                empty="The trace recorded no tier columns."),
         Section("per_request", "Per request"),
         Section("per_dataset", "Per dataset"),
     ),

@@ -6,8 +6,19 @@ import altair as alt
 import pyarrow as pa
 
 from kvtrace.reports.charts import WIDTH, data
-from kvtrace.reports.model import ReportDefinition, Section
+from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import runs_in
+
+WARMUP_FRACTION = 0.1
+_runs = runs_in("pool_snapshots", "pool runs")
+
+
+def select(con, runs: list[str], experiments: list[str]) -> Scope:
+    """The pool runs asked for; every statistic drops the first tenth of each run."""
+    scope = _runs(con, runs, experiments)
+    return Scope([*scope.lines, f"warm-up: the first {WARMUP_FRACTION:.0%} of each run's "
+                                "time span is left out of every statistic"],
+                 {"warmup_fraction": WARMUP_FRACTION})
 
 
 def _series(rows: pa.Table):
@@ -43,19 +54,24 @@ REPORT = ReportDefinition(
     title="kvtrace KV pool report",
     summary="Per worker: held, other (capacity - held - available) and available tokens "
             "over time, how other is distributed, and where memory sits stuck.",
-    select=runs_in("pool_snapshots", "pool runs"),
+    select=select,
     sections=(
         Section("pool_series", "Held / other / available over time",
                 "Stacked per worker; the dashed line is the capacity.", chart=_series),
         Section("other_distribution", "Distribution of other",
                 "Ticks per bin of other tokens; a bimodal shape shows as two humps.",
                 chart=_other),
-        Section("thresholds", "Threshold frequencies"),
+        Section("decode_summary", "Decode workers after warm-up",
+                "Ticks, other percentiles by ticks and by time, threshold shares."),
+        Section("thresholds", "Threshold frequencies",
+                "Shares of ticks and of time; ticks are irregular when polls back off."),
         Section("stuck", "Stuck stretches on the time axis", chart=_stuck,
-                empty="No stuck stretches (held 0, no sessions, other above 30K, "
-                      "5+ ticks)."),
+                empty="No stuck stretches (decode workers: held 0, no sessions, other "
+                      "above 30K, 2+ ticks)."),
         Section("stuck", "Stuck stretches", empty="No stuck stretches."),
         Section("breakdown", "What other holds",
                 empty="The servers did not report the breakdown fields."),
+        Section("throughput", "Decode throughput by pool state",
+                empty="The servers did not report last_gen_throughput."),
     ),
 )

@@ -57,5 +57,11 @@ REPORT = ReportDefinition(
         Section("modes", "Execution-mode mix", chart=_modes),
         Section("latency_cdf", "Latency CDF per execution mode", chart=_latency),
         Section("latency_summary", "Latency percentiles per execution mode"),
+        Section("error_types", "Error types", empty="No failed requests."),
+        Section("turn_profile", "Turn profile of failing sessions"),
+        Section("recurrence", "Sessions failing again across reruns",
+                empty="No session failed in more than one run of an experiment."),
+        Section("pool_state", "Failures beside their worker's pool state",
+                empty="No failed requests."),
     ),
 )

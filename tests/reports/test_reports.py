@@ -116,7 +116,7 @@ def test_reports_show_their_provenance_and_sql(root, tmp_path):
     assert f"<dd>{warehouse.fingerprint()}</dd>" in html
     assert "kvtrace -w " in html and " report pool --output " in html
     assert html.count("<details><summary>SQL</summary>") == html.count("<section ")
-    assert "FROM pool_stuck_intervals()" in html
+    assert "FROM pool_stuck_intervals(warmup_fraction := getvariable(" in html
     assert "cdn" not in html.lower().replace("cdna", "")
 
 

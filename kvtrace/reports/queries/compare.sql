@@ -41,3 +41,11 @@ SELECT metric, left_mean, left_std, left_runs, right_mean, right_std, right_runs
        left_runs = 1 OR right_runs = 1 AS single_run
 FROM sides WHERE getvariable('mode') = 'runs'
 ORDER BY metric;
+
+-- @query modes
+-- Execution-mode shares and truncated requests of the two experiments (seed 001_*
+-- sections 6.4, 8.10): mean share per side, the runs behind each and the difference.
+SELECT execution_mode, left_share, left_runs, right_share, right_runs, share_delta,
+       single_run
+FROM execution_mode_compare(getvariable('left_side'), getvariable('right_side'))
+WHERE getvariable('mode') = 'experiments';

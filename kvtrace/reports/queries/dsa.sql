@@ -153,3 +153,11 @@ SELECT dataset, block_size, count(DISTINCT run_id) AS runs,
        avg(offset_p50) AS offset_p50_mean
 FROM dsa_steps JOIN report_base USING (run_id, block_size)
 GROUP BY ALL ORDER BY ALL;
+
+-- @query kv_fetch
+-- Where the KV reads were served from, as the tracer's tier model recorded them (HBM
+-- only unless a tier model was given): blocks, bytes and read operations per tier.
+SELECT f.run_id, f.block_size, tier, rows, blocks, bytes_read, read_ops, block_share,
+       latency_us_mean
+FROM dsa_kv_fetch AS f JOIN report_base USING (run_id, block_size)
+ORDER BY f.run_id, list_position(['hbm', 'local_pool', 'remote_pool'], tier);

@@ -1,5 +1,7 @@
 -- Queries of the pool report over the runs in report_runs.  other = capacity - held -
--- available (pool_other); ticks whose poll failed or lack a counter are left out.
+-- available (pool_other); ticks whose poll failed or lack a counter are left out.  Every
+-- statistic drops the same warm-up, getvariable('warmup_fraction') of each run's time
+-- span; the time series shows the whole run.
 
 -- @query pool_series
 -- Per worker, held / other / available tokens over time (means over at most 300 time
@@ -22,27 +24,34 @@ ORDER BY worker, t_s, component;
 -- @query other_distribution
 -- Distribution of other per worker role: ticks per 2.5 % of the largest other seen.
 WITH p AS (
-    SELECT worker_role, other_tokens FROM pool_other
-    WHERE run_id IN (SELECT run_id FROM report_runs) AND other_tokens IS NOT NULL
+    SELECT worker_role, other_tokens FROM _pool_kept(getvariable('warmup_fraction'))
+    WHERE run_id IN (SELECT run_id FROM report_runs)
 ), w AS (SELECT greatest(max(other_tokens) / 40, 1) AS width FROM p)
 SELECT worker_role, floor(other_tokens / width) * width AS other_bin, count(*) AS ticks
 FROM p, w GROUP BY ALL ORDER BY ALL;
 
+-- @query decode_summary
+-- The decode workers of each run together (seed 001_* section 5): other percentiles by
+-- ticks and by time, and the shares above the seed's thresholds.
+SELECT * FROM pool_decode_summary(getvariable('warmup_fraction'))
+WHERE run_id IN (SELECT run_id FROM report_runs);
+
 -- @query thresholds
--- Share of ticks above each threshold, per role (worker_id empty) and per worker, with
--- the view's default thresholds (other above 30K / 50K / 70K tokens, held above 60K,
--- other above 80 % of capacity).
-SELECT worker_role, worker_id, measure, threshold, ticks, ticks_above, share
-FROM pool_threshold_freq()
+-- Share of ticks, and of time (ticks weighted by the time to the worker's next tick,
+-- capped at twice its median interval), above each threshold, per role (worker_id empty)
+-- and per worker, with the view's default thresholds (other above 30K / 50K / 70K tokens,
+-- held above 60K, other above 25 / 50 / 75 % of capacity).
+SELECT worker_role, worker_id, measure, threshold, ticks, ticks_above, share, time_share
+FROM pool_threshold_freq(warmup_fraction := getvariable('warmup_fraction'))
 WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY worker_role, worker_id NULLS FIRST, measure, threshold;
 
 -- @query stuck
--- Stuck stretches: consecutive ticks of a worker with held = 0, no sessions and other
--- above 30K tokens for at least 5 ticks (memory nothing visible holds).
+-- Stuck stretches: consecutive ticks of a decode worker with held = 0, no sessions and
+-- other above 30K tokens for at least 2 ticks (memory nothing visible holds).
 SELECT run_id || ' ' || worker_id AS worker, start_s, end_s, ticks, duration_s,
        other_mean, other_max
-FROM pool_stuck_intervals()
+FROM pool_stuck_intervals(warmup_fraction := getvariable('warmup_fraction'))
 WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY worker, start_s;
 
@@ -56,3 +65,12 @@ SELECT run_id, worker_id, count(*) AS ticks, avg(other_tokens) AS other,
 FROM pool_other_breakdown
 WHERE run_id IN (SELECT run_id FROM report_runs) AND radix_protected_tokens IS NOT NULL
 GROUP BY ALL ORDER BY ALL;
+
+-- @query throughput
+-- last_gen_throughput of each worker in stuck stretches, with other above 70K tokens,
+-- and otherwise (seed 001_* sections 3.1, 8.7): does a stuck or crowded pool slow decode?
+SELECT run_id || ' ' || worker_id AS worker, state, ticks, with_throughput,
+       throughput_mean, throughput_p50
+FROM pool_throughput_by_state(warmup_fraction := getvariable('warmup_fraction'))
+WHERE run_id IN (SELECT run_id FROM report_runs)
+ORDER BY worker, state;

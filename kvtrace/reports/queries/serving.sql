@@ -22,7 +22,7 @@ ORDER BY run_id, decode_worker;
 -- whether they stayed pinned to one worker.
 SELECT run_id, session_id, requests, errors, error_rate, decode_workers, pinned_worker
 FROM session_errors WHERE run_id IN (SELECT run_id FROM report_runs) AND errors > 0
-ORDER BY errors DESC, run_id, session_id LIMIT 30;
+ORDER BY errors DESC, run_id, _natural_sort_key(session_id) LIMIT 30;
 
 -- @query modes
 -- Execution-mode mix: requests, share of the run and errors per mode.
@@ -49,3 +49,36 @@ SELECT run_id, execution_mode, requests, latency_mean_s, latency_p50_s, latency_
        latency_p99_s, ttft_p50_s, ttft_p99_s
 FROM latency_summary WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY ALL;
+
+-- @query error_types
+-- Failures by error type (seed 001_* section 2.1): their share of the errors, how many
+-- had started their P->D transfer (kv_transfer_blocks > 0) and how many reused a session.
+SELECT run_id, error_type, errors, share_of_errors, with_kv_transfer,
+       with_kv_transfer_share, session_reused, session_reused_share
+FROM request_error_types WHERE run_id IN (SELECT run_id FROM report_runs)
+ORDER BY run_id, errors DESC;
+
+-- @query turn_profile
+-- Failing sessions beside the others: sessions, median highest turn, median first failing
+-- turn and mean input tokens of their requests.
+SELECT run_id, failing, count(*) AS sessions, median(max_turn_id) AS max_turn_p50,
+       median(first_error_turn) AS first_error_turn_p50,
+       avg(input_tokens_mean) AS input_tokens_mean
+FROM session_turn_profile WHERE run_id IN (SELECT run_id FROM report_runs)
+GROUP BY ALL ORDER BY run_id, failing DESC;
+
+-- @query recurrence
+-- Sessions that failed in more than one run of the same experiment (reruns): a session
+-- failing in every rerun points at its workload (seed 001_* hypothesis H3).
+SELECT experiment, session_id, runs, runs_with_errors, errors, fails_every_run
+FROM session_failure_recurrence
+WHERE experiment IN (SELECT experiment FROM report_runs) AND runs_with_errors > 1
+ORDER BY experiment, runs_with_errors DESC LIMIT 50;
+
+-- @query pool_state
+-- Each failure beside its decode worker's last successful poll, when that poll is fresh
+-- (at most two poll intervals old); stale polls show only their age.
+SELECT run_id, request_id, session_id, decode_worker, error_type, failed_at_s,
+       snapshot_age_s, held_tokens, available_tokens, other_tokens, session_count
+FROM errors_with_pool_state() WHERE run_id IN (SELECT run_id FROM report_runs)
+ORDER BY run_id, failed_at_s LIMIT 200;
