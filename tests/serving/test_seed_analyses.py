@@ -3,6 +3,7 @@ give another answer; every expectation is worked out in plain Python."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import pytest
@@ -42,7 +43,7 @@ def irregular(warehouse, tmp_path):
 
 
 def _weights(times: list[float]) -> list[float]:
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     median = statistics.median(gaps)
     return [min(g, 2 * median) for g in gaps] + [median]
 
