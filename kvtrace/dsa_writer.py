@@ -191,14 +191,25 @@ class DsaWriter:
             reasons[missing & (reasons == "")] = f"missing field {name}"
         null_rows = _rows_with_null_values(_combined(cols["positions"]))
         reasons[null_rows[reasons[null_rows] == ""]] = "null inside selected_token_pos"
+        lengths = np.asarray(pc.fill_null(pc.list_value_length(cols["positions"]), 1)
+                             .to_numpy(zero_copy_only=False))
+        reasons[(lengths == 0) & (reasons == "")] = "empty selected_token_pos"
         seq_len = np.asarray(pc.fill_null(cols["seq_len"], 1).to_numpy(zero_copy_only=False))
         reasons[(seq_len <= 0) & (reasons == "")] = "seq_len_current must be positive"
         reasons[(seq_len > _INT32_MAX) & (reasons == "")] = "seq_len_current is too large"
+        step = np.asarray(pc.fill_null(cols["step_idx"], 0).to_numpy(zero_copy_only=False))
+        reasons[(step < 0) & (reasons == "")] = "step_idx is negative"
+        reasons[(step > _INT32_MAX) & (reasons == "")] = "step_idx is too large"
+        if not self.string_ids:
+            request = np.asarray(pc.fill_null(cols["request_id"], 0)
+                                 .to_numpy(zero_copy_only=False))
+            reasons[(request < 0) & (reasons == "")] = "request_id is negative"
         layer = np.asarray(pc.fill_null(cols["layer_id"], 0).to_numpy(zero_copy_only=False))
         reasons[((layer < 0) | (layer > 32767)) & (reasons == "")] = "layer_id out of range"
         size = pc.fill_null(cols["block_size"], self.block_size)
         size = np.asarray(size.to_numpy(zero_copy_only=False))
         reasons[(size <= 0) & (reasons == "")] = "block size must be positive"
+        reasons[(size > _INT32_MAX) & (reasons == "")] = "block size is too large"
         return reasons
 
     def _reject(self, raw_of: Callable[[int], str], lines: np.ndarray, reasons: np.ndarray,

@@ -22,6 +22,7 @@ from kvtrace.rejects import BadLine
 
 CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16
+NOT_UTF8 = "not UTF-8 text (binary data or a corrupted line)"
 
 
 @dataclass
@@ -74,6 +75,10 @@ def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
 def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
     """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL)."""
     try:
+        chunk.data.decode("utf-8")  # Arrow would pass invalid UTF-8 into string columns
+    except UnicodeDecodeError:
+        return _parse_line_by_line(chunk, schema)
+    try:
         table = _parse(chunk.data, schema)
     except pa.ArrowInvalid:
         return _parse_line_by_line(chunk, schema)
@@ -92,10 +97,19 @@ def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
     lines = chunk.data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    numbered = [(chunk.first_line + i, text) for i, text in enumerate(lines) if text.strip()]
     tables: list[pa.Table] = []
     good_numbers: list[int] = []
     bad: list[BadLine] = []
+    numbered = []
+    for i, text in enumerate(lines):
+        if not text.strip():
+            continue
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(BadLine(chunk.first_line + i, NOT_UTF8, raw_text(text)))
+            continue
+        numbered.append((chunk.first_line + i, text))
 
     def bisect(group: list[tuple[int, bytes]]) -> None:
         if not group:
@@ -114,14 +128,17 @@ def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
 
     bisect(numbered)
     table = pa.concat_tables(tables) if tables else schema.empty_table()
+    bad.sort(key=lambda line: line.line_no)
     return ParsedChunk(table, np.asarray(good_numbers, dtype=np.int64), bad)
 
 
 def describe_parse_error(text: bytes, exc: Exception) -> str:
     """One sentence on why a single line failed to parse."""
     try:
-        value = json.loads(text)
-    except ValueError as json_error:
+        value = json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        return NOT_UTF8
+    except json.JSONDecodeError as json_error:
         return f"invalid JSON (truncated line?): {json_error.msg} at column {json_error.colno}"
     if not isinstance(value, dict):
         return f"expected a JSON object, got {type(value).__name__}"

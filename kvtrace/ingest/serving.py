@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from kvtrace.ingest.lines import raw_text, read_chunks
+from kvtrace.ingest.lines import NOT_UTF8, raw_text, read_chunks
 from kvtrace.rejects import BadLine
 from kvtrace.schema.serving import POOL_BREAKDOWN, POOL_COUNTERS, POOL_SNAPSHOTS, REQUEST_METRICS
 
@@ -56,6 +56,7 @@ REQUEST_ALIASES: dict[str, tuple[str, ...]] = {
     "truncated": ("truncated", "is_truncated"),
 }
 _ERROR_STATUSES = {"error", "failed", "failure", "fail"}
+_INT64_LIMIT = 2**63
 
 
 def detect_serving_kind(record: dict) -> ServingKind | None:
@@ -88,6 +89,11 @@ def _as_int(name: str, value: Any) -> int | None:
         raise FieldError(f"{name} must be an integer, got {value!r}"[:200])
     if isinstance(value, float) and not value.is_integer():
         raise FieldError(f"{name} must be an integer, got {value!r}")
+    if not -_INT64_LIMIT <= value < _INT64_LIMIT:
+        raise FieldError(f"{name} is out of range: {value!r}"[:200])
+    if value < 0 and (name.endswith("_tokens") or name.endswith("_count")
+                      or name == "kv_transfer_blocks"):
+        raise FieldError(f"{name} is negative: {value!r}")
     return int(value)
 
 
@@ -189,7 +195,9 @@ def read_serving_file(path, kind: ServingKind,
                     raise FieldError(f"expected a JSON object, got {type(record).__name__}")
                 result.rows.append(convert(record))
             except FieldError as exc:
-                result.rejected.append(BadLine(line_no, f"wrong type: {exc}", raw_text(text)))
+                result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
+            except UnicodeDecodeError:
+                result.rejected.append(BadLine(line_no, NOT_UTF8, raw_text(text)))
             except ValueError as exc:
                 reason = f"invalid JSON (truncated line?): {exc}"
                 result.rejected.append(BadLine(line_no, reason, raw_text(text)))
