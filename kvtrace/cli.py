@@ -24,7 +24,7 @@ from rich.progress import (
 )
 
 from kvtrace import __version__, catalog
-from kvtrace.errors import IngestRejected, InputError, KvtraceError
+from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError
 from kvtrace.ingest import DEFAULT_BLOCK_SIZE, KINDS, IngestReport
 from kvtrace.ingest import ingest as ingest_paths
 from kvtrace.kv_access import (
@@ -34,7 +34,16 @@ from kvtrace.kv_access import (
     Policy,
     Scope,
 )
-from kvtrace.query import OutputFormat, render, run_query, write_output
+from kvtrace.query import (
+    OutputFormat,
+    atomic_output,
+    check_output_path,
+    render,
+    restrict_to,
+    run_query,
+    write_output,
+    write_stream,
+)
 from kvtrace.summary import run_summary
 from kvtrace.warehouse import Warehouse, default_path
 
@@ -446,8 +455,15 @@ def sql(
     file: Annotated[Path | None, typer.Option("--file", help="Read the SQL from a file.")] = None,
     fmt: FormatOption = "table",
     output: OutputOption = None,
+    no_external_access: Annotated[bool, typer.Option(
+        "--no-external-access",
+        help="Read no file outside the warehouse and change no setting: for SQL that "
+             "someone else wrote.")] = False,
 ) -> None:
     """Run read-only SQL against the warehouse's views.
+
+    Statements separated by ';' run in turn; the last one's rows are printed. The table
+    format shows the first 1,000 rows; csv, json and parquet stream every row.
 
     Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
     """
@@ -455,12 +471,31 @@ def sql(
         raise KvtraceError("give the SQL either as an argument or with --file, not both")
     text = query if query is not None else _read_text(file)
     fmt = _output_format(fmt, output)
-    con = _open().connect()
+    warehouse = _open()
+    if output is not None:
+        check_output_path(output, warehouse.root)
+    con = warehouse.connect()
     try:
-        data = render(run_query(con, text), fmt)
+        if no_external_access:
+            restrict_to(con, warehouse.root)
+        result = run_query(con, text)
+        if output is None:
+            write_stream(result, fmt, sys.stdout.buffer)
+            sys.stdout.flush()
+        else:
+            with atomic_output(output) as sink:
+                write_stream(result, fmt, sink)
+            err.print(f"wrote {output}")
+    except _duckdb_error() as exc:  # raised while streaming rows
+        raise QueryError(str(exc).strip().splitlines()[0]) from None
     finally:
         con.close()
-    _emit(data, output)
+
+
+def _duckdb_error() -> type[Exception]:
+    import duckdb
+
+    return duckdb.Error
 
 
 def _read_text(path: Path) -> str:

@@ -6,8 +6,10 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import duckdb
 import pyarrow as pa
@@ -19,8 +21,13 @@ OutputFormat = Literal["table", "csv", "json", "parquet"]
 READ_ONLY = {"SELECT", "EXPLAIN"}
 
 
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
+TABLE_ROW_CAP = 1000  # rows the table format prints; the file formats stream every row
+
+
 def check_read_only(sql: str) -> None:
-    """Refuse anything but SELECT / EXPLAIN statements (so nothing can write or attach)."""
+    """Refuse anything but SELECT / EXPLAIN statements (so nothing can write or attach);
+    an EXPLAIN is judged by the statement it explains (EXPLAIN ANALYZE runs it)."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -29,20 +36,34 @@ def check_read_only(sql: str) -> None:
         raise QueryError("the SQL holds no statement")
     for statement in statements:
         kind = statement.type.name
+        if kind == "EXPLAIN":
+            inner = _EXPLAIN.sub("", statement.query, count=1)
+            if inner.strip() and inner != statement.query:
+                check_read_only(inner)
+                continue
         if kind not in READ_ONLY:
             raise QueryError(
                 f"kvtrace sql is read-only: {kind} statements are refused "
                 "(use SELECT, DESCRIBE, SUMMARIZE, SHOW or EXPLAIN)")
 
 
-def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """Execute ``sql`` (read-only) and return the result of its last statement."""
+def restrict_to(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
+    """Let ``con`` read no file outside ``folder`` and change no setting from now on
+    (DuckDB's enable_external_access = false with the warehouse as allowed directory)."""
+    con.execute("SET allowed_directories = [$folder]", {"folder": str(folder.resolve()) + "/"})
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.RecordBatchReader:
+    """Execute ``sql`` (read-only): its statements run in turn and the last one's result
+    comes back as a stream of record batches."""
     check_read_only(sql)
     statements = duckdb.extract_statements(sql)
     try:
         for statement in statements[:-1]:
-            con.execute(statement.query)
-        return con.sql(statements[-1].query).to_arrow_table()
+            con.execute(statement.query).fetchall()  # consumed: the next may run
+        return con.sql(statements[-1].query).to_arrow_reader(TABLE_ROW_CAP)
     except duckdb.Error as exc:
         message = _first_line(exc)
         own = _OWN_ERROR.match(message)
@@ -57,6 +78,43 @@ _OWN_ERROR = re.compile(r"Invalid Input Error: Python exception occurred while e
 
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0]
+
+
+def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO) -> None:
+    """Write a query's result to ``sink`` batch by batch: csv, json and parquet hold every
+    row without the whole result in memory; table prints the first `TABLE_ROW_CAP` rows."""
+    if fmt == "table":
+        batches, rows = [], 0
+        for batch in reader:
+            batches.append(batch)
+            rows += batch.num_rows
+            if rows > TABLE_ROW_CAP:
+                break
+        table = pa.Table.from_batches(batches, reader.schema)
+        text = _text_table(table.slice(0, TABLE_ROW_CAP))
+        if table.num_rows > TABLE_ROW_CAP:
+            text = text.rsplit("(", 1)[0] + (
+                f"(the first {TABLE_ROW_CAP:,} rows; --format csv|json|parquet writes all)\n")
+        sink.write(text.encode())
+    elif fmt == "parquet":
+        with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+    elif fmt == "csv":
+        text = io.TextIOWrapper(sink, encoding="utf-8", newline="", write_through=True)
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(reader.schema.names)
+        for batch in reader:
+            writer.writerows(zip(*(col.to_pylist() for col in batch.columns), strict=True))
+        text.detach()
+    else:
+        sink.write(b"[")
+        first = True
+        for batch in reader:
+            for row in batch.to_pylist():
+                sink.write((b"\n" if first else b",\n") + json.dumps(row, default=str).encode())
+                first = False
+        sink.write(b"\n]\n")
 
 
 def render(table: pa.Table, fmt: OutputFormat) -> bytes:
@@ -100,6 +158,30 @@ def _cell(value: object) -> str:
 
 def write_output(data: bytes, output: Path) -> None:
     """Write ``data`` to ``output`` atomically (a temporary file renamed into place)."""
+    with atomic_output(output) as sink:
+        sink.write(data)
+
+
+@contextmanager
+def atomic_output(output: Path) -> Iterator[BinaryIO]:
+    """A file to write that appears at ``output`` only once complete; errors name
+    ``output``, not the temporary file."""
     temp = output.with_name(f".{output.name}.kvtrace-tmp")
-    temp.write_bytes(data)
-    temp.replace(output)
+    try:
+        with open(temp, "wb") as sink:
+            yield sink
+        temp.replace(output)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise QueryError(f"cannot write {output}: {exc.strerror or exc}") from None
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def check_output_path(output: Path, warehouse_root: Path) -> None:
+    """Refuse an output file inside the warehouse: it is for kvtrace's own files."""
+    target = output.resolve()
+    if target.is_relative_to(warehouse_root.resolve()):
+        raise QueryError(f"{output} is inside the warehouse {warehouse_root}; write results "
+                         "elsewhere")
