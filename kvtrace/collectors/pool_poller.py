@@ -12,14 +12,15 @@ loses at most one batch.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import queue
 import random
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -73,28 +74,88 @@ class PollReport:
 
 
 def poll_once(endpoint: Endpoint, timeout_s: float) -> list[dict]:
-    """Poll one worker: its rows (or one row with poll_error), each with the poll's latency."""
+    """Poll one worker: its rows (or one row with poll_error), each with the poll's latency.
+
+    The whole request, body included, must finish within ``timeout_s`` (a server that
+    drips its answer is cut off), and a body over `MAX_BODY_BYTES` is refused.
+    """
     started = time.perf_counter()
     try:
-        request = urllib.request.Request(endpoint.url, headers={"User-Agent": "kvtrace"})
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read()
-        rows = endpoint.parse_rows(body)
-    except urllib.error.HTTPError as exc:
-        rows = [_error_row(endpoint, f"HTTP {exc.code} {exc.reason}")]
-    except TimeoutError:
+        status, reason, body = _fetch(endpoint.url, timeout_s)
+        if status != 200:
+            rows = [_error_row(endpoint, f"HTTP {status} {reason}")]
+        else:
+            rows = [_checked(endpoint, row) for row in endpoint.parse_rows(body)]
+    except (_Deadline, TimeoutError):
         rows = [_error_row(endpoint, f"timeout after {timeout_s:g} s")]
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        text = f"timeout after {timeout_s:g} s" if isinstance(reason, TimeoutError) else (
-            f"unreachable: {reason}")
-        rows = [_error_row(endpoint, text)]
-    except (MalformedResponse, ConnectionError, OSError) as exc:
-        rows = [_error_row(endpoint, str(exc) or type(exc).__name__)]
+    except OSError as exc:
+        rows = [_error_row(endpoint, f"unreachable: {exc.strerror or exc}")]
+    except MalformedResponse as exc:
+        rows = [_error_row(endpoint, str(exc))]
+    except Exception as exc:  # any failure is a row, and polling goes on
+        rows = [_error_row(endpoint, f"{type(exc).__name__}: {exc}"[:300])]
     latency_ms = (time.perf_counter() - started) * 1000
     for row in rows:
         row["poll_latency_ms"] = latency_ms
     return rows
+
+
+MAX_BODY_BYTES = 8 << 20
+
+
+class _Deadline(Exception):
+    """The request ran past its whole-request deadline."""
+
+
+def _fetch(url: str, timeout_s: float) -> tuple[int, str, bytes]:
+    """GET ``url``: status, reason and body; at most ``timeout_s`` for all of it.
+
+    Socket timeouts bound each read only, so a timer shuts the socket down when the
+    whole request is due, which ends any read in progress.
+    """
+    parts = urllib.parse.urlsplit(url)
+    connection_class = (http.client.HTTPSConnection if parts.scheme == "https"
+                        else http.client.HTTPConnection)
+    connection = connection_class(parts.hostname, parts.port, timeout=timeout_s)
+    expired = threading.Event()
+
+    def cut_off() -> None:
+        expired.set()
+        if connection.sock is not None:
+            with contextlib.suppress(OSError):
+                connection.sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout_s, cut_off)
+    timer.start()
+    try:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request("GET", path, headers={"User-Agent": "kvtrace"})
+        response = connection.getresponse()
+        body = response.read(MAX_BODY_BYTES + 1)
+        if expired.is_set():  # the cut-off ended the read early
+            raise _Deadline()
+        if len(body) > MAX_BODY_BYTES:
+            raise MalformedResponse(f"response larger than {MAX_BODY_BYTES >> 20} MB")
+        if response.length:  # fewer bytes than Content-Length promised
+            raise http.client.IncompleteRead(body, response.length)
+        return response.status, response.reason, body
+    except (OSError, http.client.HTTPException):
+        if expired.is_set():
+            raise _Deadline() from None
+        raise
+    finally:
+        timer.cancel()
+        connection.close()
+
+
+def _checked(endpoint: Endpoint, row: dict) -> dict:
+    """``row`` if every value fits its column, else an error row saying which does not."""
+    for column in POOL_SNAPSHOTS.schema:
+        value = row.get(column.name)
+        if isinstance(value, int) and not isinstance(value, bool) and (
+                pa.types.is_integer(column.type) and not -(2**63) <= value < 2**63):
+            return _error_row(endpoint, f"{column.name} out of range: {value}")
+    return row
 
 
 def _error_row(endpoint: Endpoint, message: str) -> dict:
@@ -169,7 +230,10 @@ def _poll_worker(endpoint: Endpoint, phase: float, interval: float, timeout: flo
         if stop.wait(max(0.0, planned - time.monotonic())):
             return
         sent = time.monotonic()
-        found = poll_once(endpoint, timeout)
+        try:
+            found = poll_once(endpoint, timeout)
+        except Exception as exc:  # a bug must not end this worker's polling
+            found = [_error_row(endpoint, f"{type(exc).__name__}: {exc}"[:300])]
         for row in found:
             row["t_s"] = sent - origin
             row["ts"] = started_at.timestamp() + (sent - origin)
@@ -206,7 +270,7 @@ class _BatchWriter:
         commit = self.warehouse.begin(self.report.run_id)
         try:
             if batch:
-                table = pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
+                table = _table(batch)
                 self.warehouse.write(commit, "pool_snapshots", table.sort_by(
                     [("worker_id", "ascending"), ("t_s", "ascending")]))
             if first:
@@ -229,3 +293,21 @@ class _BatchWriter:
             "source": "collect", "host": socket.gethostname(), "started_at": self.started_at,
             "kvtrace_version": __version__,
         }
+
+
+def _table(batch: list[dict]) -> pa.Table:
+    """The batch as a table; a row that does not fit its columns becomes an error row
+    instead of failing every worker's rows."""
+    try:
+        return pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        fitting = []
+        for row in batch:
+            try:
+                pa.Table.from_pylist([row], schema=POOL_SNAPSHOTS.schema)
+                fitting.append(row)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                fitting.append({key: row.get(key) for key in (
+                    "run_id", "experiment", "worker_id", "worker_role", "t_s", "ts",
+                    "poll_latency_ms")} | {"poll_error": f"unstorable value: {exc}"[:300]})
+        return pa.Table.from_pylist(fitting, schema=POOL_SNAPSHOTS.schema)

@@ -24,6 +24,7 @@ Two sources are understood:
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from kvtrace.ingest.serving import FieldError, pool_row
@@ -77,6 +78,8 @@ def rows_from_prometheus(body: bytes, worker_id: str, role: str | None) -> list[
             value = float(match[3])
         except ValueError:
             raise MalformedResponse(f"malformed /metrics value: {line[:80]!r}") from None
+        if not math.isfinite(value):
+            raise MalformedResponse(f"/metrics value is not a finite number: {line[:80]!r}")
         sums[match[1]] = sums.get(match[1], 0.0) + value
     if not any(name.startswith("sglang:") for name in sums):
         raise MalformedResponse("the /metrics response has no sglang: metrics")
@@ -90,4 +93,7 @@ def rows_from_prometheus(body: bytes, worker_id: str, role: str | None) -> list[
     elif sums.get("sglang:token_usage") and "sglang:num_used_tokens" in sums:
         record["capacity_tokens"] = round(sums["sglang:num_used_tokens"]
                                           / sums["sglang:token_usage"])
-    return [pool_row(record)]
+    try:
+        return [pool_row(record)]
+    except FieldError as exc:
+        raise MalformedResponse(f"/metrics {exc}") from None
