@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from kvtrace import __version__
 from kvtrace.errors import WarehouseError
 from kvtrace.schema import MANIFEST, TABLES, TableSpec
-from kvtrace.storage import LocalStorage, partition_value
+from kvtrace.storage import TMP_DIR, LocalStorage, partition_value
 
 DEFAULT_PATH = "kvtrace-warehouse"
 MANIFEST_DIR = "_manifest"
@@ -128,11 +128,15 @@ class Warehouse:
                 raise WarehouseError(
                     f"no kvtrace warehouse at {self.root}; create one with 'kvtrace ingest'"
                 )
-            if self.root.exists() and any(self.root.iterdir()):
-                raise WarehouseError(
-                    f"{self.root} exists and is not a kvtrace warehouse; choose an empty folder"
-                )
+            # Processes creating one warehouse at once only ever add kvtrace's own entries,
+            # and the marker is written by an atomic rename, so any of them may finish it.
             self.root.mkdir(parents=True, exist_ok=True)
+            own = {MARKER, MANIFEST_DIR, SCHEMA_DIR, TMP_DIR, *TABLES}
+            foreign = sorted(p.name for p in self.root.iterdir() if p.name not in own)
+            if foreign:
+                raise WarehouseError(
+                    f"{self.root} exists and is not a kvtrace warehouse (it holds "
+                    f"{foreign[0]}); choose an empty folder")
             self.storage.write_atomic(MARKER, json.dumps({"format": 1}).encode())
         self._ensure_schema_files()
 

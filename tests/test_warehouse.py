@@ -43,3 +43,25 @@ def test_a_folder_that_is_not_a_warehouse_is_not_taken_over(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(WarehouseError, match="not a kvtrace warehouse"):
         Warehouse(tmp_path, create=True)
+
+
+def test_processes_creating_one_warehouse_at_once_all_succeed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = ("import sys, time\n"
+              "from kvtrace.warehouse import Warehouse\n"
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+              "Warehouse(sys.argv[1], create=True)\n")
+    for attempt in range(3):
+        root = tmp_path / f"wh{attempt}"
+        start = time.time() + 1.2
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(root), str(start)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        failures = [p.stderr.read() for p in procs if p.wait() != 0]
+        assert failures == [], failures
+    with pytest.raises(WarehouseError, match=r"holds notes\.txt"):
+        (tmp_path / "foreign").mkdir()
+        (tmp_path / "foreign" / "notes.txt").write_text("mine")
+        Warehouse(tmp_path / "foreign", create=True)

@@ -90,7 +90,15 @@ def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
 
 def _parse(data: bytes, schema: pa.Schema) -> pa.Table:
     options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    return pa_json.read_json(pa.BufferReader(data), parse_options=options)
+    try:
+        return pa_json.read_json(pa.BufferReader(data), parse_options=options)
+    except pa.ArrowInvalid as exc:
+        if "straddling" not in str(exc):
+            raise
+    # a record longer than Arrow's block (1 MB): blocks as long as the longest line
+    longest = max(len(line) for line in data.split(b"\n")) + 1
+    read = pa_json.ReadOptions(block_size=max(longest, 1 << 20))
+    return pa_json.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
 
 
 def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:

@@ -43,3 +43,18 @@ def test_pool_values_out_of_range_are_quarantined_and_the_rest_kept(warehouse):
     assert "held_tokens" in quarantined[0][1] and "available_tokens" in quarantined[1][1]
     got = warehouse.connect().execute("SELECT t_s FROM pool_snapshots ORDER BY 1").fetchall()
     assert got == [(0.0,), (1.0,), (4.0,)]
+
+
+def test_a_record_of_several_megabytes_is_ingested_not_rejected(warehouse, tmp_path):
+    from tests.conftest import seed_record, write_jsonl
+
+    huge = seed_record(0, 0, 600_000, list(range(0, 600_000, 2)),
+                       scores_topk=[0.5] * 300_000)  # about 3 MB of JSON
+    records = [seed_record(1, 0, 99, [1, 2]), huge, seed_record(2, 0, 99, [3])]
+    path = write_jsonl(tmp_path / "big.jsonl", records)
+    assert path.stat().st_size > 2_500_000
+    report = ingest(warehouse, [str(path)])
+    assert (report.rows, _quarantined(warehouse)) == (3, [])
+    got = warehouse.connect().execute(
+        "SELECT len(selected_pos) FROM dsa_steps WHERE request_id = 0").fetchone()
+    assert got == (300_000,)
