@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from kvtrace import __version__
 from kvtrace.dsa_checks import StatCheck
 from kvtrace.dsa_writer import DsaFileResult, DsaWriter
-from kvtrace.errors import InputError
+from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import detect_format
 from kvtrace.ingest.lines import read_chunks
@@ -102,30 +102,55 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
             if progress:
                 progress(base + offset, total)
 
-        if source.path.name.endswith(".json"):
-            reports.append(_ingest_run_summary(warehouse, source, run_name, experiment))
-            advance(source.size)
-            continue
-        first = _first_line(source)
-        if not first:
-            reports.append(FileReport(str(source.path), "", "empty file"))
-        elif (found := kind or _detect_kind(first, source)) == "dsa":
-            reports.append(_ingest_dsa_file(warehouse, source, first, dataset, run_name,
-                                            block_size, advance))
-        else:
-            reports.append(_ingest_serving_file(warehouse, source, found, run_name,
-                                                experiment, advance))
+        try:
+            reports.append(_ingest_one(warehouse, source, dataset, run_name, block_size,
+                                       kind, experiment, advance))
+        except KvtraceError as exc:
+            if not reports:
+                raise
+            raise type(exc)(f"{exc} ({len(reports)} file(s) before it were ingested and "
+                            "committed; ingesting again skips them)") from None
         done += source.size
         advance(0)
     return IngestReport(reports)
 
 
-def _first_line(source: SourceFile) -> bytes:
+def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
+                run_name: str | None, block_size: int, kind: Kind | None,
+                experiment: str | None, advance: Callable[[int], None]) -> FileReport:
+
+    if source.path.name.endswith(".json"):
+        report = _ingest_run_summary(warehouse, source, run_name, experiment)
+        advance(source.size)
+        return report
+    first = _first_line(source)
+    if not first:
+        return FileReport(str(source.path), "", "empty file")
+    if (found := kind or _detect_kind(first, source)) == "dsa":
+        return _ingest_dsa_file(warehouse, source, first, dataset, run_name, block_size,
+                                advance)
+    return _ingest_serving_file(warehouse, source, found, run_name, experiment, advance)
+
+
+def _first_line(source: SourceFile, look_at: int = 1000) -> bytes:
+    """The first line holding a JSON object (a truncated or stray first line is the
+    quarantine's business, not a reason to refuse the file); else the first line."""
+    first = b""
+    seen = 0
     for chunk in read_chunks(source.path, chunk_bytes=1 << 16):
         for line in chunk.data.split(b"\n"):
-            if line.strip():
-                return line
-    return b""
+            if not line.strip():
+                continue
+            first = first or line
+            try:
+                if isinstance(json.loads(line), dict):
+                    return line
+            except ValueError:
+                pass
+            seen += 1
+            if seen >= look_at:
+                return first
+    return first
 
 
 def _detect_kind(first: bytes, source: SourceFile) -> Kind:

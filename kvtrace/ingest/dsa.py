@@ -34,6 +34,8 @@ def read_dsa_file(writer: DsaWriter, path: Path, fmt: Format,
 def _consume(writer: DsaWriter, fmt: Format, chunk: Chunk, parsed: ParsedChunk,
              progress: Callable[[int], None] | None) -> None:
     writer.result.rejected.extend(parsed.bad)
+    if (note := chunk.truncation_note()) is not None:
+        writer.result.rejected.append(note)
     if parsed.table.num_rows:
         lines = chunk.data.split(b"\n")
         writer.add(canonical(parsed.table, fmt), parsed.line_numbers,

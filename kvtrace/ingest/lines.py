@@ -7,8 +7,8 @@ good lines keep their data and bad ones come back with their line number and a r
 
 from __future__ import annotations
 
-import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from kvtrace.errors import InputError
 from kvtrace.rejects import BadLine
 
 CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16
 NOT_UTF8 = "not UTF-8 text (binary data or a corrupted line)"
+TRUNCATED_GZIP = ("the gzip stream ends early (a truncated file): the complete lines before "
+                  "were kept")
 
 
 @dataclass
@@ -33,6 +36,13 @@ class Chunk:
     first_line: int
     lines: int  # newline-terminated lines, plus one for a final unterminated line
     source_offset: int  # bytes of the source file (compressed, for .gz) read so far
+    truncated: bool = False  # the last chunk of a gzip stream that ends early
+
+    def truncation_note(self) -> BadLine | None:
+        """A quarantine entry saying the file ends early, for the last chunk of one."""
+        if not self.truncated:
+            return None
+        return BadLine(self.first_line + self.lines, TRUNCATED_GZIP, "")
 
 
 @dataclass
@@ -49,15 +59,21 @@ def is_gzip(path: Path) -> bool:
 
 def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
     """Yield the file (plain or gzip) as chunks of whole lines, about ``chunk_bytes`` each
-    (default `CHUNK_BYTES`)."""
+    (default `CHUNK_BYTES`).
+
+    A gzip stream that ends early yields everything before the cut, its last chunk marked
+    ``truncated``; corrupt gzip data is an `InputError` naming the file.
+    """
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     line = 1
     pending = b""
     with open(path, "rb") as raw:
-        source: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(path) else raw
-        while True:
-            block = source.read(chunk_bytes)
-            if not block:
+        blocks = _gunzip(raw, chunk_bytes, path) if is_gzip(path) else iter(
+            lambda: raw.read(chunk_bytes), b"")
+        truncated = False
+        for block in blocks:
+            if block is _TRUNCATED:
+                truncated = True
                 break
             data = pending + block
             cut = data.rfind(b"\n") + 1
@@ -68,12 +84,37 @@ def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
             count = data.count(b"\n", 0, cut)
             yield Chunk(data[:cut], line, count, raw.tell())
             line += count
-        if pending:
-            yield Chunk(pending, line, 1, raw.tell())
+        if pending or truncated:
+            yield Chunk(pending, line, 1 if pending else 0, raw.tell(), truncated)
+
+
+_TRUNCATED = b"<truncated>"
+
+
+def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
+    """Decompressed blocks of a (multi-member) gzip file; `_TRUNCATED` when it ends early."""
+    decompressor = zlib.decompressobj(wbits=31)
+    while True:
+        compressed = raw.read(size)
+        if not compressed:
+            if not decompressor.eof:
+                yield decompressor.flush()
+                yield _TRUNCATED
+            return
+        while compressed:
+            if decompressor.eof:  # the next member of the file
+                decompressor = zlib.decompressobj(wbits=31)
+            try:
+                yield decompressor.decompress(compressed)
+            except zlib.error as exc:
+                raise InputError(f"{path}: corrupt gzip data ({exc})") from None
+            compressed = decompressor.unused_data
 
 
 def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
     """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL)."""
+    if not chunk.data.strip():
+        return ParsedChunk(schema.empty_table(), np.zeros(0, dtype=np.int64), [])
     try:
         chunk.data.decode("utf-8")  # Arrow would pass invalid UTF-8 into string columns
     except UnicodeDecodeError:

@@ -201,6 +201,8 @@ def read_serving_file(path, kind: ServingKind,
             except ValueError as exc:
                 reason = f"invalid JSON (truncated line?): {exc}"
                 result.rejected.append(BadLine(line_no, reason, raw_text(text)))
+        if (note := chunk.truncation_note()) is not None:
+            result.rejected.append(note)
         if progress:
             progress(chunk.source_offset)
     if kind == "pool":

@@ -58,3 +58,41 @@ def test_a_record_of_several_megabytes_is_ingested_not_rejected(warehouse, tmp_p
     got = warehouse.connect().execute(
         "SELECT len(selected_pos) FROM dsa_steps WHERE request_id = 0").fetchone()
     assert got == (300_000,)
+
+
+def test_a_truncated_gzip_keeps_its_complete_lines_and_says_so(warehouse):
+    report = ingest(warehouse, [str(HOSTILE / "truncated.jsonl.gz")])
+    assert 10 < report.rows < 50
+    reasons = [why for _, why in _quarantined(warehouse)]
+    assert any("gzip stream ends early" in why for why in reasons)
+    got = warehouse.connect().execute("SELECT count(*) FROM dsa_steps").fetchone()
+    assert got == (report.rows,)
+
+
+def test_a_corrupt_gzip_is_one_sentence_naming_the_file(warehouse, cli):
+    status, _, err = cli("-w", str(warehouse.root), "ingest",
+                         str(HOSTILE / "corrupt_crc.jsonl.gz"))
+    assert status == 1
+    assert err.startswith("Error: ") and "corrupt_crc.jsonl.gz: corrupt gzip data" in err
+    assert warehouse.connect().execute("SELECT count(*) FROM dsa_steps").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("name", ["array_first_line.jsonl", "truncated_first_line.jsonl"])
+@pytest.mark.parametrize("kind", [None, "dsa"])
+def test_a_bad_first_line_is_quarantined_not_a_refusal(warehouse, name, kind):
+    report = ingest(warehouse, [str(HOSTILE / name)], kind=kind)
+    assert report.rows == 2
+    assert [line for line, _ in _quarantined(warehouse)] == [1]
+
+
+def test_an_unknown_file_in_a_folder_says_what_was_committed(warehouse, tmp_path, cli):
+    from tests.conftest import seed_record, write_jsonl
+
+    folder = tmp_path / "mixed"
+    write_jsonl(folder / "a.jsonl", [seed_record(0, 0, 99, [1])])
+    write_jsonl(folder / "b.jsonl", [{"what": "not a trace"}])
+    status, _, err = cli("-w", str(warehouse.root), "ingest", str(folder))
+    assert status == 1
+    assert "b.jsonl is not a trace kvtrace knows" in err
+    assert "1 file(s) before it were ingested and committed" in err
+    assert warehouse.connect().execute("SELECT count(*) FROM dsa_steps").fetchone() == (1,)
