@@ -6,17 +6,20 @@ object-store backend can later replace it without touching the rest of kvtrace.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvtrace.errors import WarehouseError
 
 TMP_DIR = "_tmp"
+LOCK_DIR = "_locks"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -86,6 +89,19 @@ class LocalStorage:
 
     def remove(self, relative: str) -> None:
         self.path(relative).unlink(missing_ok=True)
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """Hold the exclusive lock ``name`` (an advisory file lock) for the block; other
+        processes asking for the same lock wait."""
+        folder = self.root / LOCK_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{partition_value(name)}.lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def stale_temps(self, older_than_s: float) -> list[Path]:
         """Scratch files left by writers that died more than ``older_than_s`` ago."""

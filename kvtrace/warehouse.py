@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from kvtrace import __version__
 from kvtrace.errors import WarehouseError
 from kvtrace.schema import MANIFEST, TABLES, TableSpec
-from kvtrace.storage import TMP_DIR, LocalStorage, partition_value
+from kvtrace.storage import LOCK_DIR, TMP_DIR, LocalStorage, partition_value
 
 DEFAULT_PATH = "kvtrace-warehouse"
 MANIFEST_DIR = "_manifest"
@@ -131,7 +131,7 @@ class Warehouse:
             # Processes creating one warehouse at once only ever add kvtrace's own entries,
             # and the marker is written by an atomic rename, so any of them may finish it.
             self.root.mkdir(parents=True, exist_ok=True)
-            own = {MARKER, MANIFEST_DIR, SCHEMA_DIR, TMP_DIR, *TABLES}
+            own = {MARKER, MANIFEST_DIR, SCHEMA_DIR, TMP_DIR, LOCK_DIR, *TABLES}
             foreign = sorted(p.name for p in self.root.iterdir() if p.name not in own)
             if foreign:
                 raise WarehouseError(
@@ -192,6 +192,12 @@ class Warehouse:
         return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
     # -- writing -----------------------------------------------------------------------------
+
+    def run_lock(self, run_id: str):
+        """A context manager that holds ``run_id``'s lock: what one process reads of the
+        run and then commits is not interleaved with another's (request id mapping,
+        record identity)."""
+        return self.storage.lock(f"run-{run_id}")
 
     def begin(
         self,

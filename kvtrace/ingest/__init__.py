@@ -252,10 +252,19 @@ def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
             or source.default_run_name())
     run_id = make_run_id(str(name), "ingest")
     sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        advance(source.size)
-        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    # One file of a run at a time: the string request ids it maps to dense integers, and
+    # the check that its bytes are new, must see what the other files committed.
+    with warehouse.run_lock(run_id):
+        if warehouse.has_source(sha, run_id):
+            advance(source.size)
+            return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+        return _ingest_new_dsa_file(warehouse, source, fmt, record, str(name), run_id, sha,
+                                    dataset, block_size, advance)
 
+
+def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: str, record: dict,
+                         name: str, run_id: str, sha: str, dataset: str | None,
+                         block_size: int, advance: Callable[[int], None]) -> FileReport:
     commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
                              source_size=source.size)
     default_dataset = dataset or record.get("dataset") or source.sidecar.get("dataset")

@@ -54,3 +54,30 @@ def test_a_later_file_of_the_same_run_keeps_earlier_request_ids(warehouse, tmp_p
         "SELECT request_key, list(DISTINCT request_id) FROM requests GROUP BY 1 ORDER BY 1"
     ).fetchall()
     assert rows == [("x", [0]), ("y", [1])]
+
+
+def test_files_of_one_run_ingested_at_once_never_share_a_request_id(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from kvtrace.warehouse import Warehouse
+
+    root = tmp_path / "wh"
+    Warehouse(root, create=True)
+    paths = []
+    for side in "ab":
+        records = [nested(f"{side}{i}", 0, 1, 50 + i, [1, 2]) for i in range(30)]
+        paths.append(write_jsonl(tmp_path / f"{side}.jsonl", records))
+    script = ("import sys, time\n"
+              "from kvtrace.ingest import ingest\n"
+              "from kvtrace.warehouse import Warehouse\n"
+              "time.sleep(max(0.0, float(sys.argv[3]) - time.time()))\n"
+              "ingest(Warehouse(sys.argv[1]), [sys.argv[2]], run_name='shared')\n")
+    start = time.time() + 1.0
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(root), str(p), str(start)])
+             for p in paths]
+    assert [p.wait() for p in procs] == [0, 0]
+    rows = Warehouse(root).connect().execute(
+        "SELECT request_key, request_id FROM requests").fetchall()
+    assert len(rows) == 60 and len({rid for _, rid in rows}) == 60
