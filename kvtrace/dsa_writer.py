@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from kvtrace import dsa_stats
 from kvtrace.dsa_checks import SourceChecks, check_source_stats
@@ -73,11 +74,15 @@ class DsaWriter:
     request_ids
         Dense integer ids already given to string request keys of this run; extended in
         place.
+    skip_stored
+        Leave out records whose key (run, request, step, layer, block size) the run
+        already holds or this writer already took: a file that grew, or a copy with other
+        bytes, adds only its new records.  Ingest sets it; a live tracer needs no check.
     """
 
     def __init__(self, warehouse: Warehouse, commit: Commit, *, string_ids: bool,
                  dataset: str, dataset_override: bool, block_size: int,
-                 request_ids: dict[str, int]) -> None:
+                 request_ids: dict[str, int], skip_stored: bool = False) -> None:
         self.warehouse = warehouse
         self.commit = commit
         self.string_ids = string_ids
@@ -91,6 +96,10 @@ class DsaWriter:
         self._offset_hist: list[pa.Table] = []
         self._files: dict[tuple[str, int], tuple[TableFile, tuple[int, int, int]]] = {}
         self._fill_hist: list[pa.Table] = []
+        self.skip_stored = skip_stored
+        self._taken: set[bytes] = set()
+        self._stored_files = (warehouse.run_files(commit.run_id, "dsa_steps") if skip_stored
+                              else [])
 
     def finish(self) -> DsaFileResult:
         """Write what is buffered, close the files and write the histograms."""
@@ -158,7 +167,54 @@ class DsaWriter:
             take = pa.array(final)
             cols = {name: _take(col, take) for name, col in cols.items()}
         scored_rows = has_scores[final] if has_scores is not None else None
-        self._store(cols, lists_sorted, score_values, scored_rows, seq_len[final], lines[final])
+        seq_len, lines = seq_len[final], lines[final]
+        if self.skip_stored:
+            fresh = self._fresh_records(cols)
+            if not fresh.all():
+                if not fresh.any():
+                    return
+                take = pa.array(np.flatnonzero(fresh))
+                cols = {name: _take(col, take) for name, col in cols.items()}
+                kept_scores = (_take_lists(PositionLists(score_values, lists_sorted.offsets),
+                                           fresh).values if score_values is not None else None)
+                lists_sorted, score_values = _take_lists(lists_sorted, fresh), kept_scores
+                scored_rows = scored_rows[fresh] if scored_rows is not None else None
+                seq_len, lines = seq_len[fresh], lines[fresh]
+        self._store(cols, lists_sorted, score_values, scored_rows, seq_len, lines)
+
+    def _fresh_records(self, cols: dict) -> np.ndarray:
+        """Which rows hold a record key this run does not hold yet (the first of repeats)."""
+        request = self._request_ids(cols)
+        size = np.asarray(pc.fill_null(cols["block_size"], self.block_size)
+                          .to_numpy(zero_copy_only=False), dtype=np.int64)
+        keys = np.ascontiguousarray(np.stack(
+            [request, _ints(cols["step_idx"]), _ints(cols["layer_id"]), size], axis=1))
+        stored = self._stored_keys(np.unique(request))
+        fresh = np.ones(len(keys), dtype=bool)
+        for row, key in enumerate(keys.view(np.dtype((np.void, 32))).ravel().tolist()):
+            if key in self._taken:
+                fresh[row] = False
+                self.result.skipped["record repeated within the file"] += 1
+            elif key in stored:
+                fresh[row] = False
+                self.result.skipped["record already stored (same request, step, layer, "
+                                    "block size)"] += 1
+            else:
+                self._taken.add(key)
+        return fresh
+
+    def _stored_keys(self, requests: np.ndarray) -> set[bytes]:
+        """Record keys the run already holds for ``requests``."""
+        if not self._stored_files:
+            return set()
+        table = pq.read_table(
+            self._stored_files, columns=["request_id", "step_idx", "layer_id", "block_size"],
+            filters=[("request_id", "in", requests.tolist())], partitioning=None)
+        if table.num_rows == 0:
+            return set()
+        keys = np.ascontiguousarray(np.stack(
+            [table[c].to_numpy().astype(np.int64) for c in table.column_names], axis=1))
+        return set(keys.view(np.dtype((np.void, 32))).ravel().tolist())
 
     def _drop_other_events(self, cols: dict) -> np.ndarray:
         event = cols["event"]

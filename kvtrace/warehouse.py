@@ -177,6 +177,13 @@ class Warehouse:
         paths = manifest.filter(pc.equal(manifest["table"], table))["path"].to_pylist()
         return [self.root / p for p in sorted(set(paths))]
 
+    def run_files(self, run_id: str, table: str) -> list[Path]:
+        """Absolute paths of the published files of ``table`` that hold rows of ``run_id``."""
+        manifest = self.manifest()
+        chosen = manifest.filter(pc.and_(pc.equal(manifest["table"], table),
+                                         pc.equal(manifest["run_id"], run_id)))
+        return [self.root / p for p in sorted(set(chosen["path"].to_pylist()))]
+
     def has_source(self, sha256: str, run_id: str) -> bool:
         """Whether these exact source bytes were already ingested into ``run_id``."""
         manifest = self.manifest()

@@ -276,6 +276,7 @@ def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: str, rec
             block_size=int(source.sidecar.get("config", {}).get("kv_block_size_tokens")
                            or block_size),
             request_ids=_known_request_keys(warehouse, run_id),
+            skip_stored=True,
         )
         result = read_dsa_file(writer, source.path, fmt, advance)
         _write_side_tables(warehouse, commit, source, str(name), fmt, result)

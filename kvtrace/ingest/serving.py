@@ -72,7 +72,7 @@ def detect_serving_kind(record: dict) -> ServingKind | None:
 
 
 class FieldError(ValueError):
-    """A field holds a value of the wrong type."""
+    """A field holds a value of the wrong type or outside its range."""
 
 
 def _pick(record: dict, names: tuple[str, ...]) -> Any:

@@ -105,3 +105,27 @@ def test_every_worker_keeps_being_polled_and_good_rows_are_kept(server, warehous
     for worker in ("short", "garbage", "nan", "huge", "drip"):
         assert polls[worker][0] >= 3 and polls[worker][1] == 0, (worker, polls)
     assert report.errors == sum(n for w, (n, _) in polls.items() if w != "good")
+
+
+def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "wh"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvtrace", "-w", str(root), "-q", "collect", "pool",
+         "--endpoint", f"good={server}/good", "--endpoint", f"drip={server}/drip",
+         "--interval", "1.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    out, err = proc.communicate(timeout=10)
+    assert time.monotonic() - started < 1.5, err
+    assert proc.returncode == 0, err
+    assert "polled 2 worker(s)" in out
+    from kvtrace.warehouse import Warehouse
+
+    rows = Warehouse(root).connect().execute(
+        "SELECT worker_id, count(*) FROM pool_snapshots GROUP BY ALL ORDER BY 1").fetchall()
+    assert [w for w, _ in rows] == ["drip", "good"] and all(n >= 2 for _, n in rows)

@@ -81,3 +81,40 @@ def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic
     assert ingest(warehouse, [str(trace)]).rows == 4 * 4 * 61
     assert time.monotonic() - started < 60
     assert _counts(warehouse)["dsa_steps"] == 4 * 4 * 61
+
+
+def test_a_grown_file_adds_only_its_new_records(warehouse, tmp_path):
+    from tests.conftest import seed_record, write_jsonl
+
+    records = [seed_record(r, layer, 99, [1, 5]) for r in range(3) for layer in range(4)]
+    path = write_jsonl(tmp_path / "run" / "trace.jsonl", records)
+    assert ingest(warehouse, [str(path)]).rows == 12
+    more = [seed_record(3, layer, 99, [2]) for layer in range(4)]
+    write_jsonl(path, records + more)  # the tracer went on writing
+    report = ingest(warehouse, [str(path)])
+    assert report.rows == 4
+    assert sum(report.files[0].skipped.values()) == 12
+    assert _counts(warehouse)["dsa_steps"] == 16
+
+
+def test_other_bytes_with_the_same_records_add_nothing(warehouse, tmp_path):
+    from tests.conftest import seed_record, write_jsonl
+
+    records = [seed_record(r, 0, 99, [1, 5]) for r in range(3)]
+    original = write_jsonl(tmp_path / "run" / "trace.jsonl", records)
+    ingest(warehouse, [str(original)])
+    copy = tmp_path / "run" / "copy.jsonl"
+    copy.write_text(original.read_text() + "\n")  # one extra blank line: other bytes
+    assert ingest(warehouse, [str(copy)]).rows == 0
+    assert _counts(warehouse)["dsa_steps"] == 3
+
+
+def test_lines_repeated_inside_one_file_are_stored_once(warehouse, tmp_path):
+    from tests.conftest import seed_record, write_jsonl
+
+    records = [seed_record(r, 0, 99, [1, 5]) for r in range(3)]
+    path = write_jsonl(tmp_path / "run" / "trace.jsonl", records + records[:2])
+    report = ingest(warehouse, [str(path)])
+    assert report.rows == 3
+    assert report.files[0].skipped == {"record repeated within the file": 2}
+    assert _counts(warehouse)["dsa_steps"] == 3

@@ -51,9 +51,9 @@ def test_bad_serving_lines_are_quarantined(warehouse, tmp_path):
     assert (report.rows, report.rejected) == (1, 4)
     reasons = [r for (r,) in warehouse.connect().execute(
         "SELECT reason FROM quarantine ORDER BY line_no").fetchall()]
-    assert reasons[0] == "wrong type: latency_s must be a number, got 'slow'"
-    assert reasons[1] == "wrong type: turn_id must be an integer, got 1.5"
-    assert reasons[2] == "wrong type: truncated must be true or false, got 'no'"
+    assert reasons[0] == "bad value: latency_s must be a number, got 'slow'"
+    assert reasons[1] == "bad value: turn_id must be an integer, got 1.5"
+    assert reasons[2] == "bad value: truncated must be true or false, got 'no'"
     assert reasons[3].startswith("invalid JSON")
 
 
