@@ -1,8 +1,38 @@
-"""kvtrace: a columnar trace warehouse and query toolkit for LLM-inference research."""
+"""kvtrace: a columnar trace warehouse and query toolkit for LLM-inference research.
+
+The public API (imported on first use, so ``import kvtrace`` stays light):
+
+- `connect` (path) -> a DuckDB connection with every view of the warehouse;
+- `Warehouse`: open or create a warehouse, write commits;
+- `DsaTracer`: the hook an engine's indexer calls to trace DSA top-k selections;
+- `KvtraceError`: what the library raises, with one sentence for the user.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvtrace.errors import KvtraceError
 
 __version__ = "0.1.0"
 
-from kvtrace.errors import KvtraceError
-from kvtrace.warehouse import Warehouse, connect
+_LAZY = {
+    "Warehouse": "kvtrace.warehouse",
+    "connect": "kvtrace.warehouse",
+    "DsaTracer": "kvtrace.collectors.dsa_tracer",
+}
 
-__all__ = ["KvtraceError", "Warehouse", "__version__", "connect"]
+if TYPE_CHECKING:
+    from kvtrace.collectors.dsa_tracer import DsaTracer
+    from kvtrace.warehouse import Warehouse, connect
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kvtrace' has no attribute {name!r}")
+
+
+__all__ = ["DsaTracer", "KvtraceError", "Warehouse", "__version__", "connect"]

@@ -11,7 +11,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -23,10 +23,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from kvtrace import __version__, catalog
+from kvtrace import __version__
+from kvtrace.defaults import DEFAULT_BLOCK_SIZE, KINDS, OUTPUT_FORMATS, OutputFormat, default_path
 from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError
-from kvtrace.ingest import DEFAULT_BLOCK_SIZE, KINDS, IngestReport
-from kvtrace.ingest import ingest as ingest_paths
 from kvtrace.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
@@ -34,18 +33,10 @@ from kvtrace.kv_access import (
     Policy,
     Scope,
 )
-from kvtrace.query import (
-    OutputFormat,
-    atomic_output,
-    check_output_path,
-    render,
-    restrict_to,
-    run_query,
-    write_output,
-    write_stream,
-)
-from kvtrace.summary import run_summary
-from kvtrace.warehouse import Warehouse, default_path
+
+if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
+    from kvtrace.ingest import IngestReport
+    from kvtrace.warehouse import Warehouse
 
 app = typer.Typer(
     add_completion=False,
@@ -95,6 +86,8 @@ def _global(
 
 
 def _open(create: bool = False) -> Warehouse:
+    from kvtrace.warehouse import Warehouse
+
     return Warehouse(options.path, create=create)
 
 
@@ -125,6 +118,8 @@ def ingest(
     if kind is not None and kind not in KINDS:
         raise KvtraceError(f"expected one of {', '.join(KINDS)} for --kind, got {kind!r}")
     warehouse = _open(create=True)
+    from kvtrace.ingest import ingest as ingest_paths
+
     report = _with_progress("ingesting", lambda hook: ingest_paths(
         warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
         kind=kind, experiment=experiment, progress=hook))
@@ -467,6 +462,8 @@ def sql(
 
     Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
     """
+    from kvtrace.query import atomic_output, check_output_path, restrict_to, run_query, write_stream
+
     if (query is None) == (file is None):
         raise KvtraceError("give the SQL either as an argument or with --file, not both")
     text = query if query is not None else _read_text(file)
@@ -506,9 +503,9 @@ def _read_text(path: Path) -> str:
 
 
 def _output_format(fmt: str, output: Path | None) -> OutputFormat:
-    allowed = ("table", "csv", "json", "parquet")
-    if fmt not in allowed:
-        raise KvtraceError(f"expected one of {', '.join(allowed)} for --format, got {fmt!r}")
+    if fmt not in OUTPUT_FORMATS:
+        raise KvtraceError(f"expected one of {', '.join(OUTPUT_FORMATS)} for --format, "
+                           f"got {fmt!r}")
     if fmt == "parquet" and output is None:
         raise KvtraceError("--format parquet needs --output FILE")
     return fmt  # type: ignore[return-value]
@@ -519,6 +516,8 @@ def _emit(data: bytes, output: Path | None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
+        from kvtrace.query import write_output
+
         write_output(data, output)
         err.print(f"wrote {output}")
 
@@ -558,6 +557,7 @@ def whatif(
     """
     from kvtrace.kv_access.whatif import Tier
     from kvtrace.kv_access.whatif import whatif as run_whatif
+    from kvtrace.query import render
 
     chosen = _output_format(fmt, output)
     tiers = [Tier.parse(text) for text in (tier or DEFAULT_TIERS)]
@@ -604,6 +604,8 @@ def views() -> None:
 
     Example: kvtrace views
     """
+    from kvtrace import catalog
+
     for obj in catalog.documented_objects():
         if not obj.public:
             continue
@@ -627,6 +629,8 @@ def summary(
     """
     con = _open().connect()
     try:
+        from kvtrace.summary import run_summary
+
         result = run_summary(con, run, block_size)
     finally:
         con.close()
@@ -639,6 +643,8 @@ def shell_init(output: OutputOption = None) -> None:
 
     Example: kvtrace shell-init -o kvtrace.sql && duckdb -init kvtrace.sql
     """
+    from kvtrace import catalog
+
     _emit(catalog.shell_init_sql(_open()).encode(), output)
 
 
@@ -662,6 +668,8 @@ def demo() -> None:
     warehouse = _open()
     con = warehouse.connect()
     try:
+        from kvtrace.summary import run_summary
+
         summary = run_summary(con, result.run_id, 64)
     finally:
         con.close()
@@ -707,6 +715,8 @@ def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
     html = render_report(warehouse, known[name], runs=runs, experiments=experiments,
                          command_line=command_line)
     output.parent.mkdir(parents=True, exist_ok=True)
+    from kvtrace.query import write_output
+
     write_output(html.encode(), output)
 
 

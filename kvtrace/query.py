@@ -9,15 +9,15 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvtrace.defaults import OutputFormat
 from kvtrace.errors import QueryError
 
-OutputFormat = Literal["table", "csv", "json", "parquet"]
 READ_ONLY = {"SELECT", "EXPLAIN"}
 
 

@@ -91,7 +91,7 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
     They hold ``con`` weakly: a connection that referred to itself through its own
     functions would never be freed.
     """
-    from kvtrace.kv_access import curves
+    from kvtrace.kv_access.columns import HIT_CURVE, REUSE
 
     connection = weakref.ref(con)
 
@@ -102,22 +102,26 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
         return live.cursor()
 
     def hit_curve(bs, policy, granularity, scope, capacities) -> pa.Array:
+        from kvtrace.kv_access import curves  # the compiled kernels load on first use
+
         rows = curves.hit_curve_rows(cursor(), _constant(bs), _constant(policy),
                                      _constant(granularity), _constant(scope),
                                      _constant(capacities) or [])
-        return pa.array([rows] * len(bs), pa.list_(curves.HIT_CURVE))
+        return pa.array([rows] * len(bs), pa.list_(HIT_CURVE))
 
     def reuse(bs, granularity, scope) -> pa.Array:
+        from kvtrace.kv_access import curves
+
         rows = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity),
                                  _constant(scope))
-        return pa.array([rows] * len(bs), pa.list_(curves.REUSE))
+        return pa.array([rows] * len(bs), pa.list_(REUSE))
 
     return hit_curve, reuse
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised functions on ``con``."""
-    from kvtrace.kv_access import curves
+    from kvtrace.kv_access.columns import HIT_CURVE, REUSE
 
     con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
                         "INTEGER[]", type="arrow")
@@ -125,10 +129,10 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     con.create_function(
         "kvtrace_hit_curve", hit_curve,
         ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],
-        f"{duckdb_type(curves.HIT_CURVE)}[]", type="arrow", side_effects=True)
+        f"{duckdb_type(HIT_CURVE)}[]", type="arrow", side_effects=True)
     con.create_function(
         "kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"],
-        f"{duckdb_type(curves.REUSE)}[]", type="arrow", side_effects=True)
+        f"{duckdb_type(REUSE)}[]", type="arrow", side_effects=True)
     con.create_function(
         "kvtrace_block_stats", block_stats_udf, ["INTEGER[]", "INTEGER", "INTEGER"],
         duckdb_type(BLOCK_STATS), type="arrow")

@@ -21,20 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtrace import __version__
+from kvtrace.defaults import default_path
 from kvtrace.errors import WarehouseError
 from kvtrace.schema import MANIFEST, TABLES, TableSpec
 from kvtrace.storage import LOCK_DIR, TMP_DIR, LocalStorage, partition_value
 
-DEFAULT_PATH = "kvtrace-warehouse"
 MANIFEST_DIR = "_manifest"
 SCHEMA_DIR = "_schema"
 MARKER = "kvtrace.json"
 _LIST_LEAVES = {"selected_pos", "hbm_hit_blocks", "local_pool_hit_blocks", "remote_pool_hit_blocks"}
-
-
-def default_path() -> Path:
-    """``$KVTRACE_WAREHOUSE`` when set, else ``./kvtrace-warehouse``."""
-    return Path(os.environ.get("KVTRACE_WAREHOUSE") or DEFAULT_PATH)
 
 
 def _now() -> datetime:

@@ -175,3 +175,12 @@ def test_every_command_has_help_with_an_example_and_appears_in_the_readme():
     for name, command in group.commands.items():
         assert command.help and "Example: kvtrace" in command.help, name
         assert re.search(rf"kvtrace (\S+ )*{re.escape(name)}\b", readme), name
+
+
+def test_importing_the_cli_loads_no_heavy_module():
+    code = ("import sys, kvtrace, kvtrace.cli; "
+            "print(sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'torch', 'numba', "
+            "'polars', 'altair') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

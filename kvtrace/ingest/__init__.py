@@ -13,13 +13,13 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtrace import __version__
+from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.dsa_checks import StatCheck
 from kvtrace.dsa_writer import DsaFileResult, DsaWriter
 from kvtrace.errors import InputError, KvtraceError
@@ -32,10 +32,7 @@ from kvtrace.rejects import BadLine
 from kvtrace.schema import TABLES
 from kvtrace.warehouse import Commit, Warehouse
 
-DEFAULT_BLOCK_SIZE = 64
 Progress = Callable[[int, int], None]
-Kind = Literal["dsa", "pool", "requests"]
-KINDS: tuple[str, ...] = ("dsa", "pool", "requests")
 _SERVING_SUFFIXES = ("_pool_timeseries", "-pool-timeseries", "_pool_snapshots", "_pool",
                      "_request_metrics", "_metrics", "-metrics", "_requests", "_summary")
 

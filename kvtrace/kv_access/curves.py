@@ -11,23 +11,11 @@ from dataclasses import dataclass
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from kvtrace.errors import QueryError
 from kvtrace.kv_access import GRANULARITIES, POLICIES, SCOPES, Granularity, Policy, Scope
 from kvtrace.kv_access.simulate import UnitOutcome, simulate_units
 from kvtrace.kv_access.stream import read_pieces, run_layouts
-
-HIT_CURVE = pa.struct([
-    ("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),
-    ("granularity", pa.string()), ("scope", pa.string()), ("capacity_blocks", pa.int64()),
-    ("accesses", pa.int64()), ("hits", pa.int64()), ("hit_rate", pa.float64()),
-    ("missed_blocks", pa.int64()),
-])
-REUSE = pa.struct([
-    ("run_id", pa.string()), ("block_size", pa.int32()), ("granularity", pa.string()),
-    ("scope", pa.string()), ("distance", pa.int64()), ("accesses", pa.int64()),
-])
 
 
 def check_arguments(block_size: int, policy: str, granularity: str, scope: str,

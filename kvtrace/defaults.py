@@ -1,0 +1,25 @@
+"""Defaults and choices shared by the library and the command line.
+
+This module imports nothing heavy, so the CLI can name its options and defaults without
+loading DuckDB, Arrow or NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+DEFAULT_PATH = "kvtrace-warehouse"
+DEFAULT_BLOCK_SIZE = 64  # tokens, for DSA records that do not state theirs
+
+Kind = Literal["dsa", "pool", "requests"]
+KINDS: tuple[str, ...] = ("dsa", "pool", "requests")
+
+OutputFormat = Literal["table", "csv", "json", "parquet"]
+OUTPUT_FORMATS: tuple[str, ...] = ("table", "csv", "json", "parquet")
+
+
+def default_path() -> Path:
+    """``$KVTRACE_WAREHOUSE`` when set, else ``./kvtrace-warehouse``."""
+    return Path(os.environ.get("KVTRACE_WAREHOUSE") or DEFAULT_PATH)

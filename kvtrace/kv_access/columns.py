@@ -1,0 +1,17 @@
+"""The rows the what-if's SQL functions return (kept apart from the simulation code, so a
+connection can declare the functions without loading the compiled kernels)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+HIT_CURVE = pa.struct([
+    ("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),
+    ("granularity", pa.string()), ("scope", pa.string()), ("capacity_blocks", pa.int64()),
+    ("accesses", pa.int64()), ("hits", pa.int64()), ("hit_rate", pa.float64()),
+    ("missed_blocks", pa.int64()),
+])
+REUSE = pa.struct([
+    ("run_id", pa.string()), ("block_size", pa.int32()), ("granularity", pa.string()),
+    ("scope", pa.string()), ("distance", pa.int64()), ("accesses", pa.int64()),
+])
