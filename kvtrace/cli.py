@@ -563,11 +563,14 @@ def whatif(
     tiers = [Tier.parse(text) for text in (tier or DEFAULT_TIERS)]
     warehouse = _open()
     con = warehouse.connect()
-    run_ids = _dsa_run_ids(con, run) if run else None
-    with _busy("Simulating the tiers"):
-        result = run_whatif(con, block_sizes=block_size or [DEFAULT_BLOCK_SIZE], tiers=tiers,
-                            policy=policy, granularity=granularity, scope=scope,
-                            bytes_per_token=bytes_per_token, runs=run_ids)
+    try:
+        run_ids = _dsa_run_ids(con, run) if run else None
+        with _busy("Simulating the tiers"):
+            result = run_whatif(con, block_sizes=block_size or [DEFAULT_BLOCK_SIZE],
+                                tiers=tiers, policy=policy, granularity=granularity,
+                                scope=scope, bytes_per_token=bytes_per_token, runs=run_ids)
+    finally:
+        con.close()  # a connection left open at exit makes DuckDB print leak warnings
     if chosen == "table" and output is None:
         _emit(render(result.tiers, "table") + b"\n" + render(result.runs, "table"), None)
     else:

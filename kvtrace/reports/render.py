@@ -20,30 +20,33 @@ def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[
                   generated_at: datetime | None = None) -> str:
     """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select."""
     con = warehouse.connect()
-    scope = report.select(con, runs, experiments)
-    for name, value in sorted(scope.variables.items()):
-        con.execute(f"SET VARIABLE {name} = ?", [value])
-    queries = load_queries(report.name)
-    results: dict[str, pa.Table] = {}  # a query shown as a table and a chart runs once
-    sections = []
-    for number, section in enumerate(report.sections, 1):
-        sql = queries[section.query]
-        if section.query not in results:
-            try:
-                results[section.query] = con.sql(sql).to_arrow_table()
-            except duckdb.Error as exc:
-                raise QueryError(f"the {report.name} report's query {section.query} "
-                                 f"failed: {str(exc).splitlines()[0]}") from None
-        table = results[section.query]
-        rendered = RenderedSection(
-            anchor=f"s{number}", title=section.title, caption=section.caption, sql=sql,
-            max_rows=section.max_rows, empty=section.empty,
-            warning=section.warning(table) if section.warning and table.num_rows else "")
-        if section.chart is None:
-            rendered.table = table
-        elif table.num_rows:
-            rendered.spec = charts.spec(section.chart(table))
-        sections.append(rendered)
+    try:
+        scope = report.select(con, runs, experiments)
+        for name, value in sorted(scope.variables.items()):
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+        queries = load_queries(report.name)
+        results: dict[str, pa.Table] = {}  # a query shown as a table and a chart runs once
+        sections = []
+        for number, section in enumerate(report.sections, 1):
+            sql = queries[section.query]
+            if section.query not in results:
+                try:
+                    results[section.query] = con.sql(sql).to_arrow_table()
+                except duckdb.Error as exc:
+                    raise QueryError(f"the {report.name} report's query {section.query} "
+                                     f"failed: {str(exc).splitlines()[0]}") from None
+            table = results[section.query]
+            rendered = RenderedSection(
+                anchor=f"s{number}", title=section.title, caption=section.caption, sql=sql,
+                max_rows=section.max_rows, empty=section.empty,
+                warning=section.warning(table) if section.warning and table.num_rows else "")
+            if section.chart is None:
+                rendered.table = table
+            elif table.num_rows:
+                rendered.spec = charts.spec(section.chart(table))
+            sections.append(rendered)
+    finally:
+        con.close()
     provenance = [("Command", command_line), ("kvtrace", __version__),
                   ("Warehouse fingerprint", warehouse.fingerprint()),
                   *[("Selection", line) for line in scope.lines],
