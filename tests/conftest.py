@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,6 +59,38 @@ def read_records(path: Path) -> list[dict]:
 
 def linear_quantile(values, q: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=np.float64), q))
+
+
+def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the command line in this process, as ``kvtrace ARGS`` would from ``cwd``.
+
+    Standard output and error are captured as the process would write them; the exit
+    status is what the process would return.
+    """
+    from kvtrace import cli as cli_module
+
+    out, err = io.BytesIO(), io.BytesIO()
+    saved = (sys.stdout, sys.stderr, sys.argv, os.getcwd(), cli_module.options)
+    streams = (io.TextIOWrapper(out, encoding="utf-8", write_through=True),
+               io.TextIOWrapper(err, encoding="utf-8", write_through=True))
+    sys.stdout, sys.stderr = streams
+    sys.argv = ["kvtrace", *args]
+    cli_module.options = cli_module.Options()
+    if cwd is not None:
+        os.chdir(cwd)
+    status = 0
+    try:
+        cli_module.main()
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for stream in streams:
+            stream.flush()
+            stream.detach()  # the captured bytes stay readable
+        sys.stdout, sys.stderr, sys.argv, cwd_before, cli_module.options = saved
+        os.chdir(cwd_before)
+    return subprocess.CompletedProcess(["kvtrace", *args], status,
+                                       out.getvalue().decode(), err.getvalue().decode())
 
 
 @pytest.fixture

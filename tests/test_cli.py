@@ -13,14 +13,14 @@ import pytest
 from typer.main import get_command
 
 from kvtrace.cli import app
-from tests.conftest import seed_record, write_jsonl
+from tests.conftest import run_kvtrace, seed_record, write_jsonl
 
 README = Path(__file__).parent.parent / "README.md"
 
 
 def kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kvtrace", *args], capture_output=True,
-                          text=True, cwd=cwd)
+    """The command line, run in this process (see `tests.conftest.run_kvtrace`)."""
+    return run_kvtrace(*args, cwd=cwd)
 
 
 @pytest.fixture
