@@ -4,7 +4,8 @@
 
 The naive tracer does what the seed's instrumentation did per record: ``.tolist()``,
 statistics in Python, ``json.dumps`` and a synchronous line written to a file.  All three
-runs decode the same prompt with the same model in one process, best of ``--repeat``.
+runs decode the same prompt with the same model in one process, interleaved for
+``--rounds`` rounds (untraced, kvtrace, naive, untraced, ...), reported as medians.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=8000)
     parser.add_argument("--steps", type=int, default=48)
     parser.add_argument("--topk", type=int, default=2048)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="Rounds; each runs untraced, kvtrace and naive in turn")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     config = DsaRefConfig(dim=args.dim, n_layers=args.layers, index_topk=args.topk,
@@ -113,7 +115,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kvtrace-tracer-"))
     times: dict[str, list[float]] = {"untraced": [], "kvtrace": [], "naive": []}
     flush = []
-    for run in range(args.repeat):
+    for run in range(args.rounds):  # interleaved: a noisy stretch hits every variant
         times["untraced"].append(decode(model, prompt, args.steps, None))
         tracer = DsaTracer(Warehouse(work / f"wh{run}", create=True), run_name=f"bench-{run}",
                            dataset="bench", topk=args.topk)
@@ -123,22 +125,30 @@ def main() -> None:
         naive = NaiveTracer(work / f"naive{run}.jsonl")
         times["naive"].append(decode(model, prompt, args.steps, naive))
         naive.close()
-    best = {name: min(values) for name, values in times.items()}
+    median = {name: statistics.median(values) for name, values in times.items()}
+    # each round's ratio to the untraced decode of the same round, then their median
+    ratios = {name: sorted(t / u for t, u in zip(times[name], times["untraced"], strict=True))
+              for name in ("kvtrace", "naive")}
     records = args.steps * args.layers
-    per_record = {name: (best[name] - best["untraced"]) / records * 1e6
+    per_record = {name: (median[name] - median["untraced"]) / records * 1e6
                   for name in ("kvtrace", "naive")}
     print(f"dsa-ref {args.layers} layers, dim {args.dim}, top-k {args.topk}, prompt "
-          f"{args.prompt} tokens, {args.steps} decode steps ({records} records), best of "
-          f"{args.repeat}, prefill untimed\n")
-    print("| decode | seconds | vs untraced | added per record |")
+          f"{args.prompt} tokens, {args.steps} decode steps ({records} records), "
+          f"{args.rounds} interleaved rounds, median (min-max), prefill untimed\n")
+    print("| decode | seconds | vs untraced (same round) | added per record |")
     print("|---|---|---|---|")
     for name in ("untraced", "kvtrace", "naive"):
-        extra = "" if name == "untraced" else f"{per_record[name]:.0f} us"
-        print(f"| {name} | {best[name]:.3f} | {best[name] / best['untraced']:.3f}x | {extra} |")
-    print(f"\nkvtrace adds {100 * (best['kvtrace'] / best['untraced'] - 1):.1f} % to decode; "
-          f"per record it costs 1/{per_record['naive'] / max(per_record['kvtrace'], 1e-9):.1f}"
-          f" of the naive tracer; its final flush took {min(flush):.2f} s (once per run)")
-
+        spread = f"{median[name]:.3f} ({min(times[name]):.3f}-{max(times[name]):.3f})"
+        if name == "untraced":
+            print(f"| {name} | {spread} | 1.000x | |")
+            continue
+        ratio = (f"{statistics.median(ratios[name]):.3f}x "
+                 f"({ratios[name][0]:.3f}-{ratios[name][-1]:.3f})")
+        print(f"| {name} | {spread} | {ratio} | {per_record[name]:.0f} us |")
+    overhead = 100 * (statistics.median(ratios["kvtrace"]) - 1)
+    print(f"\nkvtrace adds {overhead:.1f} % to decode (median of the rounds' ratios); per "
+          f"record it costs 1/{per_record['naive'] / max(per_record['kvtrace'], 1e-9):.1f} "
+          f"of the naive tracer; its final flush took {statistics.median(flush):.2f} s")
 
 if __name__ == "__main__":
     main()
