@@ -5,7 +5,7 @@ A batch of lists is held as ``values`` (all positions, row after row) and ``offs
 with NumPy, never row by row in Python; ingest and the DuckDB UDFs share them, so the
 statistics stored at ingest and those recomputed at query time are the same code.
 
-Semantics (DESIGN.md section 4): ``block_id = pos // block_size``; offset of a position
+Semantics (docs/design.md): ``block_id = pos // block_size``; offset of a position
 is ``(seq_len - 1) - pos``; percentiles are linear-interpolated (numpy's default).
 """
 

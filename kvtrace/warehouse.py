@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -218,6 +220,21 @@ class Warehouse:
         stamp = _now().strftime("%Y%m%dT%H%M%S%fZ")
         commit_id = f"{stamp}-{os.getpid()}-{os.urandom(4).hex()}"
         return Commit(commit_id, run_id, source_path, source_sha256, source_size)
+
+    @contextmanager
+    def transaction(self, run_id: str, *, source_path: str | None = None,
+                    source_sha256: str | None = None,
+                    source_size: int | None = None) -> Iterator[Commit]:
+        """A commit for the block: recorded when the block ends, aborted (nothing of it
+        visible) when the block raises."""
+        commit = self.begin(run_id, source_path=source_path, source_sha256=source_sha256,
+                            source_size=source_size)
+        try:
+            yield commit
+        except BaseException:
+            self.abort(commit)
+            raise
+        self.commit(commit)
 
     def write(self, commit: Commit, table: str, data: pa.Table) -> None:
         """Write ``data`` (rows of one partition) as one Parquet file of ``commit``.

@@ -42,7 +42,7 @@ import pyarrow as pa
 from kvtrace import __version__, dsa_stats
 from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.dsa_writer import DsaWriter
-from kvtrace.errors import InputError
+from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest import make_run_id
 from kvtrace.warehouse import Warehouse
 
@@ -50,6 +50,10 @@ PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
 BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
 BATCH_RECORDS = 4096
 _STOP = object()
+
+
+class WriterFailed(KvtraceError):
+    """The tracer's background writer failed; nothing more can be traced."""
 
 
 def prefix_hashes(token_ids: Sequence[int], max_tokens: int = 256) -> dict[int, str]:
@@ -215,8 +219,11 @@ class DsaTracer:
         """One forward step: ``{request_id: start_pos}`` in batch-row order.
 
         A bare ``start_pos`` means the only open request.  The step's wall time covers
-        everything inside the block.
+        everything inside the block.  If the background writer has failed (a full disk,
+        say), the next step raises its error rather than decoding for hours in vain.
         """
+        if self._error is not None:
+            raise WriterFailed(f"the trace writer stopped: {self._error}") from self._error
         if isinstance(positions, int):
             if len(self._requests) != 1:
                 raise InputError("step(start_pos) needs exactly one open request; "

@@ -267,18 +267,13 @@ class _BatchWriter:
         for row in batch:
             row["run_id"], row["experiment"] = self.report.run_id, self.label
             row["ts"] = datetime.fromtimestamp(row["ts"], timezone.utc)
-        commit = self.warehouse.begin(self.report.run_id)
-        try:
+        with self.warehouse.transaction(self.report.run_id) as commit:
             if batch:
                 table = _table(batch)
                 self.warehouse.write(commit, "pool_snapshots", table.sort_by(
                     [("worker_id", "ascending"), ("t_s", "ascending")]))
             if first:
                 self.warehouse.write_rows(commit, "runs", [self._run_row()])
-            self.warehouse.commit(commit)
-        except BaseException:
-            self.warehouse.abort(commit)
-            raise
         self.report.commits += 1
         self.report.rows += len(batch)
         self.report.errors += sum(1 for row in batch if row.get("poll_error"))

@@ -192,9 +192,8 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Kind,
     label = experiment or name
     for row in result.rows:
         row["run_id"], row["experiment"] = run_id, label
-    commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
-                             source_size=source.size)
-    try:
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
         if result.rows:
             table = pa.Table.from_pylist(result.rows, schema=spec.schema)
             warehouse.write(commit, table_name,
@@ -202,10 +201,6 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Kind,
         warehouse.write_rows(commit, "runs", _run_row(run_id, name, "serving", source, {
             "format": kind, "experiment": label}, dataset=None))
         _write_quarantine(warehouse, commit, source, result.rejected)
-        warehouse.commit(commit)
-    except BaseException:
-        warehouse.abort(commit)
-        raise
     return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
                       rejected=len(result.rejected), fmt=kind)
 
@@ -224,19 +219,14 @@ def _ingest_run_summary(warehouse: Warehouse, source: SourceFile, run_name: str 
     sha = source.sha256()
     if warehouse.has_source(sha, run_id):
         return FileReport(str(source.path), run_id, "already ingested", fmt="summary")
-    commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
-                             source_size=source.size)
-    try:
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
         warehouse.write_rows(commit, "run_summaries", [{
             "run_id": run_id, "experiment": experiment or name,
             "source_path": str(source.path), "summary": json.dumps(summary, sort_keys=True),
         }])
         warehouse.write_rows(commit, "runs", _run_row(run_id, name, "serving", source,
                                                  {"format": "summary"}, dataset=None))
-        warehouse.commit(commit)
-    except BaseException:
-        warehouse.abort(commit)
-        raise
     return FileReport(str(source.path), run_id, "ingested", rows=1, fmt="summary")
 
 
@@ -262,10 +252,9 @@ def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
 def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: str, record: dict,
                          name: str, run_id: str, sha: str, dataset: str | None,
                          block_size: int, advance: Callable[[int], None]) -> FileReport:
-    commit = warehouse.begin(run_id, source_path=str(source.path), source_sha256=sha,
-                             source_size=source.size)
     default_dataset = dataset or record.get("dataset") or source.sidecar.get("dataset")
-    try:
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
         writer = DsaWriter(
             warehouse, commit, string_ids=fmt == "nested",
             dataset=str(default_dataset or "unknown"),
@@ -277,10 +266,6 @@ def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: str, rec
         )
         result = read_dsa_file(writer, source.path, fmt, advance)
         _write_side_tables(warehouse, commit, source, str(name), fmt, result)
-        warehouse.commit(commit)
-    except BaseException:
-        warehouse.abort(commit)
-        raise
     return FileReport(
         str(source.path), run_id, "ingested", rows=result.rows,
         rejected=len(result.rejected), skipped=dict(result.skipped),

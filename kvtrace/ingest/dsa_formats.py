@@ -3,7 +3,8 @@
 ``seed`` is the flat ``event=dsa_topk`` record of the tracer's current version;
 ``nested`` is its earlier layout with string request ids and ``stats`` / ``block``
 objects, where ``step_idx`` counts decode steps from 1 and ``seq_len_current`` is the
-position being decoded.  Both become the same canonical columns (`CANONICAL`), which the
+position being decoded.  Both become the same canonical columns (what `canonical` returns,
+the columns `kvtrace.dsa_writer.DsaWriter.add` takes), which the
 ingest pipeline validates and stores.
 """
 

@@ -1,8 +1,9 @@
 """Read serving traces: KV pool time series and per-request metrics (JSONL).
 
 These files are small next to DSA traces (one line per worker and tick, or per
-request), so each line is parsed on its own, its fields found under the DESIGN.md names
-or their usual aliases, and checked for type; a line that fails goes to the quarantine.
+request), so each line is parsed on its own, its fields found under the names of
+docs/design.md or their usual aliases, and checked for type and range; a line that fails
+goes to the quarantine.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ _CONVERTERS: dict[pa.DataType, Callable[[str, Any], Any]] = {
 
 
 def pool_row(record: dict) -> dict:
-    """A pool_snapshots row from a record using the DESIGN.md names or their aliases."""
+    """A pool_snapshots row from a record using the documented names or their aliases."""
     row = {}
     for column, names in POOL_ALIASES.items():
         value = _pick(record, names)

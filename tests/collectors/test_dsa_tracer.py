@@ -237,3 +237,26 @@ def test_an_lru_tier_model_splits_blocks_over_the_tiers(warehouse):
         "remote_pool_bytes_read, remote_pool_latency_us FROM dsa_steps ORDER BY step_idx"
     ).fetchall()
     assert rows == [(0, None, [0, 1, 2], 3 * 16 * 2, 13.0), (0, [0, 1], [3], 16 * 2, 11.0)]
+
+
+def test_a_failing_writer_stops_the_next_step_not_only_close(warehouse, monkeypatch):
+    import time
+
+    from kvtrace.collectors import dsa_tracer
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dsa_tracer.DsaWriter, "add", full_disk)
+    tracer = DsaTracer(warehouse, run_name="full", dataset="unit", block_sizes=(16,))
+    tracer.begin_request(0, list(range(40)))
+    with tracer.step(40):
+        tracer.record_topk(0, np.array([1, 2, 3]))
+    deadline = time.monotonic() + 10
+    with pytest.raises(dsa_tracer.WriterFailed, match="No space left"):
+        while time.monotonic() < deadline:  # the writer thread takes the step in its time
+            with tracer.step(41):
+                tracer.record_topk(0, np.array([1, 2]))
+            time.sleep(0.05)
+    with pytest.raises(OSError):
+        tracer.close()
