@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 from kvtrace.ingest.serving import FieldError, pool_row
 
@@ -35,7 +34,6 @@ PROMETHEUS_MAP = {
     "sglang:streaming_session_held_tokens": "held_tokens",
     "sglang:num_running_reqs": "running_batch_size",
 }
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 
 class MalformedResponse(ValueError):
@@ -62,25 +60,23 @@ def rows_from_server_info(body: bytes, worker_id: str, role: str | None) -> list
 
 
 def rows_from_prometheus(body: bytes, worker_id: str, role: str | None) -> list[dict]:
-    """One row from SGLang's Prometheus text format."""
+    """One row from SGLang's Prometheus text format (parsed by prometheus_client)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedResponse("malformed /metrics response: not UTF-8 text") from None
     sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            raise MalformedResponse(f"malformed /metrics line: {line[:80]!r}")
-        try:
-            value = float(match[3])
-        except ValueError:
-            raise MalformedResponse(f"malformed /metrics value: {line[:80]!r}") from None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    except ValueError as exc:
+        raise MalformedResponse(f"malformed /metrics response: {exc}"[:300]) from None
+    for name, value in sums.items():
         if not math.isfinite(value):
-            raise MalformedResponse(f"/metrics value is not a finite number: {line[:80]!r}")
-        sums[match[1]] = sums.get(match[1], 0.0) + value
+            raise MalformedResponse(f"/metrics value is not a finite number: {name} {value}")
     if not any(name.startswith("sglang:") for name in sums):
         raise MalformedResponse("the /metrics response has no sglang: metrics")
     record: dict = {"worker_id": worker_id, "worker_role": role}

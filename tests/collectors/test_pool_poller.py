@@ -146,3 +146,16 @@ def test_endpoint_names_and_roles():
     assert Endpoint.parse("http://h:1/server_info?x=1").name == "h:1"
     with pytest.raises(InputError):
         Endpoint.parse("decode-2=ftp://h")
+
+
+def test_prometheus_labels_with_braces_and_the_token_usage_fallback():
+    from kvtrace.collectors.pool_sources import rows_from_prometheus
+
+    text = ('# HELP sglang:kv_available_tokens free\n'
+            'sglang:kv_available_tokens{tp_rank="0",note="a}b"} 60000\n'
+            'sglang:kv_available_tokens{tp_rank="1"} 10000\n'
+            'sglang:num_used_tokens{tp_rank="0"} 30000\n'
+            'sglang:token_usage{tp_rank="0"} 0.25\n')
+    row = rows_from_prometheus(text.encode(), "decode-0", "decode")[0]
+    # labelled samples are summed; capacity = used / usage when kv_used_tokens is absent
+    assert row["available_tokens"] == 70000 and row["capacity_tokens"] == 120000
