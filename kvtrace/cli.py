@@ -11,7 +11,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -24,7 +24,7 @@ from rich.progress import (
 )
 
 from kvtrace import __version__
-from kvtrace.defaults import DEFAULT_BLOCK_SIZE, KINDS, OUTPUT_FORMATS, OutputFormat, default_path
+from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
 from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError
 from kvtrace.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
@@ -33,6 +33,10 @@ from kvtrace.kv_access import (
     Policy,
     Scope,
 )
+
+Scores = Literal["stats", "full"]
+TurnMode = Literal["full", "per_user_turn"]
+RulerVariant = Literal["single", "multikey"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport
@@ -100,7 +104,7 @@ def ingest(
                                                  "else the trace folder's).")] = None,
     block_size: Annotated[int, typer.Option(
         help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
-    kind: Annotated[str | None, typer.Option(
+    kind: Annotated[Kind | None, typer.Option(
         help="dsa, pool or requests (default: told by each file's first record).")] = None,
     experiment: Annotated[str | None, typer.Option(
         help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
@@ -115,8 +119,6 @@ def ingest(
 
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
-    if kind is not None and kind not in KINDS:
-        raise KvtraceError(f"expected one of {', '.join(KINDS)} for --kind, got {kind!r}")
     warehouse = _open(create=True)
     from kvtrace.ingest import ingest as ingest_paths
 
@@ -231,7 +233,7 @@ def collect_dsa_command(
     ] = 1,
     time_scale: Annotated[float, typer.Option(
         help="burstgpt: divide recorded arrival times by this.")] = 1.0,
-    turn_mode: Annotated[str, typer.Option(
+    turn_mode: Annotated[TurnMode, typer.Option(
         help="sharegpt: full or per_user_turn.")] = "full",
     limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
     max_new_tokens: Annotated[int, typer.Option(
@@ -239,7 +241,7 @@ def collect_dsa_command(
     max_prompt_tokens: Annotated[int, typer.Option(
         help="Longer prompts are skipped and recorded with a skip reason.")] = 16384,
     ruler_length: Annotated[int, typer.Option(help="RULER prompt length in tokens.")] = 4096,
-    ruler_variant: Annotated[str, typer.Option(help="RULER NIAH: single or multikey.")
+    ruler_variant: Annotated[RulerVariant, typer.Option(help="RULER NIAH: single or multikey.")
                              ] = "single",
     block_size: Annotated[list[int] | None, typer.Option(
         help="Block size to store (repeatable) [default: 64].")] = None,
@@ -250,7 +252,7 @@ def collect_dsa_command(
     topk: Annotated[int, typer.Option(help="dsa-ref index top-k.")] = 2048,
     weights: Annotated[Path | None, typer.Option(help="dsa-ref weights (safetensors).")
                        ] = None,
-    scores: Annotated[str, typer.Option(help="stats or full index scores.")] = "stats",
+    scores: Annotated[Scores, typer.Option(help="stats or full index scores.")] = "stats",
     run_name: Annotated[str | None, typer.Option(help="Run name [default: <dataset>-<model>-"
                                                  "<seed>].")] = None,
 ) -> None:
@@ -279,15 +281,13 @@ def collect_dsa_command(
 def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
                  tokenizer_file: Path | None = None,
                  hub: tuple[str, str, str | None] | None = None,
-                 data_file: Path | None = None, turn_mode: str = "full",
+                 data_file: Path | None = None, turn_mode: TurnMode = "full",
                  length_filter: str | None = None, batch_size: int = 1,
                  time_scale: float = 1.0,
-                 max_prompt_tokens: int, ruler_length: int, ruler_variant: str,
+                 max_prompt_tokens: int, ruler_length: int, ruler_variant: RulerVariant,
                  block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
-                 seed: int, layers: int, topk: int, weights: Path | None, scores: str,
+                 seed: int, layers: int, topk: int, weights: Path | None, scores: Scores,
                  run_name: str | None):
-    if scores not in ("stats", "full"):
-        raise KvtraceError(f"expected stats or full for --scores, got {scores!r}")
     try:
         from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 
@@ -324,11 +324,11 @@ def _model_and_tokenizer(model: str, tokenizer_file: Path | None, *, layers: int
     """The model ``--model`` names and the tokenizer its prompts are encoded with."""
     from kvtrace.collectors.tokenizer_file import TokenizerFile
 
-    tokenizer = TokenizerFile(tokenizer_file) if tokenizer_file else None
+    given = TokenizerFile(tokenizer_file) if tokenizer_file else None
     if model == "dsa-ref":
         from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 
-        tokenizer = tokenizer or ByteTokenizer()
+        tokenizer = given or ByteTokenizer()
         config = DsaRefConfig(n_layers=layers, index_topk=topk,
                               vocab_size=max(tokenizer.vocab_size, 2))
         net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config,
@@ -339,16 +339,17 @@ def _model_and_tokenizer(model: str, tokenizer_file: Path | None, *, layers: int
         raise KvtraceError(f"expected dsa-ref or a model folder for --model, got {model!r}")
     from kvtrace.collectors.hf_adapter import HfCausalLM
 
-    if tokenizer is None:
+    if given is None:
         if not (folder / "tokenizer.json").is_file():
             raise KvtraceError(f"{folder} has no tokenizer.json; name one with --tokenizer")
-        tokenizer = TokenizerFile(folder / "tokenizer.json")
-    return HfCausalLM(folder, index_topk=topk, seed=seed), tokenizer
+        given = TokenizerFile(folder / "tokenizer.json")
+    return HfCausalLM(folder, index_topk=topk, seed=seed), given
 
 
 def _dataset_requests(dataset: str, data_file: Path | None,
-                      hub: tuple[str, str, str | None] | None, turn_mode: str, limit: int,
-                      ruler_length: int, ruler_variant: str, seed: int, tokenizer,
+                      hub: tuple[str, str, str | None] | None, turn_mode: TurnMode,
+                      limit: int, ruler_length: int, ruler_variant: RulerVariant, seed: int,
+                      tokenizer,
                       length_filter: str | None = None):
     """The requests of a dataset runner and the exact variant to record in runs."""
     from itertools import islice
@@ -383,9 +384,6 @@ def _dataset_requests(dataset: str, data_file: Path | None,
         if data_file is not None or hub is not None:
             rows, variant = records(load_ruler_file, check_ruler, "a RULER .jsonl or .tgz")
             return islice(ruler_requests(rows), limit), variant
-        if ruler_variant not in ("single", "multikey"):
-            raise KvtraceError(f"expected single or multikey for --ruler-variant, "
-                               f"got {ruler_variant!r}")
         requests = niah_requests(limit, ruler_length, lambda text: len(tokenizer.encode(text)),
                                  variant=ruler_variant, seed=seed)
         return requests, (f"ruler-niah-{ruler_variant} (kvtrace offline generator, seed "
@@ -397,9 +395,6 @@ def _dataset_requests(dataset: str, data_file: Path | None,
             sharegpt_requests,
         )
 
-        if turn_mode not in ("full", "per_user_turn"):
-            raise KvtraceError(f"expected full or per_user_turn for --turn-mode, "
-                               f"got {turn_mode!r}")
         rows, variant = records(load_conversations, check_conversations,
                                 "a ShareGPT JSON file")
         return islice(sharegpt_requests(rows, turn_mode), limit), f"{variant}, turns {turn_mode}"
@@ -466,7 +461,7 @@ def sql(
 
     if (query is None) == (file is None):
         raise KvtraceError("give the SQL either as an argument or with --file, not both")
-    text = query if query is not None else _read_text(file)
+    text = query if query is not None else _read_text(file)  # type: ignore[arg-type]
     fmt = _output_format(fmt, output)
     warehouse = _open()
     if output is not None:

@@ -160,7 +160,7 @@ class DsaWriter:
             return
         if repeated.any():
             lists_sorted = _take_lists(lists_sorted, ~repeated)
-            if score_values is not None:
+            if score_values is not None and scores is not None:
                 score_values = _take_lists(PositionLists(score_values, scores.offsets),
                                            ~repeated).values
         if len(final) < len(bad):
@@ -191,7 +191,7 @@ class DsaWriter:
             [request, _ints(cols["step_idx"]), _ints(cols["layer_id"]), size], axis=1))
         stored = self._stored_keys(np.unique(request))
         fresh = np.ones(len(keys), dtype=bool)
-        for row, key in enumerate(keys.view(np.dtype((np.void, 32))).ravel().tolist()):
+        for row, key in enumerate(_key_bytes(keys)):
             if key in self._taken:
                 fresh[row] = False
                 self.result.skipped["record repeated within the file"] += 1
@@ -214,7 +214,7 @@ class DsaWriter:
             return set()
         keys = np.ascontiguousarray(np.stack(
             [table[c].to_numpy().astype(np.int64) for c in table.column_names], axis=1))
-        return set(keys.view(np.dtype((np.void, 32))).ravel().tolist())
+        return set(_key_bytes(keys))
 
     def _drop_other_events(self, cols: dict) -> np.ndarray:
         event = cols["event"]
@@ -320,7 +320,8 @@ class DsaWriter:
                 pa.ListArray.from_arrays(pa.array(lists.offsets.astype(np.int32)),
                                          pa.array(score_values, pa.float32()),
                                          mask=pa.array(~scored_rows))
-                if score_values is not None else pa.nulls(n, pa.list_(pa.float32()))
+                if score_values is not None and scored_rows is not None
+                else pa.nulls(n, pa.list_(pa.float32()))
             ),
             "step_latency_us": _combined(cols["step_latency_us"]),
             "unique_blocks": pa.array(blocks.unique_blocks, pa.int32()),
@@ -415,7 +416,8 @@ class DsaWriter:
         """The open file of ``partition``, or a new one when ``part`` would break its order."""
         first, last = _sort_key(part, 0), _sort_key(part, part.num_rows - 1)
         handle, previous_last = self._files.get(partition, (None, None))
-        if handle is not None and (first < previous_last or handle.bytes_written >= FILE_BYTES):
+        if handle is not None and previous_last is not None and (
+                first < previous_last or handle.bytes_written >= FILE_BYTES):
             handle.close()
             handle = None
         if handle is None:
@@ -437,6 +439,11 @@ class DsaWriter:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _key_bytes(keys: np.ndarray) -> list[bytes]:
+    """Each row of a contiguous (n, 4) int64 array as 32 bytes (a hashable record key)."""
+    return [row.tobytes() for row in keys.view(np.dtype((np.void, 32))).ravel()]
 
 
 def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -495,7 +502,7 @@ def _score_columns(cols: dict, score_values: np.ndarray | None,
                    scored_rows: np.ndarray | None, lists: PositionLists) -> dict[str, pa.Array]:
     """Score min/mean/max: the source's, else computed from the stored scores."""
     stats = {name: _floats(cols[name]) for name in ("score_min", "score_mean", "score_max")}
-    if score_values is not None:
+    if score_values is not None and scored_rows is not None:
         nonempty = lists.lengths > 0
         starts = lists.offsets[:-1][nonempty]
         use = (nonempty & scored_rows)[nonempty]

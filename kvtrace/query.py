@@ -101,12 +101,12 @@ def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO
             for batch in reader:
                 writer.write_batch(batch)
     elif fmt == "csv":
-        text = io.TextIOWrapper(sink, encoding="utf-8", newline="", write_through=True)
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(reader.schema.names)
+        wrapper = io.TextIOWrapper(sink, encoding="utf-8", newline="", write_through=True)
+        out = csv.writer(wrapper, lineterminator="\n")
+        out.writerow(reader.schema.names)
         for batch in reader:
-            writer.writerows(zip(*(col.to_pylist() for col in batch.columns), strict=True))
-        text.detach()
+            out.writerows(zip(*(col.to_pylist() for col in batch.columns), strict=True))
+        wrapper.detach()
     else:
         sink.write(b"[")
         first = True

@@ -80,7 +80,7 @@ class LocalStorage:
             os.fsync(handle.fileno())
         return self.publish(temp, relative)
 
-    def list(self, relative_dir: str, suffix: str) -> Iterator[Path]:
+    def list_files(self, relative_dir: str, suffix: str) -> Iterator[Path]:
         """Files directly under ``relative_dir`` whose names end with ``suffix``, sorted."""
         folder = self.path(relative_dir)
         if not folder.is_dir():

@@ -12,6 +12,7 @@ import weakref
 import duckdb
 import numpy as np
 import pyarrow as pa
+from duckdb import func
 
 from kvtrace import dsa_stats
 from kvtrace.dsa_stats import PositionLists
@@ -119,29 +120,32 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
     return hit_curve, reuse
 
 
+_ARROW = func.PythonUDFType.ARROW
+
+
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised functions on ``con``."""
     from kvtrace.kv_access.columns import HIT_CURVE, REUSE
 
     con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
-                        "INTEGER[]", type="arrow")
+                        "INTEGER[]", type=_ARROW)
     hit_curve, reuse = _access_functions(con)
     con.create_function(
         "kvtrace_hit_curve", hit_curve,
         ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],
-        f"{duckdb_type(HIT_CURVE)}[]", type="arrow", side_effects=True)
+        f"{duckdb_type(HIT_CURVE)}[]", type=_ARROW, side_effects=True)
     con.create_function(
         "kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"],
-        f"{duckdb_type(REUSE)}[]", type="arrow", side_effects=True)
+        f"{duckdb_type(REUSE)}[]", type=_ARROW, side_effects=True)
     con.create_function(
         "kvtrace_block_stats", block_stats_udf, ["INTEGER[]", "INTEGER", "INTEGER"],
-        duckdb_type(BLOCK_STATS), type="arrow")
+        duckdb_type(BLOCK_STATS), type=_ARROW)
     con.create_function(
         "kvtrace_offset_stats", offset_stats_udf, ["INTEGER[]", "INTEGER"],
-        duckdb_type(OFFSET_STATS), type="arrow")
+        duckdb_type(OFFSET_STATS), type=_ARROW)
     con.create_function(
         "kvtrace_prefix_blocks", prefix_blocks_udf, ["INTEGER[]", "BIGINT", "INTEGER"],
-        "INTEGER[]", type="arrow")
+        "INTEGER[]", type=_ARROW)
 
 
 def duckdb_type(struct: pa.StructType) -> str:

@@ -158,7 +158,7 @@ class Warehouse:
     def manifest(self) -> pa.Table:
         """Every published file, one row each (the columns of `kvtrace.schema.MANIFEST`)."""
         rows: list[dict[str, Any]] = []
-        for record in self.storage.list(MANIFEST_DIR, ".json"):
+        for record in self.storage.list_files(MANIFEST_DIR, ".json"):
             try:
                 commit = json.loads(record.read_bytes())
             except (OSError, ValueError) as exc:
@@ -192,7 +192,7 @@ class Warehouse:
 
     def fingerprint(self) -> str:
         """A short hash of the manifest: equal fingerprints mean equal visible data."""
-        names = sorted(p.name for p in self.storage.list(MANIFEST_DIR, ".json"))
+        names = sorted(p.name for p in self.storage.list_files(MANIFEST_DIR, ".json"))
         return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
     # -- writing -----------------------------------------------------------------------------

@@ -82,8 +82,8 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *,
     report = CollectReport(tracer.run_id)
     started = time.perf_counter()
     limit = _prompt_limit(model, max_prompt_tokens)
-    decoding = dict(model=model, report=report, temperature=temperature,
-                    eos_id=tokenizer.eos_id, seed=seed)
+    decoding: dict[str, Any] = dict(model=model, report=report, temperature=temperature,
+                                    eos_id=tokenizer.eos_id, seed=seed)
     batch: list[_Job] = []
     try:
         for request in requests:
@@ -150,7 +150,8 @@ def _decode(tracer: DsaTracer, batch: list[_Job], *, model: TracedModel,
                                seed=seed + job.request_id)]
         finish(0)
     else:
-        outs = model.generate_batch(
+        # _check_batching made sure that the model has generate_batch
+        outs = model.generate_batch(  # type: ignore[attr-defined]
             [job.prompt for job in batch], [job.budget for job in batch],
             request_ids=[job.request_id for job in batch], tracer=tracer,
             temperature=temperature, eos_id=eos_id,
@@ -198,7 +199,7 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedMo
     try:
         while pending:
             clock = max(clock, pending[0].arrival_s / time_scale)
-            batch = []
+            batch: list = []
             while pending and len(batch) < batch_size and (
                     pending[0].arrival_s / time_scale <= clock):
                 arrival = pending.popleft()

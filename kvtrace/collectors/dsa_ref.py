@@ -170,7 +170,7 @@ class DsaRef(nn.Module):
         self.config = config
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
-        self.embed = nn.Embedding(config.vocab_size, config.dim)
+        self.embed: nn.Embedding = nn.Embedding(config.vocab_size, config.dim)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.LayerNorm(config.dim)
         torch.random.set_rng_state(generator_state)
@@ -210,6 +210,10 @@ class DsaRef(nn.Module):
         return [{"k": torch.zeros(rows, length, c.n_heads, head_dim),
                  "v": torch.zeros(rows, length, c.n_heads, head_dim),
                  "ik": torch.zeros(rows, length, c.index_dim)} for _ in self.blocks]
+
+    def _layers(self) -> list[Block]:
+        """The blocks, typed (a ModuleList yields plain Modules to a type checker)."""
+        return list(self.blocks)  # type: ignore[arg-type]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) @ self.embed.weight.T
@@ -265,7 +269,7 @@ class DsaRef(nn.Module):
     def prefill(self, prompt: list[int], cache: list[dict], row: int = 0) -> torch.Tensor:
         """Dense causal prefill of one prompt into cache row ``row``; the last logits."""
         x = self.embed(torch.tensor(prompt))
-        for block, layer_cache in zip(self.blocks, cache, strict=True):
+        for block, layer_cache in zip(self._layers(), cache, strict=True):
             x = block.prefill(x, {name: part[row] for name, part in layer_cache.items()})
         return self._logits(x[-1])
 
@@ -274,7 +278,7 @@ class DsaRef(nn.Module):
         """One sparse decode step of a batch (token b goes to cache row ``rows[b]`` at
         ``positions[b]``), reporting each layer's top-k to ``tracer``; logits [B, vocab]."""
         x = self.embed(torch.tensor(tokens))
-        for layer_id, block in enumerate(self.blocks):
+        for layer_id, block in enumerate(self._layers()):
             x = block.decode(x, rows, positions, cache[layer_id], layer_id, tracer)
         return self._logits(x)
 

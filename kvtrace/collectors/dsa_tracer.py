@@ -294,7 +294,8 @@ class DsaTracer:
         """Take steps off the queue in batches (one `DsaWriter.add` per batch, so the
         writer's fixed costs are paid rarely) and commit every ``commit_every_s``."""
         _yield_to_the_model()
-        writer, commit, request_keys = None, None, {}
+        writer, commit = None, None
+        request_keys: dict[str, int] = {}
         last_commit = time.monotonic()
         try:
             while True:
@@ -394,8 +395,8 @@ class DsaTracer:
         self._record_no += rows
         nulls = pa.nulls(rows)
         for block_size in self.block_sizes:
-            touched = dsa_stats.touched_blocks(lists, block_size)
-            touched = np.split(touched.values.astype(np.int64), touched.offsets[1:-1])
+            distinct = dsa_stats.touched_blocks(lists, block_size)
+            touched = np.split(distinct.values.astype(np.int64), distinct.offsets[1:-1])
             fetched = self._tiers[block_size].fetch(batch_step, request_of_row, layer_of_row,
                                                     touched, block_size)
             yield {
@@ -498,7 +499,8 @@ def _score_columns(parts: list, offsets: np.ndarray, rows: int,
     if all(p is None for p in parts):
         return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
                 "score_mean": nulls, "score_max": nulls}
-    stats = {name: [] for name in ("score_min", "score_mean", "score_max")}
+    stats: dict[str, list[np.ndarray]] = {name: [] for name in ("score_min", "score_mean",
+                                                                 "score_max")}
     kept, has = [], []
     for part in parts:
         if part is None:

@@ -46,7 +46,9 @@ class HfCausalLM:
 
     def config_dict(self) -> dict[str, Any]:
         config = self.model.config
-        return {"path": str(self.path), "architecture": (config.architectures or [None])[0],
+        architectures = list(config.architectures or [])
+        return {"path": str(self.path),
+                "architecture": architectures[0] if architectures else None,
                 "num_hidden_layers": config.num_hidden_layers,
                 "num_attention_heads": config.num_attention_heads,
                 "hidden_size": config.hidden_size, "index_topk": self.index_topk,

@@ -126,7 +126,7 @@ class LruTiers:
         tier = np.empty(len(order), dtype=np.int64)
         tier[order] = tier_sorted
         offsets = np.concatenate(([0], np.cumsum(lengths)))
-        served = {name: [] for name in TIERS}
+        served: dict[str, list[np.ndarray]] = {name: [] for name in TIERS}
         for row in range(len(blocks)):
             row_blocks = values[offsets[row]:offsets[row + 1]]
             row_tier = tier[offsets[row]:offsets[row + 1]]

@@ -116,7 +116,7 @@ def _fetch(url: str, timeout_s: float) -> tuple[int, str, bytes]:
     parts = urllib.parse.urlsplit(url)
     connection_class = (http.client.HTTPSConnection if parts.scheme == "https"
                         else http.client.HTTPConnection)
-    connection = connection_class(parts.hostname, parts.port, timeout=timeout_s)
+    connection = connection_class(parts.hostname or "", parts.port, timeout=timeout_s)
     expired = threading.Event()
 
     def cut_off() -> None:

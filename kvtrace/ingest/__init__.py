@@ -24,9 +24,9 @@ from kvtrace.dsa_checks import StatCheck
 from kvtrace.dsa_writer import DsaFileResult, DsaWriter
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
-from kvtrace.ingest.dsa_formats import detect_format
+from kvtrace.ingest.dsa_formats import Format, detect_format
 from kvtrace.ingest.lines import read_chunks
-from kvtrace.ingest.serving import detect_serving_kind, read_serving_file
+from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
 from kvtrace.rejects import BadLine
 from kvtrace.schema import TABLES
@@ -126,7 +126,8 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
     if (found := kind or _detect_kind(first, source)) == "dsa":
         return _ingest_dsa_file(warehouse, source, first, dataset, run_name, block_size,
                                 advance)
-    return _ingest_serving_file(warehouse, source, found, run_name, experiment, advance)
+    serving: ServingKind = "pool" if found == "pool" else "requests"
+    return _ingest_serving_file(warehouse, source, serving, run_name, experiment, advance)
 
 
 def _first_line(source: SourceFile, look_at: int = 1000) -> bytes:
@@ -177,7 +178,7 @@ def serving_run_name(source: SourceFile) -> str:
     return stem if len(stem) > 1 else source.path.parent.name
 
 
-def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Kind,
+def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: ServingKind,
                          run_name: str | None, experiment: str | None,
                          advance: Callable[[int], None]) -> FileReport:
     name = run_name or serving_run_name(source)
@@ -249,7 +250,7 @@ def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
                                     dataset, block_size, advance)
 
 
-def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: str, record: dict,
+def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: Format, record: dict,
                          name: str, run_id: str, sha: str, dataset: str | None,
                          block_size: int, advance: Callable[[int], None]) -> FileReport:
     default_dataset = dataset or record.get("dataset") or source.sidecar.get("dataset")

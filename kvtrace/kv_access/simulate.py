@@ -226,7 +226,8 @@ def simulate_units(pieces: Iterator[Piece], policy: Policy, named: np.ndarray,
     ``pinned_items(run_id, request_id)`` gives a unit's pinned prefix items (pin_prefix);
     ``limits`` are the cumulative capacities of every tier but the last (may be empty).
     """
-    current, key = None, None
+    current: _Lru | _Simulated | None = None
+    key = None
     for piece in pieces:
         unit = (piece.run_id, piece.request_id)
         if unit != key:
@@ -240,6 +241,7 @@ def simulate_units(pieces: Iterator[Piece], policy: Policy, named: np.ndarray,
                 current = _PinPrefix(piece.run_id, named, limits, pinned)
             else:
                 current = _Simulated(piece.run_id, named, limits, policy)
+        assert current is not None
         current.feed(piece)
     if current is not None:
         yield current.finish()

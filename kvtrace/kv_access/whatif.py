@@ -119,7 +119,7 @@ def whatif(con: duckdb.DuckDBPyConnection, *, block_sizes: Sequence[int],
     check_tiers(tiers)
     if bytes_per_token < 1:
         raise InputError(f"bytes per token must be positive, got {bytes_per_token}")
-    limits = np.cumsum([t.capacity for t in tiers[:-1]]).astype(np.int64)
+    limits = [int(c) for c in np.cumsum([t.capacity for t in tiers[:-1]])]
     tier_rows, run_rows = [], []
     for block_size in block_sizes:
         for curve in run_curves(con, block_size, policy, granularity, scope,

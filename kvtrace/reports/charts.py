@@ -35,7 +35,7 @@ def data(table: pa.Table) -> alt.Data:
     return alt.Data(values=rows(table))
 
 
-def series_color(table: pa.Table, field: str = "series") -> alt.Color | alt.utils.Undefined:
+def series_color(table: pa.Table, field: str = "series") -> Any:
     """Colour by ``field`` only when the rows hold more than one of it."""
     if field in table.column_names and len(set(table[field].to_pylist())) > 1:
         return alt.Color(f"{field}:N", title=field)

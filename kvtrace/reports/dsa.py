@@ -21,7 +21,7 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
         CREATE OR REPLACE TEMP TABLE report_base AS
         SELECT run_id, min(block_size) AS block_size FROM dsa_steps
         WHERE run_id IN (SELECT run_id FROM report_runs) GROUP BY run_id""")
-    size = con.execute("SELECT min(block_size) FROM report_base").fetchone()[0]
+    size = (con.execute("SELECT min(block_size) FROM report_base").fetchone() or (None,))[0]
     if size is None:
         raise InputError("the selected DSA runs hold no dsa_steps rows")
     return Scope(lines, {"block_size": int(size)})

@@ -69,7 +69,7 @@ def page(*, title: str, summary: str, provenance: list[tuple[str, str]],
               "<nav><ol>"]
     parts += [f'<li><a href="#{s.anchor}">{escape(s.title)}</a></li>' for s in sections]
     parts.append("</ol></nav>")
-    specs = []
+    specs: list[tuple[str, dict]] = []
     for section in sections:
         parts += _section(section, specs)
     parts += [f"<script>{_vendor(name)}</script>" for name in VENDOR]
@@ -79,7 +79,7 @@ def page(*, title: str, summary: str, provenance: list[tuple[str, str]],
     return "\n".join(parts) + "\n"
 
 
-def _section(section: RenderedSection, specs: list) -> list[str]:
+def _section(section: RenderedSection, specs: list[tuple[str, dict]]) -> list[str]:
     out = [f'<section id="{section.anchor}">', f"<h2>{escape(section.title)}</h2>"]
     if section.caption:
         out.append(f'<p class="caption">{escape(section.caption)}</p>')

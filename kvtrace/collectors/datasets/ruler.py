@@ -93,7 +93,7 @@ def load_ruler_file(path: Path) -> tuple[list[dict], str]:
                 members = sorted((m for m in archive.getmembers()
                                   if m.isfile() and m.name.endswith(".jsonl")),
                                  key=lambda m: m.name)
-                files = [(m.name, archive.extractfile(m).read()) for m in members]
+                files = [(m.name, _member_bytes(archive, m)) for m in members]
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise InputError(f"cannot read {path} as a .tgz of RULER files: {exc}") from None
         if not files:
@@ -137,3 +137,10 @@ def ruler_requests(records: list[dict]) -> Iterator[DatasetRequest]:
         yield DatasetRequest(request_id, record["input"], answer=", ".join(map(str, outputs)),
                              meta={"task": record.get("task"), "index": record.get("index"),
                                    "length": record.get("length")})
+
+
+def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    handle = archive.extractfile(member)
+    if handle is None:
+        raise InputError(f"{member.name} in the archive is not a regular file")
+    return handle.read()
