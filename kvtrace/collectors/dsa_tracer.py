@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import queue
 import random
-import socket
 import sys
 import threading
 import time
@@ -39,11 +37,11 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from kvtrace import __version__, dsa_stats
+from kvtrace import dsa_stats
+from kvtrace.bookkeeping import make_run_id, quarantine_rows, run_row
 from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.dsa_writer import DsaWriter
 from kvtrace.errors import InputError, KvtraceError
-from kvtrace.ingest import make_run_id
 from kvtrace.warehouse import Warehouse
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
@@ -156,19 +154,16 @@ class DsaTracer:
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._error: BaseException | None = None
         self._run_written = False
-        self._run_row = {
-            "run_id": self.run_id, "run_name": run_name, "kind": "dsa", "dataset": dataset,
-            "dataset_variant": dataset_variant, "model": model,
-            "model_config": json.dumps(model_config, sort_keys=True) if model_config else None,
-            "collector_config": json.dumps({
+        self._run_row = run_row(
+            self.run_id, run_name, "dsa", source="collect", dataset=dataset,
+            dataset_variant=dataset_variant, model=model,
+            model_config=dict(model_config) if model_config else None,
+            collector_config={
                 "block_sizes": list(self.block_sizes), "topk": topk,
                 "sample_rate": sample_rate, "layers": sorted(self.layers or []) or None,
                 "scores": scores, "phase": phase, "prefix_tokens": prefix_tokens,
-                "seed": seed, **(collector_config or {})}, sort_keys=True),
-            "rank": rank, "world_size": world_size, "source": "collect",
-            "host": socket.gethostname(), "started_at": datetime.now(timezone.utc),
-            "kvtrace_version": __version__,
-        }
+                "seed": seed, **(collector_config or {})},
+            rank=rank, world_size=world_size, started_at=datetime.now(timezone.utc))
         self._writer_thread = threading.Thread(target=self._write_loop, name="kvtrace-writer",
                                                args=(commit_every_s,), daemon=True)
         self._writer_thread.start()
@@ -358,9 +353,8 @@ class DsaTracer:
                 {"run_id": self.run_id, "dataset": self.dataset, **row}
                 for row in finished.values()])
         if result is not None and result.rejected:
-            self.warehouse.write_rows(commit, "quarantine", [
-                {"run_id": self.run_id, "source_path": "collect", "line_no": bad.line_no,
-                 "reason": bad.reason, "raw": bad.raw} for bad in result.rejected])
+            self.warehouse.write_rows(commit, "quarantine", quarantine_rows(
+                self.run_id, "collect", None, result.rejected))
         if not self._run_written:
             self.warehouse.write_rows(commit, "runs", [self._run_row])
             self._run_written = True

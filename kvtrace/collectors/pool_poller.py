@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import queue
 import random
 import socket
@@ -27,14 +26,13 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from kvtrace import __version__
+from kvtrace.bookkeeping import make_run_id, run_row
 from kvtrace.collectors.pool_sources import (
     MalformedResponse,
     rows_from_prometheus,
     rows_from_server_info,
 )
 from kvtrace.errors import InputError
-from kvtrace.ingest import make_run_id
 from kvtrace.schema.serving import POOL_SNAPSHOTS
 from kvtrace.warehouse import Warehouse
 
@@ -281,13 +279,9 @@ class _BatchWriter:
                                   for row in batch})
 
     def _run_row(self) -> dict:
-        return {
-            "run_id": self.report.run_id, "run_name": self.run_name, "kind": "serving",
-            "collector_config": json.dumps({**self.config, "experiment": self.label},
-                                           sort_keys=True),
-            "source": "collect", "host": socket.gethostname(), "started_at": self.started_at,
-            "kvtrace_version": __version__,
-        }
+        return run_row(self.report.run_id, self.run_name, "serving", source="collect",
+                       collector_config={**self.config, "experiment": self.label},
+                       started_at=self.started_at)
 
 
 def _table(batch: list[dict]) -> pa.Table:

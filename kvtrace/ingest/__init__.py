@@ -6,10 +6,7 @@ bytes ingested again into the same run add nothing.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kvtrace import __version__
+from kvtrace.bookkeeping import make_run_id, quarantine_rows, run_row
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.dsa_checks import StatCheck
 from kvtrace.dsa_writer import DsaFileResult, DsaWriter
@@ -62,13 +59,6 @@ class IngestReport:
     @property
     def rejected(self) -> int:
         return sum(f.rejected for f in self.files)
-
-
-def make_run_id(run_name: str, source: str) -> str:
-    """A stable run id: a readable slug of the name plus a hash of (name, source)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-.")[:48] or "run"
-    digest = hashlib.sha1(f"{run_name}\0{source}".encode()).hexdigest()[:8]
-    return f"{slug}-{digest}"
 
 
 def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None,
@@ -320,36 +310,20 @@ def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
 def _run_row(run_id: str, run_name: str, kind: str, source: SourceFile, config: dict, *,
              dataset: str | None, rank: int | None = None,
              world_size: int | None = None) -> list[dict]:
-    """The ``runs`` row of an ingested file."""
+    """The ``runs`` row of an ingested file (its sidecar says what the tracer recorded)."""
     sidecar = source.sidecar
-    return [{
-        "run_id": run_id,
-        "run_name": run_name,
-        "kind": kind,
-        "dataset": dataset,
-        "dataset_variant": sidecar.get("dataset_variant"),
-        "model": sidecar.get("model"),
-        "model_config": json.dumps(sidecar["model_config"]) if "model_config" in sidecar
-        else None,
-        "collector_config": json.dumps(config, sort_keys=True),
-        "rank": rank,
-        "world_size": world_size,
-        "source": "ingest",
-        "host": socket.gethostname(),
-        "started_at": _parse_time(sidecar.get("started_at")),
-        "kvtrace_version": __version__,
-    }]
+    return [run_row(run_id, run_name, kind, source="ingest", collector_config=config,
+                    dataset=dataset, dataset_variant=sidecar.get("dataset_variant"),
+                    model=sidecar.get("model"), model_config=sidecar.get("model_config"),
+                    rank=rank, world_size=world_size,
+                    started_at=_parse_time(sidecar.get("started_at")))]
 
 
 def _write_quarantine(warehouse: Warehouse, commit: Commit, source: SourceFile,
                       rejected: list[BadLine]) -> None:
     if rejected:
-        warehouse.write_rows(commit, "quarantine", [
-            {"run_id": commit.run_id, "source_path": str(source.path),
-             "source_sha256": commit.source_sha256, "line_no": bad.line_no,
-             "reason": bad.reason, "raw": bad.raw}
-            for bad in rejected
-        ])
+        warehouse.write_rows(commit, "quarantine", quarantine_rows(
+            commit.run_id, str(source.path), commit.source_sha256, rejected))
 
 
 def _parse_time(value: object) -> datetime | None:

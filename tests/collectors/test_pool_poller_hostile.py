@@ -60,9 +60,9 @@ class Misbehaving(socketserver.BaseRequestHandler):
             self.request.sendall(chunk)
 
     def _drip(self) -> None:  # one byte at a time, each well within a read timeout
-        for byte in _ok(GOOD):
+        for byte in _ok(GOOD):  # about 10 s in all
             self.request.sendall(bytes([byte]))
-            time.sleep(0.02)
+            time.sleep(0.05)
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_each_misbehaviour_is_one_error_row(server, path, message):
     started = time.monotonic()
     rows = poll_once(Endpoint.parse(f"w={server}/{path}"), timeout_s=0.3)
     assert len(rows) == 1 and message in rows[0]["poll_error"], rows
-    assert time.monotonic() - started < 1.5  # the whole request has one deadline
+    assert time.monotonic() - started < 3.0  # one deadline for the request (drip: 10 s)
 
 
 def test_every_worker_keeps_being_polled_and_good_rows_are_kept(server, warehouse):
@@ -96,7 +96,7 @@ def test_every_worker_keeps_being_polled_and_good_rows_are_kept(server, warehous
     started = time.monotonic()
     report = poll_pool(warehouse, endpoints, interval_s=0.2, timeout_s=0.1, duration_s=2.0,
                        batch_s=0.5)
-    assert time.monotonic() - started < 2.0 + 0.2 + 0.5  # --duration within an interval
+    assert time.monotonic() - started < 2.0 + 2.0  # --duration kept (a drip holds 10 s)
     rows = warehouse.connect().execute(
         "SELECT worker_id, count(*), count(*) FILTER (WHERE poll_error IS NULL) "
         "FROM pool_snapshots GROUP BY ALL").fetchall()
@@ -121,7 +121,7 @@ def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_p
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
     out, err = proc.communicate(timeout=10)
-    assert time.monotonic() - started < 1.5, err
+    assert time.monotonic() - started < 4.0, err  # not the drip's 10 s
     assert proc.returncode == 0, err
     assert "polled 2 worker(s)" in out
     from kvtrace.warehouse import Warehouse
