@@ -168,8 +168,9 @@ class DsaWriter:
             cols = {name: _take(col, take) for name, col in cols.items()}
         scored_rows = has_scores[final] if has_scores is not None else None
         seq_len, lines = seq_len[final], lines[final]
+        request_id = self._request_ids(cols)
         if self.skip_stored:
-            fresh = self._fresh_records(cols)
+            fresh = self._fresh_records(cols, request_id)
             if not fresh.all():
                 if not fresh.any():
                     return
@@ -180,11 +181,11 @@ class DsaWriter:
                 lists_sorted, score_values = _take_lists(lists_sorted, fresh), kept_scores
                 scored_rows = scored_rows[fresh] if scored_rows is not None else None
                 seq_len, lines = seq_len[fresh], lines[fresh]
-        self._store(cols, lists_sorted, score_values, scored_rows, seq_len, lines)
+                request_id = request_id[fresh]
+        self._store(cols, request_id, lists_sorted, score_values, scored_rows, seq_len, lines)
 
-    def _fresh_records(self, cols: dict) -> np.ndarray:
+    def _fresh_records(self, cols: dict, request: np.ndarray) -> np.ndarray:
         """Which rows hold a record key this run does not hold yet (the first of repeats)."""
-        request = self._request_ids(cols)
         size = np.asarray(pc.fill_null(cols["block_size"], self.block_size)
                           .to_numpy(zero_copy_only=False), dtype=np.int64)
         keys = np.ascontiguousarray(np.stack(
@@ -276,7 +277,8 @@ class DsaWriter:
 
     # -- valid rows ---------------------------------------------------------------------------
 
-    def _store(self, cols: dict, lists: PositionLists, score_values: np.ndarray | None,
+    def _store(self, cols: dict, request_id: np.ndarray, lists: PositionLists,
+               score_values: np.ndarray | None,
                scored_rows: np.ndarray | None, seq_len: np.ndarray, lines: np.ndarray) -> None:
         n = len(seq_len)
         source_size = cols["block_size"]
@@ -298,7 +300,6 @@ class DsaWriter:
         check_source_stats(self.result.checks, cols, lists, seq_len, blocks, offsets,
                            intersection, size_known, lines)
 
-        request_id = self._request_ids(cols)
         dataset = self._datasets(cols)
         layer = _ints(cols["layer_id"])
         step = _ints(cols["step_idx"])

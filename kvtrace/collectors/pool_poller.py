@@ -83,7 +83,7 @@ def poll_once(endpoint: Endpoint, timeout_s: float) -> list[dict]:
         if status != 200:
             rows = [_error_row(endpoint, f"HTTP {status} {reason}")]
         else:
-            rows = [_checked(endpoint, row) for row in endpoint.parse_rows(body)]
+            rows = endpoint.parse_rows(body)  # pool_row checks types and ranges
     except (_Deadline, TimeoutError):
         rows = [_error_row(endpoint, f"timeout after {timeout_s:g} s")]
     except OSError as exc:
@@ -144,16 +144,6 @@ def _fetch(url: str, timeout_s: float) -> tuple[int, str, bytes]:
     finally:
         timer.cancel()
         connection.close()
-
-
-def _checked(endpoint: Endpoint, row: dict) -> dict:
-    """``row`` if every value fits its column, else an error row saying which does not."""
-    for column in POOL_SNAPSHOTS.schema:
-        value = row.get(column.name)
-        if isinstance(value, int) and not isinstance(value, bool) and (
-                pa.types.is_integer(column.type) and not -(2**63) <= value < 2**63):
-            return _error_row(endpoint, f"{column.name} out of range: {value}")
-    return row
 
 
 def _error_row(endpoint: Endpoint, message: str) -> dict:
@@ -267,7 +257,7 @@ class _BatchWriter:
             row["ts"] = datetime.fromtimestamp(row["ts"], timezone.utc)
         with self.warehouse.transaction(self.report.run_id) as commit:
             if batch:
-                table = _table(batch)
+                table = pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
                 self.warehouse.write(commit, "pool_snapshots", table.sort_by(
                     [("worker_id", "ascending"), ("t_s", "ascending")]))
             if first:
@@ -283,20 +273,3 @@ class _BatchWriter:
                        collector_config={**self.config, "experiment": self.label},
                        started_at=self.started_at)
 
-
-def _table(batch: list[dict]) -> pa.Table:
-    """The batch as a table; a row that does not fit its columns becomes an error row
-    instead of failing every worker's rows."""
-    try:
-        return pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
-    except (pa.ArrowException, OverflowError, TypeError, ValueError):
-        fitting = []
-        for row in batch:
-            try:
-                pa.Table.from_pylist([row], schema=POOL_SNAPSHOTS.schema)
-                fitting.append(row)
-            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
-                fitting.append({key: row.get(key) for key in (
-                    "run_id", "experiment", "worker_id", "worker_role", "t_s", "ts",
-                    "poll_latency_ms")} | {"poll_error": f"unstorable value: {exc}"[:300]})
-        return pa.Table.from_pylist(fitting, schema=POOL_SNAPSHOTS.schema)
