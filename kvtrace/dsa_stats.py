@@ -151,8 +151,9 @@ def _opens_block_run(lists: PositionLists, blocks: np.ndarray) -> np.ndarray:
     return first
 
 
-def touched_blocks(lists: PositionLists, block_size: int) -> PositionLists:
-    """The distinct blocks of each row of sorted lists, ascending."""
+def touched_blocks(lists: PositionLists, block_size: np.ndarray | int) -> PositionLists:
+    """The distinct blocks of each row of sorted lists, ascending (``block_size`` one for
+    all rows or one per row)."""
     blocks = _block_ids(lists, block_size)
     run_starts = np.flatnonzero(_opens_block_run(lists, blocks))
     return PositionLists(blocks[run_starts], np.searchsorted(run_starts, lists.offsets))

@@ -71,15 +71,9 @@ def prefix_blocks_udf(positions: pa.ChunkedArray, region_blocks: pa.ChunkedArray
 def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.Array:
     """The distinct blocks of each ascending position list, ascending."""
     lists = PositionLists.from_arrow(positions)
-    sizes = _numbers(block_size)
-    if len(sizes) and (sizes != sizes[0]).any():
-        rows = [dsa_stats.touched_blocks(
-            PositionLists(lists.values[lists.offsets[i]:lists.offsets[i + 1]],
-                          np.array([0, lists.lengths[i]])), int(sizes[i])).values
-            for i in range(lists.num_rows)]
-        return pa.array([r.tolist() for r in rows], pa.list_(pa.int32()))
-    size = int(sizes[0]) if len(sizes) else 1
-    return dsa_stats.touched_blocks(lists, size).to_arrow()
+    if lists.num_rows == 0:
+        return pa.array([], pa.list_(pa.int32()))
+    return dsa_stats.touched_blocks(lists, _numbers(block_size)).to_arrow()
 
 
 def _constant(column: pa.ChunkedArray):
