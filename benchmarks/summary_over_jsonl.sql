@@ -5,7 +5,6 @@ WITH rows AS (
         seq_len_current AS seq_len,
         block_size_tokens AS bs,
         selected_token_pos AS pos,
-        prefix.prefix_cache_hit AS hit,
         prefix.prefix_cached_blocks AS cached_blocks
     FROM read_json($1)
 ), per_row AS (
@@ -17,8 +16,10 @@ WITH rows AS (
     SELECT
         len(list_distinct(blocks)) AS unique_blocks,
         len(list_distinct(blocks)) / ceil(seq_len / bs) AS ratio,
-        CASE WHEN hit THEN len(list_distinct(list_filter(blocks, lambda b: b < cached_blocks)))
-                           / len(list_distinct(blocks)) END AS intersection
+        -- the seed's rule: every row with a prefix region (a miss: its own key region)
+        CASE WHEN cached_blocks IS NOT NULL
+             THEN len(list_distinct(list_filter(blocks, lambda b: b < cached_blocks)))
+                  / len(list_distinct(blocks)) END AS intersection
     FROM per_row
 ), positions AS (
     SELECT seq_len - 1 - unnest(pos) AS offset_, unnest(blocks) AS block, row_id
