@@ -33,7 +33,8 @@ from bench_warehouse import machine
 
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.kernels.cache_sim import LruStack
-from kvtrace.kv_access.stream import read_pieces, run_layouts
+from kvtrace.sql import connect
+from kvtrace.sql.kv_access.stream import read_pieces, run_layouts
 from kvtrace.synthetic import dsa_selection
 from kvtrace.warehouse import Warehouse
 
@@ -123,7 +124,7 @@ def main() -> None:
         root = args.warehouse or Path(tempfile.mkdtemp(prefix="kvtrace-bench-whatif-")) / "wh"
         trace_s, warehouse = timed(lambda: trace(root, args.requests, args.steps, args.layers,
                                                  args.prompt))
-    con = warehouse.connect()
+    con = connect(warehouse)
     blocks = streams(con, "block")
     layer_blocks = streams(con, "layer_block")
     as_lists = [keys.tolist() for keys in blocks]

@@ -18,13 +18,14 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Warehouse": "kvtrace.warehouse",
-    "connect": "kvtrace.warehouse",
+    "connect": "kvtrace.sql",
     "DsaTracer": "kvtrace.collectors.dsa_tracer",
 }
 
 if TYPE_CHECKING:
     from kvtrace.collectors.dsa_tracer import DsaTracer
-    from kvtrace.warehouse import Warehouse, connect
+    from kvtrace.sql import connect
+    from kvtrace.warehouse import Warehouse
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -24,19 +24,24 @@ from rich.progress import (
 )
 
 from kvtrace import __version__
+from kvtrace.collectors.collect_options import (
+    DatasetName,
+    DsaCollectOptions,
+    HubDataset,
+    RulerVariant,
+    Scores,
+    TurnMode,
+)
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
 from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError
-from kvtrace.kv_access import (
+from kvtrace.sql import connect
+from kvtrace.sql.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
     Granularity,
     Policy,
     Scope,
 )
-
-Scores = Literal["stats", "full"]
-TurnMode = Literal["full", "per_user_turn"]
-RulerVariant = Literal["single", "multikey"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport
@@ -215,8 +220,7 @@ def collect_dsa_command(
     tokenizer: Annotated[Path | None, typer.Option(
         help="A tokenizer.json to encode prompts with [default: bytes for dsa-ref, the "
              "model's own for a Hugging Face folder].")] = None,
-    dataset: Annotated[str, typer.Option(
-        help="Dataset runner: ruler, sharegpt, longbench-v2 or burstgpt.")] = "ruler",
+    dataset: Annotated[DatasetName, typer.Option(help="Dataset runner.")] = "ruler",
     data_file: Annotated[Path | None, typer.Option(
         help="Local dataset file (ruler: RULER .jsonl or .tgz; sharegpt: the ShareGPT "
              "JSON; longbench-v2: data.json; burstgpt: the CSV).")] = None,
@@ -262,163 +266,27 @@ def collect_dsa_command(
     """
     if data_file is not None and hf_dataset is not None:
         raise KvtraceError("give --data-file or --hf-dataset, not both")
-    hub = (hf_dataset, hf_split, hf_revision) if hf_dataset else None
-    result = _run_collect(model=model, tokenizer_file=tokenizer, dataset=dataset,
-                          data_file=data_file, hub=hub,
-                          turn_mode=turn_mode, length_filter=length, batch_size=batch_size,
-                          time_scale=time_scale, limit=limit,
-                          max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
-                          ruler_length=ruler_length, ruler_variant=ruler_variant,
-                          block_sizes=tuple(block_size or (64,)), sample_rate=sample_rate,
-                          temperature=temperature, seed=seed, layers=layers, topk=topk,
-                          weights=weights, scores=scores, run_name=run_name)
+    result = _run_collect(DsaCollectOptions(
+        model=model, tokenizer_file=tokenizer, layers=layers, topk=topk, weights=weights,
+        dataset=dataset, data_file=data_file,
+        hub=HubDataset(hf_dataset, hf_split, hf_revision) if hf_dataset else None,
+        turn_mode=turn_mode, length_filter=length, ruler_length=ruler_length,
+        ruler_variant=ruler_variant, limit=limit, batch_size=batch_size,
+        time_scale=time_scale, max_new_tokens=max_new_tokens,
+        max_prompt_tokens=max_prompt_tokens, block_sizes=tuple(block_size or (64,)),
+        sample_rate=sample_rate, temperature=temperature, seed=seed, scores=scores,
+        run_name=run_name))
     out.print(f"{result.requests} request(s) traced, {result.skipped} skipped, "
               f"{result.new_tokens:,} tokens in {result.seconds:.1f} s "
               f"({result.new_tokens / max(result.seconds, 1e-9):.1f} tokens/s) into run "
               f"{result.run_id}")
 
 
-def _run_collect(*, model: str, dataset: str, limit: int, max_new_tokens: int,
-                 tokenizer_file: Path | None = None,
-                 hub: tuple[str, str, str | None] | None = None,
-                 data_file: Path | None = None, turn_mode: TurnMode = "full",
-                 length_filter: str | None = None, batch_size: int = 1,
-                 time_scale: float = 1.0,
-                 max_prompt_tokens: int, ruler_length: int, ruler_variant: RulerVariant,
-                 block_sizes: tuple[int, ...], sample_rate: float, temperature: float,
-                 seed: int, layers: int, topk: int, weights: Path | None, scores: Scores,
-                 run_name: str | None):
-    try:
-        from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
+def _run_collect(options: DsaCollectOptions):
+    from kvtrace.collectors.dsa_run import run_dsa_collection
 
-        net, tokenizer = _model_and_tokenizer(model, tokenizer_file, layers=layers, topk=topk,
-                                              weights=weights, seed=seed)
-    except ModuleNotFoundError as exc:
-        if exc.name != "torch":
-            raise
-        raise KvtraceError("collecting DSA traces needs torch; install it with "
-                           "pip install 'kvtrace[collect]'") from None
-    requests, variant = _dataset_requests(dataset, data_file, hub, turn_mode, limit,
-                                          ruler_length, ruler_variant, seed, tokenizer,
-                                          length_filter)
-    warehouse = _open(create=True)
-    name = run_name or f"{dataset}-{net.name.removeprefix('hf:')}-{seed}"
-    with _request_progress(limit) as advance:
-        if dataset == "burstgpt":
-            return replay_arrivals(
-                warehouse, requests, model=net, tokenizer=tokenizer, run_name=name,
-                dataset=dataset, dataset_variant=variant, batch_size=batch_size,
-                time_scale=time_scale, block_sizes=block_sizes, max_new_tokens=max_new_tokens,
-                max_prompt_tokens=max_prompt_tokens, seed=seed, progress=advance)
-        return collect_dsa(warehouse, requests, model=net, tokenizer=tokenizer,
-                           run_name=name, dataset=dataset, dataset_variant=variant,
-                           block_sizes=block_sizes, sample_rate=sample_rate,
-                           batch_size=batch_size,
-                           max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
-                           temperature=temperature, seed=seed, scores=scores,
-                           progress=advance)
-
-
-def _model_and_tokenizer(model: str, tokenizer_file: Path | None, *, layers: int, topk: int,
-                         weights: Path | None, seed: int):
-    """The model ``--model`` names and the tokenizer its prompts are encoded with."""
-    from kvtrace.collectors.tokenizer_file import TokenizerFile
-
-    given = TokenizerFile(tokenizer_file) if tokenizer_file else None
-    if model == "dsa-ref":
-        from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
-
-        tokenizer = given or ByteTokenizer()
-        config = DsaRefConfig(n_layers=layers, index_topk=topk,
-                              vocab_size=max(tokenizer.vocab_size, 2))
-        net = DsaRef.from_safetensors(weights, config) if weights else DsaRef(config,
-                                                                               seed=seed)
-        return net, tokenizer
-    folder = Path(model)
-    if not folder.is_dir():
-        raise KvtraceError(f"expected dsa-ref or a model folder for --model, got {model!r}")
-    from kvtrace.collectors.hf_adapter import HfCausalLM
-
-    if given is None:
-        if not (folder / "tokenizer.json").is_file():
-            raise KvtraceError(f"{folder} has no tokenizer.json; name one with --tokenizer")
-        given = TokenizerFile(folder / "tokenizer.json")
-    return HfCausalLM(folder, index_topk=topk, seed=seed), given
-
-
-def _dataset_requests(dataset: str, data_file: Path | None,
-                      hub: tuple[str, str, str | None] | None, turn_mode: TurnMode,
-                      limit: int, ruler_length: int, ruler_variant: RulerVariant, seed: int,
-                      tokenizer,
-                      length_filter: str | None = None):
-    """The requests of a dataset runner and the exact variant to record in runs."""
-    from itertools import islice
-
-    if hub is not None and dataset == "burstgpt":
-        raise KvtraceError("--hf-dataset serves ruler, sharegpt and longbench-v2; "
-                           "burstgpt reads its CSV with --data-file")
-
-    def records(load, check, what: str) -> tuple[list[dict], str]:
-        """The dataset's records and their variant: --hf-dataset's rows passed through
-        ``check(rows, name)``, or ``load(path)`` of --data-file."""
-        if hub is not None:
-            from kvtrace.collectors.datasets.hub import load_hub_records
-
-            name, split, revision = hub
-            rows, variant = load_hub_records(name, split=split, revision=revision)
-            return check(rows, name), variant
-        if data_file is None:
-            raise KvtraceError(f"--dataset {dataset} needs --data-file ({what}) "
-                               "or --hf-dataset")
-        rows, sha = load(data_file)
-        return rows, f"{data_file.name} (sha256 {sha})"
-
-    if dataset == "ruler":
-        from kvtrace.collectors.datasets.ruler import (
-            check_ruler,
-            load_ruler_file,
-            niah_requests,
-            ruler_requests,
-        )
-
-        if data_file is not None or hub is not None:
-            rows, variant = records(load_ruler_file, check_ruler, "a RULER .jsonl or .tgz")
-            return islice(ruler_requests(rows), limit), variant
-        requests = niah_requests(limit, ruler_length, lambda text: len(tokenizer.encode(text)),
-                                 variant=ruler_variant, seed=seed)
-        return requests, (f"ruler-niah-{ruler_variant} (kvtrace offline generator, seed "
-                          f"{seed}, {ruler_length} tokens)")
-    if dataset == "sharegpt":
-        from kvtrace.collectors.datasets.sharegpt import (
-            check_conversations,
-            load_conversations,
-            sharegpt_requests,
-        )
-
-        rows, variant = records(load_conversations, check_conversations,
-                                "a ShareGPT JSON file")
-        return islice(sharegpt_requests(rows, turn_mode), limit), f"{variant}, turns {turn_mode}"
-    if dataset == "burstgpt":
-        from kvtrace.collectors.datasets.burstgpt import load_arrivals
-
-        if data_file is None:
-            raise KvtraceError("--dataset burstgpt needs --data-file (an arrival trace CSV)")
-        arrivals, sha = load_arrivals(data_file)
-        return arrivals[:limit], f"{data_file.name} (sha256 {sha}, first {limit} arrivals)"
-    if dataset == "longbench-v2":
-        from kvtrace.collectors.datasets.longbench import (
-            check_longbench,
-            load_longbench,
-            longbench_requests,
-        )
-
-        rows, variant = records(load_longbench, check_longbench,
-                                "its data.json")
-        classes = None if length_filter is None else length_filter.split(",")
-        return (islice(longbench_requests(rows, classes), limit),
-                f"{variant}, lengths {length_filter or 'all'}")
-    raise KvtraceError(f"expected ruler, sharegpt, longbench-v2 or burstgpt for --dataset, "
-                       f"got {dataset!r}")
+    with _request_progress(options.limit) as advance:
+        return run_dsa_collection(_open(create=True), options, progress=advance)
 
 
 @contextmanager
@@ -457,7 +325,13 @@ def sql(
 
     Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
     """
-    from kvtrace.query import atomic_output, check_output_path, restrict_to, run_query, write_stream
+    from kvtrace.sql.query import (
+        atomic_output,
+        check_output_path,
+        restrict_to,
+        run_query,
+        write_stream,
+    )
 
     if (query is None) == (file is None):
         raise KvtraceError("give the SQL either as an argument or with --file, not both")
@@ -466,7 +340,7 @@ def sql(
     warehouse = _open()
     if output is not None:
         check_output_path(output, warehouse.root)
-    con = warehouse.connect()
+    con = connect(warehouse)
     try:
         if no_external_access:
             restrict_to(con, warehouse.root)
@@ -511,7 +385,7 @@ def _emit(data: bytes, output: Path | None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
-        from kvtrace.query import write_output
+        from kvtrace.sql.query import write_output
 
         write_output(data, output)
         err.print(f"wrote {output}")
@@ -550,14 +424,14 @@ def whatif(
 
     Example: kvtrace whatif --tier hbm:2048:3000:0 --tier remote:inf:20:30 --block-size 64
     """
-    from kvtrace.kv_access.whatif import Tier
-    from kvtrace.kv_access.whatif import whatif as run_whatif
-    from kvtrace.query import render
+    from kvtrace.sql.kv_access.whatif import Tier
+    from kvtrace.sql.kv_access.whatif import whatif as run_whatif
+    from kvtrace.sql.query import render
 
     chosen = _output_format(fmt, output)
     tiers = [Tier.parse(text) for text in (tier or DEFAULT_TIERS)]
     warehouse = _open()
-    con = warehouse.connect()
+    con = connect(warehouse)
     try:
         run_ids = _dsa_run_ids(con, run) if run else None
         with _busy("Simulating the tiers"):
@@ -602,7 +476,7 @@ def views() -> None:
 
     Example: kvtrace views
     """
-    from kvtrace import catalog
+    from kvtrace.sql import catalog
 
     for obj in catalog.documented_objects():
         if not obj.public:
@@ -625,9 +499,9 @@ def summary(
 
     Example: kvtrace summary --run ruler_1771772829 --output summary.json
     """
-    con = _open().connect()
+    con = connect(_open())
     try:
-        from kvtrace.summary import run_summary
+        from kvtrace.sql.summary import run_summary
 
         result = run_summary(con, run, block_size)
     finally:
@@ -641,7 +515,7 @@ def shell_init(output: OutputOption = None) -> None:
 
     Example: kvtrace shell-init -o kvtrace.sql && duckdb -init kvtrace.sql
     """
-    from kvtrace import catalog
+    from kvtrace.sql import catalog
 
     _emit(catalog.shell_init_sql(_open()).encode(), output)
 
@@ -656,17 +530,15 @@ def demo() -> None:
 
     Example: kvtrace demo
     """
-    result = _run_collect(model="dsa-ref", dataset="ruler", limit=6, max_new_tokens=16,
-                          max_prompt_tokens=16384, ruler_length=3000, ruler_variant="single",
-                          block_sizes=(64, 16), sample_rate=1.0, temperature=0.0, seed=0,
-                          layers=4, topk=256, weights=None, scores="stats",
-                          run_name="demo-ruler-dsa-ref")
+    result = _run_collect(DsaCollectOptions(
+        dataset="ruler", limit=6, max_new_tokens=16, ruler_length=3000, block_sizes=(64, 16),
+        topk=256, run_name="demo-ruler-dsa-ref"))
     out.print(f"traced {result.requests} requests ({result.new_tokens} tokens, "
               f"{result.seconds:.1f} s) into run {result.run_id}")
     warehouse = _open()
-    con = warehouse.connect()
+    con = connect(warehouse)
     try:
-        from kvtrace.summary import run_summary
+        from kvtrace.sql.summary import run_summary
 
         summary = run_summary(con, result.run_id, 64)
     finally:
@@ -713,7 +585,7 @@ def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
     html = render_report(warehouse, known[name], runs=runs, experiments=experiments,
                          command_line=command_line)
     output.parent.mkdir(parents=True, exist_ok=True)
-    from kvtrace.query import write_output
+    from kvtrace.sql.query import write_output
 
     write_output(html.encode(), output)
 

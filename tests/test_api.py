@@ -10,6 +10,7 @@ import pyarrow as pa
 
 import kvtrace
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from tests.conftest import read_records
 
@@ -38,7 +39,7 @@ def test_two_processes_ingesting_at_once_lose_nothing(tmp_path, synthetic_trace)
     workers = [subprocess.Popen([sys.executable, "-c", script, str(root), str(path)])
                for path in (first, second)]
     assert [w.wait() for w in workers] == [0, 0]
-    con = Warehouse(root).connect()
+    con = connect(Warehouse(root))
     counts = dict(con.execute(
         "SELECT r.run_name, count(*) FROM dsa_steps JOIN runs AS r USING (run_id) GROUP BY 1"
     ).fetchall())

@@ -140,8 +140,7 @@ def test_collect_dsa_traces_a_small_ruler_run(tmp_path):
                    "-f", "csv").stdout
     assert rows.splitlines()[1] == "8,64"  # 2 requests x 2 decode steps x 2 layers
     bad = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
-    assert bad.returncode == 1 and "expected ruler, sharegpt, longbench-v2 or burstgpt" in (
-        bad.stderr)
+    assert bad.returncode == 2 and "'mmlu' is not one of 'ruler', 'sharegpt'" in bad.stderr
     chat = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "sharegpt",
                    "--data-file", "tests/data/sharegpt_format_dummy_conversation.json",
                    "--turn-mode", "per_user_turn", "--limit", "3", "--max-new-tokens", "2",

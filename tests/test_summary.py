@@ -7,7 +7,8 @@ import json
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
-from kvtrace.summary import run_summary
+from kvtrace.sql import connect
+from kvtrace.sql.summary import run_summary
 
 CONFIG = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=2, index_dim=8, rope_dim=4,
                       q_lora_rank=16, index_topk=16, max_seq_len=1024)
@@ -33,7 +34,7 @@ def test_a_collected_run_carries_its_settings_and_no_serving_block(warehouse):
     collect_dsa(warehouse, requests, model=DsaRef(CONFIG), tokenizer=tokenizer,
                 run_name="niah", dataset="ruler", block_sizes=(16,), max_new_tokens=3,
                 temperature=0.0, dataset_variant="niah_single-300")
-    summary = run_summary(warehouse.connect(), "niah")
+    summary = run_summary(connect(warehouse), "niah")
     _check_seed_shapes(summary)
     assert "serving" not in summary
     config = summary["config"]
@@ -53,7 +54,7 @@ def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
     replay_arrivals(warehouse, arrivals, model=DsaRef(CONFIG), tokenizer=ByteTokenizer(),
                     run_name="burst", dataset="burstgpt", batch_size=2, block_sizes=(16,),
                     max_new_tokens=3)
-    summary = run_summary(warehouse.connect(), "burst")
+    summary = run_summary(connect(warehouse), "burst")
     _check_seed_shapes(summary)
     serving = summary["serving"]
     assert set(serving) == {"requests", "latency_ms", "batch_size", "max_new_tokens_cap"}

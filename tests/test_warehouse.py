@@ -6,8 +6,9 @@ import pytest
 
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
-from kvtrace.storage import partition_value
+from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.storage import partition_value
 from tests.conftest import seed_record, write_jsonl
 
 
@@ -30,7 +31,7 @@ def test_a_hostile_dataset_name_is_stored_verbatim_inside_the_warehouse(warehous
     ingest(warehouse, [str(path)], dataset=name)
     written = [p for p in tmp_path.rglob("*.parquet") if "_schema" not in p.parts]
     assert written and all(warehouse.root in p.parents for p in written)
-    con = warehouse.connect()
+    con = connect(warehouse)
     assert con.execute("SELECT DISTINCT dataset FROM dsa_steps").fetchall() == [(name,)]
 
 

@@ -18,9 +18,14 @@ class TracedModel(Protocol):
     """What the runners need of a model (`DsaRef`, `HfCausalLM`); a model that can
     decode several requests at once also has ``generate_batch`` (see `DsaRef`)."""
 
-    name: str
-    index_topk: int
-    max_seq_len: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def index_topk(self) -> int: ...
+
+    @property
+    def max_seq_len(self) -> int: ...
 
     def config_dict(self) -> dict[str, Any]: ...
 
@@ -30,7 +35,8 @@ class TracedModel(Protocol):
 
 
 class Tokenizer(Protocol):
-    eos_id: int | None
+    @property
+    def eos_id(self) -> int | None: ...
 
     def encode(self, text: str) -> list[int]: ...
 

@@ -37,12 +37,12 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from kvtrace import dsa_stats
-from kvtrace.bookkeeping import make_run_id, quarantine_rows, run_row
 from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
-from kvtrace.dsa_writer import DsaWriter
 from kvtrace.errors import InputError, KvtraceError
+from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
+from kvtrace.warehouse.dsa_writer import DsaWriter
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
 BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
@@ -292,6 +292,7 @@ class DsaTracer:
         writer, commit = None, None
         request_keys: dict[str, int] = {}
         last_commit = time.monotonic()
+        stop = False
         try:
             while True:
                 steps, stop = self._next_batch(last_commit + commit_every_s)
@@ -313,8 +314,8 @@ class DsaTracer:
             self._error = exc
             if commit is not None:
                 self.warehouse.abort(commit)
-            while self._queue.get() is not _STOP:
-                pass
+            while not stop:  # take what the model still submits, up to close()
+                stop = self._queue.get() is _STOP
 
     def _next_batch(self, commit_due: float) -> tuple[list, bool]:
         """Steps queued within BATCH_SECONDS of the first (or BATCH_RECORDS, or until a
@@ -369,7 +370,7 @@ class DsaTracer:
         flat_positions = np.concatenate([p["positions"] for p in parts])
         lengths = np.concatenate([p["lengths"] for p in parts])
         offsets = np.concatenate(([0], np.cumsum(lengths)))
-        lists = dsa_stats.PositionLists(flat_positions, offsets)
+        lists = block_stats.PositionLists(flat_positions, offsets)
         rows = len(lengths)
         positions = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                              pa.array(flat_positions))
@@ -387,15 +388,13 @@ class DsaTracer:
         keys = pa.array([q.prefix_key if q else None for q in info], pa.string())
         lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
         self._record_no += rows
-        nulls = pa.nulls(rows)
         for block_size in self.block_sizes:
-            distinct = dsa_stats.touched_blocks(lists, block_size)
+            distinct = block_stats.touched_blocks(lists, block_size)
             touched = np.split(distinct.values.astype(np.int64), distinct.offsets[1:-1])
             fetched = self._tiers[block_size].fetch(batch_step, request_of_row, layer_of_row,
                                                     touched, block_size)
             yield {
                 **_tier_columns(fetched),
-                "event": nulls.cast(pa.string()),
                 "run_name": pa.array([self.run_name] * rows),
                 "dataset": pa.array([self.dataset] * rows),
                 "layer_id": pa.array(layer_of_row),
@@ -405,10 +404,6 @@ class DsaTracer:
                 "prefix_region_tokens": pa.array(region),
                 "prefix_key": keys,
                 "request_id": pa.array(request_of_row),
-                "request_key": nulls.cast(pa.string()),
-                "is_decode": nulls.cast(pa.bool_()),
-                "rank": nulls.cast(pa.int64()),
-                "world_size": nulls.cast(pa.int64()),
                 "step_idx": pa.array(start_of_row),
                 "seq_len": pa.array(start_of_row + 1),
                 "positions": positions,
@@ -416,7 +411,6 @@ class DsaTracer:
                 "step_latency_us": pa.array(latency, pa.float64()),
                 "batch_step": pa.array(batch_step, pa.int64()),
                 **score_cols,
-                **{name: nulls.cast(pa.float64()) for name in _SOURCE_STATS},
             }, lines
 
 
@@ -478,12 +472,6 @@ def _step_rows(layers, indices, values, request_ids, starts, latency_us, request
         "scores": scores,
         "info": [requests[r] for r in request_ids] * n_layers,
     }
-
-
-_SOURCE_STATS = ("src_count", "src_offset_min", "src_offset_p50", "src_offset_p95",
-                 "src_offset_max", "src_unique_blocks", "src_total_blocks",
-                 "src_touched_ratio", "src_tpb_mean", "src_tpb_p50", "src_tpb_p95",
-                 "src_intersection_ratio")
 
 
 def _score_columns(parts: list, offsets: np.ndarray, rows: int,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 
-from kvtrace.ingest.serving import FieldError, pool_row
+from kvtrace.warehouse.serving_rows import FieldError, pool_row
 
 PROMETHEUS_MAP = {
     "sglang:kv_available_tokens": "available_tokens",

@@ -15,19 +15,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kvtrace.bookkeeping import make_run_id, quarantine_rows, run_row
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
-from kvtrace.dsa_checks import StatCheck
-from kvtrace.dsa_writer import DsaFileResult, DsaWriter
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import Format, detect_format
 from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
-from kvtrace.rejects import BadLine
-from kvtrace.schema import TABLES
 from kvtrace.warehouse import Commit, Warehouse
+from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
+from kvtrace.warehouse.dsa_checks import StatCheck
+from kvtrace.warehouse.dsa_writer import DsaFileResult, DsaWriter
+from kvtrace.warehouse.rejects import BadLine
+from kvtrace.warehouse.schema import TABLES
 
 Progress = Callable[[int, int], None]
 _SERVING_SUFFIXES = ("_pool_timeseries", "-pool-timeseries", "_pool_snapshots", "_pool",

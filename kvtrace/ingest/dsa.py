@@ -10,9 +10,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvtrace.dsa_writer import DsaFileResult, DsaWriter
 from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical
 from kvtrace.ingest.lines import Chunk, ParsedChunk, parse_chunk, raw_text, read_chunks
+from kvtrace.warehouse.dsa_writer import DsaFileResult, DsaWriter
 
 
 def read_dsa_file(writer: DsaWriter, path: Path, fmt: Format,

@@ -3,9 +3,9 @@
 ``seed`` is the flat ``event=dsa_topk`` record of the tracer's current version;
 ``nested`` is its earlier layout with string request ids and ``stats`` / ``block``
 objects, where ``step_idx`` counts decode steps from 1 and ``seq_len_current`` is the
-position being decoded.  Both become the same canonical columns (what `canonical` returns,
-the columns `kvtrace.dsa_writer.DsaWriter.add` takes), which the
-ingest pipeline validates and stores.
+position being decoded.  Both become columns of
+`kvtrace.warehouse.dsa_columns.CANONICAL_DSA` (what `canonical` returns), which the DSA
+writer validates and stores.
 """
 
 from __future__ import annotations
@@ -119,23 +119,6 @@ NESTED_SCHEMA = pa.schema(
 
 SCHEMAS: dict[Format, pa.Schema] = {"seed": SEED_SCHEMA, "nested": NESTED_SCHEMA}
 
-# Source statistics the ingest recomputes and checks, by canonical name.
-CHECKED_STATS = (
-    "src_count",
-    "src_offset_min",
-    "src_offset_p50",
-    "src_offset_p95",
-    "src_offset_max",
-    "src_unique_blocks",
-    "src_total_blocks",
-    "src_touched_ratio",
-    "src_tpb_mean",
-    "src_tpb_p50",
-    "src_tpb_p95",
-    "src_intersection_ratio",
-)
-
-
 def detect_format(first_line: bytes, source: str) -> Format:
     """Tell the layout of a DSA trace from its first record."""
     try:
@@ -175,9 +158,7 @@ def _tier_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
 
 
 def canonical(table: pa.Table, fmt: Format) -> dict[str, pa.ChunkedArray | pa.Array]:
-    """Map a parsed table onto canonical columns (NULL where the layout lacks a field)."""
-    n = table.num_rows
-    nulls = pa.nulls(n)
+    """The canonical columns this layout has (the writer makes the others NULL)."""
     prefix = {
         "prefix_hit": _field(table, "prefix", "prefix_cache_hit"),
         "prefix_cached_blocks": _field(table, "prefix", "prefix_cached_blocks"),
@@ -196,8 +177,6 @@ def canonical(table: pa.Table, fmt: Format) -> dict[str, pa.ChunkedArray | pa.Ar
         return {
             **common,
             "request_id": table["request_id"],
-            "request_key": nulls.cast(_STR),
-            "is_decode": nulls.cast(pa.bool_()),
             "rank": table["rank"],
             "world_size": table["world_size"],
             "step_idx": table["step_idx"],
@@ -213,7 +192,6 @@ def canonical(table: pa.Table, fmt: Format) -> dict[str, pa.ChunkedArray | pa.Ar
             "src_count": table["unique_token_pos_count"],
             "src_offset_min": table["offset_min"],
             "src_offset_p50": table["offset_p50"],
-            "src_offset_p95": nulls.cast(_F64),
             "src_offset_max": table["offset_max"],
             "src_unique_blocks": table["unique_blocks"],
             "src_total_blocks": table["total_blocks_in_use"],
@@ -225,11 +203,8 @@ def canonical(table: pa.Table, fmt: Format) -> dict[str, pa.ChunkedArray | pa.Ar
     position = pc.coalesce(table["seq_len_current"], table["query_pos"])
     return {
         **common,
-        "request_id": nulls.cast(_I64),
         "request_key": table["request_id"],
         "is_decode": table["is_decode"],
-        "rank": nulls.cast(_I64),
-        "world_size": nulls.cast(_I64),
         "step_idx": position,
         "seq_len": pc.add(position, 1),
         "positions": pc.coalesce(table["selected_token_pos"], table["topk_indices"]),
@@ -238,15 +213,12 @@ def canonical(table: pa.Table, fmt: Format) -> dict[str, pa.ChunkedArray | pa.Ar
         "score_mean": _field(table, "stats", "score", "mean"),
         "score_max": _field(table, "stats", "score", "max"),
         "block_size": _field(table, "block", "block_size"),
-        "step_latency_us": nulls.cast(_F64),
         "src_count": _field(table, "stats", "unique_token_pos_count"),
         "src_offset_min": _field(table, "stats", "offset", "min"),
         "src_offset_p50": _field(table, "stats", "offset", "p50"),
         "src_offset_p95": _field(table, "stats", "offset", "p95"),
         "src_offset_max": _field(table, "stats", "offset", "max"),
         "src_unique_blocks": _field(table, "block", "unique_blocks"),
-        "src_total_blocks": nulls.cast(_I64),
-        "src_touched_ratio": nulls.cast(_F64),
         "src_tpb_mean": _field(table, "block", "tokens_per_touched_block", "mean"),
         "src_tpb_p50": _field(table, "block", "tokens_per_touched_block", "p50"),
         "src_tpb_p95": _field(table, "block", "tokens_per_touched_block", "p95"),

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from kvtrace.errors import InputError
-from kvtrace.rejects import BadLine
+from kvtrace.warehouse.rejects import BadLine
 
 CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16

@@ -12,6 +12,7 @@ from kvtrace.errors import QueryError
 from kvtrace.reports import charts
 from kvtrace.reports.html import RenderedSection, page
 from kvtrace.reports.model import ReportDefinition, load_queries
+from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 
 
@@ -19,7 +20,7 @@ def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[
                   experiments: list[str], command_line: str,
                   generated_at: datetime | None = None) -> str:
     """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select."""
-    con = warehouse.connect()
+    con = connect(warehouse)
     try:
         scope = report.select(con, runs, experiments)
         for name, value in sorted(scope.variables.items()):

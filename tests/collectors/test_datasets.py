@@ -12,6 +12,7 @@ from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_re
 from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.errors import InputError
+from kvtrace.sql import connect
 
 SHAREGPT = Path(__file__).parent.parent / "data" / "sharegpt_format_dummy_conversation.json"
 
@@ -39,7 +40,7 @@ def test_turns_of_one_conversation_are_prefix_hits(warehouse):
                           rope_dim=4, q_lora_rank=16, index_topk=16, max_seq_len=4096)
     collect_dsa(warehouse, requests, model=DsaRef(config), tokenizer=ByteTokenizer(),
                 run_name="chat", dataset="sharegpt", max_new_tokens=2, block_sizes=(16,))
-    got = warehouse.connect().execute(
+    got = connect(warehouse).execute(
         "SELECT request_id, prefix_cache_hit, prefix_cached_tokens FROM requests ORDER BY 1"
     ).fetchall()
     prompts = [ByteTokenizer().encode(r.prompt) for r in requests]
@@ -126,7 +127,7 @@ def test_replayed_arrivals_record_fifo_latency_and_the_serving_summary(warehouse
 
     from kvtrace.collectors.datasets.burstgpt import load_arrivals
     from kvtrace.collectors.dsa_collect import replay_arrivals
-    from kvtrace.summary import run_summary
+    from kvtrace.sql.summary import run_summary
 
     trace = tmp_path / "burst.csv"
     trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -142,7 +143,7 @@ def test_replayed_arrivals_record_fifo_latency_and_the_serving_summary(warehouse
                              batch_size=2, block_sizes=(16,), max_new_tokens=3,
                              max_prompt_tokens=500)
     assert (report.requests, report.skipped) == (3, 1)
-    con = warehouse.connect()
+    con = connect(warehouse)
     rows = con.execute("SELECT request_id, prompt_tokens, new_tokens, arrival_s, finish_s, "
                        "latency_ms, status FROM requests ORDER BY request_id").fetchall()
     served = [r for r in rows if r[6] == "ok"]
@@ -239,7 +240,22 @@ def test_batched_collection_traces_what_one_at_a_time_does(tmp_path):
                              run_name="b", dataset="ruler", block_sizes=(16,),
                              max_new_tokens=4, batch_size=batch)
         assert (report.requests, report.new_tokens) == (5, 20)
-        picked[batch] = warehouse.connect().execute(
+        picked[batch] = connect(warehouse).execute(
             "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
             "ORDER BY ALL").fetchall()
     assert len(picked[1]) == 5 * 3 * 2 and picked[2] == picked[1]
+
+
+def test_the_registry_names_every_runner_and_rejects_others():
+    from kvtrace.collectors.collect_options import DatasetName, DsaCollectOptions
+    from kvtrace.collectors.datasets.registry import DATASETS, dataset_requests
+
+    assert set(DATASETS) == set(DatasetName.__args__)
+    with pytest.raises(InputError, match="expected one of ruler, sharegpt"):
+        dataset_requests(DsaCollectOptions(dataset="mmlu"), ByteTokenizer())  # type: ignore
+    with pytest.raises(InputError, match="burstgpt needs --data-file"):
+        dataset_requests(DsaCollectOptions(dataset="burstgpt"), ByteTokenizer())
+    requests, variant = dataset_requests(
+        DsaCollectOptions(dataset="ruler", limit=2, ruler_length=600, seed=3), ByteTokenizer())
+    assert len(list(requests)) == 2
+    assert variant == "ruler-niah-single (kvtrace offline generator, seed 3, 600 tokens)"

@@ -10,6 +10,7 @@ import torch
 
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.collectors.dsa_tracer import DsaTracer
+from kvtrace.sql import connect
 
 SMALL = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=3, index_dim=8, rope_dim=4,
                      q_lora_rank=16, index_topk=5, max_seq_len=64)
@@ -94,7 +95,7 @@ def _collect(warehouse, seed: int, tag: str) -> list:
         out = model.generate(prompt, 6, request_id=request, tracer=tracer)
         tracer.end_request(request, new_tokens=len(out))
     tracer.close()
-    return warehouse.connect().execute(
+    return connect(warehouse).execute(
         "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
         "WHERE run_id LIKE ? ORDER BY ALL", [f"det-{tag}-%"]).fetchall()
 
@@ -144,7 +145,7 @@ def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
                          run_name="ruler-test", dataset="ruler", block_sizes=(4, 16),
                          max_new_tokens=3, max_prompt_tokens=600)
     assert (report.requests, report.skipped, report.new_tokens) == (2, 1, 6)
-    con = warehouse.connect()
+    con = connect(warehouse)
     skipped = con.execute("SELECT request_id, skip_reason FROM requests "
                           "WHERE status = 'skipped'").fetchall()
     assert skipped == [(2, f"prompt of {count(long[0].prompt)} tokens is longer than 600")]
@@ -155,7 +156,7 @@ def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
 
 
 def _selections(warehouse, run: str) -> list:
-    return warehouse.connect().execute(
+    return connect(warehouse).execute(
         "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
         "WHERE run_id LIKE ? ORDER BY ALL", [f"{run}-%"]).fetchall()
 

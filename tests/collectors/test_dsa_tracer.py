@@ -12,6 +12,7 @@ import pytest
 
 from kvtrace.collectors.dsa_tracer import DsaTracer, prefix_hashes
 from kvtrace.errors import InputError
+from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 
 
@@ -38,7 +39,7 @@ def _trace(warehouse, *, requests=2, steps=3, layers=4, k=48, prompt=200, seed=0
 
 def test_views_agree_with_the_indices_the_hook_received(warehouse):
     received = _trace(warehouse, block_sizes=(16, 64), scores="full")
-    con = warehouse.connect()
+    con = connect(warehouse)
     for block_size in (16, 64):
         rows = con.execute(
             "SELECT request_id, step_idx, layer_id, selected_pos, scores, unique_blocks "
@@ -73,7 +74,7 @@ def test_layer_subset_sampling_and_score_stats(warehouse):
                 tracer.record_topk(layer, picked, scores)
     tracer.end_request(7)
     tracer.close()
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT step_idx, layer_id, score_min, score_mean, score_max, scores "
         "FROM dsa_steps").fetchall()
     assert {layer for _, layer, *_ in rows} == {0, 2}
@@ -94,7 +95,7 @@ def test_padding_is_dropped_and_batched_steps_map_rows_to_requests(warehouse):
     tracer.end_request(10)
     tracer.end_request(11)
     tracer.close()
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT request_id, step_idx, selected_pos FROM dsa_steps ORDER BY 1").fetchall()
     assert rows == [(10, 3, [0, 2, 3]), (11, 5, [0, 1, 4, 5])]
 
@@ -121,7 +122,7 @@ def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
             tracer.record_topk(0, np.arange(0, len(prompt), 7))
         tracer.end_request(request)
     tracer.close()
-    con = warehouse.connect()
+    con = connect(warehouse)
     got = con.execute("SELECT request_id, prefix_cache_hit, prefix_cached_tokens "
                       "FROM requests ORDER BY 1").fetchall()
     # request 4 hits request 3's 20-token key (the old rule gave short prompts no key)
@@ -154,7 +155,7 @@ def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", script, str(root), "shared", str(rank)],
                               cwd=os.getcwd()) for rank in (0, 1)]
     assert [p.wait() for p in procs] == [0, 0]
-    con = Warehouse(root).connect()
+    con = connect(Warehouse(root))
     assert con.execute("SELECT count(*) FROM dsa_steps").fetchone() == (2 * 3 * 4 * 8,)
     ranks = con.execute("SELECT run_name, rank, run_id FROM runs ORDER BY rank").fetchall()
     assert [(name, rank) for name, rank, _ in ranks] == [("shared", 0), ("shared", 1)]
@@ -167,7 +168,7 @@ def test_rank_and_world_size_default_to_the_torchrun_environment(warehouse, monk
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
     _trace(warehouse, requests=1, steps=1, layers=1)
-    con = warehouse.connect()
+    con = connect(warehouse)
     assert con.execute("SELECT rank, world_size FROM runs").fetchall() == [(3, 4)]
     monkeypatch.setenv("RANK", "4")
     with pytest.raises(InputError, match="outside a world of size 4"):
@@ -199,7 +200,7 @@ def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
     time.sleep(0.5)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    con = Warehouse(root).connect()
+    con = connect(Warehouse(root))
     steps = con.execute("SELECT count(*), min(step_idx) FROM dsa_steps").fetchone()
     assert steps[0] > 0 and steps[1] == 100
     assert con.execute("SELECT count(*) FROM dsa_quality WHERE check_name = "
@@ -211,7 +212,7 @@ def test_default_tiers_serve_every_block_from_hbm(warehouse):
 
     _trace(warehouse, requests=1, steps=2, layers=2, block_sizes=(16,),
            tier_model=HbmOnly(bytes_per_token=656))
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT unique_blocks, hbm_blocks, hbm_bytes_read, hbm_read_ops, hbm_hit_blocks, "
         "local_pool_blocks, remote_pool_blocks, remote_pool_hit_blocks FROM dsa_steps"
     ).fetchall()
@@ -232,7 +233,7 @@ def test_an_lru_tier_model_splits_blocks_over_the_tiers(warehouse):
         tracer.record_topk(0, np.array([0, 16, 48]))
     tracer.end_request(0)
     tracer.close()
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT hbm_blocks, local_pool_hit_blocks, remote_pool_hit_blocks, "
         "remote_pool_bytes_read, remote_pool_latency_us FROM dsa_steps ORDER BY step_idx"
     ).fetchall()
@@ -260,3 +261,33 @@ def test_a_failing_writer_stops_the_next_step_not_only_close(warehouse, monkeypa
             time.sleep(0.05)
     with pytest.raises(OSError):
         tracer.close()
+
+
+def test_a_writer_failing_at_the_last_commit_is_raised_by_close_without_hanging(
+        warehouse, monkeypatch):
+    import threading
+
+    from kvtrace.collectors import dsa_tracer
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dsa_tracer.DsaWriter, "finish", full_disk)
+    tracer = DsaTracer(warehouse, run_name="full", dataset="unit", block_sizes=(16,))
+    tracer.begin_request(0, list(range(40)))
+    with tracer.step(40):
+        tracer.record_topk(0, np.array([1, 2, 3]))
+    raised: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            tracer.close()
+        except BaseException as exc:
+            raised.append(exc)
+
+    closer = threading.Thread(target=close, daemon=True)
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive(), "close() hangs when the final commit fails"
+    assert len(raised) == 1 and "No space left" in str(raised[0])
+    assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (0,)

@@ -11,6 +11,7 @@ from kvtrace.collectors.datasets import DatasetRequest
 from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.hf_adapter import HfCausalLM
 from kvtrace.collectors.tokenizer_file import TokenizerFile
+from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from tests.test_cli import kvtrace
 
@@ -56,7 +57,7 @@ def test_traced_top_k_is_the_head_summed_attention_of_the_last_query(tiny_llama,
     collect_dsa(warehouse, [DatasetRequest(0, prompt_text)], model=model, tokenizer=tokenizer,
                 run_name="hf", dataset="unit", block_sizes=(4,), max_new_tokens=4,
                 scores="full")
-    con = warehouse.connect()
+    con = connect(warehouse)
     rows = con.execute("SELECT step_idx, layer_id, selected_pos, scores FROM dsa_steps "
                        "ORDER BY step_idx, layer_id").fetchall()
     generated = con.execute("SELECT new_tokens FROM requests").fetchone()[0]
@@ -86,7 +87,7 @@ def test_collect_cli_runs_a_model_folder_with_its_tokenizer(tiny_llama, tmp_path
                      "--dataset", "ruler", "--ruler-length", "60", "--limit", "2",
                      "--max-new-tokens", "3", "--topk", "8")
     assert result.returncode == 0, result.stderr
-    con = Warehouse(root).connect()
+    con = connect(Warehouse(root))
     model, config = con.execute("SELECT model, model_config FROM runs").fetchone()
     assert model == "hf:tiny-llama" and json.loads(config)["num_hidden_layers"] == 3
     assert con.execute("SELECT count(*), max(len(selected_pos)) FROM dsa_steps"

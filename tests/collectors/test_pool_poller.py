@@ -14,6 +14,7 @@ import pytest
 
 from kvtrace.collectors.pool_poller import Endpoint, poll_pool
 from kvtrace.errors import InputError
+from kvtrace.sql import connect
 
 PROMETHEUS = """# HELP sglang:kv_available_tokens free tokens
 sglang:kv_available_tokens{tp_rank="0"} 70000
@@ -96,7 +97,7 @@ def test_poller_survives_slow_failing_malformed_and_down_workers(warehouse, serv
     report = poll_pool(warehouse, endpoints, interval_s=0.2, timeout_s=0.1, duration_s=1.5,
                        batch_s=0.5, run_name="poll-test", experiment="exp-poll")
     assert report.commits >= 2  # written in batches while polling
-    con = warehouse.connect()
+    con = connect(warehouse)
     rows = con.execute(
         "SELECT worker_id, worker_role, t_s, held_tokens, other_tokens, poll_error "
         "FROM pool_other ORDER BY worker_id, t_s").fetchall()

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from kvtrace.collectors.pool_poller import MAX_BODY_BYTES, Endpoint, poll_once, poll_pool
+from kvtrace.sql import connect
 
 GOOD = json.dumps({"internal_states": [{"session_cache": {
     "held_tokens": 100, "available_tokens": 900, "capacity_tokens": 2000,
@@ -97,7 +98,7 @@ def test_every_worker_keeps_being_polled_and_good_rows_are_kept(server, warehous
     report = poll_pool(warehouse, endpoints, interval_s=0.2, timeout_s=0.1, duration_s=2.0,
                        batch_s=0.5)
     assert time.monotonic() - started < 2.0 + 2.0  # --duration kept (a drip holds 10 s)
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT worker_id, count(*), count(*) FILTER (WHERE poll_error IS NULL) "
         "FROM pool_snapshots GROUP BY ALL").fetchall()
     polls = {worker: (n, ok) for worker, n, ok in rows}
@@ -126,6 +127,6 @@ def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_p
     assert "polled 2 worker(s)" in out
     from kvtrace.warehouse import Warehouse
 
-    rows = Warehouse(root).connect().execute(
+    rows = connect(Warehouse(root)).execute(
         "SELECT worker_id, count(*) FROM pool_snapshots GROUP BY ALL ORDER BY 1").fetchall()
     assert [w for w, _ in rows] == ["drip", "good"] and all(n >= 2 for _, n in rows)

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 
 HOSTILE = Path(__file__).parent.parent / "data" / "hostile"
 
 
 def _quarantined(warehouse) -> list[tuple[int, str]]:
-    return warehouse.connect().execute(
+    return connect(warehouse).execute(
         "SELECT line_no, reason FROM quarantine ORDER BY line_no").fetchall()
 
 
@@ -30,7 +31,7 @@ def test_bad_dsa_lines_are_quarantined_and_the_good_ones_kept(warehouse, name, b
     quarantined = _quarantined(warehouse)
     assert [line for line, _ in quarantined] == bad_lines
     assert all(reason in why for _, why in quarantined), quarantined
-    got = warehouse.connect().execute(
+    got = connect(warehouse).execute(
         "SELECT request_id FROM dsa_steps ORDER BY 1").fetchall()
     assert got == [(0,), (1,)]
 
@@ -41,7 +42,7 @@ def test_pool_values_out_of_range_are_quarantined_and_the_rest_kept(warehouse):
     quarantined = _quarantined(warehouse)
     assert [line for line, _ in quarantined] == [3, 4]
     assert "held_tokens" in quarantined[0][1] and "available_tokens" in quarantined[1][1]
-    got = warehouse.connect().execute("SELECT t_s FROM pool_snapshots ORDER BY 1").fetchall()
+    got = connect(warehouse).execute("SELECT t_s FROM pool_snapshots ORDER BY 1").fetchall()
     assert got == [(0.0,), (1.0,), (4.0,)]
 
 
@@ -55,7 +56,7 @@ def test_a_record_of_several_megabytes_is_ingested_not_rejected(warehouse, tmp_p
     assert path.stat().st_size > 2_500_000
     report = ingest(warehouse, [str(path)])
     assert (report.rows, _quarantined(warehouse)) == (3, [])
-    got = warehouse.connect().execute(
+    got = connect(warehouse).execute(
         "SELECT len(selected_pos) FROM dsa_steps WHERE request_id = 0").fetchone()
     assert got == (300_000,)
 
@@ -65,7 +66,7 @@ def test_a_truncated_gzip_keeps_its_complete_lines_and_says_so(warehouse):
     assert 10 < report.rows < 50
     reasons = [why for _, why in _quarantined(warehouse)]
     assert any("gzip stream ends early" in why for why in reasons)
-    got = warehouse.connect().execute("SELECT count(*) FROM dsa_steps").fetchone()
+    got = connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone()
     assert got == (report.rows,)
 
 
@@ -74,7 +75,7 @@ def test_a_corrupt_gzip_is_one_sentence_naming_the_file(warehouse, cli):
                          str(HOSTILE / "corrupt_crc.jsonl.gz"))
     assert status == 1
     assert err.startswith("Error: ") and "corrupt_crc.jsonl.gz: corrupt gzip data" in err
-    assert warehouse.connect().execute("SELECT count(*) FROM dsa_steps").fetchone() == (0,)
+    assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("name", ["array_first_line.jsonl", "truncated_first_line.jsonl"])
@@ -95,4 +96,4 @@ def test_an_unknown_file_in_a_folder_says_what_was_committed(warehouse, tmp_path
     assert status == 1
     assert "b.jsonl is not a trace kvtrace knows" in err
     assert "1 file(s) before it were ingested and committed" in err
-    assert warehouse.connect().execute("SELECT count(*) FROM dsa_steps").fetchone() == (1,)
+    assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (1,)

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from kvtrace import dsa_writer
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse
+from kvtrace.sql import connect
+from kvtrace.warehouse import Warehouse, dsa_writer
 
 
 def _counts(warehouse):
-    con = warehouse.connect()
+    con = connect(warehouse)
     tables = ("dsa_steps", "requests", "runs", "_dsa_offset_hist_files")
     return {t.strip("_"): con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
             for t in tables}
@@ -57,7 +57,7 @@ def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic
     Warehouse(root, create=True)
     script = (
         "import sys, time\n"
-        "from kvtrace import dsa_writer\n"
+        "from kvtrace.warehouse import dsa_writer\n"
         "from kvtrace.ingest import ingest\n"
         "from kvtrace.warehouse import Warehouse\n"
         "dsa_writer.FLUSH_BYTES = 1\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.conftest import write_jsonl
 
 
@@ -32,7 +33,7 @@ def test_string_ids_become_dense_integers_and_positions_mean_start_pos(warehouse
     report = ingest(warehouse, [str(path)], dataset="longbench")
     assert report.rows == 3
     assert report.files[0].skipped == {"prefill record (is_decode=false)": 1}
-    con = warehouse.connect()
+    con = connect(warehouse)
     steps = con.execute("SELECT request_id, step_idx, seq_len, topk, selected_pos, dataset "
                     "FROM dsa_steps ORDER BY request_id, step_idx").fetchall()
     assert steps == [
@@ -50,7 +51,7 @@ def test_a_later_file_of_the_same_run_keeps_earlier_request_ids(warehouse, tmp_p
                                                           nested("x", 0, 2, 10, [3])])
     ingest(warehouse, [str(first)], run_name="r")
     ingest(warehouse, [str(second)], run_name="r")
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT request_key, list(DISTINCT request_id) FROM requests GROUP BY 1 ORDER BY 1"
     ).fetchall()
     assert rows == [("x", [0]), ("y", [1])]
@@ -78,6 +79,6 @@ def test_files_of_one_run_ingested_at_once_never_share_a_request_id(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", script, str(root), str(p), str(start)])
              for p in paths]
     assert [p.wait() for p in procs] == [0, 0]
-    rows = Warehouse(root).connect().execute(
+    rows = connect(Warehouse(root)).execute(
         "SELECT request_key, request_id FROM requests").fetchall()
     assert len(rows) == 60 and len({rid for _, rid in rows}) == 60

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.conftest import seed_record, write_jsonl
 
 
@@ -26,7 +27,7 @@ def test_each_kind_of_bad_line_is_quarantined_and_good_lines_survive(warehouse, 
     path = write_jsonl(tmp_path / "crash.jsonl", lines)
     report = ingest(warehouse, [str(path)])
     assert report.rows == 2 and report.rejected == 8
-    con = warehouse.connect()
+    con = connect(warehouse)
     rejected = dict(con.execute("SELECT line_no, reason FROM quarantine").fetchall())
     assert sorted(rejected) == [2, 3, 4, 5, 6, 7, 8, 10]
     assert rejected[2].startswith("invalid JSON")
@@ -55,7 +56,7 @@ def test_precomputed_stats_that_disagree_are_reported_not_kept(warehouse, tmp_pa
     tally = disagreements["src_unique_blocks"]
     assert (tally.checked, tally.disagreeing, tally.first_line) == (2, 1, 2)
     assert (tally.source_value, tally.recomputed) == (7, 3)
-    con = warehouse.connect()
+    con = connect(warehouse)
     assert con.execute("SELECT DISTINCT unique_blocks FROM dsa_steps").fetchall() == [(3,)]
     check = con.execute("SELECT check_name, violations FROM dsa_quality").fetchall()
     assert check == [("source_stat_disagreement", 1)]

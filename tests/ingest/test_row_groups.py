@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from kvtrace import dsa_writer
 from kvtrace.ingest import ingest, lines
-from kvtrace.warehouse import Warehouse
+from kvtrace.sql import connect
+from kvtrace.warehouse import Warehouse, dsa_writer
 
 
 def _row_groups(warehouse: Warehouse) -> int:
@@ -15,7 +15,7 @@ def _row_groups(warehouse: Warehouse) -> int:
 
 
 def _everything(warehouse: Warehouse) -> dict:
-    con = warehouse.connect()
+    con = connect(warehouse)
     queries = {
         "steps": "SELECT * EXCLUDE (run_id) FROM dsa_steps "
                  "ORDER BY request_id, step_idx, layer_id",

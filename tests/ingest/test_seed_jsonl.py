@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.conftest import read_records, seed_record, write_jsonl
 
 
@@ -18,7 +19,7 @@ def test_rows_land_sorted_with_scores_permuted_alongside(warehouse, tmp_path):
     ])
     report = ingest(warehouse, [str(path)])
     assert report.rows == 2 and report.rejected == 0
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT layer_id, selected_pos, scores, seq_len, score_max FROM dsa_steps "
         "ORDER BY layer_id").fetchall()
     assert rows[0][1] == [0, 3, 7, 40]
@@ -37,7 +38,7 @@ def test_a_run_folder_with_shards_and_sidecars_becomes_one_run(warehouse, synthe
     (first.parent / "summary.json").write_text('{"config": {"kv_block_size_tokens": 64}}')
     report = ingest(warehouse, [str(first.parent.parent)])
     assert [f.status for f in report.files] == ["ingested", "ingested"]
-    con = warehouse.connect()
+    con = connect(warehouse)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 4
     assert con.execute("SELECT DISTINCT run_name FROM runs").fetchone()[0] == "ruler_177"
@@ -60,7 +61,7 @@ def test_requests_take_prompt_length_and_prefix_from_records(warehouse, tmp_path
         seed_record(5, 0, 100, [0, 1], prefix=prefix),
     ])
     ingest(warehouse, [str(path)])
-    row = warehouse.connect().execute(
+    row = connect(warehouse).execute(
         "SELECT request_id, prompt_tokens, prefix_key, prefix_cache_hit, prefix_cached_tokens "
         "FROM requests").fetchone()
     assert row == (5, 100, "abc", True, 64)
@@ -77,7 +78,7 @@ def test_hbm_hit_list_equal_to_selected_blocks_is_not_stored(warehouse, tmp_path
         seed_record(0, 1, 40, [1, 20, 33], kv_fetch=fetch([0, 1])),
     ])
     ingest(warehouse, [str(path)])
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT hbm_blocks, hbm_hit_blocks, step_latency_us, local_pool_hit_blocks "
         "FROM dsa_steps ORDER BY layer_id").fetchall()
     assert rows == [(3, None, 5.0, None), (2, [0, 1], 5.0, None)]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.conftest import seed_record, write_jsonl
 
 
 def _checks(warehouse) -> dict:
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT statistic, rows_checked, rows_disagreeing FROM ingest_checks").fetchall()
     return {name: (checked, wrong) for name, checked, wrong in rows}
 
@@ -23,7 +24,7 @@ def test_a_miss_is_intersected_with_its_own_key_region_and_checked(warehouse, tm
     good = seed_record(0, 0, 500, positions, **_prefix(False, 2, 0.5))
     wrong = seed_record(1, 0, 500, positions, **_prefix(False, 2, 0.0))  # the old rule
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", [good, wrong]))])
-    con = warehouse.connect()
+    con = connect(warehouse)
     rows = con.execute("SELECT request_id, prefix_cache_hit, intersection_blocks, "
                        "intersection_ratio, cached_prefix_ratio FROM dsa_prefix(16) "
                        "ORDER BY request_id").fetchall()
@@ -40,7 +41,7 @@ def test_the_region_counts_a_partly_covered_block_but_the_cached_variant_does_no
     # ceil(32 / 24) = 2 blocks, of which 1 is fully cached
     record = seed_record(0, 0, 500, [3, 30, 60, 400], **_prefix(True, 2, 0.5))
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", [record]))])
-    row = warehouse.connect().execute(
+    row = connect(warehouse).execute(
         "SELECT prefix_blocks, intersection_blocks, intersection_ratio, "
         "cached_prefix_blocks, cached_prefix_ratio FROM dsa_prefix(24)").fetchone()
     assert row == (2, [0, 1], 0.5, 1, 0.25)
@@ -69,5 +70,5 @@ def test_prefix_hot_blocks_keep_the_top_20_blocks_of_a_request(warehouse, tmp_pa
     positions = list(range(0, 30 * 16, 16))  # one position in each of blocks 0..29
     record = seed_record(0, 0, 600, positions, **_prefix(False, 30, 1.0))
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", [record]))])
-    hot = warehouse.connect().execute("SELECT prefix_hot_blocks FROM dsa_summary").fetchone()[0]
+    hot = connect(warehouse).execute("SELECT prefix_hot_blocks FROM dsa_summary").fetchone()[0]
     assert [b["block_id"] for b in hot[0]] == list(range(20))

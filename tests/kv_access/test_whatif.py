@@ -12,8 +12,9 @@ from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.collectors.kv_tiers import LruTiers
 from kvtrace.errors import InputError
 from kvtrace.ingest import ingest
-from kvtrace.kv_access.curves import capacity_for, run_curves
-from kvtrace.kv_access.whatif import Tier, whatif
+from kvtrace.sql import connect
+from kvtrace.sql.kv_access.curves import capacity_for, run_curves
+from kvtrace.sql.kv_access.whatif import Tier, whatif
 from tests.conftest import write_jsonl
 from tests.queries.test_dsa_access import EXAMPLE
 
@@ -29,7 +30,7 @@ def test_bytes_and_fetch_time_per_step_of_the_worked_example(example):
     # the second access of block 2 only.  A block item carries 16 tokens x 2 layers x
     # 1000 bytes = 32,000 bytes.  Step 100 reads 3 items remotely, step 101 one from
     # each tier.
-    result = whatif(example.connect(), block_sizes=[16], bytes_per_token=1000,
+    result = whatif(connect(example), block_sizes=[16], bytes_per_token=1000,
                     tiers=[Tier.parse("hbm:2:1:0"), Tier.parse("remote:inf:1:10")])
     tiers = {row["tier"]: row for row in result.tiers.to_pylist()}
     assert tiers["hbm"]["accesses_served"] == 1 and tiers["remote"]["accesses_served"] == 4
@@ -48,7 +49,7 @@ def test_bytes_and_fetch_time_per_step_of_the_worked_example(example):
 
 
 def test_the_capacity_for_a_hit_rate_is_exact_under_lru(example):
-    curve = next(run_curves(example.connect(), 16, "lru", "block", "request"))
+    curve = next(run_curves(connect(example), 16, "lru", "block", "request"))
     assert capacity_for(curve, 0.2) == 2  # distance 1 needs 2 blocks
     assert capacity_for(curve, 0.4) == 3  # distance 2 needs 3
     assert capacity_for(curve, 0.5) is None
@@ -74,14 +75,14 @@ def _traced_with_lru_tiers(warehouse, granularity: str):
     for request in (4, 1, 9):
         tracer.end_request(request)
     tracer.close()
-    return whatif(warehouse.connect(), block_sizes=[16], granularity=granularity, scope="run",
+    return whatif(connect(warehouse), block_sizes=[16], granularity=granularity, scope="run",
                   tiers=[Tier.parse(f"hbm:{hbm}:100:0"), Tier.parse(f"local:{local}:10:1"),
                          Tier.parse("remote:inf:1:10")])
 
 
 def test_live_lru_tiers_serve_exactly_what_the_whatif_serves_per_layer(warehouse):
     result = _traced_with_lru_tiers(warehouse, "layer_block")
-    live = warehouse.connect().execute(
+    live = connect(warehouse).execute(
         "SELECT sum(hbm_blocks), sum(local_pool_blocks), sum(remote_pool_blocks) "
         "FROM dsa_steps").fetchone()
     served = tuple(row["accesses_served"] for row in result.tiers.to_pylist())
@@ -92,7 +93,7 @@ def test_live_lru_tiers_serve_exactly_what_the_whatif_serves_per_layer(warehouse
 def test_live_lru_tiers_serve_exactly_what_the_whatif_serves_per_block(warehouse):
     result = _traced_with_lru_tiers(warehouse, "block")
     # each (step, request, block) was served from one tier; rows repeat it per layer
-    live = warehouse.connect().execute("""
+    live = connect(warehouse).execute("""
         WITH blocks AS (
             SELECT batch_step, request_id, unnest(selected_pos) // 16 AS block,
                    local_pool_hit_blocks AS local, remote_pool_hit_blocks AS remote

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvtrace.catalog import documented_objects, library
+from kvtrace.sql import connect
+from kvtrace.sql.catalog import documented_objects, library
 
 # Arguments for macros whose parameters have no default.
 ARGUMENTS = {"dsa_blocks": "(16)", "dsa_prefix": "(16)", "dsa_prefix_hot_blocks": "(16)",
@@ -18,7 +19,7 @@ def test_every_created_object_is_documented():
 
 
 def test_every_public_object_documents_exactly_its_columns(warehouse):
-    con = warehouse.connect()
+    con = connect(warehouse)
     for obj in documented_objects():
         if not obj.public:
             continue

@@ -11,6 +11,7 @@ import pytest
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.errors import QueryError
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests import cache_models
 from tests.conftest import seed_record, write_jsonl
 
@@ -24,7 +25,7 @@ EXAMPLE = [
 @pytest.fixture
 def example(warehouse, tmp_path):
     ingest(warehouse, [str(write_jsonl(tmp_path / "example.jsonl", EXAMPLE))])
-    return warehouse.connect()
+    return connect(warehouse)
 
 
 def _rows(con, sql: str) -> list[tuple]:
@@ -156,7 +157,7 @@ BRUTE = {"lru": cache_models.lru_hits, "fifo": cache_models.fifo_hits,
 def random_trace(warehouse, tmp_path):
     records = _random_trace(np.random.default_rng(11))
     ingest(warehouse, [str(write_jsonl(tmp_path / "random.jsonl", records))])
-    return warehouse.connect(), records
+    return connect(warehouse), records
 
 
 @pytest.mark.parametrize("granularity", ["block", "layer_block"])
@@ -193,7 +194,7 @@ def test_runs_read_in_one_batch_are_simulated_apart(warehouse, tmp_path):
         for record in records:
             record["run_name"] = name
         ingest(warehouse, [str(write_jsonl(tmp_path / f"{name}.jsonl", records))])
-    rows = _rows(warehouse.connect(), "SELECT r.run_name, c.capacity_blocks, c.hits "
+    rows = _rows(connect(warehouse), "SELECT r.run_name, c.capacity_blocks, c.hits "
                  "FROM dsa_hit_curve(16, 'opt', 'layer_block') c JOIN runs r USING (run_id)")
     assert {name for name, _, _ in rows} == {"one", "two"}
     for name, capacity, hits in rows:
@@ -226,7 +227,7 @@ def test_a_shared_cache_follows_the_batched_step_order(warehouse):
     tracer.close()
     # batched order: step 0 (request 3: blocks 0, 2; request 7: 1, 2), step 1 (3: 0, 1; 7: 0)
     shared = [(3, 0), (3, 2), (7, 1), (7, 2), (3, 0), (3, 1), (7, 0)]
-    con = warehouse.connect()
+    con = connect(warehouse)
     for capacity in (1, 2, 3, 4):
         got = _rows(con, f"SELECT hits FROM dsa_hit_curve(16, 'lru', 'block', 'run', "
                          f"[{capacity}]) WHERE capacity_blocks = {capacity}")
@@ -242,7 +243,7 @@ def test_a_shared_cache_follows_the_batched_step_order(warehouse):
     ("FROM dsa_working_set(16, 0)", "window must be at least 1"),
 ])
 def test_bad_arguments_are_one_sentence(example, sql, message):
-    from kvtrace.query import run_query
+    from kvtrace.sql.query import run_query
 
     with pytest.raises(QueryError, match=message):
         run_query(example, sql)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.conftest import linear_quantile, read_records
 
 
@@ -16,7 +17,7 @@ def loaded(warehouse, synthetic_trace):
     trace = synthetic_trace("views", requests=4, steps=3, layers=5, topk=256,
                             prompt_tokens=900)
     ingest(warehouse, [str(trace)])
-    return warehouse.connect(), read_records(trace)
+    return connect(warehouse), read_records(trace)
 
 
 def _key(record):
@@ -110,7 +111,7 @@ def test_dsa_layer_profile_counts_every_layer(loaded):
 
 
 def test_shell_fallback_macros_agree_with_the_vectorised_functions(loaded, warehouse):
-    from kvtrace.catalog import shell_init_sql
+    from kvtrace.sql.catalog import shell_init_sql
 
     con, _ = loaded
     import duckdb

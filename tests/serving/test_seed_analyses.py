@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.serving.fixtures import CAPACITY, write
 
 
@@ -39,7 +40,7 @@ def _irregular() -> list[dict]:
 @pytest.fixture
 def irregular(warehouse, tmp_path):
     ingest(warehouse, [str(write(tmp_path / "irr_pool_timeseries.jsonl", _irregular()))])
-    return warehouse.connect()
+    return connect(warehouse)
 
 
 def _weights(times: list[float]) -> list[float]:
@@ -124,7 +125,7 @@ def test_error_types_with_transfer_and_reuse_shares(warehouse, tmp_path):
             _request(2, "b", failed=True, error="ReadTimeout", reused=True),
             _request(3, "b", failed=False)]
     ingest(warehouse, [str(write(tmp_path / "e_metrics.jsonl", rows))])
-    got = warehouse.connect().execute(
+    got = connect(warehouse).execute(
         "SELECT error_type, errors, share_of_errors, with_kv_transfer, session_reused "
         "FROM request_error_types").fetchall()
     assert got == [("RuntimeError", 2, 2 / 3, 1, 0), ("ReadTimeout", 1, 1 / 3, 1, 1)]
@@ -134,7 +135,7 @@ def test_sessions_sort_naturally_and_show_their_turn_profile(warehouse, tmp_path
     rows = [_request(i, s, failed=s == "sess-9" and i == 3, turn=i)
             for i, s in enumerate(["sess-10", "sess-9", "sess-10", "sess-9", "sess-2"])]
     ingest(warehouse, [str(write(tmp_path / "t_metrics.jsonl", rows))])
-    con = warehouse.connect()
+    con = connect(warehouse)
     order = [r[0] for r in con.execute("SELECT session_id FROM session_errors "
                                        "WHERE errors = 0").fetchall()]
     assert order == ["sess-2", "sess-10"]  # not 'sess-10' < 'sess-2' by characters
@@ -149,7 +150,7 @@ def test_sessions_that_fail_in_every_rerun_are_marked(warehouse, tmp_path):
         rows = [_request(i, s, failed=s in failing) for i, s in enumerate(["s1", "s2", "s3"])]
         ingest(warehouse, [str(write(tmp_path / f"run{run}_metrics.jsonl", rows))],
                experiment="exp2")
-    got = warehouse.connect().execute(
+    got = connect(warehouse).execute(
         "SELECT session_id, runs, runs_with_errors, fails_every_run "
         "FROM session_failure_recurrence").fetchall()
     assert got == [("s1", 3, 3, True), ("s2", 3, 1, False), ("s3", 3, 1, False)]
@@ -162,7 +163,7 @@ def test_execution_modes_and_truncation_compared_between_experiments(warehouse, 
               for i in range(4)]
     ingest(warehouse, [str(write(tmp_path / "base_metrics.jsonl", base))], experiment="base")
     ingest(warehouse, [str(write(tmp_path / "poll_metrics.jsonl", polled))], experiment="poll")
-    got = {row[0]: row[1:] for row in warehouse.connect().execute(
+    got = {row[0]: row[1:] for row in connect(warehouse).execute(
         "SELECT execution_mode, left_share, right_share, share_delta, single_run "
         "FROM execution_mode_compare('base', 'poll')").fetchall()}
     assert got["direct"] == pytest.approx((0.75, 0.25, -0.5, True))
@@ -178,7 +179,7 @@ def test_failures_join_pool_files_of_the_same_experiment_ingested_apart(warehous
                 _request(1, "s", failed=True, arrival=12.0)]  # at 12.5: poll 9 is 3.5 s old
     ingest(warehouse, [str(write(tmp_path / "req_metrics.jsonl", requests))],
            experiment="exp9", kind="requests")
-    got = warehouse.connect().execute(
+    got = connect(warehouse).execute(
         "SELECT request_id, snapshot_t_s, snapshot_age_s, other_tokens "
         "FROM errors_with_pool_state() ORDER BY request_id").fetchall()
     assert got == [("r0", 4.0, pytest.approx(0.7), 4000), ("r1", 9.0, 3.5, None)]
@@ -199,7 +200,7 @@ def test_kv_fetch_tiers_are_totalled_per_run(warehouse):
     tracer.end_request(0)
     tracer.close()
     # stream 0, 1 | 0, 1, 2: distances -, -, 1, 1, -: HBM none, local 2, remote 3
-    got = {tier: rest for tier, *rest in warehouse.connect().execute(
+    got = {tier: rest for tier, *rest in connect(warehouse).execute(
         "SELECT tier, blocks, bytes_read, block_share FROM dsa_kv_fetch").fetchall()}
     assert got == {"hbm": [0, 0, 0.0], "local_pool": [2, 64, 0.4],
                    "remote_pool": [3, 96, 0.6]}

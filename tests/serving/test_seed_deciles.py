@@ -9,6 +9,7 @@ failures give exactly the published counts under both binnings.
 from __future__ import annotations
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.serving.fixtures import write
 
 TIME_REQUESTS = [567, 268, 517, 189, 662, 417, 486, 612, 486, 245]
@@ -50,7 +51,7 @@ def seed_replay() -> list[dict]:
 
 def test_the_seeds_small_last_bin_is_no_recovery(warehouse, tmp_path):
     ingest(warehouse, [str(write(tmp_path / "exp2_2p6d_metrics.jsonl", seed_replay()))])
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT equal_time_requests, equal_time_errors, equal_time_error_rate, "
         "equal_count_requests, equal_count_errors, equal_count_error_rate "
         "FROM request_error_deciles ORDER BY decile").fetchall()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.serving.fixtures import request_rows, write
 
 
@@ -14,7 +15,7 @@ def test_pool_and_metrics_of_one_experiment_share_a_run(warehouse, tmp_path):
             "capacity_tokens": 10}])
     write(tmp_path / "exp1_1p7d_metrics.jsonl", request_rows()[:3])
     ingest(warehouse, [str(tmp_path)], experiment="exp1")
-    con = warehouse.connect()
+    con = connect(warehouse)
     runs = con.execute("SELECT DISTINCT run_name, kind FROM runs").fetchall()
     assert runs == [("exp1_1p7d", "serving")]
     pool_run = con.execute("SELECT DISTINCT run_id, experiment FROM pool_snapshots").fetchall()
@@ -32,7 +33,7 @@ def test_aliases_and_wall_clock_stamps(warehouse, tmp_path):
          "held_tokens": 6, "available_tokens": 4, "capacity_tokens": 20},
     ])
     ingest(warehouse, [str(path)], run_name="r")
-    rows = warehouse.connect().execute(
+    rows = connect(warehouse).execute(
         "SELECT worker_id, worker_role, t_s, other_tokens FROM pool_other ORDER BY t_s"
     ).fetchall()
     assert rows == [("decode-1", "decode", 0.0, 10), ("decode-1", "decode", 2.5, 10)]
@@ -49,7 +50,7 @@ def test_bad_serving_lines_are_quarantined(warehouse, tmp_path):
     path.write_text(path.read_text() + json.dumps(good)[:30] + "\n")
     report = ingest(warehouse, [str(path)])
     assert (report.rows, report.rejected) == (1, 4)
-    reasons = [r for (r,) in warehouse.connect().execute(
+    reasons = [r for (r,) in connect(warehouse).execute(
         "SELECT reason FROM quarantine ORDER BY line_no").fetchall()]
     assert reasons[0] == "bad value: latency_s must be a number, got 'slow'"
     assert reasons[1] == "bad value: turn_id must be an integer, got 1.5"
@@ -62,7 +63,7 @@ def test_reingesting_serving_files_adds_nothing_and_kind_can_be_forced(warehouse
     first = ingest(warehouse, [str(path)], kind="requests")
     again = ingest(warehouse, [str(path)], kind="requests")
     assert (first.rows, again.files[0].status) == (1, "already ingested")
-    status = warehouse.connect().execute("SELECT status FROM request_metrics").fetchall()
+    status = connect(warehouse).execute("SELECT status FROM request_metrics").fetchall()
     assert status == [("ok",)]
 
 
@@ -72,7 +73,7 @@ def test_a_run_summary_lands_beside_its_run(warehouse, tmp_path):
     write(tmp_path / "exp1_1p7d_metrics.jsonl", request_rows()[:2])
     report = ingest(warehouse, [str(tmp_path)])
     assert sorted(f.fmt for f in report.files) == ["requests", "summary"]
-    con = warehouse.connect()
+    con = connect(warehouse)
     errors = con.execute("SELECT summary->>'$.errors' FROM run_summaries").fetchall()
     assert errors == [("6",)]
     assert con.execute("SELECT count(DISTINCT run_id) FROM (SELECT run_id FROM "

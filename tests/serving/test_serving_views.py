@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from tests.serving.fixtures import BREAKDOWN, CAPACITY, pool_rows, request_rows, write
 
 
@@ -19,7 +20,7 @@ def serving(warehouse, tmp_path):
     metrics = write(tmp_path / "exp2_2p6d_metrics.jsonl", request_rows())
     report = ingest(warehouse, [str(pool), str(metrics)])
     assert [f.fmt for f in report.files] == ["pool", "requests"]
-    return warehouse.connect()
+    return connect(warehouse)
 
 
 def _other(row):
@@ -162,7 +163,7 @@ def test_run_compare_counts_runs_and_flags_single_runs(warehouse, tmp_path):
                                    ("b1_metrics", worse, "polling")):
         ingest(warehouse, [str(write(tmp_path / f"{name}.jsonl", data))],
                experiment=experiment)
-    con = warehouse.connect()
+    con = connect(warehouse)
     got = {row[0]: row[1:] for row in con.execute(
         "SELECT metric, left_mean, left_runs, right_mean, right_runs, delta, single_run "
         "FROM run_compare('base', 'polling')").fetchall()}

@@ -13,9 +13,9 @@ import duckdb
 import numpy as np
 
 from kvtrace.errors import QueryError
-from kvtrace.kv_access import GRANULARITIES, POLICIES, SCOPES, Granularity, Policy, Scope
-from kvtrace.kv_access.simulate import UnitOutcome, simulate_units
-from kvtrace.kv_access.stream import read_pieces, run_layouts
+from kvtrace.sql.kv_access import GRANULARITIES, POLICIES, SCOPES, Granularity, Policy, Scope
+from kvtrace.sql.kv_access.simulate import UnitOutcome, simulate_units
+from kvtrace.sql.kv_access.stream import read_pieces, run_layouts
 
 
 def check_arguments(block_size: int, policy: str, granularity: str, scope: str,

@@ -1,7 +1,7 @@
 -- SQL versions of kvtrace's vectorised functions, for a plain duckdb shell.
 --
 -- kvtrace's Python connections register NumPy implementations of these names
--- (kvtrace/udf.py); a shell started with 'duckdb -init' from 'kvtrace shell-init' gets
+-- (kvtrace/sql/functions.py); a shell started with 'duckdb -init' from 'kvtrace shell-init' gets
 -- these macros instead.  Same results, computed one list element at a time.
 
 -- @macro kvtrace_block_stats(pos, seq_len, bs)

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from kvtrace import __version__
-from kvtrace.rejects import BadLine
+from kvtrace.warehouse.rejects import BadLine
 
 
 def make_run_id(run_name: str, source: str) -> str:

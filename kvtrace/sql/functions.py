@@ -1,7 +1,7 @@
 """DuckDB functions over ``selected_pos`` lists, vectorised on Arrow buffers.
 
 DuckDB's list lambdas visit one element at a time; these functions hand a whole vector
-of lists to NumPy (`kvtrace.dsa_stats`).  A plain ``duckdb`` shell, which cannot load
+of lists to NumPy (`kvtrace.kernels.block_stats`).  A plain ``duckdb`` shell, which cannot load
 Python, gets SQL macros of the same names and results from ``udf_fallback.sql``.
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 from duckdb import func
 
-from kvtrace import dsa_stats
-from kvtrace.dsa_stats import PositionLists
+from kvtrace.kernels import block_stats
+from kvtrace.kernels.block_stats import PositionLists
 
 BLOCK_STATS = pa.struct([
     ("unique_blocks", pa.int32()),
@@ -31,7 +31,7 @@ OFFSET_STATS = pa.struct([
     ("offset_p95", pa.float64()),
     ("offset_max", pa.int32()),
     ("offset_mean", pa.float64()),
-    *[(f"within_{w}", pa.float64()) for w in dsa_stats.RECENCY_WINDOWS],
+    *[(f"within_{w}", pa.float64()) for w in block_stats.RECENCY_WINDOWS],
 ])
 
 
@@ -47,14 +47,14 @@ def _struct(fields: dict[str, np.ndarray], type_: pa.StructType, empty: np.ndarr
 def block_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray,
                     block_size: pa.ChunkedArray) -> pa.Array:
     lists = PositionLists.from_arrow(positions)
-    stats = dsa_stats.block_stats(lists, _numbers(seq_len), _numbers(block_size))
+    stats = block_stats.block_stats(lists, _numbers(seq_len), _numbers(block_size))
     fields = {f.name: getattr(stats, f.name) for f in BLOCK_STATS}
     return _struct(fields, BLOCK_STATS, np.zeros(lists.num_rows, dtype=bool))
 
 
 def offset_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray) -> pa.Array:
     lists = PositionLists.from_arrow(positions)
-    stats = dsa_stats.offset_stats(lists, _numbers(seq_len))
+    stats = block_stats.offset_stats(lists, _numbers(seq_len))
     fields = {f.name: getattr(stats, f.name) for f in OFFSET_STATS if hasattr(stats, f.name)}
     fields.update({f"within_{w}": share for w, share in stats.within.items()})
     return _struct(fields, OFFSET_STATS, lists.lengths == 0)
@@ -65,7 +65,7 @@ def prefix_blocks_udf(positions: pa.ChunkedArray, region_blocks: pa.ChunkedArray
     """The distinct selected blocks with id < region_blocks, ascending."""
     lists = PositionLists.from_arrow(positions)
     blocks = np.asarray(region_blocks.to_numpy(), dtype=np.float64)
-    return dsa_stats.prefix_block_lists(lists, blocks, _numbers(block_size)).to_arrow()
+    return block_stats.prefix_block_lists(lists, blocks, _numbers(block_size)).to_arrow()
 
 
 def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.Array:
@@ -73,7 +73,7 @@ def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) 
     lists = PositionLists.from_arrow(positions)
     if lists.num_rows == 0:
         return pa.array([], pa.list_(pa.int32()))
-    return dsa_stats.touched_blocks(lists, _numbers(block_size)).to_arrow()
+    return block_stats.touched_blocks(lists, _numbers(block_size)).to_arrow()
 
 
 def _constant(column: pa.ChunkedArray):
@@ -86,7 +86,7 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
     They hold ``con`` weakly: a connection that referred to itself through its own
     functions would never be freed.
     """
-    from kvtrace.kv_access.columns import HIT_CURVE, REUSE
+    from kvtrace.sql.kv_access.columns import HIT_CURVE, REUSE
 
     connection = weakref.ref(con)
 
@@ -97,7 +97,7 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
         return live.cursor()
 
     def hit_curve(bs, policy, granularity, scope, capacities) -> pa.Array:
-        from kvtrace.kv_access import curves  # the compiled kernels load on first use
+        from kvtrace.sql.kv_access import curves  # the compiled kernels load on first use
 
         rows = curves.hit_curve_rows(cursor(), _constant(bs), _constant(policy),
                                      _constant(granularity), _constant(scope),
@@ -105,7 +105,7 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
         return pa.array([rows] * len(bs), pa.list_(HIT_CURVE))
 
     def reuse(bs, granularity, scope) -> pa.Array:
-        from kvtrace.kv_access import curves
+        from kvtrace.sql.kv_access import curves
 
         rows = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity),
                                  _constant(scope))
@@ -119,7 +119,7 @@ _ARROW = func.PythonUDFType.ARROW
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised functions on ``con``."""
-    from kvtrace.kv_access.columns import HIT_CURVE, REUSE
+    from kvtrace.sql.kv_access.columns import HIT_CURVE, REUSE
 
     con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
                         "INTEGER[]", type=_ARROW)

@@ -1,4 +1,4 @@
-"""Open a warehouse: its layout, manifest, commits and DuckDB connections.
+"""Open a warehouse: its layout, manifest and commits.
 
 A warehouse is a folder of hive-partitioned Parquet files plus ``_manifest/``, one JSON
 file per commit listing the files that commit published.  Readers see exactly the files
@@ -23,10 +23,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtrace import __version__
-from kvtrace.defaults import default_path
 from kvtrace.errors import WarehouseError
-from kvtrace.schema import MANIFEST, TABLES, TableSpec
-from kvtrace.storage import LOCK_DIR, TMP_DIR, LocalStorage, partition_value
+from kvtrace.warehouse.schema import MANIFEST, TABLES, TableSpec
+from kvtrace.warehouse.storage import LOCK_DIR, TMP_DIR, LocalStorage, partition_value
 
 MANIFEST_DIR = "_manifest"
 SCHEMA_DIR = "_schema"
@@ -156,7 +155,7 @@ class Warehouse:
     # -- manifest ---------------------------------------------------------------------------
 
     def manifest(self) -> pa.Table:
-        """Every published file, one row each (the columns of `kvtrace.schema.MANIFEST`)."""
+        """Every published file, one row each (the columns of `schema.MANIFEST`)."""
         rows: list[dict[str, Any]] = []
         for record in self.storage.list_files(MANIFEST_DIR, ".json"):
             try:
@@ -308,28 +307,6 @@ class Warehouse:
             name += f"-r{request_range[0]}-{request_range[1]}"
         name += f"-{commit.commit_id}-{len(commit.entries):04d}.parquet"
         return "/".join([*parts, name])
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def connect(self):
-        """A DuckDB connection with every table and view of this warehouse.
-
-        See `kvtrace.catalog.open_connection`.
-        """
-        from kvtrace.catalog import open_connection
-
-        return open_connection(self)
-
-
-def connect(path: str | os.PathLike[str] | None = None):
-    """Open the warehouse at ``path`` (default: `default_path`) and return a DuckDB connection.
-
-    Examples
-    --------
-    >>> con = kvtrace.connect("kvtrace-warehouse")  # doctest: +SKIP
-    >>> con.sql("SELECT * FROM dsa_summary").pl()  # doctest: +SKIP
-    """
-    return Warehouse(path or default_path()).connect()
 
 
 def _conform(data: pa.Table, spec: TableSpec) -> pa.Table:

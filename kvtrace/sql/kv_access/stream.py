@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import QueryError
-from kvtrace.kv_access import Granularity, Scope
+from kvtrace.sql.kv_access import Granularity, Scope
 
 _ORDER = {
     "request": "run_id, request_id, step_idx, layer_id",

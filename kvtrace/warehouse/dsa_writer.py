@@ -1,7 +1,7 @@
 """The one writer of DSA rows: validate, sort, recompute statistics, buffer, write.
 
 Ingest (from JSONL dumps) and the live tracer both hand it batches of canonical columns
-(`kvtrace.ingest.dsa_formats.canonical`), so a trace that was collected and one that was
+(`kvtrace.warehouse.dsa_columns`), so a trace that was collected and one that was
 ingested are indistinguishable.  Rows are checked with vectorised NumPy; bad rows go to
 the quarantine with a reason.  Every 64 MB of rows becomes a row group of an open,
 sorted Parquet file per (dataset, block size); nothing is visible until the caller
@@ -19,12 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kvtrace import dsa_stats
-from kvtrace.dsa_checks import SourceChecks, check_source_stats
-from kvtrace.dsa_stats import PositionLists
-from kvtrace.rejects import BadLine
-from kvtrace.schema.dsa import DSA_STEPS, TIERS
+from kvtrace.kernels import block_stats
+from kvtrace.kernels.block_stats import PositionLists
 from kvtrace.warehouse import Commit, TableFile, Warehouse
+from kvtrace.warehouse.dsa_checks import SourceChecks, check_source_stats
+from kvtrace.warehouse.dsa_columns import complete
+from kvtrace.warehouse.rejects import BadLine
+from kvtrace.warehouse.schema.dsa import DSA_STEPS, TIERS
 
 FLUSH_BYTES = 64 << 20  # Arrow bytes buffered before a row group is written
 FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk
@@ -118,6 +119,7 @@ class DsaWriter:
         ``lines`` numbers the rows for the quarantine (line numbers of a source file, or
         record numbers of a live trace); ``raw_of(line)`` gives a rejected row's text.
         """
+        cols = complete(cols, len(lines))
         if not self.result.first_record:
             self.result.first_record = {
                 k: cols[k][0].as_py() for k in ("run_name", "dataset", "rank", "world_size")
@@ -138,7 +140,7 @@ class DsaWriter:
         scored = _scores(cols["scores"], lists)
         scores, has_scores = scored if scored is not None else (None, None)
         bad = np.full(len(seq_len), "", dtype=object)
-        bad[dsa_stats.out_of_range_rows(lists, seq_len)] = "position outside [0, seq_len)"
+        bad[block_stats.out_of_range_rows(lists, seq_len)] = "position outside [0, seq_len)"
         if scored is not None:
             given = np.asarray(pc.fill_null(pc.list_value_length(_combined(cols["scores"])), 0)
                                .to_numpy(zero_copy_only=False))
@@ -148,7 +150,7 @@ class DsaWriter:
         if not ok.all():
             lists = _take_lists(lists, ok)
             scores = _take_lists(scores, ok) if scores is not None else None
-        lists_sorted, score_values, repeated = dsa_stats.sort_lists(
+        lists_sorted, score_values, repeated = block_stats.sort_lists(
             PositionLists(lists.values.astype(np.int32, copy=False), lists.offsets),
             scores.values if scores is not None else None,
         )
@@ -287,13 +289,15 @@ class DsaWriter:
             pc.fill_null(source_size, self.block_size).to_numpy(zero_copy_only=False),
             dtype=np.int64,
         )
-        blocks = dsa_stats.block_stats(lists, seq_len, block_size)
-        offsets = dsa_stats.offset_stats(lists, seq_len, windows=())
+        blocks = block_stats.block_stats(lists, seq_len, block_size)
+        offsets = block_stats.offset_stats(lists, seq_len, windows=())
         hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
-        region_tokens = (_floats(cols["prefix_region_tokens"]) if "prefix_region_tokens" in cols
-                         else _floats(cols["prefix_cached_blocks"]) * block_size)
+        region_tokens = _floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
+        cached_blocks = np.isnan(region_tokens)  # a dump's, in blocks of its size
+        region_tokens[cached_blocks] = (_floats(cols["prefix_cached_blocks"])
+                                        * block_size)[cached_blocks]
         region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
-        prefix_lists = dsa_stats.prefix_block_lists(lists, region_blocks, block_size)
+        prefix_lists = block_stats.prefix_block_lists(lists, region_blocks, block_size)
         with np.errstate(divide="ignore", invalid="ignore"):
             intersection = np.where(np.isnan(region_blocks), np.nan,
                                     prefix_lists.lengths / blocks.unique_blocks)
@@ -313,8 +317,7 @@ class DsaWriter:
             "step_idx": pa.array(step, pa.int32()),
             "layer_id": pa.array(layer, pa.int16()),
             "seq_len": pa.array(seq_len, pa.int32()),
-            "batch_step": (_combined(cols["batch_step"]).cast(pa.int64()) if "batch_step" in cols
-                           else pa.nulls(n, pa.int64())),
+            "batch_step": _combined(cols["batch_step"]).cast(pa.int64()),
             "topk": _combined(cols["topk"]),
             "selected_pos": lists.to_arrow(),
             "scores": (
@@ -390,7 +393,7 @@ class DsaWriter:
             )
 
     def _histograms(self, table: pa.Table, lists: PositionLists, seq_len: np.ndarray,
-                    blocks: dsa_stats.BlockStats) -> None:
+                    blocks: block_stats.BlockStats) -> None:
         rows = lists.row_ids()
         offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
         self._offset_hist.append(_histogram(table, rows, offset, "offset"))
@@ -520,13 +523,10 @@ def _score_columns(cols: dict, score_values: np.ndarray | None,
 
 
 def _tier_columns(cols: dict, lists: PositionLists, block_size: np.ndarray,
-                  blocks: dsa_stats.BlockStats) -> dict[str, pa.Array]:
+                  blocks: block_stats.BlockStats) -> dict[str, pa.Array]:
     out: dict[str, pa.Array] = {}
     for tier in TIERS:
-        hit_column = cols.get(f"{tier}_hit_blocks")
-        if hit_column is None:
-            continue
-        hits = _combined(hit_column)
+        hits = _combined(cols[f"{tier}_hit_blocks"])
         present = np.asarray(pc.is_valid(hits).to_numpy(zero_copy_only=False))
         counts = np.asarray(pc.fill_null(pc.list_value_length(hits), 0).to_numpy(
             zero_copy_only=False))
@@ -534,22 +534,21 @@ def _tier_columns(cols: dict, lists: PositionLists, block_size: np.ndarray,
                                          mask=~present)
         out[f"{tier}_bytes_read"] = _combined(cols[f"{tier}_bytes_read"])
         out[f"{tier}_read_ops"] = _combined(cols[f"{tier}_read_ops"]).cast(pa.int32())
-        if f"{tier}_latency_us" in cols:
-            out[f"{tier}_latency_us"] = _combined(cols[f"{tier}_latency_us"])
+        out[f"{tier}_latency_us"] = _combined(cols[f"{tier}_latency_us"])
         out[f"{tier}_hit_blocks"] = _unusual_hits(hits, present, counts, tier, blocks, lists,
                                                   block_size)
     return out
 
 
 def _unusual_hits(hits: pa.ListArray, present: np.ndarray, counts: np.ndarray, tier: str,
-                  blocks: dsa_stats.BlockStats, lists: PositionLists,
+                  blocks: block_stats.BlockStats, lists: PositionLists,
                   block_size: np.ndarray) -> pa.Array:
     """Hit lists, kept only where they are not the obvious value.
 
     The obvious value is every selected block for HBM and nothing for the pools.
     """
     hit_lists = PositionLists.from_arrow(hits.cast(pa.list_(pa.int64())))
-    hit_sorted, _, _ = dsa_stats.sort_lists(
+    hit_sorted, _, _ = block_stats.sort_lists(
         PositionLists(np.clip(hit_lists.values, 0, _INT32_MAX).astype(np.int32),
                       hit_lists.offsets))
     if tier == "hbm":
@@ -566,7 +565,7 @@ def _unusual_hits(hits: pa.ListArray, present: np.ndarray, counts: np.ndarray, t
                                     pa.array(values, pa.int32()), mask=pa.array(~keep))
 
 
-def _block_ids_of_runs(lists: PositionLists, blocks: dsa_stats.BlockStats,
+def _block_ids_of_runs(lists: PositionLists, blocks: block_stats.BlockStats,
                        block_size: np.ndarray) -> np.ndarray:
     run_start = np.concatenate(([0], np.cumsum(blocks.run_tokens)[:-1])).astype(np.int64)
     return (lists.values[run_start] // block_size[blocks.run_rows]).astype(np.int32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kvtrace.schema.core import TableSpec
+from kvtrace.warehouse.schema.core import TableSpec
 
 TIERS = ("hbm", "local_pool", "remote_pool")
 

@@ -1,8 +1,15 @@
 """Arrow schemas of the warehouse tables, one module per trace family."""
 
-from kvtrace.schema.core import INGEST_CHECKS, MANIFEST, QUARANTINE, REQUESTS, RUNS, TableSpec
-from kvtrace.schema.dsa import DSA_FILL_HIST, DSA_OFFSET_HIST, DSA_STEPS
-from kvtrace.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
+from kvtrace.warehouse.schema.core import (
+    INGEST_CHECKS,
+    MANIFEST,
+    QUARANTINE,
+    REQUESTS,
+    RUNS,
+    TableSpec,
+)
+from kvtrace.warehouse.schema.dsa import DSA_FILL_HIST, DSA_OFFSET_HIST, DSA_STEPS
+from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 
 TABLES: dict[str, TableSpec] = {
     spec.name: spec

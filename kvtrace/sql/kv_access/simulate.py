@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits
-from kvtrace.kv_access import Policy
-from kvtrace.kv_access.stream import Piece
+from kvtrace.sql.kv_access import Policy
+from kvtrace.sql.kv_access.stream import Piece
 
 
 @dataclass

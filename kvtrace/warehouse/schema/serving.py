@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kvtrace.schema.core import TableSpec
+from kvtrace.warehouse.schema.core import TableSpec
 
 # Pool fields every snapshot may carry, and the finer breakdown only newer servers report.
 POOL_COUNTERS = (

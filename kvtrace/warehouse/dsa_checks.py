@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvtrace.dsa_stats import BlockStats, OffsetStats, PositionLists, segment_bracket
+from kvtrace.kernels.block_stats import BlockStats, OffsetStats, PositionLists, segment_bracket
 
 _MEAN_TOLERANCE = 0.051  # tokens: the tracer prints one or two decimals
 _RATIO_TOLERANCE = 0.0051  # ratios printed with two or more decimals

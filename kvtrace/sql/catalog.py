@@ -1,4 +1,4 @@
-"""The SQL library: load ``kvtrace/queries/*.sql`` into DuckDB and read their documentation.
+"""The SQL library: load ``kvtrace/sql/queries/*.sql`` into DuckDB and read their documentation.
 
 Each file opens with comments that document its objects::
 
@@ -18,9 +18,9 @@ from importlib import resources
 
 import duckdb
 
-from kvtrace import udf
 from kvtrace.errors import QueryError
-from kvtrace.schema import TABLES
+from kvtrace.sql import functions as udf
+from kvtrace.warehouse.schema import TABLES
 
 FALLBACK_FILE = "udf_fallback.sql"
 _OBJECT = re.compile(r"^--\s*@(view|macro)\s+([A-Za-z_][\w]*)(\([^)]*\))?\s*$")
@@ -78,7 +78,7 @@ def parse_docs(name: str, text: str) -> list[SqlObject]:
 
 
 def _read_files() -> list[SqlFile]:
-    folder = resources.files("kvtrace") / "queries"
+    folder = resources.files("kvtrace.sql") / "queries"
     files = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
