@@ -5,7 +5,8 @@
 Generates a seed-format DSA trace (61 layers, 2048 positions a row, synthetic), then
 measures side by side:
 
-1. ingest throughput: ``kvtrace ingest`` vs DuckDB ``COPY (FROM read_json(...)) TO parquet``;
+1. ingest throughput: ``kvtrace ingest`` vs DuckDB ``COPY (FROM read_json(...)) TO parquet``,
+   interleaved for ``--rounds`` rounds (medians, with the spread of the ratio);
 2. storage: warehouse bytes vs JSONL bytes;
 3. the ``dsa_summary`` query vs the same statistics computed by DuckDB over the JSONL;
 4. re-binning to block size 16 on one thread: ``dsa_blocks(16)`` vs DuckDB list lambdas.
@@ -31,6 +32,7 @@ import numpy as np
 
 import kvtrace
 from kvtrace.ingest import ingest
+from kvtrace.sql import connect
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
@@ -66,6 +68,8 @@ def best_of(runs: int, work) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=300, help="JSONL size to generate (MB)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="Interleaved COPY / ingest rounds (medians are reported)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="Folder for the trace and the warehouses (default: a new temp)")
     args = parser.parse_args()
@@ -89,14 +93,21 @@ def main() -> None:
     jsonl_bytes = trace.stat().st_size
     positions = rows * 2048
 
-    # 1. ingest vs DuckDB COPY
+    # 1. ingest vs DuckDB COPY, interleaved round by round so that a noisy stretch of the
+    # machine lands on both
     duck_parquet = work / "duckdb_copy.parquet"
-    copy_s = best_of(1, lambda: duckdb.connect().execute(
-        f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"))
-    warehouse = Warehouse(work / "wh", create=True)
-    ingest_s, report = timed(lambda: ingest(warehouse, [str(trace)]))
-    assert report.rows == rows and report.rejected == 0
-
+    copy_times, ingest_times = [], []
+    for round_no in range(args.rounds):
+        copy_times.append(timed(lambda: duckdb.connect().execute(
+            f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"))[0])
+        shutil.rmtree(work / "wh", ignore_errors=True)
+        warehouse = Warehouse(work / "wh", create=True)
+        seconds, report = timed(lambda wh=warehouse: ingest(wh, [str(trace)]))
+        assert report.rows == rows and report.rejected == 0
+        ingest_times.append(seconds)
+        print(f"round {round_no + 1}: COPY {copy_times[-1]:.1f} s, ingest {seconds:.1f} s")
+    ratios = [c / i for c, i in zip(copy_times, ingest_times, strict=True)]
+    copy_s, ingest_s = float(np.median(copy_times)), float(np.median(ingest_times))
     # peak memory of the same ingest in a fresh process
     rss_script = ("import re, sys; from kvtrace.ingest import ingest; "
                   "from kvtrace.warehouse import Warehouse; "
@@ -112,7 +123,7 @@ def main() -> None:
                           if "_schema" not in p.parts)
 
     # 3. summary
-    con = warehouse.connect()
+    con = connect(warehouse)
     summary_s = best_of(3, lambda: con.execute("SELECT * FROM dsa_summary").fetchall())
     baseline = duckdb.connect()
     baseline.execute("CREATE MACRO _s(x) AS {'count': count(x), 'min': min(x), "
@@ -143,7 +154,9 @@ def main() -> None:
         "rows": rows, "positions": positions, "jsonl_mb": jsonl_bytes / 1e6,
         "ingest_mb_s": jsonl_bytes / 1e6 / ingest_s,
         "duckdb_copy_mb_s": jsonl_bytes / 1e6 / copy_s,
-        "ingest_vs_copy": copy_s / ingest_s,
+        "ingest_vs_copy": float(np.median(ratios)),
+        "ingest_vs_copy_range": [min(ratios), max(ratios)],
+        "rounds": args.rounds,
         "ingest_peak_rss_mb": ingest_peak_rss_mb,
         "warehouse_mb": warehouse_bytes / 1e6,
         "duckdb_copy_parquet_mb": duck_parquet.stat().st_size / 1e6,
@@ -162,7 +175,8 @@ def main() -> None:
     print("| measure | kvtrace | baseline (DuckDB on the JSONL) | ratio |")
     print("|---|---|---|---|")
     print(f"| ingest | {figures['ingest_mb_s']:.0f} MB/s | COPY to Parquet "
-          f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x |")
+          f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x "
+          f"(median of {args.rounds} interleaved rounds, {min(ratios):.2f}-{max(ratios):.2f}) |")
     print(f"| ingest peak memory | {ingest_peak_rss_mb:.0f} MB RSS | | |")
     print(f"| storage | {figures['warehouse_mb']:.1f} MB | JSONL {figures['jsonl_mb']:.0f} MB "
           f"(DuckDB's Parquet {figures['duckdb_copy_parquet_mb']:.0f} MB) | "

@@ -80,10 +80,9 @@ def segment_quantile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.n
 
 def out_of_range_rows(lists: PositionLists, seq_len: np.ndarray) -> np.ndarray:
     """Rows holding a position outside ``[0, seq_len)`` (a boolean mask; no nulls expected)."""
-    seq = np.repeat(seq_len, lists.lengths)
-    values = lists.values
-    outside = np.zeros(lists.num_rows, dtype=bool)
-    outside[lists.row_ids()[(values < 0) | (values >= seq)]] = True
+    from kvtrace.kernels.list_checks import scan_rows  # compiled on first use
+
+    outside, _, _ = scan_rows(lists.values, lists.offsets, np.asarray(seq_len, np.int64))
     return outside
 
 
@@ -94,27 +93,42 @@ def sort_lists(lists: PositionLists, scores: np.ndarray | None = None
     Positions must already be within ``[0, 2**31)``.  Returns the sorted lists, the
     permuted scores and a boolean mask of rows holding a repeated position.
     """
+    from kvtrace.kernels.list_checks import scan_rows
+
     values = lists.values
-    rows = lists.row_ids()
-    starts = np.zeros(len(values), dtype=bool)
-    starts[lists.offsets[:-1][lists.lengths > 0]] = True
-    ascending = np.ones(len(values), dtype=bool)
-    ascending[1:] = values[1:] > values[:-1]
-    if not (ascending | starts).all():
-        key = (rows << 32) | values.astype(np.int64)
-        if scores is None:
-            key.sort()
-        else:
-            order = np.argsort(key, kind="stable")
-            key = key[order]
-            scores = scores[order]
-        values = (key & 0xFFFFFFFF).astype(np.int32)
-    repeated = np.zeros(lists.num_rows, dtype=bool)
-    same = np.zeros(len(values), dtype=bool)
-    same[1:] = values[1:] == values[:-1]
-    same &= ~starts
-    repeated[rows[same]] = True
+    unbounded = np.full(lists.num_rows, np.iinfo(np.int64).max)
+    _, unsorted, repeated = scan_rows(values, lists.offsets, unbounded)
+    if unsorted.any():
+        values, scores = _sorted_rows(lists, scores)
+        _, _, repeated = scan_rows(values, lists.offsets, unbounded)
     return PositionLists(values.astype(np.int32, copy=False), lists.offsets), scores, repeated
+
+
+def _sorted_rows(lists: PositionLists, scores: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every row's positions ascending, with ``scores`` following them.
+
+    Rows of one length (a fixed top-k, the usual case) are sorted as the rows of a matrix,
+    which NumPy does with SIMD sorting networks; otherwise (row, position) keys are
+    sorted as one array.
+    """
+    lengths = lists.lengths
+    width = int(lengths[0]) if len(lengths) else 0
+    if width and (lengths == width).all():
+        matrix = lists.values.astype(np.int32, copy=False).reshape(-1, width)
+        if scores is None:
+            return np.sort(matrix, axis=1).ravel(), None
+        order = np.argsort(matrix, axis=1)
+        return (np.take_along_axis(matrix, order, axis=1).ravel(),
+                np.take_along_axis(scores.reshape(-1, width), order, axis=1).ravel())
+    key = (lists.row_ids() << 32) | lists.values.astype(np.int64)
+    if scores is None:
+        key.sort()
+    else:
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        scores = scores[order]
+    return (key & 0xFFFFFFFF).astype(np.int32), scores
 
 
 @dataclass
