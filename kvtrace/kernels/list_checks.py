@@ -24,11 +24,11 @@ def scan_rows(values: np.ndarray, offsets: np.ndarray, seq_len: np.ndarray
         start, stop = offsets[row], offsets[row + 1]
         if start == stop:
             continue
-        low = high = previous = np.int64(values[start])
+        low = high = previous = int(values[start])
         descents = 0
         repeats = 0
         for i in range(start + 1, stop):
-            value = np.int64(values[i])
+            value = int(values[i])
             descents += value < previous
             repeats += value == previous
             low = min(low, value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +29,7 @@ def test_scan_matches_a_per_row_reading(rows):
     outside, unsorted, repeated = scan_rows(lists.values, lists.offsets, seq_len)
     for i, (positions, limit) in enumerate(rows):
         assert outside[i] == any(p < 0 or p >= limit for p in positions)
-        assert unsorted[i] == any(b < a for a, b in zip(positions, positions[1:]))
+        assert unsorted[i] == any(b < a for a, b in pairwise(positions))
         if not unsorted[i]:
             assert repeated[i] == (len(set(positions)) < len(positions))
 
