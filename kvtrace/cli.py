@@ -11,7 +11,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -42,6 +42,8 @@ from kvtrace.sql.kv_access import (
     Policy,
     Scope,
 )
+
+ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport
@@ -110,7 +112,7 @@ def ingest(
     block_size: Annotated[int, typer.Option(
         help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
     kind: Annotated[Kind | None, typer.Option(
-        help="dsa, pool or requests (default: told by each file's first record).")] = None,
+        help="dsa, pool, requests or eval (default: told by each file's first record).")] = None,
     experiment: Annotated[str | None, typer.Option(
         help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
     strict: Annotated[bool, typer.Option(
@@ -555,11 +557,11 @@ def demo() -> None:
 
 @app.command("report")
 def report_command(
-    name: Annotated[str, typer.Argument(help="The report: dsa, pool, serving, compare or whatif.")],
+    name: Annotated[ReportName, typer.Argument(help="The report.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
     run: Annotated[list[str] | None, typer.Option(
         help="Run id or run name to cover (repeatable) [default: every run of the kind]; "
-             "compare: the two sides.")] = None,
+             "compare: the two sides; eval: the first two are diffed.")] = None,
     experiment: Annotated[list[str] | None, typer.Option(
         help="Experiment label to cover (repeatable); compare: the two sides.")] = None,
 ) -> None:

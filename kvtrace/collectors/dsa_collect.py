@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 
 from kvtrace.collectors.datasets import DatasetRequest
 from kvtrace.collectors.dsa_tracer import DsaTracer
+from kvtrace.collectors.needles import needle_spans
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
 
@@ -38,6 +39,8 @@ class Tokenizer(Protocol):
     @property
     def eos_id(self) -> int | None: ...
 
+    def decode(self, tokens: list[int]) -> str: ...
+
     def encode(self, text: str) -> list[int]: ...
 
 
@@ -58,6 +61,7 @@ class _Job:
     prompt: list[int]
     budget: int
     arrival_s: float
+    source: DatasetRequest | None = None  # scored after decoding when it has references
 
 
 Progress = Callable[[CollectReport], None]
@@ -88,7 +92,8 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *,
     report = CollectReport(tracer.run_id)
     started = time.perf_counter()
     limit = _prompt_limit(model, max_prompt_tokens)
-    decoding: dict[str, Any] = dict(model=model, report=report, temperature=temperature,
+    decoding: dict[str, Any] = dict(model=model, tokenizer=tokenizer, report=report,
+                                    temperature=temperature,
                                     eos_id=tokenizer.eos_id, seed=seed)
     batch: list[_Job] = []
     try:
@@ -97,7 +102,7 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *,
             if _skipped(tracer, report, request.request_id, len(prompt), limit):
                 continue
             batch.append(_Job(request.request_id, prompt, max_new_tokens,
-                              time.perf_counter() - started))
+                              time.perf_counter() - started, request))
             if len(batch) == batch_size:
                 _decode(tracer, batch, clock_s=time.perf_counter() - started, **decoding)
                 batch = []
@@ -137,7 +142,7 @@ def _skipped(tracer: DsaTracer, report: CollectReport, request_id: int, prompt_t
 
 
 def _decode(tracer: DsaTracer, batch: list[_Job], *, model: TracedModel,
-            report: CollectReport, clock_s: float, temperature: float,
+            tokenizer: Tokenizer, report: CollectReport, clock_s: float, temperature: float,
             eos_id: int | None, seed: int) -> float:
     """Decode a batch of requests with the tracer on; returns the time the last one
     finished on the caller's clock (``clock_s`` plus the seconds decoding took)."""
@@ -163,11 +168,22 @@ def _decode(tracer: DsaTracer, batch: list[_Job], *, model: TracedModel,
             temperature=temperature, eos_id=eos_id,
             seeds=[seed + job.request_id for job in batch], on_finish=finish)
     for row, (job, out) in enumerate(zip(batch, outs, strict=True)):
+        if job.source is not None and job.source.references:
+            _record_answer(tracer, tokenizer, job.source, out)
         tracer.end_request(job.request_id, new_tokens=len(out), arrival_s=job.arrival_s,
                            finish_s=finished[row])
         report.requests += 1
         report.new_tokens += len(out)
     return max(finished.values())
+
+
+def _record_answer(tracer: DsaTracer, tokenizer: Tokenizer, request: DatasetRequest,
+                   out: list[int]) -> None:
+    """Score the generated answer and note where the prompt hid the needle."""
+    tracer.record_answer(
+        request.request_id, task=request.task or "ruler", sample_index=request.request_id,
+        prediction=tokenizer.decode(out), references=request.references,
+        needle_spans=needle_spans(request, tokenizer.encode))
 
 
 def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedModel,
@@ -217,7 +233,8 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedMo
                     min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted,
                     arrival.arrival_s / time_scale))
             if batch:
-                clock = _decode(tracer, batch, model=model, report=report, clock_s=clock,
+                clock = _decode(tracer, batch, model=model, tokenizer=tokenizer, report=report,
+                                clock_s=clock,
                                 temperature=0.0, eos_id=None, seed=seed)
             report.seconds = time.perf_counter() - started
             if progress:

@@ -43,6 +43,7 @@ from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
 from kvtrace.warehouse.dsa_writer import DsaWriter
+from kvtrace.warehouse.eval_rows import eval_row
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
 BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
@@ -147,6 +148,7 @@ class DsaTracer:
         self._seen_prefixes: set[str] = set()
         self._requests: dict[int, _Request] = {}
         self._finished: dict[int, dict] = {}
+        self._answers: list[tuple[dict, list[dict]]] = []  # eval row, needle spans
         self._step: dict[int, int] | None = None
         self._records: list[tuple[int, Any, Any]] = []
         self._record_no = 0
@@ -205,6 +207,21 @@ class DsaTracer:
             "prefix_region_tokens": request.cached_tokens if request.prefix_hit
             else request.key_tokens, "arrival_s": arrival_s,
             "finish_s": finish_s, "latency_ms": latency, "status": status}
+
+    def record_answer(self, request_id: int, *, task: str, sample_index: int,
+                      prediction: str | None, references: list[str],
+                      needle_spans: Sequence[tuple[str, str, int, int]] = ()) -> None:
+        """Score a request's answer the RULER way into ``eval_samples`` and keep where its
+        prompt hid the needle: ``(part, text, token_start, token_end)`` spans."""
+        request = self._requests.get(request_id)
+        row = eval_row(run_id=self.run_id, task=task, sample_index=sample_index,
+                       prediction=prediction, references=references,
+                       context_length=request.prompt_tokens if request else None,
+                       request_id=request_id)
+        spans = [{"run_id": self.run_id, "request_id": request_id, "part": part,
+                  "text": text, "token_start": start, "token_end": end}
+                 for part, text, start, end in needle_spans]
+        self._answers.append((row, spans))
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -307,7 +324,7 @@ class DsaTracer:
                     self._commit(writer, commit)
                     writer, commit, last_commit = None, None, time.monotonic()
                 if stop:
-                    if self._finished:
+                    if self._finished or self._answers:
                         self._commit(None, self.warehouse.begin(self.run_id))
                     return
         except BaseException as exc:  # surfaced by close()
@@ -349,6 +366,11 @@ class DsaTracer:
     def _commit(self, writer: DsaWriter | None, commit) -> None:
         result = writer.finish() if writer is not None else None
         finished, self._finished = self._finished, {}
+        answers, self._answers = self._answers, []
+        if answers:
+            self.warehouse.write_rows(commit, "eval_samples", [row for row, _ in answers])
+            self.warehouse.write_rows(commit, "needle_spans",
+                                      [span for _, spans in answers for span in spans])
         if finished:
             self.warehouse.write_rows(commit, "requests", [
                 {"run_id": self.run_id, "dataset": self.dataset, **row}

@@ -19,6 +19,7 @@ from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import Format, detect_format
+from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file
 from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
@@ -74,7 +75,8 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
     block_size
         Block size for DSA records that do not state theirs.
     kind
-        ``dsa``, ``pool`` or ``requests``; by default each file's first record tells.
+        ``dsa``, ``pool``, ``requests`` or ``eval``; by default each file's first record
+        tells.
     experiment
         Label of serving runs (pool series, request metrics), e.g. ``exp2_2p6d``.
     progress
@@ -113,7 +115,10 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
     first = _first_line(source)
     if not first:
         return FileReport(str(source.path), "", "empty file")
-    if (found := kind or _detect_kind(first, source)) == "dsa":
+    found = kind or _detect_kind(first, source)
+    if found == "eval":
+        return _ingest_eval_file(warehouse, source, run_name, advance)
+    if found == "dsa":
         return _ingest_dsa_file(warehouse, source, first, dataset, run_name, block_size,
                                 advance)
     serving: ServingKind = "pool" if found == "pool" else "requests"
@@ -148,13 +153,16 @@ def _detect_kind(first: bytes, source: SourceFile) -> Kind:
         raise InputError(f"{source.path}: the first line is not JSON") from None
     if isinstance(record, dict) and (serving := detect_serving_kind(record)):
         return serving
+    if isinstance(record, dict) and is_eval_record(record):
+        return "eval"
     try:
         detect_format(first, str(source.path))
     except InputError:
         raise InputError(
             f"{source.path} is not a trace kvtrace knows: its first record is neither a DSA "
-            "record (selected_token_pos), a pool snapshot (worker_id, held_tokens) nor "
-            "request metrics (execution_mode, latency_s); --kind forces one") from None
+            "record (selected_token_pos), a pool snapshot (worker_id, held_tokens), "
+            "request metrics (execution_mode, latency_s) nor a RULER prediction (pred, "
+            "outputs); --kind forces one") from None
     return "dsa"
 
 
@@ -194,6 +202,26 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
         _write_quarantine(warehouse, commit, source, result.rejected)
     return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
                       rejected=len(result.rejected), fmt=kind)
+
+
+def _ingest_eval_file(warehouse: Warehouse, source: SourceFile, run_name: str | None,
+                      advance: Callable[[int], None]) -> FileReport:
+    """A RULER prediction file: its samples, scored, into ``eval_samples``."""
+    name = run_name or source.default_run_name()
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        advance(source.size)
+        return FileReport(str(source.path), run_id, "already ingested", fmt="eval")
+    result = read_eval_file(source.path, run_id, advance)
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
+        warehouse.write_rows(commit, "eval_samples", result.rows)
+        warehouse.write_rows(commit, "runs", _run_row(run_id, name, "eval", source, {
+            "format": "ruler-pred"}, dataset="ruler"))
+        _write_quarantine(warehouse, commit, source, result.rejected)
+    return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
+                      rejected=len(result.rejected), fmt="eval")
 
 
 def _ingest_run_summary(warehouse: Warehouse, source: SourceFile, run_name: str | None,

@@ -9,7 +9,9 @@ from kvtrace.sql.catalog import documented_objects, library
 ARGUMENTS = {"dsa_blocks": "(16)", "dsa_prefix": "(16)", "dsa_prefix_hot_blocks": "(16)",
              "run_compare": "('a', 'b')", "dsa_access": "(16)", "dsa_step_overlap": "(16)",
              "dsa_working_set": "(16, 4)", "dsa_reuse": "(16)", "dsa_hit_curve": "(16)",
-             "execution_mode_compare": "('a', 'b')"}
+             "execution_mode_compare": "('a', 'b')", "eval_diff": "('a', 'b')",
+             "eval_diff_summary": "('a', 'b')", "dsa_needle_recall": "(16)",
+             "dsa_needle_recall_by_layer": "(16)"}
 
 
 def test_every_created_object_is_documented():

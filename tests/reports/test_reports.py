@@ -33,6 +33,7 @@ COMMANDS = {
     "compare": ["report", "compare", "--experiment", "exp-a", "--experiment", "exp-b"],
     "compare-dsa": ["report", "compare", "--run", "chat", "--run", "niah"],
     "whatif": ["report", "whatif"],
+    "eval": ["report", "eval", "--run", "niah", "--run", "niah-b"],
 }
 
 
@@ -50,6 +51,8 @@ def root(tmp_path_factory) -> Path:
     niah = list(niah_requests(2, 600, lambda t: len(tokenizer.encode(t)), seed=1))
     collect_dsa(warehouse, niah, model=DsaRef(CONFIG), tokenizer=tokenizer, run_name="niah",
                 dataset="ruler", block_sizes=(64,), max_new_tokens=6)
+    collect_dsa(warehouse, niah, model=DsaRef(CONFIG, seed=1), tokenizer=tokenizer,
+                run_name="niah-b", dataset="ruler", block_sizes=(64,), max_new_tokens=6)
     folder = root.parent / "serving"
     for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
         write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
@@ -90,6 +93,16 @@ def test_the_whatif_report_holds_the_tier_table_of_kvtrace_whatif(root, tmp_path
                   if row["tier"] == "remote")
     assert f"<td>{int(remote['accesses_served']):,}</td>" in html
     assert html.count("<section ") == 5 and "FROM dsa_hit_curve(" in html
+
+
+def test_the_eval_report_diffs_the_two_runs_it_was_given(root, tmp_path):
+    html = _render(root, "eval", tmp_path / "eval.html")
+    result = kvtrace("-w", str(root), "sql", "SELECT samples, fixed, broken, mcnemar_p FROM "
+                     "eval_diff_summary('niah', 'niah-b')", "--format", "csv")
+    samples, fixed, broken, p_value = result.stdout.splitlines()[1].split(",")
+    assert int(samples) == 2
+    assert f"<td>{samples}</td><td>{fixed}</td><td>{broken}</td>" in html
+    assert html.count("<section ") == 5 and "FROM dsa_needle_recall_by_layer(" in html
 
 
 def test_a_hostile_dataset_name_shows_as_text(root, tmp_path):

@@ -18,6 +18,8 @@ class DatasetRequest:
     prompt: str
     answer: str | None = None
     meta: dict = field(default_factory=dict)
+    references: list[str] = field(default_factory=list)  # scored answers (RULER tasks)
+    task: str | None = None  # the evaluation task the references belong to
 
 
 def read_local_file(path: Path) -> tuple[bytes, str]:

@@ -49,6 +49,7 @@ def niah_requests(count: int, target_tokens: int, count_tokens: Callable[[str], 
         key = _key(rng)
         value = str(rng.randint(1_000_000, 9_999_999))
         needles = [NEEDLE.format(key=key, value=value)]
+        needles_by_key = {key: needles[0]}
         if variant == "multikey":
             others = {_key(rng) for _ in range(distractors)} - {key}
             needles += [NEEDLE.format(key=k, value=rng.randint(1_000_000, 9_999_999))
@@ -57,7 +58,9 @@ def niah_requests(count: int, target_tokens: int, count_tokens: Callable[[str], 
         sentences = _fill(needles, target_tokens, count_tokens, key)
         yield DatasetRequest(
             request_id, TEMPLATE.format(context=" ".join(sentences), key=key), answer=value,
-            meta={"task": f"niah_{variant}", "key": key, "needles": len(needles)})
+            meta={"task": f"niah_{variant}", "key": key, "needles": len(needles),
+                  "needle": needles_by_key[key]},
+            references=[value], task=f"niah_{variant}")
 
 
 def _fill(needles: list[str], target: int, count_tokens: Callable[[str], int],
@@ -136,7 +139,9 @@ def ruler_requests(records: list[dict]) -> Iterator[DatasetRequest]:
         outputs = record.get("outputs") or []
         yield DatasetRequest(request_id, record["input"], answer=", ".join(map(str, outputs)),
                              meta={"task": record.get("task"), "index": record.get("index"),
-                                   "length": record.get("length")})
+                                   "length": record.get("length")},
+                             references=[str(o) for o in outputs],
+                             task=str(record.get("task") or "ruler"))
 
 
 def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:

@@ -1,0 +1,86 @@
+"""Read RULER prediction files: one ``<task>.jsonl`` per task, one line per sample.
+
+A line holds ``index``, ``input``, ``outputs`` (the references), ``pred`` (the model's
+answer, absent or null when the model gave none), ``others``, ``truncation`` and
+``length`` (the context length in tokens).  Each becomes an ``eval_samples`` row scored
+the RULER way (`kvtrace.warehouse.eval_rows`); a line that is not such a record goes to
+the quarantine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvtrace.ingest.lines import NOT_UTF8, raw_text, read_chunks
+from kvtrace.warehouse.eval_rows import eval_row
+from kvtrace.warehouse.rejects import BadLine
+
+
+def is_eval_record(record: dict) -> bool:
+    """A RULER prediction line: a ``pred`` beside the reference ``outputs``."""
+    return "outputs" in record and ("pred" in record or "prediction" in record)
+
+
+def task_name(path: Path) -> str:
+    """``niah_single_1`` from ``niah_single_1.jsonl`` (or ``.jsonl.gz``)."""
+    return path.name.split(".")[0]
+
+
+@dataclass
+class EvalFileResult:
+    rows: list[dict] = field(default_factory=list)
+    rejected: list[BadLine] = field(default_factory=list)
+
+
+def read_eval_file(path: Path, run_id: str,
+                   progress: Callable[[int], None] | None = None) -> EvalFileResult:
+    """Score every sample of a RULER prediction file."""
+    task = task_name(path)
+    result = EvalFileResult()
+    for chunk in read_chunks(path):
+        for offset, text in enumerate(chunk.data.split(b"\n")):
+            if not text.strip():
+                continue
+            line_no = chunk.first_line + offset
+            try:
+                result.rows.append(_row(json.loads(text), run_id, task, line_no))
+            except UnicodeDecodeError:
+                result.rejected.append(BadLine(line_no, NOT_UTF8, raw_text(text)))
+            except _BadSample as exc:
+                result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
+            except ValueError as exc:
+                reason = f"invalid JSON (truncated line?): {exc}"
+                result.rejected.append(BadLine(line_no, reason, raw_text(text)))
+        if (note := chunk.truncation_note()) is not None:
+            result.rejected.append(note)
+        if progress:
+            progress(chunk.source_offset)
+    return result
+
+
+class _BadSample(ValueError):
+    pass
+
+
+def _row(record: object, run_id: str, task: str, line_no: int) -> dict:
+    if not isinstance(record, dict):
+        raise _BadSample(f"expected a JSON object, got {type(record).__name__}")
+    outputs = record.get("outputs")
+    if isinstance(outputs, str):
+        outputs = [outputs]
+    if not isinstance(outputs, list) or not all(isinstance(o, (str, int)) for o in outputs):
+        raise _BadSample("outputs must be a list of reference strings")
+    prediction = record.get("pred", record.get("prediction"))
+    if prediction is not None and not isinstance(prediction, str):
+        raise _BadSample(f"pred must be a string, got {prediction!r}"[:200])
+    index = record.get("index", line_no - 1)
+    length = record.get("length")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise _BadSample(f"index must be an integer, got {index!r}"[:200])
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int)):
+        raise _BadSample(f"length must be an integer, got {length!r}"[:200])
+    return eval_row(run_id=run_id, task=task, sample_index=index, prediction=prediction,
+                    references=[str(o) for o in outputs], context_length=length)

@@ -1,0 +1,93 @@
+"""Scored evaluation samples: RULER's metrics and kvtrace's error classes.
+
+Scoring follows RULER (``scripts/eval``): the prediction is stripped and its control
+characters become newlines; a reference counts when it occurs in the prediction,
+ignoring case.  ``string_match_all`` (needle, variable-tracking and word-extraction
+tasks) scores the share of references found; ``string_match_part`` (QA tasks) scores 1
+when any reference is found.  RULER reports the mean score x 100 per task; kvtrace stores
+each sample's score in [0, 1].
+
+Error classes of samples with a score below 1, first rule that applies:
+
+- ``empty``: no prediction, or nothing but punctuation, spaces and end-of-text markers;
+- ``format``: every reference appears once spaces and punctuation are removed from
+  both sides (the value is there, written differently: ``5 0 4 9 1 0 1``);
+- ``partial``: some references of several found (score between 0 and 1), or a piece
+  of a reference at least half its length (and 3 characters) found: a cut or damaged
+  value such as ``:151:52`` for ``9874152``;
+- ``wrong_value``: anything else: another value, a repetition loop, unrelated text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Metric = Literal["string_match_all", "string_match_part"]
+ErrorClass = Literal["empty", "format", "partial", "wrong_value"]
+
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_END_OF_TEXT = re.compile(r"<\|[a-z_]+\|>|</s>|<eos>|<\|endoftext\|>")
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def ruler_metric(task: str) -> Metric:
+    """RULER's metric for a task name (``qa_*`` tasks match any reference)."""
+    return "string_match_part" if task.startswith("qa") else "string_match_all"
+
+
+def postprocess(prediction: str) -> str:
+    """RULER's cleaning of a prediction before matching."""
+    return _CONTROL.sub("\n", prediction.strip()).strip()
+
+
+def score(prediction: str | None, references: list[str], metric: Metric) -> float:
+    """One sample's score in [0, 1] (a missing prediction scores 0)."""
+    if prediction is None or not references:
+        return 0.0
+    text = postprocess(prediction).lower()
+    found = [ref.lower() in text for ref in references]
+    if metric == "string_match_part":
+        return 1.0 if any(found) else 0.0
+    return sum(found) / len(found)
+
+
+def error_class(prediction: str | None, references: list[str], sample_score: float
+                ) -> ErrorClass | None:
+    """The class of a wrong sample (None when the score is 1); see the module's rules."""
+    if sample_score >= 1.0:
+        return None
+    if prediction is None:
+        return "empty"
+    text = _END_OF_TEXT.sub("", postprocess(prediction)).lower()
+    squeezed = _NOT_ALNUM.sub("", text)
+    if not squeezed:
+        return "empty"
+    refs = [ref.lower() for ref in references]
+    if refs and all(_NOT_ALNUM.sub("", ref) in squeezed for ref in refs):
+        return "format"
+    if sample_score > 0 or any(_shares_a_piece(_NOT_ALNUM.sub("", ref), squeezed)
+                               for ref in refs):
+        return "partial"
+    return "wrong_value"
+
+
+def _shares_a_piece(reference: str, text: str) -> bool:
+    """A substring of ``reference`` of half its length (at least 3) occurs in ``text``."""
+    size = max(3, (len(reference) + 1) // 2)
+    return any(reference[i:i + size] in text for i in range(len(reference) - size + 1))
+
+
+def eval_row(*, run_id: str, task: str, sample_index: int, prediction: str | None,
+             references: list[str], context_length: int | None = None,
+             request_id: int | None = None) -> dict:
+    """An ``eval_samples`` row, scored the RULER way for ``task``."""
+    metric = ruler_metric(task)
+    value = score(prediction, references, metric)
+    return {
+        "run_id": run_id, "task": task, "sample_index": sample_index,
+        "request_id": request_id, "context_length": context_length,
+        "prediction": prediction, "answers": references, "metric": metric,
+        "score": value, "null_prediction": prediction is None,
+        "error_class": error_class(prediction, references, value),
+    }
