@@ -39,7 +39,8 @@ def test_a_prediction_folder_becomes_scored_samples(warehouse, tmp_path):
     assert report.rows == 6 and report.rejected == 1
     con = connect(warehouse)
     accuracy = con.execute(
-        "SELECT task, context_tokens, samples, right_answers, accuracy, ruler_score, null_predictions "
+        "SELECT task, context_tokens, samples, right_answers, accuracy, ruler_score, "
+        "null_predictions "
         "FROM eval_accuracy ORDER BY task").fetchall()
     assert accuracy == [("niah_single_1", 4096, 3, 2, pytest.approx(2 / 3), 66.67, 0),
                         ("qa_1", 32768, 3, 1, pytest.approx(1 / 3), 33.33, 1)]

@@ -97,9 +97,9 @@ def test_the_whatif_report_holds_the_tier_table_of_kvtrace_whatif(root, tmp_path
 
 def test_the_eval_report_diffs_the_two_runs_it_was_given(root, tmp_path):
     html = _render(root, "eval", tmp_path / "eval.html")
-    result = kvtrace("-w", str(root), "sql", "SELECT samples, fixed, broken, mcnemar_p FROM "
+    result = kvtrace("-w", str(root), "sql", "SELECT samples, fixed, broken FROM "
                      "eval_diff_summary('niah', 'niah-b')", "--format", "csv")
-    samples, fixed, broken, p_value = result.stdout.splitlines()[1].split(",")
+    samples, fixed, broken = result.stdout.splitlines()[1].split(",")
     assert int(samples) == 2
     assert f"<td>{samples}</td><td>{fixed}</td><td>{broken}</td>" in html
     assert html.count("<section ") == 5 and "FROM dsa_needle_recall_by_layer(" in html
