@@ -160,6 +160,10 @@ def _print_ingest(report: IngestReport) -> None:
         for reason, count in item.skipped.items():
             out.print(f"  skipped {count:,} {reason}")
         for stat, tally in item.disagreements.items():
+            if tally.first_line is None:  # a file-wide figure, e.g. RULER's summary.csv
+                out.print(f"  {stat}: the source says {tally.source_value:g}, kvtrace "
+                          f"recomputes {tally.recomputed:g}; the samples are stored")
+                continue
             out.print(
                 f"  source {stat.removeprefix('src_')} disagreed with the recomputed value "
                 f"on {tally.disagreeing:,} of {tally.checked:,} rows (line {tally.first_line}: "

@@ -19,7 +19,7 @@ from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import Format, detect_format
-from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file
+from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file, summary_check, task_name
 from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
@@ -214,14 +214,19 @@ def _ingest_eval_file(warehouse: Warehouse, source: SourceFile, run_name: str | 
         advance(source.size)
         return FileReport(str(source.path), run_id, "already ingested", fmt="eval")
     result = read_eval_file(source.path, run_id, advance)
+    task = task_name(source.path)
+    check = summary_check(result.rows, task, source.path.parent)
+    disagreements = {f"ruler_score:{task}": check} if check and check.disagreeing else {}
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
         warehouse.write_rows(commit, "eval_samples", result.rows)
         warehouse.write_rows(commit, "runs", _run_row(run_id, name, "eval", source, {
             "format": "ruler-pred"}, dataset="ruler"))
         _write_quarantine(warehouse, commit, source, result.rejected)
+        _write_checks(warehouse, commit, source, disagreements)
     return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
-                      rejected=len(result.rejected), fmt="eval")
+                      rejected=len(result.rejected), disagreements=disagreements,
+                      fmt="eval")
 
 
 def _ingest_run_summary(warehouse: Warehouse, source: SourceFile, run_name: str | None,
@@ -324,15 +329,7 @@ def _write_side_tables(warehouse: Warehouse, commit: Commit, source: SourceFile,
         ]
         warehouse.write_rows(commit, "requests", rows)
     _write_quarantine(warehouse, commit, source, result.rejected)
-    disagreements = result.checks.disagreements()
-    if disagreements:
-        warehouse.write_rows(commit, "ingest_checks", [
-            {"run_id": run_id, "source_path": str(source.path), "statistic": name,
-             "rows_checked": tally.checked, "rows_disagreeing": tally.disagreeing,
-             "first_line": tally.first_line, "source_value": tally.source_value,
-             "recomputed_value": tally.recomputed}
-            for name, tally in sorted(disagreements.items())
-        ])
+    _write_checks(warehouse, commit, source, result.checks.disagreements())
 
 
 def _run_row(run_id: str, run_name: str, kind: str, source: SourceFile, config: dict, *,
@@ -352,6 +349,19 @@ def _write_quarantine(warehouse: Warehouse, commit: Commit, source: SourceFile,
     if rejected:
         warehouse.write_rows(commit, "quarantine", quarantine_rows(
             commit.run_id, str(source.path), commit.source_sha256, rejected))
+
+
+def _write_checks(warehouse: Warehouse, commit: Commit, source: SourceFile,
+                  disagreements: dict[str, StatCheck]) -> None:
+    """Statistics a source stated that disagree with kvtrace's, into ``ingest_checks``."""
+    if disagreements:
+        warehouse.write_rows(commit, "ingest_checks", [
+            {"run_id": commit.run_id, "source_path": str(source.path), "statistic": name,
+             "rows_checked": tally.checked, "rows_disagreeing": tally.disagreeing,
+             "first_line": tally.first_line, "source_value": tally.source_value,
+             "recomputed_value": tally.recomputed}
+            for name, tally in sorted(disagreements.items())
+        ])
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -4,7 +4,8 @@ A line holds ``index``, ``input``, ``outputs`` (the references), ``pred`` (the m
 answer, absent or null when the model gave none), ``others``, ``truncation`` and
 ``length`` (the context length in tokens).  Each becomes an ``eval_samples`` row scored
 the RULER way (`kvtrace.warehouse.eval_rows`); a line that is not such a record goes to
-the quarantine.
+the quarantine.  When RULER's ``summary.csv`` sits beside the files, its score of the
+task is checked against the recomputed one (``ingest_checks``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtrace.ingest.lines import NOT_UTF8, raw_text, read_chunks
+from kvtrace.warehouse.dsa_checks import StatCheck
 from kvtrace.warehouse.eval_rows import eval_row
 from kvtrace.warehouse.rejects import BadLine
 
@@ -84,3 +86,37 @@ def _row(record: object, run_id: str, task: str, line_no: int) -> dict:
         raise _BadSample(f"length must be an integer, got {length!r}"[:200])
     return eval_row(run_id=run_id, task=task, sample_index=index, prediction=prediction,
                     references=[str(o) for o in outputs], context_length=length)
+
+
+def ruler_summary_scores(folder: Path) -> dict[str, float]:
+    """RULER's own per-task scores from ``summary.csv`` beside the prediction files.
+
+    RULER writes it transposed: a ``Tasks`` row of task names and a ``Score`` row of
+    scores (mean x 100).  An absent or unreadable file gives no scores.
+    """
+    import csv
+
+    try:
+        rows = {row[0]: row[1:] for row in csv.reader(
+            (folder / "summary.csv").read_text().splitlines()) if row}
+    except (OSError, UnicodeDecodeError):
+        return {}
+    scores = {}
+    for task, value in zip(rows.get("Tasks", []), rows.get("Score", []), strict=False):
+        try:
+            scores[task] = float(value)
+        except ValueError:
+            continue
+    return scores
+
+
+def summary_check(rows: list[dict], task: str, folder: Path) -> StatCheck | None:
+    """How RULER's summary.csv score of ``task`` compares with the recomputed one (None
+    when the summary does not list the task)."""
+    stated = ruler_summary_scores(folder).get(task)
+    if stated is None or not rows:
+        return None
+    recomputed = round(sum(row["score"] for row in rows) / len(rows) * 100, 2)
+    disagrees = abs(recomputed - stated) > 0.01
+    return StatCheck(checked=1, disagreeing=int(disagrees), first_line=None,
+                     source_value=stated, recomputed=recomputed)

@@ -86,3 +86,17 @@ def test_mcnemar_caps_at_one_and_is_symmetric(warehouse):
     assert p["3-3"] == 1.0
     assert p["10-0"] == pytest.approx(2 / 1024) == p["0-10"]
     assert p["2-5"] == pytest.approx(2 * (1 + 7 + 21) / 128)
+
+
+def test_rulers_summary_csv_is_checked_against_the_recomputed_scores(cli, tmp_path):
+    folder = _pred_folder(tmp_path / "ruler_4k", [True, False, True])
+    (folder / "summary.csv").write_text("Tasks,niah_single_1,qa_1\nScore,66.67,50.0\n"
+                                        "Nulls,0/3,1/3\n")
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "ingest", str(folder))
+    assert status == 0
+    assert "ruler_score:qa_1: the source says 50, kvtrace recomputes 33.33" in out
+    assert "ruler_score:niah_single_1" not in out  # 66.67 agrees
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT statistic, source_value, recomputed_value FROM ingest_checks",
+                         "-f", "csv")
+    assert out.splitlines()[1:] == ["ruler_score:qa_1,50.0,33.33"]
