@@ -37,8 +37,19 @@ def _consume(writer: DsaWriter, fmt: Format, chunk: Chunk, parsed: ParsedChunk,
     if (note := chunk.truncation_note()) is not None:
         writer.result.rejected.append(note)
     if parsed.table.num_rows:
-        lines = chunk.data.split(b"\n")
-        writer.add(canonical(parsed.table, fmt), parsed.line_numbers,
-                   lambda line_no: raw_text(lines[line_no - chunk.first_line]))
+        writer.add(canonical(parsed.table, fmt), parsed.line_numbers, _raw_lines(chunk))
     if progress:
         progress(chunk.source_offset)
+
+
+def _raw_lines(chunk: Chunk) -> Callable[[int], str]:
+    """A rejected line's text by line number; the chunk is split into lines on the first
+    call only, since most chunks reject nothing."""
+    lines: list[bytes] = []
+
+    def raw_of(line_no: int) -> str:
+        if not lines:
+            lines.extend(chunk.data.split(b"\n"))
+        return raw_text(lines[line_no - chunk.first_line])
+
+    return raw_of
