@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.errors import InputError
+from kvtrace.warehouse.schema.dsa import TIERS
 
 Format = Literal["seed", "nested"]
 
@@ -34,7 +35,7 @@ _TIER = pa.struct(
         ("batch_size", _I64),
     ]
 )
-_KV_FETCH = pa.struct([("hbm", _TIER), ("local_pool", _TIER), ("remote_pool", _TIER)])
+_KV_FETCH = pa.struct([(tier, _TIER) for tier in TIERS])
 _PREFIX = pa.struct(
     [
         ("prefix_cache_hit", pa.bool_()),
@@ -148,7 +149,7 @@ def _field(table: pa.Table, *path: str) -> pa.ChunkedArray:
 
 def _tier_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
     columns: dict[str, pa.ChunkedArray] = {}
-    for tier in ("hbm", "local_pool", "remote_pool"):
+    for tier in TIERS:
         columns[f"{tier}_hit_blocks"] = _field(table, "kv_fetch", tier, "hit_blocks")
         columns[f"{tier}_bytes_read"] = _field(table, "kv_fetch", tier, "bytes_read")
         columns[f"{tier}_read_ops"] = _field(table, "kv_fetch", tier, "read_ops")
