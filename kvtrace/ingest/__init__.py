@@ -23,6 +23,13 @@ from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file, summary_ch
 from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
+from kvtrace.ingest.workload import (
+    WorkloadFormat,
+    csv_header,
+    detect_csv_format,
+    is_mooncake_record,
+    read_workload_file,
+)
 from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
 from kvtrace.warehouse.dsa_checks import StatCheck
@@ -75,8 +82,8 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
     block_size
         Block size for DSA records that do not state theirs.
     kind
-        ``dsa``, ``pool``, ``requests`` or ``eval``; by default each file's first record
-        tells.
+        ``dsa``, ``pool``, ``requests``, ``eval`` or ``workload``; by default each file's
+        first record (a CSV file's header) tells.
     experiment
         Label of serving runs (pool series, request metrics), e.g. ``exp2_2p6d``.
     progress
@@ -108,6 +115,8 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
                 run_name: str | None, block_size: int, kind: Kind | None,
                 experiment: str | None, advance: Callable[[int], None]) -> FileReport:
 
+    if source.path.name.endswith((".csv", ".csv.gz")):
+        return _ingest_workload_file(warehouse, source, run_name, None, advance)
     if source.path.name.endswith(".json"):
         report = _ingest_run_summary(warehouse, source, run_name, experiment)
         advance(source.size)
@@ -116,6 +125,8 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
     if not first:
         return FileReport(str(source.path), "", "empty file")
     found = kind or _detect_kind(first, source)
+    if found == "workload":
+        return _ingest_workload_file(warehouse, source, run_name, "mooncake", advance)
     if found == "eval":
         return _ingest_eval_file(warehouse, source, run_name, advance)
     if found == "dsa":
@@ -155,14 +166,17 @@ def _detect_kind(first: bytes, source: SourceFile) -> Kind:
         return serving
     if isinstance(record, dict) and is_eval_record(record):
         return "eval"
+    if isinstance(record, dict) and is_mooncake_record(record):
+        return "workload"
     try:
         detect_format(first, str(source.path))
     except InputError:
         raise InputError(
             f"{source.path} is not a trace kvtrace knows: its first record is neither a DSA "
             "record (selected_token_pos), a pool snapshot (worker_id, held_tokens), "
-            "request metrics (execution_mode, latency_s) nor a RULER prediction (pred, "
-            "outputs); --kind forces one") from None
+            "request metrics (execution_mode, latency_s), a RULER prediction (pred, "
+            "outputs) nor an arrival trace (timestamp, input_length, output_length); "
+            "--kind forces one") from None
     return "dsa"
 
 
@@ -202,6 +216,38 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
         _write_quarantine(warehouse, commit, source, result.rejected)
     return FileReport(str(source.path), run_id, "ingested", rows=len(result.rows),
                       rejected=len(result.rejected), fmt=kind)
+
+
+def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: str | None,
+                          fmt: WorkloadFormat | None, advance: Callable[[int], None]
+                          ) -> FileReport:
+    """An arrival trace (CSV or Mooncake JSONL) into ``workload_requests``."""
+    if fmt is None:
+        header = csv_header(source.path)
+        fmt = detect_csv_format(header)
+        if fmt is None:
+            raise InputError(
+                f"{source.path} is not an arrival trace kvtrace knows: its header "
+                f"({', '.join(header[:8])}) has the columns of none of Azure, BurstGPT or "
+                "Splitwise/Vidur traces")
+    name = run_name or source.path.name.split(".")[0]
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        advance(source.size)
+        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    result = read_workload_file(source.path, fmt)
+    table = result.table.set_column(0, "run_id", pa.array([run_id] * result.table.num_rows,
+                                                          pa.string()))
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
+        warehouse.write(commit, "workload_requests", table)
+        warehouse.write_rows(commit, "runs", _run_row(run_id, name, "workload", source, {
+            "format": fmt, "source_sha256": sha}, dataset=None))
+        _write_quarantine(warehouse, commit, source, result.rejected)
+    advance(source.size)
+    return FileReport(str(source.path), run_id, "ingested", rows=table.num_rows,
+                      rejected=len(result.rejected), fmt=fmt)
 
 
 def _ingest_eval_file(warehouse: Warehouse, source: SourceFile, run_name: str | None,

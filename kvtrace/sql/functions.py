@@ -86,7 +86,7 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
     They hold ``con`` weakly: a connection that referred to itself through its own
     functions would never be freed.
     """
-    from kvtrace.sql.kv_access.columns import HIT_CURVE, REUSE
+    from kvtrace.sql.kv_access.columns import HIT_CURVE, PREFIX_HIT_CURVE, REUSE
 
     connection = weakref.ref(con)
 
@@ -111,7 +111,14 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
                                  _constant(scope))
         return pa.array([rows] * len(bs), pa.list_(REUSE))
 
-    return hit_curve, reuse
+    def prefix_hit_curve(policy, capacities) -> pa.Array:
+        from kvtrace.sql.kv_access import prefix_cache
+
+        rows = prefix_cache.prefix_hit_curve_rows(cursor(), _constant(policy),
+                                                  _constant(capacities) or [])
+        return pa.array([rows] * len(policy), pa.list_(PREFIX_HIT_CURVE))
+
+    return hit_curve, reuse, prefix_hit_curve
 
 
 _ARROW = func.PythonUDFType.ARROW
@@ -119,11 +126,14 @@ _ARROW = func.PythonUDFType.ARROW
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised functions on ``con``."""
-    from kvtrace.sql.kv_access.columns import HIT_CURVE, REUSE
+    from kvtrace.sql.kv_access.columns import HIT_CURVE, PREFIX_HIT_CURVE, REUSE
 
     con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
                         "INTEGER[]", type=_ARROW)
-    hit_curve, reuse = _access_functions(con)
+    hit_curve, reuse, prefix_hit_curve = _access_functions(con)
+    con.create_function(
+        "kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"],
+        f"{duckdb_type(PREFIX_HIT_CURVE)}[]", type=_ARROW, side_effects=True)
     con.create_function(
         "kvtrace_hit_curve", hit_curve,
         ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],

@@ -15,3 +15,7 @@ REUSE = pa.struct([
     ("run_id", pa.string()), ("block_size", pa.int32()), ("granularity", pa.string()),
     ("scope", pa.string()), ("distance", pa.int64()), ("accesses", pa.int64()),
 ])
+PREFIX_HIT_CURVE = pa.struct([
+    ("run_id", pa.string()), ("policy", pa.string()), ("capacity_blocks", pa.int64()),
+    ("accesses", pa.int64()), ("hits", pa.int64()), ("hit_rate", pa.float64()),
+])

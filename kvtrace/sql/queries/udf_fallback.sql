@@ -66,3 +66,11 @@ CREATE MACRO kvtrace_reuse(bs, granularity, scope) AS
                || 'kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, block_size INTEGER, granularity VARCHAR, scope VARCHAR,
                    distance BIGINT, accesses BIGINT)[]);
+
+-- @macro kvtrace_prefix_hit_curve(policy, capacities)
+-- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_prefix_hit_curve(policy, capacities) AS
+    CAST(error('workload_prefix_hit_curve runs cache simulations in Python: use '
+               || '"kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, policy VARCHAR, capacity_blocks BIGINT, accesses BIGINT,
+                   hits BIGINT, hit_rate DOUBLE)[]);

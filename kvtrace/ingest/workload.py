@@ -1,0 +1,237 @@
+"""Read arrival traces into ``workload_requests`` rows, checked column by column.
+
+Formats, told apart by their header (CSV) or first record (JSONL):
+
+- ``azure``: Azure LLM inference traces, ``TIMESTAMP,ContextTokens,GeneratedTokens`` with
+  wall-clock time stamps;
+- ``burstgpt``: ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
+  (seconds; some releases add ``Session ID`` and ``Elapsed time``);
+- ``splitwise``: Splitwise / Vidur processed traces,
+  ``arrived_at,num_prefill_tokens,num_decode_tokens`` (seconds);
+- ``mooncake``: Mooncake's JSONL, ``timestamp`` (milliseconds), ``input_length``,
+  ``output_length`` and ``hash_ids``, one hash per 512-token block of the prompt.
+
+Arrival times become seconds since the trace's first kept arrival.  A row with an
+unparsable field, a negative length or an arrival earlier than the request before it goes
+to the quarantine with the reason; the rest is kept.  The work is vectorised over Arrow
+columns, so a million-row trace takes seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from kvtrace.errors import InputError
+from kvtrace.ingest.lines import parse_chunk, raw_text, read_chunks
+from kvtrace.warehouse.rejects import BadLine
+from kvtrace.warehouse.schema.workload import WORKLOAD_REQUESTS
+
+WorkloadFormat = Literal["azure", "burstgpt", "splitwise", "mooncake"]
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+# format -> canonical column -> the source's column
+CSV_COLUMNS: dict[WorkloadFormat, dict[str, str]] = {
+    "azure": {"arrival": "TIMESTAMP", "input_tokens": "ContextTokens",
+              "output_tokens": "GeneratedTokens"},
+    "burstgpt": {"arrival": "Timestamp", "input_tokens": "Request tokens",
+                 "output_tokens": "Response tokens", "model": "Model",
+                 "log_type": "Log Type"},
+    "splitwise": {"arrival": "arrived_at", "input_tokens": "num_prefill_tokens",
+                  "output_tokens": "num_decode_tokens"},
+}
+_MOONCAKE_SCHEMA = pa.schema([("timestamp", pa.float64()), ("input_length", pa.int64()),
+                              ("output_length", pa.int64()),
+                              ("hash_ids", pa.list_(pa.int64()))])
+_INTEGER = r"^\s*-?\d+(\.0*)?\s*$"
+_NUMBER = r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+_WALL_CLOCK = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?$"
+
+
+def detect_csv_format(header: list[str]) -> WorkloadFormat | None:
+    """The arrival-trace format whose columns the CSV header holds, or None."""
+    for fmt, columns in CSV_COLUMNS.items():
+        if set(columns.values()) <= set(header):
+            return fmt
+    return None
+
+
+def is_mooncake_record(record: dict) -> bool:
+    return "hash_ids" in record or {"timestamp", "input_length", "output_length"} <= set(record)
+
+
+@dataclass
+class WorkloadFileResult:
+    table: pa.Table  # workload_requests rows, run_id left NULL
+    rejected: list[BadLine] = field(default_factory=list)
+    fmt: str = ""
+
+
+def read_workload_file(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
+    """Every request of an arrival trace, checked; see the module's rules."""
+    if fmt == "mooncake":
+        return _read_mooncake(path)
+    return _read_csv(path, fmt)
+
+
+def csv_header(path: Path) -> list[str]:
+    """The column names of a CSV file's first line."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        return next(csv.reader(handle), [])
+
+
+# -- CSV ---------------------------------------------------------------------------------------
+
+
+def _read_csv(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
+    header = csv_header(path)
+    columns = CSV_COLUMNS[fmt]
+    try:
+        table = pa_csv.read_csv(
+            path, convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                include_columns=list(columns.values())))
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{path} is not a readable CSV file: {exc}") from None
+    raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
+    line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
+    reasons = np.full(raw.num_rows, "", dtype=object)
+    arrival = (_wall_clock_seconds(raw["arrival"], reasons) if fmt == "azure"
+               else _numbers(raw["arrival"], "arrival time", reasons, pa.float64()))
+    lengths = {name: _numbers(raw[name], name, reasons, pa.int64())
+               for name in ("input_tokens", "output_tokens")}
+    text = {name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
+            for name in ("model", "log_type")}
+    return _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
+                    pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text,
+                    lambda row: _csv_line(path, row))
+
+
+def _canonical_name(columns: dict[str, str], source_name: str) -> str:
+    return next(canonical for canonical, name in columns.items() if name == source_name)
+
+
+def _numbers(column: pa.ChunkedArray, name: str, reasons: np.ndarray,
+             kind: pa.DataType) -> np.ndarray:
+    """``column`` as numbers (NaN where unparsable, with a reason)."""
+    pattern = _INTEGER if kind == pa.int64() else _NUMBER
+    ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))
+    _note(reasons, ~ok, f"{name} is not a {'whole ' if kind == pa.int64() else ''}number")
+    values = np.full(len(ok), np.nan)
+    if ok.any():
+        good = pc.filter(column, pa.array(ok))
+        values[ok] = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy()
+    return values
+
+
+def _wall_clock_seconds(column: pa.ChunkedArray, reasons: np.ndarray) -> np.ndarray:
+    """Wall-clock time stamps as seconds since the epoch (NaN where unparsable)."""
+    trimmed = pc.utf8_trim_whitespace(column)
+    ok = np.asarray(pc.fill_null(pc.match_substring_regex(trimmed, _WALL_CLOCK), False))
+    _note(reasons, ~ok, "TIMESTAMP is not a time stamp")
+    seconds = np.full(len(ok), np.nan)
+    if ok.any():
+        stamps = pc.cast(pc.filter(trimmed, pa.array(ok)), pa.timestamp("ns"))
+        seconds[ok] = pc.cast(stamps, pa.int64()).to_numpy() / 1e9
+    return seconds
+
+
+def _csv_line(path: Path, row: int) -> str:
+    """The text of data row ``row`` (0-based), for the quarantine."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle):
+            if number == row + 1:
+                return raw_text(line.rstrip(b"\r\n"))
+    return ""
+
+
+# -- Mooncake JSONL ----------------------------------------------------------------------------
+
+
+def _read_mooncake(path: Path) -> WorkloadFileResult:
+    tables, numbers, rejected = [], [], []
+    for chunk in read_chunks(path):
+        parsed = parse_chunk(chunk, _MOONCAKE_SCHEMA)
+        tables.append(parsed.table)
+        numbers.append(parsed.line_numbers)
+        rejected += parsed.bad
+        if (note := chunk.truncation_note()) is not None:
+            rejected.append(note)
+    table = (pa.concat_tables(tables) if tables else _MOONCAKE_SCHEMA.empty_table())
+    line_no = np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
+    reasons = np.full(table.num_rows, "", dtype=object)
+    arrival = _present(table["timestamp"], "timestamp", reasons) / 1000.0
+    lengths = {"input_tokens": _present(table["input_length"], "input_length", reasons),
+               "output_tokens": _present(table["output_length"], "output_length", reasons)}
+    hashes = table["hash_ids"].combine_chunks() if table.num_rows else pa.array(
+        [], pa.list_(pa.int64()))
+    lines_by_number: dict[int, bytes] = {}
+
+    def raw_of(row: int) -> str:
+        if not lines_by_number:
+            for chunk in read_chunks(path):
+                for offset, text in enumerate(chunk.data.split(b"\n")):
+                    lines_by_number[chunk.first_line + offset] = text
+        return raw_text(lines_by_number.get(int(line_no[row]), b""))
+
+    result = _checked("mooncake", line_no, line_no - 1, reasons, arrival, lengths, hashes,
+                      MOONCAKE_BLOCK_TOKENS, {}, raw_of)
+    result.rejected = sorted(rejected + result.rejected, key=lambda bad: bad.line_no)
+    return result
+
+
+def _present(column: pa.ChunkedArray, name: str, reasons: np.ndarray) -> np.ndarray:
+    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+    _note(reasons, np.isnan(values), f"missing field {name}")
+    return values
+
+
+# -- checks shared by every format ---------------------------------------------------------
+
+
+def _note(reasons: np.ndarray, rows: np.ndarray, reason: str) -> None:
+    """Give ``rows`` that have no reason yet this one."""
+    reasons[rows & (reasons == "")] = reason
+
+
+def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: np.ndarray,
+             arrival: np.ndarray, lengths: dict[str, np.ndarray], hashes: pa.Array,
+             block_tokens: int | None, text: dict[str, pa.ChunkedArray],
+             raw_of: Callable[[int], str]) -> WorkloadFileResult:
+    """Apply the range and order rules, quarantine what breaks them, build the rows."""
+    for name, values in lengths.items():
+        _note(reasons, values < 0, f"{name} is negative")
+    ok = reasons == ""
+    previous = np.maximum.accumulate(np.where(ok, arrival, -np.inf))
+    earlier = np.zeros(len(ok), dtype=bool)
+    earlier[1:] = ok[1:] & (arrival[1:] < previous[:-1])
+    _note(reasons, earlier, "arrival earlier than the request before it (out of order)")
+    keep = reasons == ""
+    rejected = [BadLine(int(line_no[row]), str(reasons[row]), raw_of(int(row)))
+                for row in np.flatnonzero(~keep)]
+    start = arrival[keep].min() if keep.any() else 0.0
+    kept = pa.array(keep)
+    columns = {
+        "run_id": pa.nulls(int(keep.sum()), pa.string()),
+        "request_idx": pa.array(request_idx[keep], pa.int64()),
+        "arrival_s": pa.array(arrival[keep] - start, pa.float64()),
+        "input_tokens": pa.array(lengths["input_tokens"][keep].astype(np.int64)),
+        "output_tokens": pa.array(lengths["output_tokens"][keep].astype(np.int64)),
+        "hash_ids": pc.filter(hashes, kept),
+        "hash_block_tokens": pa.array([block_tokens] * int(keep.sum()), pa.int32()),
+        "model": (pc.filter(text["model"], kept) if "model" in text
+                  else pa.nulls(int(keep.sum()), pa.string())),
+        "log_type": (pc.filter(text["log_type"], kept) if "log_type" in text
+                     else pa.nulls(int(keep.sum()), pa.string())),
+    }
+    table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
+    return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, fmt)

@@ -1,0 +1,197 @@
+-- Workload traces: the arrival process, request lengths and prefix-block reuse.
+--
+-- workload_requests holds arrival traces (Azure, BurstGPT, Splitwise/Vidur CSVs and
+-- Mooncake JSONL), one row per request, arrival_s counted from the trace's first kept
+-- arrival.  Definitions:
+--
+-- - inter-arrival time: arrival_s minus the previous request's, within a run;
+-- - coefficient of variation (CV): standard deviation / mean of the inter-arrival times
+--   (1 for a Poisson process, above 1 for bursty arrivals);
+-- - burstiness index B = (sd - mean) / (sd + mean) of the inter-arrival times (Goh and
+--   Barabasi): -1 periodic, 0 Poisson, towards 1 bursty;
+-- - peak-to-mean: the busiest window's arrival rate over the run's mean rate;
+-- - prefill:decode ratio: input tokens / output tokens, summed over the requests;
+-- - a block is seen before when an earlier request of the run (in trace order) read the
+--   same hash id; a request's prefix hit is its leading run of seen-before blocks.
+--
+-- Worked example: requests with hash_ids [1, 2, 3], [1, 2, 4], [5] read 7 blocks, 2 of
+-- them seen before (reuse share 2/7); the second request's prefix hit is 2 blocks.
+
+-- @view workload_requests
+-- One row per request of an arrival trace.
+-- @column run_id             the run (one per trace file)
+-- @column request_idx        the request's place in the trace (its data row, from 0)
+-- @column arrival_s          seconds since the trace's first kept arrival
+-- @column input_tokens       prompt tokens
+-- @column output_tokens      generated tokens
+-- @column hash_ids           prefix-block hashes, one per block (NULL when the trace has none)
+-- @column hash_block_tokens  tokens per hashed block (512 for Mooncake traces)
+-- @column model              model name, when the trace records it (BurstGPT)
+-- @column log_type           log type, when the trace records it (BurstGPT: Conversation log, API log)
+CREATE VIEW workload_requests AS
+SELECT * EXCLUDE (_row)
+FROM (
+    SELECT *, row_number() OVER (PARTITION BY run_id, request_idx) AS _row
+    FROM _workload_requests_files
+)
+WHERE _row = 1;
+
+-- @view _workload_gaps
+-- Every request with the time since the previous request of its run.
+CREATE VIEW _workload_gaps AS
+SELECT *, arrival_s - lag(arrival_s) OVER (PARTITION BY run_id ORDER BY request_idx) AS gap_s
+FROM workload_requests;
+
+-- @view workload_arrival_summary
+-- The arrival process of each run in one row.
+-- @column run_id          the run
+-- @column requests        requests kept
+-- @column duration_s      last arrival - first arrival
+-- @column rate_per_s      mean arrival rate: (requests - 1) / duration_s
+-- @column gap_cv          coefficient of variation of the inter-arrival times
+-- @column burstiness      (sd - mean) / (sd + mean) of the inter-arrival times
+-- @column peak_to_mean    the busiest 60 s window's rate over the mean rate
+CREATE VIEW workload_arrival_summary AS
+WITH gaps AS (
+    SELECT run_id, count(*) AS requests, max(arrival_s) - min(arrival_s) AS duration_s,
+           avg(gap_s) AS gap_mean, stddev_pop(gap_s) AS gap_sd
+    FROM _workload_gaps
+    GROUP BY run_id
+), windows AS (
+    SELECT run_id, max(n) AS busiest
+    FROM (SELECT run_id, floor(arrival_s / 60) AS w, count(*) AS n
+          FROM workload_requests GROUP BY run_id, w)
+    GROUP BY run_id
+)
+SELECT g.run_id, g.requests, g.duration_s,
+       (g.requests - 1) / nullif(g.duration_s, 0) AS rate_per_s,
+       g.gap_sd / nullif(g.gap_mean, 0) AS gap_cv,
+       (g.gap_sd - g.gap_mean) / nullif(g.gap_sd + g.gap_mean, 0) AS burstiness,
+       (w.busiest / 60.0) / nullif((g.requests - 1) / nullif(g.duration_s, 0), 0)
+           AS peak_to_mean
+FROM gaps AS g
+JOIN windows AS w USING (run_id)
+ORDER BY g.run_id;
+
+-- @macro workload_arrivals(window_s)
+-- The arrival process window by window (default 60 s windows).
+-- @column run_id         the run
+-- @column window_start_s start of the window, in seconds since the first arrival
+-- @column requests       arrivals in the window
+-- @column rate_per_s     requests / window_s
+-- @column gap_cv         CV of the inter-arrival times of the window's requests
+-- @column input_tokens   mean prompt length of the window's requests
+-- @column output_tokens  mean output length of the window's requests
+CREATE MACRO workload_arrivals(window_s := 60) AS TABLE
+SELECT run_id, floor(arrival_s / window_s) * window_s AS window_start_s,
+       count(*) AS requests, count(*) / window_s AS rate_per_s,
+       stddev_pop(gap_s) / nullif(avg(gap_s), 0) AS gap_cv,
+       avg(input_tokens) AS input_tokens, avg(output_tokens) AS output_tokens
+FROM _workload_gaps
+GROUP BY run_id, window_start_s
+ORDER BY run_id, window_start_s;
+
+-- @view workload_lengths
+-- Request lengths per run, model and log type (NULL where the trace has none).
+-- @column run_id                the run
+-- @column model                 model name
+-- @column log_type              log type
+-- @column requests              requests
+-- @column input_mean            mean prompt tokens
+-- @column input_p50             median prompt tokens
+-- @column input_p90             90th percentile of prompt tokens
+-- @column input_p99             99th percentile of prompt tokens
+-- @column output_mean           mean output tokens
+-- @column output_p50            median output tokens
+-- @column output_p90            90th percentile of output tokens
+-- @column output_p99            99th percentile of output tokens
+-- @column prefill_decode_ratio  sum of prompt tokens / sum of output tokens
+CREATE VIEW workload_lengths AS
+SELECT run_id, model, log_type, count(*) AS requests,
+       avg(input_tokens) AS input_mean,
+       quantile_cont(input_tokens, 0.5) AS input_p50,
+       quantile_cont(input_tokens, 0.9) AS input_p90,
+       quantile_cont(input_tokens, 0.99) AS input_p99,
+       avg(output_tokens) AS output_mean,
+       quantile_cont(output_tokens, 0.5) AS output_p50,
+       quantile_cont(output_tokens, 0.9) AS output_p90,
+       quantile_cont(output_tokens, 0.99) AS output_p99,
+       sum(input_tokens) / nullif(sum(output_tokens), 0) AS prefill_decode_ratio
+FROM workload_requests
+GROUP BY run_id, model, log_type
+ORDER BY run_id, model, log_type;
+
+-- @view _workload_blocks
+-- Every (request, block) of the runs with hashes, and whether an earlier request read it.
+CREATE VIEW _workload_blocks AS
+WITH blocks AS (
+    SELECT run_id, request_idx, hash_block_tokens,
+           unnest(hash_ids) AS hash_id, generate_subscripts(hash_ids, 1) AS position
+    FROM workload_requests
+    WHERE hash_ids IS NOT NULL
+), first_use AS (
+    SELECT run_id, hash_id, min(request_idx) AS first_request
+    FROM blocks
+    GROUP BY run_id, hash_id
+)
+SELECT b.*, f.first_request < b.request_idx AS seen_before
+FROM blocks AS b
+JOIN first_use AS f USING (run_id, hash_id);
+
+-- @view workload_prefix_hits
+-- Per request of a run with hashes: its blocks and how long a prefix an infinite prefix
+-- cache would serve (the leading blocks earlier requests read).
+-- @column run_id         the run
+-- @column request_idx    the request
+-- @column blocks         its prompt's hashed blocks
+-- @column seen_blocks    of those, blocks an earlier request read (anywhere in the prompt)
+-- @column hit_blocks     the leading run of seen-before blocks: the prefix-cache hit
+-- @column hit_tokens     hit_blocks x hash_block_tokens, capped at the prompt length
+CREATE VIEW workload_prefix_hits AS
+SELECT b.run_id, b.request_idx, count(*) AS blocks,
+       count(*) FILTER (WHERE b.seen_before) AS seen_blocks,
+       coalesce(min(b.position) FILTER (WHERE NOT b.seen_before) - 1, count(*)) AS hit_blocks,
+       least(hit_blocks * any_value(b.hash_block_tokens), any_value(r.input_tokens))
+           AS hit_tokens
+FROM _workload_blocks AS b
+JOIN workload_requests AS r USING (run_id, request_idx)
+GROUP BY b.run_id, b.request_idx
+ORDER BY b.run_id, b.request_idx;
+
+-- @view workload_prefix_reuse
+-- Per run with hashes: how much of the prompt blocks an infinite cache would serve.
+-- @column run_id               the run
+-- @column requests             requests with hashes
+-- @column blocks               blocks read, all requests together
+-- @column distinct_blocks      distinct hash ids
+-- @column seen_blocks          blocks an earlier request read
+-- @column reuse_share          seen_blocks / blocks
+-- @column hit_requests         requests whose first block was seen before
+-- @column prefix_hit_share     prefix-hit blocks (leading runs) / blocks
+-- @column mean_hit_tokens      mean prefix-hit tokens per request
+CREATE VIEW workload_prefix_reuse AS
+SELECT run_id, count(*) AS requests, sum(blocks) AS blocks,
+       (SELECT count(DISTINCT hash_id) FROM _workload_blocks AS b WHERE b.run_id = h.run_id)
+           AS distinct_blocks,
+       sum(seen_blocks) AS seen_blocks, sum(seen_blocks) / sum(blocks) AS reuse_share,
+       count(*) FILTER (WHERE hit_blocks > 0) AS hit_requests,
+       sum(hit_blocks) / sum(blocks) AS prefix_hit_share,
+       avg(hit_tokens) AS mean_hit_tokens
+FROM workload_prefix_hits AS h
+GROUP BY run_id
+ORDER BY run_id;
+
+-- @macro workload_prefix_hit_curve(policy, capacities)
+-- Per run with hashes: hits of one prefix cache shared by all requests, by capacity in
+-- blocks, under 'lru' (the default; every capacity from one stack-distance pass), 'opt'
+-- (Belady: the ceiling) or 'fifo'.  Capacities 1, 2, 4, ... up to the first power of two
+-- at or above the distinct blocks, plus those listed.  A first read is a miss, so the
+-- largest capacity reaches reuse_share of workload_prefix_reuse.
+-- @column run_id           the run
+-- @column policy           lru, opt or fifo
+-- @column capacity_blocks  cache capacity in blocks
+-- @column accesses         blocks read
+-- @column hits             blocks the cache served
+-- @column hit_rate         hits / accesses
+CREATE MACRO workload_prefix_hit_curve(policy := 'lru', capacities := []::BIGINT[]) AS TABLE
+SELECT unnest(kvtrace_prefix_hit_curve(policy, capacities::BIGINT[]), recursive := true);

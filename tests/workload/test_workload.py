@@ -1,0 +1,169 @@
+"""Arrival traces into workload_requests, and the workload views against plain Python."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+
+DATA = Path(__file__).parent.parent / "data"
+MOONCAKE = DATA / "mooncake_conversation_trace.jsonl"
+AZURE = DATA / "azure_llm_inference_code.csv"
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    from kvtrace.warehouse import Warehouse
+
+    warehouse = Warehouse(tmp_path_factory.mktemp("workload") / "wh", create=True)
+    report = ingest(warehouse, [str(MOONCAKE), str(AZURE)])
+    assert [(f.fmt, f.rows, f.rejected) for f in report.files] == [
+        ("mooncake", 12031, 0), ("azure", 8819, 0)]
+    con = connect(warehouse)
+    yield con
+    con.close()
+
+
+def _mooncake() -> list[dict]:
+    return [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+
+
+def test_prefix_reuse_matches_a_walk_over_the_trace(traces):
+    seen: set[int] = set()
+    blocks = seen_blocks = hit_blocks = 0
+    hit_tokens = []
+    for record in _mooncake():
+        ids = record["hash_ids"]
+        leading = next((i for i, h in enumerate(ids) if h not in seen), len(ids))
+        blocks += len(ids)
+        seen_blocks += sum(h in seen for h in ids)
+        hit_blocks += leading
+        hit_tokens.append(min(leading * 512, record["input_length"]))
+        seen.update(ids)
+    row = traces.execute(
+        "SELECT requests, blocks, distinct_blocks, seen_blocks, reuse_share, "
+        "prefix_hit_share, mean_hit_tokens FROM workload_prefix_reuse").fetchone()
+    assert row == (12031, blocks, len(seen), seen_blocks, pytest.approx(seen_blocks / blocks),
+                   pytest.approx(hit_blocks / blocks), pytest.approx(np.mean(hit_tokens)))
+
+
+def _lru_hits(stream: list[int], capacity: int) -> int:
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for key in stream:
+        if key in cache:
+            hits += 1
+            cache.move_to_end(key)
+        else:
+            cache[key] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return hits
+
+
+def test_the_lru_curve_equals_a_simulated_cache_and_opt_bounds_it(traces):
+    stream = [h for record in _mooncake() for h in record["hash_ids"]]
+    lru = dict(traces.execute(
+        "SELECT capacity_blocks, hits FROM workload_prefix_hit_curve('lru', [3000])"
+    ).fetchall())
+    for capacity in (1, 64, 1024, 3000):
+        assert lru[capacity] == _lru_hits(stream, capacity), capacity
+    opt = dict(traces.execute(
+        "SELECT capacity_blocks, hits FROM workload_prefix_hit_curve('opt')").fetchall())
+    assert all(opt[c] >= lru[c] for c in opt)
+    largest = max(lru)
+    reuse = traces.execute("SELECT seen_blocks FROM workload_prefix_reuse").fetchone()[0]
+    assert lru[largest] == opt[largest] == reuse  # only first reads miss
+
+
+def test_the_arrival_summary_of_the_azure_trace(traces):
+    lines = AZURE.read_text().splitlines()[1:]
+    stamps = np.array([datetime.fromisoformat(line.split(",")[0][:26]).timestamp()
+                       for line in lines])
+    gaps = np.diff(stamps)
+    arrival = stamps - stamps[0]
+    busiest = np.bincount(np.floor(arrival / 60).astype(int)).max()
+    rate = (len(stamps) - 1) / arrival[-1]
+    row = traces.execute(
+        "SELECT s.requests, duration_s, rate_per_s, gap_cv, burstiness, peak_to_mean "
+        "FROM workload_arrival_summary s JOIN runs USING (run_id) "
+        "WHERE run_name = 'azure_llm_inference_code'").fetchone()
+    assert row == (8819, pytest.approx(arrival[-1], abs=1e-4), pytest.approx(rate),
+                   pytest.approx(gaps.std() / gaps.mean(), rel=1e-4),
+                   pytest.approx((gaps.std() - gaps.mean()) / (gaps.std() + gaps.mean()),
+                                 rel=1e-4),
+                   pytest.approx(busiest / 60 / rate))
+    windows = traces.execute(
+        "SELECT requests FROM workload_arrivals(10) w JOIN runs USING (run_id) "
+        "WHERE run_name = 'azure_llm_inference_code' ORDER BY window_start_s").fetchall()
+    counts = np.bincount(np.floor(arrival / 10).astype(int))
+    assert [n for (n,) in windows] == [int(c) for c in counts if c]
+
+
+def test_lengths_and_the_prefill_decode_ratio(traces):
+    records = _mooncake()
+    inputs = np.array([r["input_length"] for r in records])
+    outputs = np.array([r["output_length"] for r in records])
+    row = traces.execute(
+        "SELECT input_mean, input_p90, output_p50, prefill_decode_ratio FROM workload_lengths "
+        "l JOIN runs USING (run_id) WHERE run_name = 'mooncake_conversation_trace'").fetchone()
+    assert row == (pytest.approx(inputs.mean()), pytest.approx(np.percentile(inputs, 90)),
+                   pytest.approx(np.median(outputs)),
+                   pytest.approx(inputs.sum() / outputs.sum()))
+
+
+def test_bad_rows_are_quarantined_and_the_rest_kept(cli, tmp_path):
+    trace = tmp_path / "azure_mini.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,4808,10\n"
+        "2023-11-16 18:17:04.5000000,-3,8\n"  # negative length
+        "2023-11-16 18:17:04.6000000,12x,8\n"  # unparsable
+        "2023-11-16 18:17:02.0000000,100,8\n"  # earlier than the request before it
+        "yesterday,100,8\n"
+        "2023-11-16 18:17:05.9799600,2000,20\n")
+    status, out, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace))
+    assert status == 0, err
+    assert "2 rows into run azure_mini" in out and "4 line(s) rejected" in out
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT line_no, reason FROM quarantine ORDER BY line_no", "-f", "csv")
+    assert out.splitlines()[1:] == [
+        "3,input_tokens is negative",
+        "4,input_tokens is not a whole number",
+        "5,arrival earlier than the request before it (out of order)",
+        "6,TIMESTAMP is not a time stamp"]
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT request_idx, arrival_s, input_tokens FROM workload_requests "
+                         "ORDER BY request_idx",
+                         "-f", "csv")
+    assert out.splitlines()[1:] == ["0,0.0,4808", "5,2.0,2000"]
+
+
+def test_burstgpt_and_splitwise_columns(cli, tmp_path):
+    burst = tmp_path / "burst.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5,ChatGPT,472,18,490,Conversation log\n"
+                     "7.5,GPT-4,1000,200,1200,API log\n")
+    split = tmp_path / "split.csv"
+    split.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.25,100,10\n1.0,50,5\n")
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(burst), str(split))
+    assert status == 0, err
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT r.run_name, w.arrival_s, w.input_tokens, w.output_tokens, "
+                         "w.model, w.log_type FROM workload_requests w JOIN runs r "
+                         "USING (run_id) ORDER BY r.run_name, w.arrival_s", "-f", "csv")
+    assert out.splitlines()[1:] == [
+        "burst,0.0,472,18,ChatGPT,Conversation log", "burst,2.5,1000,200,GPT-4,API log",
+        "split,0.0,100,10,,", "split,0.75,50,5,,"]
+    unknown = tmp_path / "other.csv"
+    unknown.write_text("when,prompt,answer\n1,2,3\n")
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(unknown))
+    assert status == 1
+    assert "is not an arrival trace kvtrace knows: its header (when, prompt, answer)" in err
