@@ -21,6 +21,12 @@ from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import Format, detect_format
 from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file, summary_check, task_name
 from kvtrace.ingest.lines import read_chunks
+from kvtrace.ingest.results import (
+    ResultFormat,
+    detect_results_csv,
+    read_results_csv,
+    read_vllm_result,
+)
 from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
 from kvtrace.ingest.workload import (
@@ -115,8 +121,10 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
                 run_name: str | None, block_size: int, kind: Kind | None,
                 experiment: str | None, advance: Callable[[int], None]) -> FileReport:
 
-    if source.path.name.endswith((".csv", ".csv.gz")):
-        return _ingest_workload_file(warehouse, source, run_name, None, advance)
+    if source.path.name.endswith(".csv"):
+        return _ingest_csv(warehouse, source, run_name, advance)
+    if source.path.name.endswith(".json") and _is_vllm_result(source):
+        return _ingest_results(warehouse, source, run_name, "vllm", advance)
     if source.path.name.endswith(".json"):
         report = _ingest_run_summary(warehouse, source, run_name, experiment)
         advance(source.size)
@@ -218,18 +226,57 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
                       rejected=len(result.rejected), fmt=kind)
 
 
+def _ingest_csv(warehouse: Warehouse, source: SourceFile, run_name: str | None,
+                advance: Callable[[int], None]) -> FileReport:
+    """A CSV file: an arrival trace, or a simulator's request or batch metrics."""
+    header = csv_header(source.path)
+    if (workload := detect_csv_format(header)) is not None:
+        return _ingest_workload_file(warehouse, source, run_name, workload, advance)
+    if (results := detect_results_csv(header)) is not None:
+        return _ingest_results(warehouse, source, run_name, results, advance)
+    raise InputError(
+        f"{source.path} is not a CSV file kvtrace knows: its header "
+        f"({', '.join(header[:8])}) has the columns of none of the Azure, BurstGPT or "
+        "Splitwise/Vidur arrival traces, nor of Vidur's request or batch metrics")
+
+
+def _is_vllm_result(source: SourceFile) -> bool:
+    """Whether a .json file is a vLLM benchmark result (its head names the per-request
+    lists), without parsing a large file twice."""
+    with open(source.path, "rb") as handle:
+        head = handle.read(1 << 16)
+    return b'"ttfts"' in head or (b'"input_lens"' in head and b'"output_lens"' in head)
+
+
+def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | None,
+                    fmt: ResultFormat, advance: Callable[[int], None]) -> FileReport:
+    """Per-request results of a benchmark or simulator (or a simulator's batches)."""
+    name = run_name or source.path.name.split(".")[0]
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        advance(source.size)
+        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    result = (read_vllm_result(source.path) if fmt == "vllm"
+              else read_results_csv(source.path, fmt))
+    rows = result.rows.set_column(0, "run_id", pa.array([run_id] * result.rows.num_rows,
+                                                        pa.string()))
+    kind = "simulation" if fmt.startswith("vidur") else "benchmark"
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
+        warehouse.write(commit, result.table, rows)
+        warehouse.write_rows(commit, "runs", _run_row(run_id, name, kind, source, {
+            "format": fmt, "source_sha256": sha, **result.run_config}, dataset=None))
+        _write_quarantine(warehouse, commit, source, result.rejected)
+    advance(source.size)
+    return FileReport(str(source.path), run_id, "ingested", rows=rows.num_rows,
+                      rejected=len(result.rejected), fmt=fmt)
+
+
 def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: str | None,
-                          fmt: WorkloadFormat | None, advance: Callable[[int], None]
+                          fmt: WorkloadFormat, advance: Callable[[int], None]
                           ) -> FileReport:
     """An arrival trace (CSV or Mooncake JSONL) into ``workload_requests``."""
-    if fmt is None:
-        header = csv_header(source.path)
-        fmt = detect_csv_format(header)
-        if fmt is None:
-            raise InputError(
-                f"{source.path} is not an arrival trace kvtrace knows: its header "
-                f"({', '.join(header[:8])}) has the columns of none of Azure, BurstGPT or "
-                "Splitwise/Vidur traces")
     name = run_name or source.path.name.split(".")[0]
     run_id = make_run_id(name, "ingest")
     sha = source.sha256()

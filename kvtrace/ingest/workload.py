@@ -93,39 +93,44 @@ def csv_header(path: Path) -> list[str]:
 
 
 def _read_csv(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
-    header = csv_header(path)
     columns = CSV_COLUMNS[fmt]
-    try:
-        table = pa_csv.read_csv(
-            path, convert_options=pa_csv.ConvertOptions(
-                column_types={name: pa.string() for name in header},
-                include_columns=list(columns.values())))
-    except pa.ArrowInvalid as exc:
-        raise InputError(f"{path} is not a readable CSV file: {exc}") from None
+    table = read_csv_strings(path, list(columns.values()))
     raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
     line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
     reasons = np.full(raw.num_rows, "", dtype=object)
     arrival = (_wall_clock_seconds(raw["arrival"], reasons) if fmt == "azure"
-               else _numbers(raw["arrival"], "arrival time", reasons, pa.float64()))
-    lengths = {name: _numbers(raw[name], name, reasons, pa.int64())
+               else numbers(raw["arrival"], "arrival time", reasons, pa.float64()))
+    lengths = {name: numbers(raw[name], name, reasons, pa.int64())
                for name in ("input_tokens", "output_tokens")}
     text = {name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
             for name in ("model", "log_type")}
     return _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
                     pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text,
-                    lambda row: _csv_line(path, row))
+                    csv_rows(path))
+
+
+def read_csv_strings(path: Path, columns: list[str]) -> pa.Table:
+    """The named columns of a CSV file, every value as text (checked by the caller)."""
+    header = csv_header(path)
+    try:
+        return pa_csv.read_csv(
+            path, convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                include_columns=columns))
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{path} is not a readable CSV file: {exc}") from None
 
 
 def _canonical_name(columns: dict[str, str], source_name: str) -> str:
     return next(canonical for canonical, name in columns.items() if name == source_name)
 
 
-def _numbers(column: pa.ChunkedArray, name: str, reasons: np.ndarray,
-             kind: pa.DataType) -> np.ndarray:
+def numbers(column: pa.ChunkedArray, name: str, reasons: np.ndarray,
+            kind: pa.DataType) -> np.ndarray:
     """``column`` as numbers (NaN where unparsable, with a reason)."""
     pattern = _INTEGER if kind == pa.int64() else _NUMBER
     ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))
-    _note(reasons, ~ok, f"{name} is not a {'whole ' if kind == pa.int64() else ''}number")
+    note(reasons, ~ok, f"{name} is not a {'whole ' if kind == pa.int64() else ''}number")
     values = np.full(len(ok), np.nan)
     if ok.any():
         good = pc.filter(column, pa.array(ok))
@@ -137,7 +142,7 @@ def _wall_clock_seconds(column: pa.ChunkedArray, reasons: np.ndarray) -> np.ndar
     """Wall-clock time stamps as seconds since the epoch (NaN where unparsable)."""
     trimmed = pc.utf8_trim_whitespace(column)
     ok = np.asarray(pc.fill_null(pc.match_substring_regex(trimmed, _WALL_CLOCK), False))
-    _note(reasons, ~ok, "TIMESTAMP is not a time stamp")
+    note(reasons, ~ok, "TIMESTAMP is not a time stamp")
     seconds = np.full(len(ok), np.nan)
     if ok.any():
         stamps = pc.cast(pc.filter(trimmed, pa.array(ok)), pa.timestamp("ns"))
@@ -145,13 +150,17 @@ def _wall_clock_seconds(column: pa.ChunkedArray, reasons: np.ndarray) -> np.ndar
     return seconds
 
 
-def _csv_line(path: Path, row: int) -> str:
-    """The text of data row ``row`` (0-based), for the quarantine."""
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle):
-            if number == row + 1:
-                return raw_text(line.rstrip(b"\r\n"))
-    return ""
+def csv_rows(path: Path) -> Callable[[int], str]:
+    """The text of data row ``row`` (0-based) of a CSV file, for the quarantine; the file
+    is read into lines on the first call only."""
+    lines: list[bytes] = []
+
+    def raw_of(row: int) -> str:
+        if not lines:
+            lines.extend(path.read_bytes().splitlines())
+        return raw_text(lines[row + 1]) if row + 1 < len(lines) else ""
+
+    return raw_of
 
 
 # -- Mooncake JSONL ----------------------------------------------------------------------------
@@ -191,14 +200,14 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
 
 def _present(column: pa.ChunkedArray, name: str, reasons: np.ndarray) -> np.ndarray:
     values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-    _note(reasons, np.isnan(values), f"missing field {name}")
+    note(reasons, np.isnan(values), f"missing field {name}")
     return values
 
 
 # -- checks shared by every format ---------------------------------------------------------
 
 
-def _note(reasons: np.ndarray, rows: np.ndarray, reason: str) -> None:
+def note(reasons: np.ndarray, rows: np.ndarray, reason: str) -> None:
     """Give ``rows`` that have no reason yet this one."""
     reasons[rows & (reasons == "")] = reason
 
@@ -209,12 +218,12 @@ def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: np
              raw_of: Callable[[int], str]) -> WorkloadFileResult:
     """Apply the range and order rules, quarantine what breaks them, build the rows."""
     for name, values in lengths.items():
-        _note(reasons, values < 0, f"{name} is negative")
+        note(reasons, values < 0, f"{name} is negative")
     ok = reasons == ""
     previous = np.maximum.accumulate(np.where(ok, arrival, -np.inf))
     earlier = np.zeros(len(ok), dtype=bool)
     earlier[1:] = ok[1:] & (arrival[1:] < previous[:-1])
-    _note(reasons, earlier, "arrival earlier than the request before it (out of order)")
+    note(reasons, earlier, "arrival earlier than the request before it (out of order)")
     keep = reasons == ""
     rejected = [BadLine(int(line_no[row]), str(reasons[row]), raw_of(int(row)))
                 for row in np.flatnonzero(~keep)]

@@ -166,4 +166,4 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
     unknown.write_text("when,prompt,answer\n1,2,3\n")
     status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(unknown))
     assert status == 1
-    assert "is not an arrival trace kvtrace knows: its header (when, prompt, answer)" in err
+    assert "is not a CSV file kvtrace knows: its header (when, prompt, answer)" in err

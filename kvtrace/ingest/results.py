@@ -1,0 +1,171 @@
+"""Read per-request results of serving benchmarks and simulators.
+
+- ``vllm``: the result JSON of vLLM's ``benchmark_serving.py`` (``--save-result
+  --save-detailed``): per-request ``input_lens``, ``output_lens``, ``ttfts`` and ``itls``
+  (seconds), ``errors``; the run's ``duration`` is kept in ``runs``.  A request's e2e is
+  its TTFT plus its inter-token latencies (``e2els`` when the file has them); its time
+  per output token is the mean inter-token latency.  Origin ``measured``.
+- ``vidur_requests``: Vidur's ``request_metrics.csv``: ``prefill_e2e_time`` (TTFT),
+  ``decode_time_execution_plus_preemption_normalized`` (time per output token),
+  ``request_e2e_time``, ``request_scheduling_delay``, ``request_num_restarts``, the
+  token counts and ``request_arrived_at`` where present (seconds).  Origin ``simulated``.
+- ``vidur_batches``: Vidur's batch metrics: ``batch_size``, ``batch_num_prefill_tokens``,
+  ``batch_num_decode_tokens``, ``batch_execution_time``.
+
+A value that is not a number, or a negative time or length, sends its row to the
+quarantine with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from kvtrace.errors import InputError
+from kvtrace.ingest.workload import csv_header, csv_rows, note, numbers, read_csv_strings
+from kvtrace.warehouse.rejects import BadLine
+from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
+
+ResultFormat = Literal["vllm", "vidur_requests", "vidur_batches"]
+
+VIDUR_REQUEST_COLUMNS = {
+    "input_tokens": "request_num_prefill_tokens",
+    "output_tokens": "request_num_decode_tokens",
+    "ttft_s": "prefill_e2e_time",
+    "tpot_s": "decode_time_execution_plus_preemption_normalized",
+    "e2e_s": "request_e2e_time",
+    "scheduling_delay_s": "request_scheduling_delay",
+    "preemptions": "request_num_restarts",
+}
+VIDUR_BATCH_COLUMNS = {
+    "batch_size": "batch_size",
+    "prefill_tokens": "batch_num_prefill_tokens",
+    "decode_tokens": "batch_num_decode_tokens",
+    "execution_time_s": "batch_execution_time",
+}
+_INTEGER_COLUMNS = {"input_tokens", "output_tokens", "preemptions", "batch_size",
+                    "prefill_tokens", "decode_tokens"}
+
+
+def detect_results_csv(header: list[str]) -> ResultFormat | None:
+    if {"request_e2e_time", "prefill_e2e_time"} <= set(header):
+        return "vidur_requests"
+    if {"batch_execution_time", "batch_size"} <= set(header):
+        return "vidur_batches"
+    return None
+
+
+def is_vllm_result(document: object) -> bool:
+    return isinstance(document, dict) and "ttfts" in document and "input_lens" in document
+
+
+@dataclass
+class ResultFileResult:
+    table: str  # the warehouse table the rows go to
+    rows: pa.Table  # run_id left NULL
+    rejected: list[BadLine] = field(default_factory=list)
+    run_config: dict = field(default_factory=dict)
+
+
+def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
+    """Vidur's request or batch metrics, checked row by row."""
+    if fmt == "vidur_batches":
+        return _read_csv(path, VIDUR_BATCH_COLUMNS, BATCH_METRICS.schema, "batch_idx",
+                         "batch_metrics", {})
+    extra = ({"arrival_s": "request_arrived_at"} if "request_arrived_at" in csv_header(path)
+             else {})
+    return _read_csv(path, {**VIDUR_REQUEST_COLUMNS, **extra}, REQUEST_TIMINGS.schema,
+                     "request_idx", "request_timings", {"origin": "simulated"})
+
+
+def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str,
+              table_name: str, constants: dict) -> ResultFileResult:
+    raw = read_csv_strings(path, list(columns.values()))
+    reasons = np.full(raw.num_rows, "", dtype=object)
+    values = {}
+    for name, source in columns.items():
+        kind = pa.int64() if name in _INTEGER_COLUMNS else pa.float64()
+        values[name] = numbers(raw[source], source, reasons, kind)
+        note(reasons, values[name] < 0, f"{source} is negative")
+    keep = reasons == ""
+    raw_of = csv_rows(path)
+    rejected = [BadLine(int(row) + 2, str(reasons[row]), raw_of(int(row)))
+                for row in np.flatnonzero(~keep)]
+    n = int(keep.sum())
+    out = {index: pa.array(np.flatnonzero(keep), pa.int64()),
+           **{k: pa.array([v] * n) for k, v in constants.items()},
+           **{name: pa.array(v[keep]) for name, v in values.items()}}
+    rows = pa.table({f.name: out[f.name].cast(f.type) if f.name in out
+                     else pa.nulls(n, f.type) for f in schema})
+    return ResultFileResult(table_name, rows, rejected)
+
+
+def read_vllm_result(path: Path) -> ResultFileResult:
+    """The per-request records of a vLLM benchmark result JSON."""
+    document = _json(path)
+    lists = {key: document.get(key) for key in ("input_lens", "output_lens", "ttfts", "itls",
+                                                "errors", "e2els")}
+    count = len(lists["ttfts"] or [])
+    for key, value in lists.items():
+        if value is not None and (not isinstance(value, list) or len(value) != count):
+            raise InputError(f"{path}: {key} must be a list of one value per request "
+                             f"({count}, like ttfts)")
+    rows, rejected = [], []
+    for i in range(count):
+        row, reason = _vllm_row(i, lists)
+        if reason:
+            rejected.append(BadLine(i + 1, reason, json.dumps(
+                {k: v[i] for k, v in lists.items() if v is not None})[:2000]))
+        else:
+            rows.append(row)
+    config = {k: document[k] for k in ("backend", "model_id", "request_rate", "burstiness",
+                                       "max_concurrency", "num_prompts", "date")
+              if k in document}
+    if isinstance(document.get("duration"), (int, float)):
+        config["duration_s"] = document["duration"]
+    return ResultFileResult("request_timings",
+                            pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
+                            rejected, config)
+
+
+def _vllm_row(i: int, lists: dict) -> tuple[dict, str]:
+    def number(key: str) -> float | None:
+        values = lists[key]
+        value = None if values is None else values[i]
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{key}[{i}] must be a non-negative number, got {value!r}")
+        return value
+
+    try:
+        error = (lists["errors"] or [""] * (i + 1))[i] or None
+        itl = lists["itls"][i] if lists["itls"] is not None else None
+        if itl is not None and (not isinstance(itl, list) or any(
+                isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in itl)):
+            raise ValueError(f"itls[{i}] must be a list of non-negative numbers")
+        ttft = number("ttfts")
+        e2e = number("e2els") if lists["e2els"] is not None else (
+            None if error or ttft is None else ttft + sum(itl or []))
+        row = {"request_idx": i, "origin": "measured",
+               "input_tokens": number("input_lens"), "output_tokens": number("output_lens"),
+               "ttft_s": None if error else ttft, "itl_s": itl,
+               "tpot_s": float(np.mean(itl)) if itl and not error else None,
+               "e2e_s": e2e, "error": error}
+    except ValueError as exc:
+        return {}, f"bad value: {exc}"
+    return row, ""
+
+
+def _json(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{path} holds no JSON object")
+    return document

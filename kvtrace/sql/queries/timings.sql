@@ -1,0 +1,137 @@
+-- Per-request latencies of benchmarks and simulators: percentiles, SLOs, fidelity.
+--
+-- request_timings holds measured runs (vLLM's benchmark_serving.py results) and
+-- simulated ones (Vidur's request metrics) in one shape: TTFT, time per output token
+-- (TPOT: the mean gap between output tokens after the first), e2e latency, scheduling
+-- delay and preemptions, in seconds.  Percentiles are linear-interpolated and leave out
+-- failed requests.  SLO attainment counts the requests that meet every SLO given (a NULL
+-- SLO is not checked; a failed request meets none); goodput is those requests per second
+-- of the run, its span being the benchmark's duration when the run records one, else
+-- from the first arrival to the last completion.
+--
+-- Worked example of fidelity: a measured TTFT p50 of 0.20 s against a simulated 0.25 s
+-- is a relative error of (0.25 - 0.20) / 0.20 = +25 %.
+
+-- @view request_timings
+-- One row per request of a benchmark or simulator run.
+-- @column run_id              the run
+-- @column request_idx         the request's index in the result file
+-- @column origin              measured or simulated
+-- @column arrival_s           arrival time, when the source records it
+-- @column input_tokens        prompt tokens
+-- @column output_tokens       generated tokens
+-- @column ttft_s              time to first token
+-- @column itl_s               inter-token latencies, when recorded
+-- @column tpot_s              mean time per output token after the first
+-- @column e2e_s               end-to-end latency
+-- @column scheduling_delay_s  time from arrival to first scheduling (simulators)
+-- @column preemptions         restarts of the request (simulators)
+-- @column error               the error of a failed request, else NULL
+CREATE VIEW request_timings AS
+SELECT * EXCLUDE (_row)
+FROM (
+    SELECT *, row_number() OVER (PARTITION BY run_id, request_idx) AS _row
+    FROM _request_timings_files
+)
+WHERE _row = 1;
+
+-- @view batch_metrics
+-- One row per batch a simulator scheduled.
+-- @column run_id            the run
+-- @column batch_idx         the batch's index in the file
+-- @column batch_size        requests in the batch
+-- @column prefill_tokens    prefill tokens in the batch
+-- @column decode_tokens     decode tokens in the batch
+-- @column execution_time_s  the batch's execution time
+CREATE VIEW batch_metrics AS
+SELECT DISTINCT * FROM _batch_metrics_files;
+
+-- @view _timing_long
+-- Every successful request's latencies, one row per (request, metric).
+CREATE VIEW _timing_long AS
+UNPIVOT (SELECT run_id, request_idx, ttft_s AS ttft, tpot_s AS tpot, e2e_s AS e2e
+         FROM request_timings WHERE error IS NULL)
+ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
+
+-- @view request_latency_summary
+-- Latency percentiles per run and metric (successful requests).
+-- @column run_id    the run
+-- @column origin    measured or simulated
+-- @column metric    ttft, tpot or e2e
+-- @column requests  requests with a value
+-- @column mean_s    mean
+-- @column p50_s     median
+-- @column p90_s     90th percentile
+-- @column p99_s     99th percentile
+CREATE VIEW request_latency_summary AS
+SELECT l.run_id, any_value(t.origin) AS origin, l.metric, count(*) AS requests,
+       avg(l.seconds) AS mean_s, quantile_cont(l.seconds, 0.5) AS p50_s,
+       quantile_cont(l.seconds, 0.9) AS p90_s, quantile_cont(l.seconds, 0.99) AS p99_s
+FROM _timing_long AS l
+JOIN (SELECT DISTINCT run_id, origin FROM request_timings) AS t USING (run_id)
+GROUP BY l.run_id, l.metric
+ORDER BY l.run_id, l.metric;
+
+-- @macro slo_attainment(ttft_slo_s, tpot_slo_s, e2e_slo_s)
+-- Per run: the share of requests meeting every given SLO (seconds; NULL skips one) and
+-- goodput, those requests per second of the run.
+-- @column run_id        the run
+-- @column requests      requests, failed ones included
+-- @column failed        failed requests
+-- @column met           requests meeting every SLO
+-- @column attainment    met / requests
+-- @column span_s        the run's span: its recorded duration, else first arrival to last completion
+-- @column goodput_per_s met / span_s
+CREATE MACRO slo_attainment(ttft_slo_s := NULL, tpot_slo_s := NULL, e2e_slo_s := NULL)
+AS TABLE
+WITH judged AS (
+    SELECT run_id, arrival_s, e2e_s, error IS NOT NULL AS failed,
+           error IS NULL
+           AND (ttft_slo_s IS NULL OR ttft_s <= ttft_slo_s)
+           AND (tpot_slo_s IS NULL OR coalesce(tpot_s, 0) <= tpot_slo_s)
+           AND (e2e_slo_s IS NULL OR e2e_s <= e2e_slo_s) AS met
+    FROM request_timings
+), spans AS (
+    SELECT j.run_id,
+           coalesce(try_cast(json_extract_string(any_value(r.collector_config),
+                                                 '$.duration_s') AS DOUBLE),
+                    max(j.arrival_s + j.e2e_s) - min(j.arrival_s)) AS span_s
+    FROM judged AS j
+    LEFT JOIN runs AS r USING (run_id)
+    GROUP BY j.run_id
+)
+SELECT j.run_id, count(*) AS requests, count(*) FILTER (WHERE j.failed) AS failed,
+       count(*) FILTER (WHERE j.met) AS met,
+       count(*) FILTER (WHERE j.met) / count(*) AS attainment,
+       any_value(s.span_s) AS span_s,
+       count(*) FILTER (WHERE j.met) / nullif(any_value(s.span_s), 0) AS goodput_per_s
+FROM judged AS j
+JOIN spans AS s USING (run_id)
+GROUP BY j.run_id
+ORDER BY j.run_id;
+
+-- @macro timing_fidelity(measured, simulated)
+-- A simulated run against a measured one (runs by name or id), percentile by percentile:
+-- the fidelity table of simulator papers.
+-- @column metric       ttft, tpot or e2e
+-- @column percentile   p50, p90 or p99
+-- @column measured_s   the measured run's value
+-- @column simulated_s  the simulated run's value
+-- @column rel_error    (simulated - measured) / measured
+CREATE MACRO timing_fidelity(measured, simulated) AS TABLE
+WITH picked AS (
+    SELECT 'measured' AS side, * FROM request_latency_summary
+    WHERE run_id = _eval_run(measured)
+    UNION ALL
+    SELECT 'simulated' AS side, * FROM request_latency_summary
+    WHERE run_id = _eval_run(simulated)
+), long AS (
+    UNPIVOT (SELECT side, metric, p50_s AS p50, p90_s AS p90, p99_s AS p99 FROM picked)
+    ON p50, p90, p99 INTO NAME percentile VALUE seconds
+)
+SELECT m.metric, m.percentile, m.seconds AS measured_s, s.seconds AS simulated_s,
+       (s.seconds - m.seconds) / nullif(m.seconds, 0) AS rel_error
+FROM long AS m
+JOIN long AS s USING (metric, percentile)
+WHERE m.side = 'measured' AND s.side = 'simulated'
+ORDER BY m.metric, m.percentile;

@@ -1,0 +1,86 @@
+"""Benchmark and simulator results: latency percentiles, SLOs and simulator fidelity."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+
+VLLM = {
+    "backend": "vllm", "model_id": "m", "duration": 10.0, "completed": 3,
+    "input_lens": [100, 200, 300, 400], "output_lens": [3, 2, 0, 4],
+    "ttfts": [0.1, 0.2, 0.0, 0.4],
+    "itls": [[0.01, 0.03], [0.02], [], [0.05, 0.05, 0.05]],
+    "errors": ["", "", "timeout", ""],
+}
+VIDUR_HEADER = ("Request Id,request_num_prefill_tokens,request_num_decode_tokens,"
+                "request_e2e_time,request_scheduling_delay,prefill_e2e_time,"
+                "decode_time_execution_plus_preemption_normalized,request_num_restarts,"
+                "request_arrived_at\n")
+
+
+@pytest.fixture
+def results(warehouse, tmp_path):
+    measured = tmp_path / "vllm-run.json"
+    measured.write_text(json.dumps(VLLM))
+    simulated = tmp_path / "request_metrics.csv"
+    simulated.write_text(VIDUR_HEADER + "0,100,3,0.2,0.01,0.12,0.03,0,0.0\n"
+                         "1,200,2,0.3,0.02,0.25,0.025,1,0.5\n"
+                         "2,-5,4,0.6,0.0,0.5,0.05,0,1.0\n"  # negative length
+                         "3,400,4,0.7,0.0,0.5,0.05,0,1.5\n")
+    batches = tmp_path / "batch_metrics.csv"
+    batches.write_text("Batch Id,batch_size,batch_num_tokens,batch_num_prefill_tokens,"
+                       "batch_num_decode_tokens,batch_execution_time\n"
+                       "0,2,300,300,0,0.05\n1,2,2,0,2,0.01\nx,1,1,0,1,oops\n")
+    report = ingest(warehouse, [str(measured), str(simulated), str(batches)])
+    assert [(f.fmt, f.rows, f.rejected) for f in report.files] == [
+        ("vllm", 4, 0), ("vidur_requests", 3, 1), ("vidur_batches", 2, 1)]
+    con = connect(warehouse)
+    yield con
+    con.close()
+
+
+def test_latency_percentiles_leave_failed_requests_out(results):
+    rows = {metric: (origin, n, p50) for origin, metric, n, p50 in results.execute(
+        "SELECT origin, metric, requests, p50_s FROM request_latency_summary s "
+        "JOIN runs r USING (run_id) WHERE r.run_name = 'vllm-run'").fetchall()}
+    assert rows["ttft"] == ("measured", 3, pytest.approx(0.2))  # of 0.1, 0.2, 0.4
+    assert rows["tpot"] == ("measured", 3, pytest.approx(0.02))  # of 0.02, 0.02, 0.05
+    assert rows["e2e"] == ("measured", 3, pytest.approx(0.22))  # of 0.14, 0.22, 0.55
+
+
+def test_slo_attainment_and_goodput(results):
+    row = results.execute(
+        "SELECT requests, failed, met, attainment, span_s, goodput_per_s "
+        "FROM slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := 0.03) s "
+        "JOIN runs r USING (run_id) WHERE r.run_name = 'vllm-run'").fetchone()
+    assert row == (4, 1, 2, 0.5, 10.0, pytest.approx(0.2))
+    simulated = results.execute(
+        "SELECT met, span_s FROM slo_attainment(e2e_slo_s := 0.5) s JOIN runs r "
+        "USING (run_id) WHERE r.run_name = 'request_metrics'").fetchone()
+    assert simulated == (2, pytest.approx(1.5 + 0.7))  # last completion 2.2, first arrival 0
+
+
+def test_fidelity_compares_percentile_by_percentile(results):
+    rows = {(m, p): (meas, sim, err) for m, p, meas, sim, err in results.execute(
+        "SELECT * FROM timing_fidelity('vllm-run', 'request_metrics')").fetchall()}
+    measured_ttft = np.percentile([0.1, 0.2, 0.4], 90)
+    simulated_ttft = np.percentile([0.12, 0.25, 0.5], 90)
+    assert rows[("ttft", "p90")] == (
+        pytest.approx(measured_ttft), pytest.approx(simulated_ttft),
+        pytest.approx((simulated_ttft - measured_ttft) / measured_ttft))
+    assert len(rows) == 9
+
+
+def test_rejected_rows_say_why_and_batches_are_kept(results):
+    reasons = results.execute("SELECT line_no, reason FROM quarantine ORDER BY reason"
+                              ).fetchall()
+    assert reasons == [(4, "batch_execution_time is not a number"),
+                       (4, "request_num_prefill_tokens is negative")]
+    batches = results.execute("SELECT batch_idx, batch_size, prefill_tokens, decode_tokens, "
+                              "execution_time_s FROM batch_metrics ORDER BY 1").fetchall()
+    assert batches == [(0, 2, 300, 0, 0.05), (1, 2, 0, 2, 0.01)]
