@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.ingest.workload import csv_header, csv_rows, note, numbers, read_csv_strings
+from kvtrace.ingest.workload import RowReasons, csv_header, csv_rows, numbers, read_csv_strings
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
@@ -86,15 +86,15 @@ def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
 def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str,
               table_name: str, constants: dict) -> ResultFileResult:
     raw = read_csv_strings(path, list(columns.values()))
-    reasons = np.full(raw.num_rows, "", dtype=object)
+    reasons = RowReasons(raw.num_rows)
     values = {}
     for name, source in columns.items():
         kind = pa.int64() if name in _INTEGER_COLUMNS else pa.float64()
         values[name] = numbers(raw[source], source, reasons, kind)
-        note(reasons, values[name] < 0, f"{source} is negative")
-    keep = reasons == ""
+        reasons.note(values[name] < 0, f"{source} is negative")
+    keep = reasons.ok
     raw_of = csv_rows(path)
-    rejected = [BadLine(int(row) + 2, str(reasons[row]), raw_of(int(row)))
+    rejected = [BadLine(int(row) + 2, reasons.text(int(row)), raw_of(int(row)))
                 for row in np.flatnonzero(~keep)]
     n = int(keep.sum())
     out = {index: pa.array(np.flatnonzero(keep), pa.int64()),

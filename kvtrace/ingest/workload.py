@@ -97,7 +97,7 @@ def _read_csv(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
     table = read_csv_strings(path, list(columns.values()))
     raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
     line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
-    reasons = np.full(raw.num_rows, "", dtype=object)
+    reasons = RowReasons(raw.num_rows)
     arrival = (_wall_clock_seconds(raw["arrival"], reasons) if fmt == "azure"
                else numbers(raw["arrival"], "arrival time", reasons, pa.float64()))
     lengths = {name: numbers(raw[name], name, reasons, pa.int64())
@@ -125,24 +125,40 @@ def _canonical_name(columns: dict[str, str], source_name: str) -> str:
     return next(canonical for canonical, name in columns.items() if name == source_name)
 
 
-def numbers(column: pa.ChunkedArray, name: str, reasons: np.ndarray,
+def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
             kind: pa.DataType) -> np.ndarray:
-    """``column`` as numbers (NaN where unparsable, with a reason)."""
-    pattern = _INTEGER if kind == pa.int64() else _NUMBER
-    ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))
-    note(reasons, ~ok, f"{name} is not a {'whole ' if kind == pa.int64() else ''}number")
-    values = np.full(len(ok), np.nan)
-    if ok.any():
-        good = pc.filter(column, pa.array(ok))
-        values[ok] = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy()
-    return values
+    """``column`` as numbers (NaN where unparsable, with a reason).
+
+    A clean column is cast in one go; only a column that fails is matched row by row."""
+    whole = kind == pa.int64()
+    problem = f"{name} is not a {'whole ' if whole else ''}number"
+    try:
+        values = np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False),
+                            dtype=np.float64)
+    except pa.ArrowInvalid:
+        pattern = _INTEGER if whole else _NUMBER
+        ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))
+        values = np.full(len(ok), np.nan)
+        if ok.any():
+            good = pc.filter(column, pa.array(ok))
+            values[ok] = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy()
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | ((values % 1 != 0) if whole else False)
+    reasons.note(bad, problem)
+    return np.where(bad, np.nan, values)
 
 
-def _wall_clock_seconds(column: pa.ChunkedArray, reasons: np.ndarray) -> np.ndarray:
+def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons) -> np.ndarray:
     """Wall-clock time stamps as seconds since the epoch (NaN where unparsable)."""
+    try:
+        stamps = pc.cast(column, pa.timestamp("ns"))
+        return np.asarray(pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False),
+                          dtype=np.float64) / 1e9
+    except pa.ArrowInvalid:
+        pass
     trimmed = pc.utf8_trim_whitespace(column)
     ok = np.asarray(pc.fill_null(pc.match_substring_regex(trimmed, _WALL_CLOCK), False))
-    note(reasons, ~ok, "TIMESTAMP is not a time stamp")
+    reasons.note(~ok, "TIMESTAMP is not a time stamp")
     seconds = np.full(len(ok), np.nan)
     if ok.any():
         stamps = pc.cast(pc.filter(trimmed, pa.array(ok)), pa.timestamp("ns"))
@@ -177,7 +193,7 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
             rejected.append(note)
     table = (pa.concat_tables(tables) if tables else _MOONCAKE_SCHEMA.empty_table())
     line_no = np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
-    reasons = np.full(table.num_rows, "", dtype=object)
+    reasons = RowReasons(table.num_rows)
     arrival = _present(table["timestamp"], "timestamp", reasons) / 1000.0
     lengths = {"input_tokens": _present(table["input_length"], "input_length", reasons),
                "output_tokens": _present(table["output_length"], "output_length", reasons)}
@@ -198,34 +214,51 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
     return result
 
 
-def _present(column: pa.ChunkedArray, name: str, reasons: np.ndarray) -> np.ndarray:
+def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndarray:
     values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-    note(reasons, np.isnan(values), f"missing field {name}")
+    reasons.note(np.isnan(values), f"missing field {name}")
     return values
 
 
 # -- checks shared by every format ---------------------------------------------------------
 
 
-def note(reasons: np.ndarray, rows: np.ndarray, reason: str) -> None:
-    """Give ``rows`` that have no reason yet this one."""
-    reasons[rows & (reasons == "")] = reason
+class RowReasons:
+    """Why rows are rejected: the first reason given to a row sticks."""
+
+    def __init__(self, rows: int) -> None:
+        self.codes = np.zeros(rows, dtype=np.int16)
+        self.texts = [""]
+
+    def note(self, rows: np.ndarray, reason: str) -> None:
+        """Give ``rows`` (a mask) that have no reason yet this one."""
+        rows = rows & (self.codes == 0)
+        if rows.any():
+            self.texts.append(reason)
+            self.codes[rows] = len(self.texts) - 1
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.codes == 0
+
+    def text(self, row: int) -> str:
+        return self.texts[self.codes[row]]
 
 
-def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: np.ndarray,
+def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: RowReasons,
              arrival: np.ndarray, lengths: dict[str, np.ndarray], hashes: pa.Array,
              block_tokens: int | None, text: dict[str, pa.ChunkedArray],
              raw_of: Callable[[int], str]) -> WorkloadFileResult:
     """Apply the range and order rules, quarantine what breaks them, build the rows."""
     for name, values in lengths.items():
-        note(reasons, values < 0, f"{name} is negative")
-    ok = reasons == ""
+        reasons.note(values < 0, f"{name} is negative")
+    ok = reasons.ok
     previous = np.maximum.accumulate(np.where(ok, arrival, -np.inf))
     earlier = np.zeros(len(ok), dtype=bool)
     earlier[1:] = ok[1:] & (arrival[1:] < previous[:-1])
-    note(reasons, earlier, "arrival earlier than the request before it (out of order)")
-    keep = reasons == ""
-    rejected = [BadLine(int(line_no[row]), str(reasons[row]), raw_of(int(row)))
+    reasons.note(earlier, "arrival earlier than the request before it (out of order)")
+    keep = reasons.ok
+    rejected = [BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
                 for row in np.flatnonzero(~keep)]
     start = arrival[keep].min() if keep.any() else 0.0
     kept = pa.array(keep)

@@ -86,7 +86,7 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
     They hold ``con`` weakly: a connection that referred to itself through its own
     functions would never be freed.
     """
-    from kvtrace.sql.kv_access.columns import HIT_CURVE, PREFIX_HIT_CURVE, REUSE
+    from kvtrace.sql.kv_access.columns import COST_MODEL, HIT_CURVE, PREFIX_HIT_CURVE, REUSE
 
     connection = weakref.ref(con)
 
@@ -118,7 +118,13 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
                                                   _constant(capacities) or [])
         return pa.array([rows] * len(policy), pa.list_(PREFIX_HIT_CURVE))
 
-    return hit_curve, reuse, prefix_hit_curve
+    def cost_model(source) -> pa.Array:
+        from kvtrace.sql.kv_access import cost_model as model
+
+        rows = model.cost_model_rows(cursor(), _constant(source))
+        return pa.array([rows] * len(source), pa.list_(COST_MODEL))
+
+    return hit_curve, reuse, prefix_hit_curve, cost_model
 
 
 _ARROW = func.PythonUDFType.ARROW
@@ -126,11 +132,14 @@ _ARROW = func.PythonUDFType.ARROW
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised functions on ``con``."""
-    from kvtrace.sql.kv_access.columns import HIT_CURVE, PREFIX_HIT_CURVE, REUSE
+    from kvtrace.sql.kv_access.columns import COST_MODEL, HIT_CURVE, PREFIX_HIT_CURVE, REUSE
 
     con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
                         "INTEGER[]", type=_ARROW)
-    hit_curve, reuse, prefix_hit_curve = _access_functions(con)
+    hit_curve, reuse, prefix_hit_curve, cost_model = _access_functions(con)
+    con.create_function(
+        "kvtrace_cost_model", cost_model, ["VARCHAR"], f"{duckdb_type(COST_MODEL)}[]",
+        type=_ARROW, side_effects=True)
     con.create_function(
         "kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"],
         f"{duckdb_type(PREFIX_HIT_CURVE)}[]", type=_ARROW, side_effects=True)

@@ -84,3 +84,42 @@ def test_rejected_rows_say_why_and_batches_are_kept(results):
     batches = results.execute("SELECT batch_idx, batch_size, prefill_tokens, decode_tokens, "
                               "execution_time_s FROM batch_metrics ORDER BY 1").fetchall()
     assert batches == [(0, 2, 300, 0, 0.05), (1, 2, 0, 2, 0.01)]
+
+
+def test_the_cost_model_recovers_known_coefficients(warehouse, tmp_path):
+    rng = np.random.default_rng(0)
+    prefill = rng.integers(0, 4000, 200)
+    decode = rng.integers(1, 64, 200)
+    seconds = 0.004 + 2e-6 * prefill + 1.5e-4 * decode  # exact: the fit must find it
+    lines = ["batch_size,batch_num_prefill_tokens,batch_num_decode_tokens,"
+             "batch_execution_time"]
+    lines += [f"{d},{p},{d},{float(s)!r}" for p, d, s in zip(prefill, decode, seconds,
+                                                             strict=True)]
+    (tmp_path / "batch_metrics.csv").write_text("\n".join(lines) + "\n")
+    ingest(warehouse, [str(tmp_path / "batch_metrics.csv")])
+    row = connect(warehouse).execute(
+        "SELECT observations, intercept_s, per_prefill_token_s, per_decode_token_s, "
+        "per_kv_token_s, r2, residual_p99_s FROM batch_cost_model()").fetchone()
+    assert row[0] == 200
+    assert row[1:4] == (pytest.approx(0.004), pytest.approx(2e-6), pytest.approx(1.5e-4))
+    assert row[4] is None and row[5] == pytest.approx(1.0)
+    assert abs(row[6]) < 1e-9
+
+
+def test_the_cost_model_of_traced_dsa_steps(warehouse):
+    from kvtrace.collectors.dsa_tracer import DsaTracer
+
+    with DsaTracer(warehouse, run_name="steps", dataset="unit", block_sizes=(16,),
+                   topk=8) as tracer:
+        for request in (0, 1, 2):
+            tracer.begin_request(request, list(range(200)))
+        for step in range(12):  # batches of 1 to 3 requests, each selecting 8 positions
+            batch = {r: 200 + step for r in range(1 + step % 3)}
+            with tracer.step(batch):
+                picks = np.array([np.arange(0, 8 * (r + 1) * 2, 2 * (r + 1))[:8]
+                                  for r in batch])
+                tracer.record_topk(0, picks)
+    row = connect(warehouse).execute(
+        "SELECT observations, per_decode_token_s IS NOT NULL, per_kv_token_s IS NOT NULL, "
+        "per_prefill_token_s FROM batch_cost_model('dsa')").fetchone()
+    assert row == (12, True, True, None)

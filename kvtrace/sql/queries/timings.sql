@@ -135,3 +135,23 @@ FROM long AS m
 JOIN long AS s USING (metric, percentile)
 WHERE m.side = 'measured' AND s.side = 'simulated'
 ORDER BY m.metric, m.percentile;
+
+-- @macro batch_cost_model(source)
+-- Per run: batch (or step) time fitted by least squares on the work it did, as
+-- intercept + per-token costs (kvtrace/sql/kv_access/cost_model.py).  source 'batches'
+-- (the default) fits simulator batches on prefill and decode tokens; 'dsa' fits traced
+-- DSA decode steps on their requests and the KV tokens their selections read.  A term
+-- without variation in a run is NULL.
+-- @column run_id               the run
+-- @column source               batches or dsa
+-- @column observations         batches or steps fitted
+-- @column intercept_s          fixed cost per batch
+-- @column per_prefill_token_s  cost of one prefill token
+-- @column per_decode_token_s   cost of one decode token (one request's step)
+-- @column per_kv_token_s       cost of one KV token read
+-- @column r2                   share of the variance the model explains
+-- @column residual_p50_s       median residual (observed - fitted)
+-- @column residual_p90_s       90th percentile of the residuals
+-- @column residual_p99_s       99th percentile of the residuals
+CREATE MACRO batch_cost_model(source := 'batches') AS TABLE
+SELECT unnest(kvtrace_cost_model(source), recursive := true);
