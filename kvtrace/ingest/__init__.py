@@ -259,8 +259,8 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
         return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
     result = (read_vllm_result(source.path) if fmt == "vllm"
               else read_results_csv(source.path, fmt))
-    rows = result.rows.set_column(0, "run_id", pa.array([run_id] * result.rows.num_rows,
-                                                        pa.string()))
+    rows = result.rows.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
+                                                         result.rows.num_rows))
     kind = "simulation" if fmt.startswith("vidur") else "benchmark"
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
@@ -284,8 +284,8 @@ def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: st
         advance(source.size)
         return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
     result = read_workload_file(source.path, fmt)
-    table = result.table.set_column(0, "run_id", pa.array([run_id] * result.table.num_rows,
-                                                          pa.string()))
+    table = result.table.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
+                                                           result.table.num_rows))
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
         warehouse.write(commit, "workload_requests", table)

@@ -98,7 +98,7 @@ def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str
                 for row in np.flatnonzero(~keep)]
     n = int(keep.sum())
     out = {index: pa.array(np.flatnonzero(keep), pa.int64()),
-           **{k: pa.array([v] * n) for k, v in constants.items()},
+           **{k: pa.repeat(pa.scalar(v), n) for k, v in constants.items()},
            **{name: pa.array(v[keep]) for name, v in values.items()}}
     rows = pa.table({f.name: out[f.name].cast(f.type) if f.name in out
                      else pa.nulls(n, f.type) for f in schema})

@@ -269,7 +269,7 @@ def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: Ro
         "input_tokens": pa.array(lengths["input_tokens"][keep].astype(np.int64)),
         "output_tokens": pa.array(lengths["output_tokens"][keep].astype(np.int64)),
         "hash_ids": pc.filter(hashes, kept),
-        "hash_block_tokens": pa.array([block_tokens] * int(keep.sum()), pa.int32()),
+        "hash_block_tokens": pa.repeat(pa.scalar(block_tokens, pa.int32()), int(keep.sum())),
         "model": (pc.filter(text["model"], kept) if "model" in text
                   else pa.nulls(int(keep.sum()), pa.string())),
         "log_type": (pc.filter(text["log_type"], kept) if "log_type" in text
