@@ -118,21 +118,29 @@ def ingest(
         help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
     strict: Annotated[bool, typer.Option(
         help="Exit non-zero when any line was rejected.")] = False,
+    columns: Annotated[str | None, typer.Option(
+        help="A CSV arrival trace of another layout: arrival=COL,input_tokens=COL,"
+             "output_tokens=COL[,model=COL,log_type=COL,arrival_unit=s|ms|us|datetime]."
+    )] = None,
 ) -> None:
     """Load existing trace dumps into the warehouse.
 
     Reads DSA top-k traces, KV pool time series and request metrics (JSONL, optionally
-    gzipped).  Bad lines go to the quarantine (see the quarantine view) and the rest is
-    ingested; the same file ingested twice adds nothing.
+    gzipped), RULER prediction files, arrival traces (Azure, BurstGPT, Splitwise/Vidur
+    CSVs, Mooncake JSONL) and benchmark or simulator results (vLLM result JSON, Vidur
+    request and batch metrics).  Bad lines go to the quarantine (see the quarantine
+    view) and the rest is ingested; the same file ingested twice adds nothing.
 
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
     warehouse = _open(create=True)
     from kvtrace.ingest import ingest as ingest_paths
+    from kvtrace.ingest.workload import parse_column_mapping
 
+    mapping = parse_column_mapping(columns) if columns is not None else None
     report = _with_progress("ingesting", lambda hook: ingest_paths(
         warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
-        kind=kind, experiment=experiment, progress=hook))
+        kind=kind, experiment=experiment, columns=mapping, progress=hook))
     _print_ingest(report)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")

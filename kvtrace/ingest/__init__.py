@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +31,7 @@ from kvtrace.ingest.results import (
 from kvtrace.ingest.serving import ServingKind, detect_serving_kind, read_serving_file
 from kvtrace.ingest.sources import SourceFile, expand
 from kvtrace.ingest.workload import (
+    ColumnMapping,
     WorkloadFormat,
     csv_header,
     detect_csv_format,
@@ -78,6 +80,7 @@ class IngestReport:
 def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None,
            run_name: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
            kind: Kind | None = None, experiment: str | None = None,
+           columns: ColumnMapping | None = None,
            progress: Progress | None = None) -> IngestReport:
     """Ingest every trace file named by ``paths`` (files, folders or glob patterns).
 
@@ -92,6 +95,9 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
         first record (a CSV file's header) tells.
     experiment
         Label of serving runs (pool series, request metrics), e.g. ``exp2_2p6d``.
+    columns
+        For CSV arrival traces of a layout kvtrace does not know: which columns hold
+        the arrival, the lengths (and model, log type); see `parse_column_mapping`.
     progress
         Called with (bytes done, bytes in all) as the files are read.
     """
@@ -106,7 +112,7 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
 
         try:
             reports.append(_ingest_one(warehouse, source, dataset, run_name, block_size,
-                                       kind, experiment, advance))
+                                       kind, experiment, advance, columns))
         except KvtraceError as exc:
             if not reports:
                 raise
@@ -119,10 +125,11 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
 
 def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
                 run_name: str | None, block_size: int, kind: Kind | None,
-                experiment: str | None, advance: Callable[[int], None]) -> FileReport:
+                experiment: str | None, advance: Callable[[int], None],
+                columns: ColumnMapping | None = None) -> FileReport:
 
     if source.path.name.endswith(".csv"):
-        return _ingest_csv(warehouse, source, run_name, advance)
+        return _ingest_csv(warehouse, source, run_name, advance, columns)
     if source.path.name.endswith(".json") and _is_vllm_result(source):
         return _ingest_results(warehouse, source, run_name, "vllm", advance)
     if source.path.name.endswith(".json"):
@@ -227,8 +234,11 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
 
 
 def _ingest_csv(warehouse: Warehouse, source: SourceFile, run_name: str | None,
-                advance: Callable[[int], None]) -> FileReport:
+                advance: Callable[[int], None],
+                columns: ColumnMapping | None = None) -> FileReport:
     """A CSV file: an arrival trace, or a simulator's request or batch metrics."""
+    if columns is not None:
+        return _ingest_workload_file(warehouse, source, run_name, "mapped", advance, columns)
     header = csv_header(source.path)
     if (workload := detect_csv_format(header)) is not None:
         return _ingest_workload_file(warehouse, source, run_name, workload, advance)
@@ -274,8 +284,9 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
 
 
 def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: str | None,
-                          fmt: WorkloadFormat, advance: Callable[[int], None]
-                          ) -> FileReport:
+                          fmt: WorkloadFormat | Literal["mapped"],
+                          advance: Callable[[int], None],
+                          columns: ColumnMapping | None = None) -> FileReport:
     """An arrival trace (CSV or Mooncake JSONL) into ``workload_requests``."""
     name = run_name or source.path.name.split(".")[0]
     run_id = make_run_id(name, "ingest")
@@ -283,14 +294,17 @@ def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: st
     if warehouse.has_source(sha, run_id):
         advance(source.size)
         return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
-    result = read_workload_file(source.path, fmt)
+    result = read_workload_file(source.path, fmt, columns)
     table = result.table.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
                                                            result.table.num_rows))
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
         warehouse.write(commit, "workload_requests", table)
-        warehouse.write_rows(commit, "runs", _run_row(run_id, name, "workload", source, {
-            "format": fmt, "source_sha256": sha}, dataset=None))
+        config = {"format": fmt, "source_sha256": sha,
+                  **({"columns": columns.columns, "arrival_unit": columns.arrival_unit}
+                     if columns else {})}
+        warehouse.write_rows(commit, "runs", _run_row(run_id, name, "workload", source,
+                                                      config, dataset=None))
         _write_quarantine(warehouse, commit, source, result.rejected)
     advance(source.size)
     return FileReport(str(source.path), run_id, "ingested", rows=table.num_rows,

@@ -9,7 +9,8 @@ Formats, told apart by their header (CSV) or first record (JSONL):
 - ``splitwise``: Splitwise / Vidur processed traces,
   ``arrived_at,num_prefill_tokens,num_decode_tokens`` (seconds);
 - ``mooncake``: Mooncake's JSONL, ``timestamp`` (milliseconds), ``input_length``,
-  ``output_length`` and ``hash_ids``, one hash per 512-token block of the prompt.
+  ``output_length`` and ``hash_ids``, one hash per 512-token block of the prompt;
+- ``mapped``: any other CSV, its columns named by a `ColumnMapping` (``--columns``).
 
 Arrival times become seconds since the trace's first kept arrival.  A row with an
 unparsable field, a negative length or an arrival earlier than the request before it goes
@@ -76,11 +77,13 @@ class WorkloadFileResult:
     fmt: str = ""
 
 
-def read_workload_file(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
-    """Every request of an arrival trace, checked; see the module's rules."""
+def read_workload_file(path: Path, fmt: WorkloadFormat | Literal["mapped"],
+                       mapping: ColumnMapping | None = None) -> WorkloadFileResult:
+    """Every request of an arrival trace, checked; see the module's rules.  ``mapping``
+    names the columns of a CSV layout kvtrace does not know (format ``mapped``)."""
     if fmt == "mooncake":
         return _read_mooncake(path)
-    return _read_csv(path, fmt)
+    return _read_csv(path, fmt, mapping)
 
 
 def csv_header(path: Path) -> list[str]:
@@ -92,14 +95,22 @@ def csv_header(path: Path) -> list[str]:
 # -- CSV ---------------------------------------------------------------------------------------
 
 
-def _read_csv(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
-    columns = CSV_COLUMNS[fmt]
+def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
+              mapping: ColumnMapping | None = None) -> WorkloadFileResult:
+    columns = mapping.columns if mapping else CSV_COLUMNS[fmt]  # type: ignore[index]
+    missing = [name for name in columns.values() if name not in csv_header(path)]
+    if missing:
+        raise InputError(f"{path} has no column {', '.join(missing)} (its header: "
+                         f"{', '.join(csv_header(path)[:8])})")
     table = read_csv_strings(path, list(columns.values()))
     raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
     line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
     reasons = RowReasons(raw.num_rows)
-    arrival = (_wall_clock_seconds(raw["arrival"], reasons) if fmt == "azure"
-               else numbers(raw["arrival"], "arrival time", reasons, pa.float64()))
+    unit = mapping.arrival_unit if mapping else ("datetime" if fmt == "azure" else "s")
+    if unit == "datetime":
+        arrival = _wall_clock_seconds(raw["arrival"], reasons, columns["arrival"])
+    else:
+        arrival = numbers(raw["arrival"], "arrival time", reasons, pa.float64()) / _UNITS[unit]
     lengths = {name: numbers(raw[name], name, reasons, pa.int64())
                for name in ("input_tokens", "output_tokens")}
     text = {name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
@@ -107,6 +118,37 @@ def _read_csv(path: Path, fmt: WorkloadFormat) -> WorkloadFileResult:
     return _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
                     pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text,
                     csv_rows(path))
+
+
+_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """Which CSV columns hold a trace's fields, for a layout kvtrace does not know."""
+
+    columns: dict[str, str]  # arrival, input_tokens, output_tokens[, model, log_type]
+    arrival_unit: str = "s"  # s, ms, us, or datetime (wall-clock time stamps)
+
+
+def parse_column_mapping(text: str) -> ColumnMapping:
+    """``arrival=ts,input_tokens=prompt_len,output_tokens=gen_len[,arrival_unit=ms]``."""
+    pairs = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip():
+            raise InputError(f"--columns takes field=column pairs, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    unit = pairs.pop("arrival_unit", "s")
+    if unit not in (*_UNITS, "datetime"):
+        raise InputError(f"arrival_unit must be s, ms, us or datetime, got {unit!r}")
+    known = {"arrival", "input_tokens", "output_tokens", "model", "log_type"}
+    if unknown := set(pairs) - known:
+        raise InputError(f"--columns names unknown fields {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(known))}, arrival_unit")
+    if missing := {"arrival", "input_tokens", "output_tokens"} - set(pairs):
+        raise InputError(f"--columns must name {', '.join(sorted(missing))}")
+    return ColumnMapping(pairs, unit)
 
 
 def read_csv_strings(path: Path, columns: list[str]) -> pa.Table:
@@ -148,7 +190,8 @@ def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
     return np.where(bad, np.nan, values)
 
 
-def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons) -> np.ndarray:
+def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons,
+                        name: str = "TIMESTAMP") -> np.ndarray:
     """Wall-clock time stamps as seconds since the epoch (NaN where unparsable)."""
     try:
         stamps = pc.cast(column, pa.timestamp("ns"))
@@ -158,7 +201,7 @@ def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons) -> np.ndar
         pass
     trimmed = pc.utf8_trim_whitespace(column)
     ok = np.asarray(pc.fill_null(pc.match_substring_regex(trimmed, _WALL_CLOCK), False))
-    reasons.note(~ok, "TIMESTAMP is not a time stamp")
+    reasons.note(~ok, f"{name} is not a time stamp")
     seconds = np.full(len(ok), np.nan)
     if ok.any():
         stamps = pc.cast(pc.filter(trimmed, pa.array(ok)), pa.timestamp("ns"))

@@ -167,3 +167,24 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
     status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(unknown))
     assert status == 1
     assert "is not a CSV file kvtrace knows: its header (when, prompt, answer)" in err
+
+
+def test_a_column_mapping_reads_a_layout_kvtrace_does_not_know(cli, tmp_path):
+    trace = tmp_path / "mine.csv"
+    trace.write_text("t_ms,prompt,completion,who\n1000,10,2,a\n1500,20,4,b\n")
+    status, out, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace), "--columns",
+                           "arrival=t_ms,input_tokens=prompt,output_tokens=completion,"
+                           "model=who,arrival_unit=ms")
+    assert status == 0, err
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT arrival_s, input_tokens, output_tokens, model "
+                         "FROM workload_requests ORDER BY 1", "-f", "csv")
+    assert out.splitlines()[1:] == ["0.0,10,2,a", "0.5,20,4,b"]
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace), "--columns",
+                         "arrival=t_ms,input_tokens=prompt")
+    assert status == 1 and "--columns must name output_tokens" in err
+    other = tmp_path / "other.csv"
+    other.write_text(trace.read_text())
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(other), "--columns",
+                         "arrival=t,input_tokens=prompt,output_tokens=completion")
+    assert status == 1 and "has no column t (its header: t_ms, prompt, completion, who)" in err
