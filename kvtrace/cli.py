@@ -43,7 +43,7 @@ from kvtrace.sql.kv_access import (
     Scope,
 )
 
-ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval"]
+ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -19,8 +20,10 @@ from kvtrace.warehouse import Warehouse
 from tests.reports.browser import open_report
 from tests.serving.fixtures import pool_rows, request_rows, write
 from tests.test_cli import kvtrace
+from tests.workload.test_results import VIDUR_HEADER, VLLM
 
 HOSTILE = "<script>alert(1)</script>"
+VIDUR = VIDUR_HEADER + "0,100,3,0.2,0.01,0.12,0.03,0,0.0\n1,200,2,0.3,0.02,0.25,0.025,1,0.5\n"
 SHAREGPT = Path(__file__).parent.parent / "data" / "sharegpt_format_dummy_conversation.json"
 ARTIFACTS = Path(os.environ.get("KVTRACE_TEST_ARTIFACTS",
                                 Path(__file__).parent.parent.parent / "test-artifacts"))
@@ -34,6 +37,7 @@ COMMANDS = {
     "compare-dsa": ["report", "compare", "--run", "chat", "--run", "niah"],
     "whatif": ["report", "whatif"],
     "eval": ["report", "eval", "--run", "niah", "--run", "niah-b"],
+    "workload": ["report", "workload"],
 }
 
 
@@ -53,6 +57,15 @@ def root(tmp_path_factory) -> Path:
                 dataset="ruler", block_sizes=(64,), max_new_tokens=6)
     collect_dsa(warehouse, niah, model=DsaRef(CONFIG, seed=1), tokenizer=tokenizer,
                 run_name="niah-b", dataset="ruler", block_sizes=(64,), max_new_tokens=6)
+    workload = root.parent / "workload"
+    workload.mkdir()
+    mooncake = (Path(__file__).parent.parent / "data" / "mooncake_conversation_trace.jsonl")
+    (workload / "mooncake.jsonl").write_text("\n".join(
+        mooncake.read_text().splitlines()[:400]) + "\n")
+    (workload / "bench.json").write_text(json.dumps(VLLM))
+    (workload / "request_metrics.csv").write_text(VIDUR)
+    ingest(warehouse, [str(workload / "mooncake.jsonl"), str(workload / "bench.json"),
+                       str(workload / "request_metrics.csv")])
     folder = root.parent / "serving"
     for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
         write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
@@ -103,6 +116,13 @@ def test_the_eval_report_diffs_the_two_runs_it_was_given(root, tmp_path):
     assert int(samples) == 2
     assert f"<td>{samples}</td><td>{fixed}</td><td>{broken}</td>" in html
     assert html.count("<section ") == 5 and "FROM dsa_needle_recall_by_layer(" in html
+
+
+def test_the_workload_report_holds_the_fidelity_of_the_simulation(root, tmp_path):
+    html = _render(root, "workload", tmp_path / "workload.html")
+    assert "fidelity: request_metrics-" in html and "(simulated) against bench-" in html
+    assert html.count("<section ") == 7 and "FROM timing_fidelity(" in html
+    assert "Select a measured and a simulated run" not in html
 
 
 def test_a_hostile_dataset_name_shows_as_text(root, tmp_path):
