@@ -251,7 +251,10 @@ def collect_dsa_command(
         help="Requests decoded together (burstgpt: at most this many that have arrived).")
     ] = 1,
     time_scale: Annotated[float, typer.Option(
-        help="burstgpt: divide recorded arrival times by this.")] = 1.0,
+        help="burstgpt, workload: divide recorded arrival times by this.")] = 1.0,
+    workload: Annotated[str | None, typer.Option(
+        help="--dataset workload: an ingested arrival trace (run name or id) to replay; "
+             "block hashes become shared prompt prefixes.")] = None,
     turn_mode: Annotated[TurnMode, typer.Option(
         help="sharegpt: full or per_user_turn.")] = "full",
     limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
@@ -287,7 +290,7 @@ def collect_dsa_command(
         hub=HubDataset(hf_dataset, hf_split, hf_revision) if hf_dataset else None,
         turn_mode=turn_mode, length_filter=length, ruler_length=ruler_length,
         ruler_variant=ruler_variant, limit=limit, batch_size=batch_size,
-        time_scale=time_scale, max_new_tokens=max_new_tokens,
+        time_scale=time_scale, workload=workload, max_new_tokens=max_new_tokens,
         max_prompt_tokens=max_prompt_tokens, block_sizes=tuple(block_size or (64,)),
         sample_rate=sample_rate, temperature=temperature, seed=seed, scores=scores,
         run_name=run_name))

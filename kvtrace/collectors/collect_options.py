@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-DatasetName = Literal["ruler", "sharegpt", "longbench-v2", "burstgpt"]
+DatasetName = Literal["ruler", "sharegpt", "longbench-v2", "burstgpt", "workload"]
 Scores = Literal["stats", "full"]
 TurnMode = Literal["full", "per_user_turn"]
 RulerVariant = Literal["single", "multikey"]
@@ -42,7 +42,8 @@ class DsaCollectOptions:
     ruler_variant: RulerVariant = "single"
     limit: int = 8
     batch_size: int = 1
-    time_scale: float = 1.0  # burstgpt
+    time_scale: float = 1.0  # burstgpt, workload
+    workload: str | None = None  # an ingested workload run, by name or id
     max_new_tokens: int = 16
     max_prompt_tokens: int = 16384
     block_sizes: tuple[int, ...] = (64,)

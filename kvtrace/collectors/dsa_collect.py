@@ -228,8 +228,9 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedMo
                 if _skipped(tracer, report, arrival.request_id, arrival.prompt_tokens, limit):
                     continue
                 wanted = max(arrival.response_tokens, 1)
+                text = arrival.prompt or filler_prompt(arrival.prompt_tokens)
                 batch.append(_Job(
-                    arrival.request_id, tokenizer.encode(filler_prompt(arrival.prompt_tokens)),
+                    arrival.request_id, tokenizer.encode(text),
                     min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted,
                     arrival.arrival_s / time_scale))
             if batch:

@@ -23,7 +23,7 @@ def run_dsa_collection(warehouse: Warehouse, options: DsaCollectOptions, *,
     The run is named ``options.run_name``, else ``<dataset>-<model>-<seed>``.
     """
     net, tokenizer = load_model(options)
-    requests, variant = dataset_requests(options, tokenizer)
+    requests, variant = dataset_requests(options, tokenizer, warehouse)
     model_name = net.name.removeprefix("hf:")
     name = options.run_name or f"{options.dataset}-{model_name}-{options.seed}"
     common: dict[str, Any] = dict(

@@ -246,16 +246,18 @@ def test_batched_collection_traces_what_one_at_a_time_does(tmp_path):
     assert len(picked[1]) == 5 * 3 * 2 and picked[2] == picked[1]
 
 
-def test_the_registry_names_every_runner_and_rejects_others():
+def test_the_registry_names_every_runner_and_rejects_others(warehouse):
     from kvtrace.collectors.collect_options import DatasetName, DsaCollectOptions
     from kvtrace.collectors.datasets.registry import DATASETS, dataset_requests
 
     assert set(DATASETS) == set(DatasetName.__args__)
     with pytest.raises(InputError, match="expected one of ruler, sharegpt"):
-        dataset_requests(DsaCollectOptions(dataset="mmlu"), ByteTokenizer())  # type: ignore
+        dataset_requests(DsaCollectOptions(dataset="mmlu"), ByteTokenizer(),  # type: ignore
+                         warehouse)
     with pytest.raises(InputError, match="burstgpt needs --data-file"):
-        dataset_requests(DsaCollectOptions(dataset="burstgpt"), ByteTokenizer())
+        dataset_requests(DsaCollectOptions(dataset="burstgpt"), ByteTokenizer(), warehouse)
     requests, variant = dataset_requests(
-        DsaCollectOptions(dataset="ruler", limit=2, ruler_length=600, seed=3), ByteTokenizer())
+        DsaCollectOptions(dataset="ruler", limit=2, ruler_length=600, seed=3), ByteTokenizer(),
+        warehouse)
     assert len(list(requests)) == 2
     assert variant == "ruler-niah-single (kvtrace offline generator, seed 3, 600 tokens)"

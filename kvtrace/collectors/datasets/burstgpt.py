@@ -32,6 +32,7 @@ class Arrival:
     arrival_s: float
     prompt_tokens: int
     response_tokens: int
+    prompt: str | None = None  # the text to send; filler of prompt_tokens when None
 
 
 def _seconds(text: str) -> float:

@@ -13,8 +13,9 @@ from pathlib import Path
 from kvtrace.collectors.collect_options import DatasetName, DsaCollectOptions
 from kvtrace.collectors.dsa_collect import Tokenizer
 from kvtrace.errors import InputError
+from kvtrace.warehouse import Warehouse
 
-Runner = Callable[[DsaCollectOptions, Tokenizer], tuple[Iterable, str]]
+Runner = Callable[[DsaCollectOptions, Tokenizer, Warehouse], tuple[Iterable, str]]
 Loader = Callable[[Path], tuple[list[dict], str]]
 Checker = Callable[[object, str], list[dict]]
 
@@ -35,7 +36,8 @@ def _records(options: DsaCollectOptions, load: Loader, check: Checker,
     return rows, f"{options.data_file.name} (sha256 {sha})"
 
 
-def _ruler(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterable, str]:
+def _ruler(options: DsaCollectOptions, tokenizer: Tokenizer,
+           warehouse: Warehouse) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.ruler import (
         check_ruler,
         load_ruler_file,
@@ -54,7 +56,8 @@ def _ruler(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterable, 
                       f"seed {options.seed}, {options.ruler_length} tokens)")
 
 
-def _sharegpt(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterable, str]:
+def _sharegpt(options: DsaCollectOptions, tokenizer: Tokenizer,
+              warehouse: Warehouse) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.sharegpt import (
         check_conversations,
         load_conversations,
@@ -67,7 +70,8 @@ def _sharegpt(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterabl
             f"{variant}, turns {options.turn_mode}")
 
 
-def _longbench(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterable, str]:
+def _longbench(options: DsaCollectOptions, tokenizer: Tokenizer,
+               warehouse: Warehouse) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.longbench import (
         check_longbench,
         load_longbench,
@@ -80,7 +84,8 @@ def _longbench(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterab
             f"{variant}, lengths {options.length_filter or 'all'}")
 
 
-def _burstgpt(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterable, str]:
+def _burstgpt(options: DsaCollectOptions, tokenizer: Tokenizer,
+              warehouse: Warehouse) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.burstgpt import load_arrivals
 
     if options.hub is not None:
@@ -93,22 +98,32 @@ def _burstgpt(options: DsaCollectOptions, tokenizer: Tokenizer) -> tuple[Iterabl
             f"{options.data_file.name} (sha256 {sha}, first {options.limit} arrivals)")
 
 
+def _workload(options: DsaCollectOptions, tokenizer: Tokenizer,
+              warehouse: Warehouse) -> tuple[Iterable, str]:
+    from kvtrace.collectors.datasets.workload import workload_arrivals
+
+    if options.workload is None:
+        raise InputError("--dataset workload needs --workload RUN (an ingested arrival trace)")
+    return workload_arrivals(warehouse, options.workload, options.limit)
+
+
 DATASETS: dict[DatasetName, Runner] = {
     "ruler": _ruler,
     "sharegpt": _sharegpt,
     "longbench-v2": _longbench,
     "burstgpt": _burstgpt,
+    "workload": _workload,
 }
 
 # Runners whose requests arrive over time and are replayed at their arrival times.
-REPLAYED: frozenset[DatasetName] = frozenset({"burstgpt"})
+REPLAYED: frozenset[DatasetName] = frozenset({"burstgpt", "workload"})
 
 
-def dataset_requests(options: DsaCollectOptions, tokenizer: Tokenizer
-                     ) -> tuple[Iterable, str]:
+def dataset_requests(options: DsaCollectOptions, tokenizer: Tokenizer,
+                     warehouse: Warehouse) -> tuple[Iterable, str]:
     """The requests of ``options.dataset`` and the variant to record in ``runs``."""
     runner = DATASETS.get(options.dataset)
     if runner is None:
         raise InputError(f"expected one of {', '.join(DATASETS)} for --dataset, got "
                          f"{options.dataset!r}")
-    return runner(options, tokenizer)
+    return runner(options, tokenizer, warehouse)
