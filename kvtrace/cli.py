@@ -112,8 +112,8 @@ def ingest(
     block_size: Annotated[int, typer.Option(
         help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
     kind: Annotated[Kind | None, typer.Option(
-        help="dsa, pool, requests, eval or workload (default: told by each file's first "
-             "record).")] = None,
+        help="dsa, pool, requests, eval, workload or benchmark (default: told by each "
+             "file's first record).")] = None,
     experiment: Annotated[str | None, typer.Option(
         help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
     strict: Annotated[bool, typer.Option(

@@ -25,6 +25,8 @@ from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.results import (
     ResultFormat,
     detect_results_csv,
+    is_aiperf_record,
+    read_aiperf_records,
     read_results_csv,
     read_vllm_result,
 )
@@ -91,7 +93,8 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
     block_size
         Block size for DSA records that do not state theirs.
     kind
-        ``dsa``, ``pool``, ``requests``, ``eval`` or ``workload``; by default each file's
+        ``dsa``, ``pool``, ``requests``, ``eval``, ``workload`` or ``benchmark``; by
+        default each file's
         first record (a CSV file's header) tells.
     experiment
         Label of serving runs (pool series, request metrics), e.g. ``exp2_2p6d``.
@@ -140,6 +143,8 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
     if not first:
         return FileReport(str(source.path), "", "empty file")
     found = kind or _detect_kind(first, source)
+    if found == "benchmark":
+        return _ingest_results(warehouse, source, run_name, "aiperf", advance)
     if found == "workload":
         return _ingest_workload_file(warehouse, source, run_name, "mooncake", advance)
     if found == "eval":
@@ -183,6 +188,8 @@ def _detect_kind(first: bytes, source: SourceFile) -> Kind:
         return "eval"
     if isinstance(record, dict) and is_mooncake_record(record):
         return "workload"
+    if isinstance(record, dict) and is_aiperf_record(record):
+        return "benchmark"
     try:
         detect_format(first, str(source.path))
     except InputError:
@@ -190,7 +197,8 @@ def _detect_kind(first: bytes, source: SourceFile) -> Kind:
             f"{source.path} is not a trace kvtrace knows: its first record is neither a DSA "
             "record (selected_token_pos), a pool snapshot (worker_id, held_tokens), "
             "request metrics (execution_mode, latency_s), a RULER prediction (pred, "
-            "outputs) nor an arrival trace (timestamp, input_length, output_length); "
+            "outputs), an arrival trace (timestamp, input_length, output_length) nor "
+            "AIPerf records (metadata, metrics); "
             "--kind forces one") from None
     return "dsa"
 
@@ -268,6 +276,7 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
         advance(source.size)
         return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
     result = (read_vllm_result(source.path) if fmt == "vllm"
+              else read_aiperf_records(source.path) if fmt == "aiperf"
               else read_results_csv(source.path, fmt))
     rows = result.rows.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
                                                          result.rows.num_rows))

@@ -5,6 +5,12 @@
   (seconds), ``errors``; the run's ``duration`` is kept in ``runs``.  A request's e2e is
   its TTFT plus its inter-token latencies (``e2els`` when the file has them); its time
   per output token is the mean inter-token latency.  Origin ``measured``.
+- ``aiperf``: AIPerf's per-request export (``profile_export.jsonl``): ``metadata``
+  (``request_start_ns`` becomes the arrival), ``metrics`` (each ``{value, unit}``:
+  ``time_to_first_token``, ``inter_token_latency`` as the time per output token,
+  ``inter_chunk_latency`` as the inter-token list, ``request_latency``,
+  ``input_sequence_length``, ``output_sequence_length``) and ``error``.  Origin
+  ``measured``.
 - ``vidur_requests``: Vidur's ``request_metrics.csv``: ``prefill_e2e_time`` (TTFT),
   ``decode_time_execution_plus_preemption_normalized`` (time per output token),
   ``request_e2e_time``, ``request_scheduling_delay``, ``request_num_restarts``, the
@@ -27,11 +33,12 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.lines import raw_text, read_chunks
 from kvtrace.ingest.workload import RowReasons, csv_header, csv_rows, numbers, read_csv_strings
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
-ResultFormat = Literal["vllm", "vidur_requests", "vidur_batches"]
+ResultFormat = Literal["vllm", "aiperf", "vidur_requests", "vidur_batches"]
 
 VIDUR_REQUEST_COLUMNS = {
     "input_tokens": "request_num_prefill_tokens",
@@ -58,6 +65,10 @@ def detect_results_csv(header: list[str]) -> ResultFormat | None:
     if {"batch_execution_time", "batch_size"} <= set(header):
         return "vidur_batches"
     return None
+
+
+def is_aiperf_record(record: dict) -> bool:
+    return isinstance(record.get("metadata"), dict) and "metrics" in record
 
 
 def is_vllm_result(document: object) -> bool:
@@ -159,6 +170,86 @@ def _vllm_row(i: int, lists: dict) -> tuple[dict, str]:
     except ValueError as exc:
         return {}, f"bad value: {exc}"
     return row, ""
+
+
+_SECONDS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def read_aiperf_records(path: Path) -> ResultFileResult:
+    """AIPerf's per-request records, one JSON object a line."""
+    rows: list[dict] = []
+    rejected: list[BadLine] = []
+    starts: list[int | None] = []
+    for chunk in read_chunks(path):
+        for offset, text in enumerate(chunk.data.split(b"\n")):
+            if not text.strip():
+                continue
+            line_no = chunk.first_line + offset
+            try:
+                record = json.loads(text)
+                row, start = _aiperf_row(record, len(rows))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                rejected.append(BadLine(line_no, f"bad record: {exc}"[:300], raw_text(text)))
+                continue
+            rows.append(row)
+            starts.append(start)
+        if (note := chunk.truncation_note()) is not None:
+            rejected.append(note)
+    known = [s for s in starts if s is not None]
+    for row, start in zip(rows, starts, strict=True):
+        row["arrival_s"] = (start - min(known)) / 1e9 if start is not None else None
+    return ResultFileResult("request_timings",
+                            pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
+                            rejected)
+
+
+def _aiperf_row(record: dict, index: int) -> tuple[dict, int | None]:
+    if not isinstance(record, dict) or not is_aiperf_record(record):
+        raise ValueError("expected an object with metadata and metrics")
+    metrics = record.get("metrics") or {}
+
+    def value(*names: str) -> float | list | None:
+        for name in names:
+            if isinstance(metrics.get(name), dict):
+                return _in_seconds(metrics[name], name)
+        return None
+
+    error = record.get("error")
+    message = None if not error else (
+        f"{error.get('type', 'error')}: {error.get('message', '')}".strip(": ")
+        if isinstance(error, dict) else str(error))
+    itl = value("inter_chunk_latency")
+    start = record["metadata"].get("request_start_ns")
+    return {"request_idx": record["metadata"].get("session_num", index),
+            "origin": "measured",
+            "input_tokens": _count(metrics, "input_sequence_length", "error_isl"),
+            "output_tokens": _count(metrics, "output_sequence_length", "output_token_count"),
+            "ttft_s": value("time_to_first_token"),
+            "itl_s": itl if isinstance(itl, list) else None,
+            "tpot_s": value("inter_token_latency"), "e2e_s": value("request_latency"),
+            "error": message}, start if isinstance(start, int) else None
+
+
+def _in_seconds(metric: dict, name: str) -> float | list[float]:
+    unit = str(metric.get("unit", "s"))
+    if unit not in _SECONDS:
+        raise ValueError(f"{name} is in {unit!r}, not a unit of time")
+    raw = metric["value"]
+    if isinstance(raw, list):
+        return [float(v) * _SECONDS[unit] for v in raw]
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
+        raise ValueError(f"{name} must be a non-negative number, got {raw!r}")
+    return float(raw) * _SECONDS[unit]
+
+
+def _count(metrics: dict, *names: str) -> int | None:
+    for name in names:
+        if isinstance(metrics.get(name), dict):
+            raw = metrics[name]["value"]
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
+                raise ValueError(f"{name} must be a non-negative count, got {raw!r}")
+            return int(raw)
+    return None
 
 
 def _json(path: Path) -> dict:

@@ -123,3 +123,35 @@ def test_the_cost_model_of_traced_dsa_steps(warehouse):
         "SELECT observations, per_decode_token_s IS NOT NULL, per_kv_token_s IS NOT NULL, "
         "per_prefill_token_s FROM batch_cost_model('dsa')").fetchone()
     assert row == (12, True, True, None)
+
+
+def test_aiperf_records_become_measured_timings(warehouse, tmp_path):
+    def record(n: int, start_ns: int, ttft_ms: float, latency_ms: float) -> dict:
+        return {"metadata": {"session_num": n, "request_start_ns": start_ns},
+                "metrics": {"input_sequence_length": {"value": 550, "unit": "tokens"},
+                            "output_sequence_length": {"value": 3, "unit": "tokens"},
+                            "time_to_first_token": {"value": ttft_ms, "unit": "ms"},
+                            "inter_chunk_latency": {"value": [5.0, 7.0], "unit": "ms"},
+                            "inter_token_latency": {"value": 6.0, "unit": "ms"},
+                            "request_latency": {"value": latency_ms, "unit": "ms"}},
+                "error": None}
+    failed = {"metadata": {"session_num": 2, "request_start_ns": 3_000_000_000},
+              "metrics": {"error_isl": {"value": 550, "unit": "tokens"}},
+              "error": {"code": 499, "type": "RequestCancellationError",
+                        "message": "Request was cancelled"}}
+    bad = record(3, 4_000_000_000, 10.0, 20.0)
+    bad["metrics"]["request_latency"]["unit"] = "tokens"
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        record(0, 1_000_000_000, 250.0, 262.0), record(1, 1_500_000_000, 100.0, 112.0),
+        failed, bad]) + "\n")
+    report = ingest(warehouse, [str(tmp_path / "profile_export.jsonl")])
+    assert [(f.fmt, f.rows, f.rejected) for f in report.files] == [("aiperf", 3, 1)]
+    con = connect(warehouse)
+    rows = con.execute("SELECT request_idx, arrival_s, input_tokens, ttft_s, itl_s, tpot_s, "
+                       "e2e_s, error FROM request_timings ORDER BY 1").fetchall()
+    assert rows[0] == (0, 0.0, 550, 0.25, [0.005, 0.007], 0.006, 0.262, None)
+    assert rows[1][:2] == (1, 0.5)
+    assert rows[2] == (2, 2.0, 550, None, None, None, None,
+                       "RequestCancellationError: Request was cancelled")
+    reason = con.execute("SELECT reason FROM quarantine").fetchone()[0]
+    assert reason == "bad record: request_latency is in 'tokens', not a unit of time"
