@@ -155,3 +155,26 @@ def test_aiperf_records_become_measured_timings(warehouse, tmp_path):
                        "RequestCancellationError: Request was cancelled")
     reason = con.execute("SELECT reason FROM quarantine").fetchone()[0]
     assert reason == "bad record: request_latency is in 'tokens', not a unit of time"
+
+
+def test_the_readme_examples_agree_with_numpy(warehouse):
+    from pathlib import Path
+
+    folder = Path(__file__).parent.parent / "data" / "workload"
+    ingest(warehouse, [str(folder / "vllm_bench_example.json"),
+                       str(folder / "vidur_request_metrics_example.csv")])
+    document = json.loads((folder / "vllm_bench_example.json").read_text())
+    ok = [i for i, e in enumerate(document["errors"]) if not e]
+    ttft = np.array(document["ttfts"])[ok]
+    e2e = np.array([document["ttfts"][i] + sum(document["itls"][i]) for i in ok])
+    con = connect(warehouse)
+    rows = dict(con.execute(
+        "SELECT metric, p90_s FROM request_latency_summary s JOIN runs r USING (run_id) "
+        "WHERE r.run_name = 'vllm_bench_example'").fetchall())
+    assert rows["ttft"] == pytest.approx(np.percentile(ttft, 90))
+    assert rows["e2e"] == pytest.approx(np.percentile(e2e, 90))
+    met = con.execute("SELECT met FROM slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := "
+                      "0.025) s JOIN runs r USING (run_id) WHERE r.run_name = "
+                      "'vllm_bench_example'").fetchone()[0]
+    tpot = [np.mean(document["itls"][i]) for i in ok]
+    assert met == sum(t <= 0.25 and p <= 0.025 for t, p in zip(ttft, tpot, strict=True))
