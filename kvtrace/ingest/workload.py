@@ -5,11 +5,12 @@ Formats, told apart by their header (CSV) or first record (JSONL):
 - ``azure``: Azure LLM inference traces, ``TIMESTAMP,ContextTokens,GeneratedTokens`` with
   wall-clock time stamps;
 - ``burstgpt``: ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
-  (seconds; some releases add ``Session ID`` and ``Elapsed time``);
+  (seconds; some releases add ``Session ID``, kept as the session, and ``Elapsed time``);
 - ``splitwise``: Splitwise / Vidur processed traces,
   ``arrived_at,num_prefill_tokens,num_decode_tokens`` (seconds);
 - ``mooncake``: Mooncake's JSONL, ``timestamp`` (milliseconds), ``input_length``,
-  ``output_length`` and ``hash_ids``, one hash per 512-token block of the prompt;
+  ``output_length`` and ``hash_ids``, one hash per 512-token block of the prompt (and a
+  ``session_id`` or ``conversation_id`` when the trace records one);
 - ``mapped``: any other CSV, its columns named by a `ColumnMapping` (``--columns``).
 
 Arrival times become seconds since the trace's first kept arrival.  A row with an
@@ -39,6 +40,8 @@ from kvtrace.warehouse.schema.workload import WORKLOAD_REQUESTS
 WorkloadFormat = Literal["azure", "burstgpt", "splitwise", "mooncake"]
 
 MOONCAKE_BLOCK_TOKENS = 512
+BURSTGPT_SESSION = "Session ID"  # in some BurstGPT releases
+_TEXT_COLUMNS = ("model", "log_type", "session_id")
 
 # format -> canonical column -> the source's column
 CSV_COLUMNS: dict[WorkloadFormat, dict[str, str]] = {
@@ -52,7 +55,8 @@ CSV_COLUMNS: dict[WorkloadFormat, dict[str, str]] = {
 }
 _MOONCAKE_SCHEMA = pa.schema([("timestamp", pa.float64()), ("input_length", pa.int64()),
                               ("output_length", pa.int64()),
-                              ("hash_ids", pa.list_(pa.int64()))])
+                              ("hash_ids", pa.list_(pa.int64())),
+                              ("session_id", pa.string()), ("conversation_id", pa.string())])
 _INTEGER = r"^\s*-?\d+(\.0*)?\s*$"
 _NUMBER = r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _WALL_CLOCK = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?$"
@@ -98,10 +102,13 @@ def csv_header(path: Path) -> list[str]:
 def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
               mapping: ColumnMapping | None = None) -> WorkloadFileResult:
     columns = mapping.columns if mapping else CSV_COLUMNS[fmt]  # type: ignore[index]
-    missing = [name for name in columns.values() if name not in csv_header(path)]
+    header = csv_header(path)
+    if mapping is None and fmt == "burstgpt" and BURSTGPT_SESSION in header:
+        columns = {**columns, "session_id": BURSTGPT_SESSION}
+    missing = [name for name in columns.values() if name not in header]
     if missing:
         raise InputError(f"{path} has no column {', '.join(missing)} (its header: "
-                         f"{', '.join(csv_header(path)[:8])})")
+                         f"{', '.join(header[:8])})")
     table = read_csv_strings(path, list(columns.values()))
     raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
     line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
@@ -114,7 +121,7 @@ def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
     lengths = {name: numbers(raw[name], name, reasons, pa.int64())
                for name in ("input_tokens", "output_tokens")}
     text = {name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
-            for name in ("model", "log_type")}
+            for name in _TEXT_COLUMNS}
     return _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
                     pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text,
                     csv_rows(path))
@@ -127,7 +134,8 @@ _UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 class ColumnMapping:
     """Which CSV columns hold a trace's fields, for a layout kvtrace does not know."""
 
-    columns: dict[str, str]  # arrival, input_tokens, output_tokens[, model, log_type]
+    columns: dict[str, str]  # arrival, input_tokens, output_tokens[, model, log_type,
+    # session_id]
     arrival_unit: str = "s"  # s, ms, us, or datetime (wall-clock time stamps)
 
 
@@ -142,7 +150,7 @@ def parse_column_mapping(text: str) -> ColumnMapping:
     unit = pairs.pop("arrival_unit", "s")
     if unit not in (*_UNITS, "datetime"):
         raise InputError(f"arrival_unit must be s, ms, us or datetime, got {unit!r}")
-    known = {"arrival", "input_tokens", "output_tokens", "model", "log_type"}
+    known = {"arrival", "input_tokens", "output_tokens", *_TEXT_COLUMNS}
     if unknown := set(pairs) - known:
         raise InputError(f"--columns names unknown fields {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(known))}, arrival_unit")
@@ -251,8 +259,9 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
                     lines_by_number[chunk.first_line + offset] = text
         return raw_text(lines_by_number.get(int(line_no[row]), b""))
 
+    sessions = {"session_id": pc.coalesce(table["session_id"], table["conversation_id"])}
     result = _checked("mooncake", line_no, line_no - 1, reasons, arrival, lengths, hashes,
-                      MOONCAKE_BLOCK_TOKENS, {}, raw_of)
+                      MOONCAKE_BLOCK_TOKENS, sessions, raw_of)
     result.rejected = sorted(rejected + result.rejected, key=lambda bad: bad.line_no)
     return result
 
@@ -313,10 +322,9 @@ def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: Ro
         "output_tokens": pa.array(lengths["output_tokens"][keep].astype(np.int64)),
         "hash_ids": pc.filter(hashes, kept),
         "hash_block_tokens": pa.repeat(pa.scalar(block_tokens, pa.int32()), int(keep.sum())),
-        "model": (pc.filter(text["model"], kept) if "model" in text
-                  else pa.nulls(int(keep.sum()), pa.string())),
-        "log_type": (pc.filter(text["log_type"], kept) if "log_type" in text
-                     else pa.nulls(int(keep.sum()), pa.string())),
+        **{name: (pc.filter(text[name], kept) if name in text
+                  else pa.nulls(int(keep.sum()), pa.string()))
+           for name in _TEXT_COLUMNS},
     }
     table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
     return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, fmt)

@@ -188,3 +188,36 @@ def test_a_column_mapping_reads_a_layout_kvtrace_does_not_know(cli, tmp_path):
     status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(other), "--columns",
                          "arrival=t,input_tokens=prompt,output_tokens=completion")
     assert status == 1 and "has no column t (its header: t_ms, prompt, completion, who)" in err
+
+
+def test_reuse_within_a_session_and_across_sessions(warehouse, tmp_path):
+    trace = tmp_path / "sessions.jsonl"
+    records = [  # session a: [1, 2], then [1, 2, 3]; session b: [1, 9], then [9, 3]
+        {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2],
+         "session_id": "a"},
+        {"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [1, 9],
+         "conversation_id": "b"},
+        {"timestamp": 2, "input_length": 10, "output_length": 1, "hash_ids": [1, 2, 3],
+         "session_id": "a"},
+        {"timestamp": 3, "input_length": 10, "output_length": 1, "hash_ids": [9, 3],
+         "session_id": "b"},
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    ingest(warehouse, [str(trace)])
+    rows = connect(warehouse).execute(
+        "SELECT session_id, requests, blocks, seen_in_session, seen_elsewhere "
+        "FROM workload_session_reuse").fetchall()
+    # a: 5 blocks; 1 and 2 again in its second request; 1 was never someone else's first
+    # b: 4 blocks; block 1 first read by a, 9 again in its own second turn, 3 first read by a
+    assert rows == [("a", 2, 5, 2, 0), ("b", 2, 4, 1, 2)]
+
+
+def test_burstgpt_session_ids_are_kept(cli, tmp_path):
+    burst = tmp_path / "burst_sessions.csv"
+    burst.write_text("Timestamp,Session ID,Model,Request tokens,Response tokens,Total tokens,"
+                     "Log Type\n1,s-1,ChatGPT,10,2,12,Conversation log\n")
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(burst))
+    assert status == 0, err
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT session_id, model FROM workload_requests", "-f", "csv")
+    assert out.splitlines()[1:] == ["s-1,ChatGPT"]

@@ -28,6 +28,7 @@
 -- @column hash_block_tokens  tokens per hashed block (512 for Mooncake traces)
 -- @column model              model name, when the trace records it (BurstGPT)
 -- @column log_type           log type, when the trace records it (BurstGPT: Conversation log, API log)
+-- @column session_id         the session or conversation, when the trace records it
 CREATE VIEW workload_requests AS
 SELECT * EXCLUDE (_row)
 FROM (
@@ -180,6 +181,45 @@ SELECT run_id, count(*) AS requests, sum(blocks) AS blocks,
 FROM workload_prefix_hits AS h
 GROUP BY run_id
 ORDER BY run_id;
+
+-- @view workload_session_reuse
+-- Per session of a trace with sessions and hashes: how much of its prompt blocks it had
+-- read itself before, and how much only other sessions had.
+-- @column run_id           the run
+-- @column session_id       the session
+-- @column requests         its requests
+-- @column blocks           blocks its requests read
+-- @column seen_in_session  blocks an earlier request of the same session read
+-- @column seen_elsewhere   blocks only earlier requests of other sessions read
+-- @column session_share    seen_in_session / blocks
+-- @column elsewhere_share  seen_elsewhere / blocks
+CREATE VIEW workload_session_reuse AS
+WITH blocks AS (
+    SELECT b.run_id, b.request_idx, b.hash_id, r.session_id
+    FROM _workload_blocks AS b
+    JOIN workload_requests AS r USING (run_id, request_idx)
+    WHERE r.session_id IS NOT NULL
+), first_in_session AS (
+    SELECT run_id, session_id, hash_id, min(request_idx) AS first_request
+    FROM blocks
+    GROUP BY run_id, session_id, hash_id
+), first_anywhere AS (
+    SELECT run_id, hash_id, min(request_idx) AS first_request
+    FROM _workload_blocks
+    GROUP BY run_id, hash_id
+)
+SELECT b.run_id, b.session_id, count(DISTINCT b.request_idx) AS requests,
+       count(*) AS blocks,
+       count(*) FILTER (WHERE s.first_request < b.request_idx) AS seen_in_session,
+       count(*) FILTER (WHERE s.first_request = b.request_idx
+                          AND a.first_request < b.request_idx) AS seen_elsewhere,
+       seen_in_session / count(*) AS session_share,
+       seen_elsewhere / count(*) AS elsewhere_share
+FROM blocks AS b
+JOIN first_in_session AS s USING (run_id, session_id, hash_id)
+JOIN first_anywhere AS a USING (run_id, hash_id)
+GROUP BY b.run_id, b.session_id
+ORDER BY b.run_id, b.session_id;
 
 -- @macro workload_prefix_hit_curve(policy, capacities)
 -- Per run with hashes: hits of one prefix cache shared by all requests, by capacity in

@@ -19,6 +19,7 @@ WORKLOAD_REQUESTS = TableSpec(
             ("hash_block_tokens", pa.int32()),  # tokens per hashed block
             ("model", pa.string()),
             ("log_type", pa.string()),
+            ("session_id", pa.string()),  # the conversation or session, when recorded
         ]
     ),
     partition_by=("run_id",),
