@@ -162,6 +162,12 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
     assert out.splitlines()[1:] == [
         "burst,0.0,472,18,ChatGPT,Conversation log", "burst,2.5,1000,200,GPT-4,API log",
         "split,0.0,100,10,,", "split,0.75,50,5,,"]
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT a.model, a.requests, a.rate_per_s FROM workload_arrival_by_model "
+                         "a JOIN runs r USING (run_id) WHERE r.run_name = 'burst' "
+                         "ORDER BY a.model",
+                         "-f", "csv")
+    assert out.splitlines()[1:] == ["ChatGPT,1,", "GPT-4,1,"]  # one request each: no rate
     unknown = tmp_path / "other.csv"
     unknown.write_text("when,prompt,answer\n1,2,3\n")
     status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(unknown))

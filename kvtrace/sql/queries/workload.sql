@@ -74,6 +74,32 @@ FROM gaps AS g
 JOIN windows AS w USING (run_id)
 ORDER BY g.run_id;
 
+-- @view workload_arrival_by_model
+-- The arrival process of each model and log type of a trace (BurstGPT records both),
+-- inter-arrival times taken within the group.
+-- @column run_id      the run
+-- @column model       model name (NULL when the trace has none)
+-- @column log_type    log type (NULL when the trace has none)
+-- @column requests    requests of the group
+-- @column rate_per_s  (requests - 1) / (last - first arrival of the group)
+-- @column gap_cv      coefficient of variation of the group's inter-arrival times
+-- @column burstiness  (sd - mean) / (sd + mean) of the group's inter-arrival times
+CREATE VIEW workload_arrival_by_model AS
+WITH gaps AS (
+    SELECT run_id, model, log_type, arrival_s,
+           arrival_s - lag(arrival_s) OVER (PARTITION BY run_id, model, log_type
+                                            ORDER BY request_idx) AS gap_s
+    FROM workload_requests
+)
+SELECT run_id, model, log_type, count(*) AS requests,
+       (count(*) - 1) / nullif(max(arrival_s) - min(arrival_s), 0) AS rate_per_s,
+       stddev_pop(gap_s) / nullif(avg(gap_s), 0) AS gap_cv,
+       (stddev_pop(gap_s) - avg(gap_s)) / nullif(stddev_pop(gap_s) + avg(gap_s), 0)
+           AS burstiness
+FROM gaps
+GROUP BY run_id, model, log_type
+ORDER BY run_id, model, log_type;
+
 -- @macro workload_arrivals(window_s)
 -- The arrival process window by window (default 60 s windows).
 -- @column run_id         the run
