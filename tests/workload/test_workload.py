@@ -150,7 +150,8 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
     burst = tmp_path / "burst.csv"
     burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                      "5,ChatGPT,472,18,490,Conversation log\n"
-                     "7.5,GPT-4,1000,200,1200,API log\n")
+                     "7.5,GPT-4,1000,200,1200,API log\n"
+                     "9.5,ChatGPT,10,1,11,Conversation log\n")
     split = tmp_path / "split.csv"
     split.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.25,100,10\n1.0,50,5\n")
     status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(burst), str(split))
@@ -161,13 +162,15 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
                          "USING (run_id) ORDER BY r.run_name, w.arrival_s", "-f", "csv")
     assert out.splitlines()[1:] == [
         "burst,0.0,472,18,ChatGPT,Conversation log", "burst,2.5,1000,200,GPT-4,API log",
+        "burst,4.5,10,1,ChatGPT,Conversation log",
         "split,0.0,100,10,,", "split,0.75,50,5,,"]
     status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
                          "SELECT a.model, a.requests, a.rate_per_s FROM workload_arrival_by_model "
                          "a JOIN runs r USING (run_id) WHERE r.run_name = 'burst' "
                          "ORDER BY a.model",
                          "-f", "csv")
-    assert out.splitlines()[1:] == ["ChatGPT,1,", "GPT-4,1,"]  # one request each: no rate
+    # ChatGPT: 2 requests 4.5 s apart; GPT-4: one request, so no rate
+    assert out.splitlines()[1:] == [f"ChatGPT,2,{1 / 4.5}", "GPT-4,1,"]
     unknown = tmp_path / "other.csv"
     unknown.write_text("when,prompt,answer\n1,2,3\n")
     status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(unknown))
