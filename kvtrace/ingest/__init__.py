@@ -21,6 +21,7 @@ from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import Format, detect_format
 from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file, summary_check, task_name
+from kvtrace.ingest.kineto import looks_like_kineto, read_kineto
 from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.results import (
     ResultFormat,
@@ -133,6 +134,8 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
 
     if source.path.name.endswith(".csv"):
         return _ingest_csv(warehouse, source, run_name, advance, columns)
+    if source.path.name.endswith((".json", ".json.gz")) and looks_like_kineto(source.path):
+        return _ingest_timeline(warehouse, source, run_name, advance)
     if source.path.name.endswith(".json") and _is_vllm_result(source):
         return _ingest_results(warehouse, source, run_name, "vllm", advance)
     if source.path.name.endswith(".json"):
@@ -264,6 +267,31 @@ def _is_vllm_result(source: SourceFile) -> bool:
     with open(source.path, "rb") as handle:
         head = handle.read(1 << 16)
     return b'"ttfts"' in head or (b'"input_lens"' in head and b'"output_lens"' in head)
+
+
+def _ingest_timeline(warehouse: Warehouse, source: SourceFile, run_name: str | None,
+                     advance: Callable[[int], None]) -> FileReport:
+    """A profiler (Kineto) trace of one rank into ``timeline_events``."""
+    name = run_name or source.default_run_name()
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if warehouse.has_source(sha, run_id):
+        advance(source.size)
+        return FileReport(str(source.path), run_id, "already ingested", fmt="kineto")
+    result = read_kineto(source.path)
+    rows = result.table.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
+                                                          result.table.num_rows))
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+                               source_size=source.size) as commit:
+        warehouse.write(commit, "timeline_events", rows)
+        warehouse.write_rows(commit, "runs", _run_row(
+            run_id, name, "timeline", source, {"format": "kineto", **result.run_config},
+            dataset=None, rank=result.rank,
+            world_size=result.run_config["distributed_info"].get("world_size")))
+        _write_quarantine(warehouse, commit, source, result.rejected)
+    advance(source.size)
+    return FileReport(str(source.path), run_id, "ingested", rows=rows.num_rows,
+                      rejected=len(result.rejected), fmt="kineto")
 
 
 def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | None,

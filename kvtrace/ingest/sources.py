@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvtrace.errors import InputError
 
-TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
+TRACE_SUFFIXES = (".jsonl", ".jsonl.gz", ".pt.trace.json", ".pt.trace.json.gz")
 RUN_SUMMARY_SUFFIX = "_summary.json"  # a serving run's summary; a bare summary.json is a
 # DSA tracer's sidecar and is read as run metadata instead
 SIDECARS = ("run_meta.json", "summary.json")
@@ -54,7 +54,8 @@ def expand(paths: list[str]) -> list[SourceFile]:
         if path.is_dir():
             matches = sorted(p for p in path.rglob("*") if _is_trace(p))
             if not matches:
-                raise InputError(f"no .jsonl, .jsonl.gz or *_summary.json files under {text}")
+                raise InputError(f"no .jsonl, .jsonl.gz, .pt.trace.json(.gz) or *_summary.json "
+                                 f"files under {text}")
         elif path.is_file():
             matches = [path]
         elif glob.has_magic(text):

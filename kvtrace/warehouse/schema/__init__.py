@@ -11,6 +11,7 @@ from kvtrace.warehouse.schema.core import (
 from kvtrace.warehouse.schema.dsa import DSA_FILL_HIST, DSA_OFFSET_HIST, DSA_STEPS
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, NEEDLE_SPANS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
+from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS, WORKLOAD_REQUESTS
 
 TABLES: dict[str, TableSpec] = {
@@ -18,7 +19,7 @@ TABLES: dict[str, TableSpec] = {
     for spec in (
         RUNS, REQUESTS, QUARANTINE, INGEST_CHECKS, DSA_STEPS, DSA_OFFSET_HIST, DSA_FILL_HIST,
         POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES, EVAL_SAMPLES, NEEDLE_SPANS,
-        WORKLOAD_REQUESTS, REQUEST_TIMINGS, BATCH_METRICS,
+        WORKLOAD_REQUESTS, REQUEST_TIMINGS, BATCH_METRICS, TIMELINE_EVENTS,
     )
 }
 

@@ -1,0 +1,204 @@
+-- Profiler timelines (Kineto / Chrome traces): stream busy time, overlap, copy exposure.
+--
+-- GPU events are those with a CUDA stream (kernels, copies, memsets).  Time on a stream
+-- or a set of streams is the length of the union of its events' intervals, never the
+-- sum of overlapping durations.  An iteration is a ProfilerStep#N; its GPU window runs
+-- from its first GPU event's start to its last GPU event's end, per rank.  A copy is
+-- overlapped where a kernel (any category-kernel event, on any stream) runs at the same
+-- time; the rest of its time is exposed.  Kernel types follow HTA: communication
+-- (names with nccl), memory (gpu_memcpy, gpu_memset), computation (other kernels).
+--
+-- Worked example: kernels on stream 7 at [10, 40) and [50, 70) us and an HtoD copy on
+-- stream 20 at [30, 60): the copy is overlapped for [30, 40) and [50, 60), 20 of its 30
+-- us, and 10 us are exposed.
+
+-- @view timeline_events
+-- One row per complete event of a profiler trace.
+-- @column run_id       the run
+-- @column rank         the rank that wrote the trace (distributedInfo), when known
+-- @column event_idx    the event's place in traceEvents
+-- @column pid          process id (or the trace's name for it)
+-- @column tid          thread id, or the stream for GPU events
+-- @column stream       CUDA stream of GPU events, else NULL
+-- @column device       GPU of GPU events
+-- @column category     kernel, gpu_memcpy, gpu_memset, cpu_op, cuda_runtime, user_annotation, ...
+-- @column name         the event's name
+-- @column ts_us        start, microseconds (the trace's clock)
+-- @column dur_us       duration, microseconds
+-- @column correlation  links a CUDA launch to its GPU event
+-- @column external_id  links a GPU event to its CPU operator
+-- @column copy_kind    HtoD, DtoH, DtoD, ... for copies
+-- @column bytes        bytes copied or set
+-- @column iteration    the ProfilerStep#N the event starts in (NULL outside every step)
+CREATE VIEW timeline_events AS
+SELECT DISTINCT * FROM _timeline_events_files;
+
+-- @view _timeline_gpu
+-- GPU events with their interval and a kind: kernel, or the copy kind, or memset.
+CREATE VIEW _timeline_gpu AS
+SELECT run_id, coalesce(rank, -1) AS rank, coalesce(iteration, -1) AS iteration, stream,
+       ts_us AS s, ts_us + dur_us AS e, name, category, bytes, dur_us,
+       CASE WHEN category = 'kernel' THEN 'kernel'
+            WHEN category = 'gpu_memcpy' THEN coalesce(copy_kind, 'copy')
+            ELSE 'memset' END AS kind
+FROM timeline_events
+WHERE stream IS NOT NULL AND category IN ('kernel', 'gpu_memcpy', 'gpu_memset');
+
+-- @macro _timeline_union(kinds, streams)
+-- The union of the intervals of GPU events of the given kinds (and streams; an empty
+-- list takes every stream), per run, rank and iteration: disjoint [s, e) intervals.
+CREATE MACRO _timeline_union(kinds, streams) AS TABLE
+WITH picked AS (
+    SELECT run_id, rank, iteration, s, e FROM _timeline_gpu
+    WHERE list_contains(kinds, kind)
+      AND (len(streams) = 0 OR list_contains(streams, stream))
+), marked AS (
+    SELECT *, max(e) OVER (PARTITION BY run_id, rank, iteration ORDER BY s, e
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM picked
+), grouped AS (
+    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY run_id, rank, iteration ORDER BY s, e
+                        ROWS UNBOUNDED PRECEDING) AS piece
+    FROM marked
+)
+SELECT run_id, rank, iteration, min(s) AS s, max(e) AS e
+FROM grouped
+GROUP BY run_id, rank, iteration, piece;
+
+-- @view timeline_stream_busy
+-- Per stream and iteration: busy time (union of its events), idle time and utilization
+-- against the iteration's GPU window on that rank.
+-- @column run_id       the run
+-- @column rank         the rank (-1 when unknown)
+-- @column iteration    the iteration (-1: outside every ProfilerStep)
+-- @column stream       the CUDA stream
+-- @column busy_us      time with at least one event of the stream running
+-- @column window_us    the iteration's GPU window on the rank
+-- @column idle_us      window_us - busy_us
+-- @column utilization  busy_us / window_us
+CREATE VIEW timeline_stream_busy AS
+WITH lanes AS (
+    SELECT run_id, rank, iteration, stream, s, e,
+           max(e) OVER (PARTITION BY run_id, rank, iteration, stream ORDER BY s, e
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM _timeline_gpu
+), pieces AS (
+    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY run_id, rank, iteration, stream ORDER BY s, e
+                        ROWS UNBOUNDED PRECEDING) AS piece
+    FROM lanes
+), merged AS (
+    SELECT run_id, rank, iteration, stream, min(s) AS s, max(e) AS e
+    FROM pieces
+    GROUP BY run_id, rank, iteration, stream, piece
+), windows AS (
+    SELECT run_id, rank, iteration, max(e) - min(s) AS window_us
+    FROM _timeline_gpu
+    GROUP BY run_id, rank, iteration
+)
+SELECT m.run_id, m.rank, m.iteration, m.stream, sum(m.e - m.s) AS busy_us,
+       any_value(w.window_us) AS window_us, any_value(w.window_us) - sum(m.e - m.s) AS idle_us,
+       sum(m.e - m.s) / nullif(any_value(w.window_us), 0) AS utilization
+FROM merged AS m
+JOIN windows AS w USING (run_id, rank, iteration)
+GROUP BY m.run_id, m.rank, m.iteration, m.stream
+ORDER BY m.run_id, m.rank, m.iteration, m.stream;
+
+-- @macro timeline_overlap(streams_a, streams_b)
+-- Per iteration: how long two sets of streams ran at the same time (lists of stream
+-- numbers; an empty list is every stream).
+-- @column run_id          the run
+-- @column rank            the rank (-1 when unknown)
+-- @column iteration       the iteration (-1: outside every ProfilerStep)
+-- @column a_busy_us       union of the busy time of streams_a
+-- @column b_busy_us       union of the busy time of streams_b
+-- @column overlap_us      time both sets were busy
+-- @column a_overlapped    overlap_us / a_busy_us
+CREATE MACRO timeline_overlap(streams_a, streams_b) AS TABLE
+WITH a AS (
+    FROM _timeline_union(['kernel', 'HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP', 'copy', 'memset'],
+                         streams_a::BIGINT[])
+), b AS (
+    FROM _timeline_union(['kernel', 'HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP', 'copy', 'memset'],
+                         streams_b::BIGINT[])
+), busy_a AS (
+    SELECT run_id, rank, iteration, sum(e - s) AS busy FROM a GROUP BY ALL
+), busy_b AS (
+    SELECT run_id, rank, iteration, sum(e - s) AS busy FROM b GROUP BY ALL
+), both_busy AS (
+    SELECT a.run_id, a.rank, a.iteration, sum(least(a.e, b.e) - greatest(a.s, b.s)) AS o
+    FROM a JOIN b ON a.run_id = b.run_id AND a.rank = b.rank
+                 AND a.iteration = b.iteration AND a.s < b.e AND b.s < a.e
+    GROUP BY a.run_id, a.rank, a.iteration
+)
+SELECT x.run_id, x.rank, x.iteration, x.busy AS a_busy_us, y.busy AS b_busy_us,
+       coalesce(o.o, 0) AS overlap_us, coalesce(o.o, 0) / nullif(x.busy, 0) AS a_overlapped
+FROM busy_a AS x
+JOIN busy_b AS y USING (run_id, rank, iteration)
+LEFT JOIN both_busy AS o USING (run_id, rank, iteration)
+ORDER BY x.run_id, x.rank, x.iteration;
+
+-- @view timeline_copy_overlap
+-- The seed's question, per iteration and copy direction: how much of the copy time hid
+-- behind kernels, and how much was exposed.
+-- @column run_id         the run
+-- @column rank           the rank (-1 when unknown)
+-- @column iteration      the iteration (-1: outside every ProfilerStep)
+-- @column copy_kind      HtoD, DtoH, DtoD, ...
+-- @column copies         copies of that kind
+-- @column bytes          bytes they moved
+-- @column copy_us        union of their busy time
+-- @column overlapped_us  of it, time some kernel was running
+-- @column exposed_us     copy_us - overlapped_us
+-- @column hidden_share   overlapped_us / copy_us
+CREATE VIEW timeline_copy_overlap AS
+WITH kinds AS (
+    SELECT DISTINCT kind FROM _timeline_gpu WHERE kind NOT IN ('kernel', 'memset')
+), copies AS (
+    SELECT k.kind, u.* FROM kinds AS k, LATERAL (FROM _timeline_union([k.kind], [])) AS u
+), kernels AS (
+    FROM _timeline_union(['kernel'], [])
+), hidden AS (
+    SELECT c.run_id, c.rank, c.iteration, c.kind,
+           sum(least(c.e, k.e) - greatest(c.s, k.s)) AS overlapped
+    FROM copies AS c
+    JOIN kernels AS k ON c.run_id = k.run_id AND c.rank = k.rank
+                      AND c.iteration = k.iteration AND c.s < k.e AND k.s < c.e
+    GROUP BY c.run_id, c.rank, c.iteration, c.kind
+), totals AS (
+    SELECT run_id, rank, iteration, kind, sum(e - s) AS copy_us FROM copies GROUP BY ALL
+), counts AS (
+    SELECT run_id, rank, iteration, kind, count(*) AS copies, sum(bytes) AS bytes
+    FROM _timeline_gpu GROUP BY ALL
+)
+SELECT t.run_id, t.rank, t.iteration, t.kind AS copy_kind, n.copies, n.bytes, t.copy_us,
+       coalesce(h.overlapped, 0) AS overlapped_us, t.copy_us - coalesce(h.overlapped, 0)
+           AS exposed_us,
+       coalesce(h.overlapped, 0) / nullif(t.copy_us, 0) AS hidden_share
+FROM totals AS t
+JOIN counts AS n USING (run_id, rank, iteration, kind)
+LEFT JOIN hidden AS h USING (run_id, rank, iteration, kind)
+ORDER BY t.run_id, t.rank, t.iteration, copy_kind;
+
+-- @view timeline_kernel_breakdown
+-- GPU time per kernel type (HTA's: computation, communication, memory) and rank.
+-- @column run_id       the run
+-- @column rank         the rank (-1 when unknown)
+-- @column kernel_type  computation, communication or memory
+-- @column kernels      GPU events of the type
+-- @column total_us     their summed durations
+-- @column share        total_us / the rank's total over all types
+CREATE VIEW timeline_kernel_breakdown AS
+WITH typed AS (
+    SELECT run_id, rank, dur_us,
+           CASE WHEN category IN ('gpu_memcpy', 'gpu_memset') THEN 'memory'
+                WHEN name ILIKE '%nccl%' THEN 'communication'
+                ELSE 'computation' END AS kernel_type
+    FROM _timeline_gpu
+)
+SELECT run_id, rank, kernel_type, count(*) AS kernels, sum(dur_us) AS total_us,
+       sum(dur_us) / sum(sum(dur_us)) OVER (PARTITION BY run_id, rank) AS share
+FROM typed
+GROUP BY run_id, rank, kernel_type
+ORDER BY run_id, rank, total_us DESC;

@@ -1,0 +1,33 @@
+"""Profiler timelines: one row per complete event of a Kineto (Chrome trace) file."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from kvtrace.warehouse.schema.core import TableSpec
+
+TIMELINE_EVENTS = TableSpec(
+    "timeline_events",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("rank", pa.int32()),
+            ("event_idx", pa.int64()),  # the event's place in traceEvents
+            ("pid", pa.string()),
+            ("tid", pa.string()),
+            ("stream", pa.int64()),  # CUDA stream of GPU events, else NULL
+            ("device", pa.int64()),
+            ("category", pa.string()),
+            ("name", pa.string()),
+            ("ts_us", pa.float64()),
+            ("dur_us", pa.float64()),
+            ("correlation", pa.int64()),
+            ("external_id", pa.int64()),
+            ("copy_kind", pa.string()),  # HtoD, DtoH, DtoD, ... for gpu_memcpy events
+            ("bytes", pa.int64()),
+            ("iteration", pa.int64()),  # the ProfilerStep#N the event starts in
+        ]
+    ),
+    partition_by=("run_id",),
+    sort_by=("ts_us",),
+)

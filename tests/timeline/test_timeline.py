@@ -1,0 +1,98 @@
+"""Kineto traces: busy time as a union of intervals, overlap and copy exposure by hand."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def _event(cat: str, name: str, ts: float, dur: float, stream: int | None = None,
+           **args) -> dict:
+    extra = {"stream": stream, "device": 0} if stream is not None else {}
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if stream is not None else 1,
+            "tid": stream if stream is not None else 1, "ts": ts, "dur": dur,
+            "args": {**extra, **args}}
+
+
+def _trace(path: Path) -> Path:
+    events = [
+        _event("cpu_op", "ProfilerStep#1", 0, 100),
+        _event("kernel", "gemm", 10, 30, stream=7),  # [10, 40)
+        _event("kernel", "gemm", 50, 20, stream=7),  # [50, 70)
+        _event("kernel", "gemm_overlapping_itself", 15, 10, stream=7),  # inside [10, 40)
+        _event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 30, 30, stream=20,
+               bytes=3_000_000),  # [30, 60): 20 us under kernels, 10 exposed
+        _event("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 80, 10, stream=21,
+               bytes=1_000),  # [80, 90): exposed
+        _event("kernel", "ncclKernel_AllReduce", 0, 20, stream=30),  # [0, 20)
+        {"ph": "X", "cat": "kernel", "name": "broken", "ts": "soon", "dur": 1},
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+    ]
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 3,
+                                                                         "world_size": 8},
+                                "traceEvents": events}))
+    return path
+
+
+@pytest.fixture
+def timeline(warehouse, tmp_path):
+    report = ingest(warehouse, [str(_trace(tmp_path / "step.pt.trace.json"))])
+    assert [(f.fmt, f.rows, f.rejected) for f in report.files] == [("kineto", 7, 1)]
+    con = connect(warehouse)
+    yield con
+    con.close()
+
+
+def test_busy_time_is_the_union_of_a_streams_events(timeline):
+    rows = timeline.execute("SELECT rank, iteration, stream, busy_us, window_us, idle_us "
+                            "FROM timeline_stream_busy ORDER BY stream").fetchall()
+    # the GPU window of iteration 1 runs from 0 (nccl) to 90 (the DtoH copy)
+    assert rows == [(3, 1, 7, 50.0, 90.0, 40.0), (3, 1, 20, 30.0, 90.0, 60.0),
+                    (3, 1, 21, 10.0, 90.0, 80.0), (3, 1, 30, 20.0, 90.0, 70.0)]
+
+
+def test_copies_hidden_behind_kernels_and_exposed(timeline):
+    rows = timeline.execute("SELECT copy_kind, copies, bytes, copy_us, overlapped_us, "
+                            "exposed_us, hidden_share FROM timeline_copy_overlap "
+                            "ORDER BY copy_kind").fetchall()
+    assert rows == [("DtoH", 1, 1000, 10.0, 0.0, 10.0, 0.0),
+                    ("HtoD", 1, 3_000_000, 30.0, 20.0, 10.0, pytest.approx(2 / 3))]
+
+
+def test_overlap_of_two_stream_sets(timeline):
+    row = timeline.execute("SELECT a_busy_us, b_busy_us, overlap_us FROM "
+                           "timeline_overlap([7, 30], [20])").fetchone()
+    # streams 7 and 30 together: [0, 40) and [50, 70) = 60 us; the copy: 30 us; both: 20
+    assert row == (60.0, 30.0, 20.0)
+
+
+def test_kernel_breakdown_by_hta_types(timeline):
+    rows = timeline.execute("SELECT kernel_type, kernels, total_us FROM "
+                            "timeline_kernel_breakdown").fetchall()
+    assert rows == [("computation", 3, 60.0), ("memory", 2, 40.0),
+                    ("communication", 1, 20.0)]
+
+
+def test_the_real_kineto_sample_ingests_whole(warehouse, tmp_path):
+    sample = DATA / "kineto_sampled_rank0.json.gz"
+    trace = json.loads(gzip.decompress(sample.read_bytes()))
+    complete = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    report = ingest(warehouse, [str(sample)], run_name="hta-sample")
+    assert report.files[0].rows == len(complete) and report.files[0].rejected == 0
+    con = connect(warehouse)
+    copies = con.execute("SELECT sum(copies), sum(bytes) FROM timeline_copy_overlap"
+                         ).fetchone()
+    memcpy = [e for e in complete if e["cat"] == "gpu_memcpy"]
+    assert copies == (len(memcpy), sum(e["args"]["bytes"] for e in memcpy))
+    streams = {e["args"]["stream"] for e in complete if "stream" in e.get("args", {})}
+    busy = {s for (s,) in con.execute("SELECT DISTINCT stream FROM timeline_stream_busy"
+                                      ).fetchall()}
+    assert busy == streams
