@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 
 import duckdb
@@ -77,7 +78,9 @@ def parse_docs(name: str, text: str) -> list[SqlObject]:
     return objects
 
 
-def _read_files() -> list[SqlFile]:
+@cache
+def _read_files() -> tuple[SqlFile, ...]:
+    """The library's files, read and parsed once per process (they are package data)."""
     folder = resources.files("kvtrace.sql") / "queries"
     files = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -86,15 +89,14 @@ def _read_files() -> list[SqlFile]:
         text = entry.read_text()
         files.append(SqlFile(entry.name, text, _CREATES.findall(text),
                              parse_docs(entry.name, text)))
-    return files
+    return tuple(files)
 
 
 def _dependency_order(files: list[SqlFile]) -> list[SqlFile]:
     creator = {obj: f.name for f in files for obj in f.creates}
-    code = {f.name: re.sub(r"--[^\n]*", "", f.text) for f in files}
+    words = {f.name: set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", f.text))) for f in files}
     needs = {
-        f.name: {creator[o] for o in creator
-                 if creator[o] != f.name and re.search(rf"\b{o}\b", code[f.name])}
+        f.name: {creator[o] for o in creator if creator[o] != f.name and o in words[f.name]}
         for f in files
     }
     ordered: list[SqlFile] = []
@@ -112,9 +114,11 @@ def _dependency_order(files: list[SqlFile]) -> list[SqlFile]:
     return ordered
 
 
-def library() -> list[SqlFile]:
-    """The SQL files of the library in load order (the shell fallback file excluded)."""
-    return _dependency_order([f for f in _read_files() if f.name != FALLBACK_FILE])
+@cache
+def library() -> tuple[SqlFile, ...]:
+    """The SQL files of the library in load order (the shell fallback file excluded),
+    worked out once per process."""
+    return tuple(_dependency_order([f for f in _read_files() if f.name != FALLBACK_FILE]))
 
 
 def documented_objects() -> list[SqlObject]:
