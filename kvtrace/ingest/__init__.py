@@ -21,7 +21,7 @@ from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.dsa import read_dsa_file
 from kvtrace.ingest.dsa_formats import Format, detect_format
 from kvtrace.ingest.eval_preds import is_eval_record, read_eval_file, summary_check, task_name
-from kvtrace.ingest.kineto import looks_like_kineto, read_kineto
+from kvtrace.ingest.kineto import KinetoReader, looks_like_kineto
 from kvtrace.ingest.lines import read_chunks
 from kvtrace.ingest.results import (
     ResultFormat,
@@ -278,20 +278,25 @@ def _ingest_timeline(warehouse: Warehouse, source: SourceFile, run_name: str | N
     if warehouse.has_source(sha, run_id):
         advance(source.size)
         return FileReport(str(source.path), run_id, "already ingested", fmt="kineto")
-    result = read_kineto(source.path)
-    rows = result.table.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
-                                                          result.table.num_rows))
+    reader = KinetoReader(source.path)
+    rows = 0
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
-        warehouse.write(commit, "timeline_events", rows)
+        events = warehouse.open_file(commit, "timeline_events")
+        for batch in reader.batches(advance if source.path.suffix != ".gz" else None):
+            events.append(batch.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
+                                                                  batch.num_rows)))
+            rows += batch.num_rows
+        events.close()
+        header = reader.header
         warehouse.write_rows(commit, "runs", _run_row(
-            run_id, name, "timeline", source, {"format": "kineto", **result.run_config},
-            dataset=None, rank=result.rank,
-            world_size=result.run_config["distributed_info"].get("world_size")))
-        _write_quarantine(warehouse, commit, source, result.rejected)
+            run_id, name, "timeline", source, {"format": "kineto", **header.run_config},
+            dataset=None, rank=header.rank,
+            world_size=header.run_config["distributed_info"].get("world_size")))
+        _write_quarantine(warehouse, commit, source, reader.rejected)
     advance(source.size)
-    return FileReport(str(source.path), run_id, "ingested", rows=rows.num_rows,
-                      rejected=len(result.rejected), fmt="kineto")
+    return FileReport(str(source.path), run_id, "ingested", rows=rows,
+                      rejected=len(reader.rejected), fmt="kineto")
 
 
 def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | None,

@@ -3,12 +3,17 @@
 Complete events (``"ph": "X"``) become ``timeline_events`` rows: pid and tid as text
 (Kineto writes numbers or names), the CUDA stream, device, correlation and external id
 from ``args``; for ``gpu_memcpy`` events the copy kind from the name (``Memcpy DtoH
-(Device -> Pageable)`` is ``DtoH``) and ``args.bytes``.  Every event gets the iteration
-(``ProfilerStep#N``) whose time span holds its start.  Metadata events and other phases
+(Device -> Pageable)`` is ``DtoH``) and ``args.bytes``.  Metadata events and other phases
 are left out; an event without a numeric ``ts`` and ``dur`` goes to the quarantine.  The
-trace's ``distributedInfo`` gives the rank and goes to ``runs`` with the schema version.
+iteration (``ProfilerStep#N``) of each event is worked out by the ``timeline_events``
+view, so the file is read once.  The trace's ``distributedInfo`` gives the rank and goes
+to ``runs`` with the schema version (Kineto writes these keys before the events; a rank
+given only after them is missing from the rows).
 
-The whole file is parsed at once (Python's ``json``), so memory grows with the trace.
+Memory stays bounded: the file (plain or gzip) is read in 8 MB blocks, the events of the
+``traceEvents`` array are decoded one at a time with ``json.JSONDecoder.raw_decode``, and
+every ``BATCH_EVENTS`` rows are handed on as one Arrow batch.  The other top-level keys
+(``distributedInfo``, ``deviceProperties``, ...) are small and decoded whole.
 """
 
 from __future__ import annotations
@@ -16,18 +21,22 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
+BLOCK_BYTES = 8 << 20
+BATCH_EVENTS = 200_000
+_LOOKAHEAD = 1 << 16
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
-_STEP = re.compile(r"ProfilerStep#(\d+)$")
+_SPACE = re.compile(r"[\s,]*")
+_DECODER = json.JSONDecoder()
 
 
 def looks_like_kineto(path: Path) -> bool:
@@ -42,50 +51,128 @@ def looks_like_kineto(path: Path) -> bool:
 
 
 @dataclass
-class KinetoFileResult:
-    table: pa.Table  # run_id left NULL
-    rejected: list[BadLine] = field(default_factory=list)
-    run_config: dict = field(default_factory=dict)
+class KinetoHeader:
+    """What a trace says about itself besides its events."""
+
     rank: int | None = None
+    run_config: dict = field(default_factory=dict)
 
 
-def read_kineto(path: Path) -> KinetoFileResult:
-    """The complete events of a Kineto trace, each with its iteration."""
-    document = _load(path)
-    events = document.get("traceEvents")
-    if not isinstance(events, list):
-        raise InputError(f"{path} has no traceEvents list; it is not a Chrome trace")
-    info: dict = (document["distributedInfo"]
-                  if isinstance(document.get("distributedInfo"), dict) else {})
-    rank = info.get("rank") if isinstance(info.get("rank"), int) else None
-    rows, rejected = [], []
-    for index, event in enumerate(events):
-        if not isinstance(event, dict) or event.get("ph") != "X":
-            continue
-        ts, dur = _float(event.get("ts")), _float(event.get("dur"))
-        if ts is None or dur is None or dur < 0:
-            rejected.append(BadLine(index + 1, "an X event needs numeric ts and dur >= 0",
-                                    json.dumps(event)[:2000]))
-            continue
-        rows.append(_row(index, event, rank))
-    _assign_iterations(rows)
-    config = {"schema_version": document.get("schemaVersion"), "distributed_info": info,
-              **({"device_properties": document["deviceProperties"]}
-                 if "deviceProperties" in document else {})}
-    table = pa.Table.from_pylist(rows, schema=TIMELINE_EVENTS.schema)
-    return KinetoFileResult(table, rejected, config, rank)
+@dataclass
+class KinetoReader:
+    """Stream a trace's complete events as Arrow batches; ``rejected`` and ``header``
+    are filled in as the file is read."""
+
+    path: Path
+    rejected: list[BadLine] = field(default_factory=list)
+    header: KinetoHeader = field(default_factory=KinetoHeader)
+
+    def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
+        rows: list[dict] = []
+        others: dict = {}
+        for index, event in enumerate(_events(self.path, others, progress)):
+            if not isinstance(event, dict) or event.get("ph") != "X":
+                continue
+            ts, dur = _float(event.get("ts")), _float(event.get("dur"))
+            if ts is None or dur is None or dur < 0:
+                self.rejected.append(BadLine(index + 1, "an X event needs numeric ts and "
+                                             "dur >= 0", json.dumps(event)[:2000]))
+                continue
+            rows.append(_row(index, event, ts, dur))
+            if len(rows) >= BATCH_EVENTS:
+                yield self._table(rows, others)
+                rows = []
+        self._read_header(others)
+        if rows:
+            yield self._table(rows, others)
+
+    def _table(self, rows: list[dict], others: dict) -> pa.Table:
+        self._read_header(others)
+        for row in rows:
+            row["rank"] = self.header.rank
+        return pa.Table.from_pylist(rows, schema=TIMELINE_EVENTS.schema)
+
+    def _read_header(self, others: dict) -> None:
+        info = others.get("distributedInfo")
+        info = info if isinstance(info, dict) else {}
+        self.header.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
+        self.header.run_config = {
+            "schema_version": others.get("schemaVersion"), "distributed_info": info,
+            **({"device_properties": others["deviceProperties"]}
+               if "deviceProperties" in others else {})}
 
 
-def _load(path: Path) -> dict:
+def _blocks(path: Path) -> Iterator[str]:
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:
-            document = json.load(handle)
-    except (OSError, EOFError, ValueError) as exc:
-        raise InputError(f"{path} is not a readable Chrome trace: {exc}") from None
-    if not isinstance(document, dict):
+            while block := handle.read(BLOCK_BYTES):
+                yield block.decode("utf-8", errors="replace")
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path} is not a readable trace: {exc}") from None
+
+
+def _events(path: Path, others: dict,
+            progress: Callable[[int], None] | None) -> Iterator[object]:
+    """Every element of the top-level ``traceEvents`` array, in order; the other
+    top-level values go into ``others``."""
+    blocks = _blocks(path)
+    buffer, at, read = "", 0, 0
+
+    def refill() -> bool:
+        nonlocal buffer, at, read
+        block = next(blocks, None)
+        if block is None:
+            return False
+        buffer, at = buffer[at:] + block, 0
+        read += len(block)
+        if progress:
+            progress(read)
+        return True
+
+    def skip(pattern: re.Pattern[str]) -> None:
+        nonlocal at
+        while True:
+            at = pattern.match(buffer, at).end()  # type: ignore[union-attr]
+            if at < len(buffer) or not refill():
+                return
+
+    def value() -> object:
+        nonlocal at
+        while len(buffer) - at < _LOOKAHEAD and refill():
+            pass  # a number or name is never decoded cut short at a block's end
+        while True:
+            try:
+                decoded, at = _DECODER.raw_decode(buffer, at)
+                return decoded
+            except json.JSONDecodeError as exc:
+                if not refill():
+                    raise InputError(f"{path} is cut short or not JSON: {exc.msg} at "
+                                     f"character {read - len(buffer) + exc.pos}") from None
+
+    skip(re.compile(r"\s*"))
+    if buffer[at:at + 1] != "{":
         raise InputError(f"{path} holds no JSON object; a Chrome trace is one")
-    return document
+    at += 1
+    while True:
+        skip(_SPACE)
+        if buffer[at:at + 1] == "}":
+            return
+        key = value()
+        skip(re.compile(r"\s*:\s*"))
+        if key != "traceEvents":
+            others[str(key)] = value()
+            continue
+        skip(re.compile(r"\s*"))
+        if buffer[at:at + 1] != "[":
+            raise InputError(f"{path}: traceEvents is not a list")
+        at += 1
+        while True:
+            skip(_SPACE)
+            if buffer[at:at + 1] == "]":
+                at += 1
+                break
+            yield value()
 
 
 def _float(value: object) -> float | None:
@@ -99,31 +186,16 @@ def _int(value: object) -> int | None:
     return None if number is None else int(number)
 
 
-def _row(index: int, event: dict, rank: int | None) -> dict:
+def _row(index: int, event: dict, ts: float, dur: float) -> dict:
     args: dict = event["args"] if isinstance(event.get("args"), dict) else {}
     category = str(event.get("cat", ""))
     name = str(event.get("name", ""))
     kind = _COPY_KIND.match(name) if category == "gpu_memcpy" else None
     return {
-        "rank": rank, "event_idx": index, "pid": str(event.get("pid")),
-        "tid": str(event.get("tid")), "stream": _int(args.get("stream")),
-        "device": _int(args.get("device")), "category": category, "name": name,
-        "ts_us": float(event["ts"]), "dur_us": float(event["dur"]),
+        "event_idx": index, "pid": str(event.get("pid")), "tid": str(event.get("tid")),
+        "stream": _int(args.get("stream")), "device": _int(args.get("device")),
+        "category": category, "name": name, "ts_us": ts, "dur_us": dur,
         "correlation": _int(args.get("correlation")),
         "external_id": _int(args.get("External id")),
-        "copy_kind": kind.group(1) if kind else None,
-        "bytes": _int(args.get("bytes")),
+        "copy_kind": kind.group(1) if kind else None, "bytes": _int(args.get("bytes")),
     }
-
-
-def _assign_iterations(rows: list[dict]) -> None:
-    """Give each row the ProfilerStep#N whose span holds its start (None outside)."""
-    steps = sorted((row["ts_us"], row["ts_us"] + row["dur_us"], int(match.group(1)))
-                   for row in rows if (match := _STEP.match(row["name"])))
-    if not steps:
-        return
-    starts = np.array([s[0] for s in steps])
-    for row in rows:
-        i = int(np.searchsorted(starts, row["ts_us"], side="right")) - 1
-        if i >= 0 and row["ts_us"] < steps[i][1]:
-            row["iteration"] = steps[i][2]

@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from kvtrace.ingest import ingest
@@ -96,3 +97,29 @@ def test_the_real_kineto_sample_ingests_whole(warehouse, tmp_path):
     busy = {s for (s,) in con.execute("SELECT DISTINCT stream FROM timeline_stream_busy"
                                       ).fetchall()}
     assert busy == streams
+
+
+def test_streaming_in_tiny_blocks_and_batches_reads_the_same_events(tmp_path, monkeypatch):
+    from kvtrace.ingest import kineto
+
+    trace = _trace(tmp_path / "step.pt.trace.json")
+    whole = list(kineto.KinetoReader(trace).batches())
+    monkeypatch.setattr(kineto, "BLOCK_BYTES", 97)  # events straddle every block
+    monkeypatch.setattr(kineto, "BATCH_EVENTS", 2)
+    monkeypatch.setattr(kineto, "_LOOKAHEAD", 5)
+    reader = kineto.KinetoReader(trace)
+    pieces = list(reader.batches())
+    assert len(pieces) == 4 and sum(p.num_rows for p in pieces) == 7
+    assert pa.concat_tables(pieces).equals(pa.concat_tables(whole))
+    assert reader.header.rank == 3 and len(reader.rejected) == 1
+
+
+def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
+    trace = _trace(tmp_path / "cut.pt.trace.json")
+    trace.write_text(trace.read_text()[:-60])
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace))
+    assert status == 1 and "cut.pt.trace.json is cut short or not JSON" in err
+    assert "Traceback" not in err
+    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+                         "SELECT count(*) FROM timeline_events", "-f", "csv")
+    assert out.splitlines()[1] == "0"

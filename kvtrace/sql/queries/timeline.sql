@@ -31,7 +31,19 @@
 -- @column bytes        bytes copied or set
 -- @column iteration    the ProfilerStep#N the event starts in (NULL outside every step)
 CREATE VIEW timeline_events AS
-SELECT DISTINCT * FROM _timeline_events_files;
+WITH events AS (
+    SELECT DISTINCT * FROM _timeline_events_files
+), steps AS (
+    SELECT run_id, rank, ts_us AS step_start, ts_us + dur_us AS step_end,
+           CAST(regexp_extract(name, '^ProfilerStep#(\d+)$', 1) AS BIGINT) AS iteration
+    FROM events
+    WHERE regexp_matches(name, '^ProfilerStep#\d+$')
+)
+SELECT e.*, s.iteration
+FROM events AS e
+LEFT JOIN steps AS s
+    ON e.run_id = s.run_id AND e.rank IS NOT DISTINCT FROM s.rank
+   AND e.ts_us >= s.step_start AND e.ts_us < s.step_end;
 
 -- @view _timeline_gpu
 -- GPU events with their interval and a kind: kernel, or the copy kind, or memset.

@@ -25,7 +25,6 @@ TIMELINE_EVENTS = TableSpec(
             ("external_id", pa.int64()),
             ("copy_kind", pa.string()),  # HtoD, DtoH, DtoD, ... for gpu_memcpy events
             ("bytes", pa.int64()),
-            ("iteration", pa.int64()),  # the ProfilerStep#N the event starts in
         ]
     ),
     partition_by=("run_id",),
