@@ -43,7 +43,8 @@ from kvtrace.sql.kv_access import (
     Scope,
 )
 
-ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload"]
+ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload",
+                     "timeline"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport

@@ -38,6 +38,7 @@ COMMANDS = {
     "whatif": ["report", "whatif"],
     "eval": ["report", "eval", "--run", "niah", "--run", "niah-b"],
     "workload": ["report", "workload"],
+    "timeline": ["report", "timeline"],
 }
 
 
@@ -66,6 +67,8 @@ def root(tmp_path_factory) -> Path:
     (workload / "request_metrics.csv").write_text(VIDUR)
     ingest(warehouse, [str(workload / "mooncake.jsonl"), str(workload / "bench.json"),
                        str(workload / "request_metrics.csv")])
+    ingest(warehouse, [str(Path(__file__).parent.parent / "data" /
+                           "kineto_sampled_rank0.json.gz")], run_name="hta-sample")
     folder = root.parent / "serving"
     for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
         write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
