@@ -123,3 +123,36 @@ def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
     status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
                          "SELECT count(*) FROM timeline_events", "-f", "csv")
     assert out.splitlines()[1] == "0"
+
+
+def test_launches_queue_and_copy_bandwidth(warehouse, tmp_path):
+    events = [
+        _event("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+        _event("kernel", "tiny", 10, 2, stream=7, correlation=1),  # shorter than its launch
+        _event("cuda_runtime", "cudaLaunchKernel", 6, 4, correlation=2),
+        _event("kernel", "big", 12, 20, stream=7, correlation=2),
+        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 40, 100, stream=20,
+               bytes=2 * 2**20),
+        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 140, 100, stream=20,
+               bytes=4 * 2**20),
+        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 240, 1, stream=20,
+               bytes=1024),  # too small to measure bandwidth
+    ]
+    trace = tmp_path / "launches.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    ingest(warehouse, [str(trace)])
+    con = connect(warehouse)
+    launches = con.execute("SELECT name, launch_us, launch_delay_us, kernel_us, short_kernel "
+                           "FROM timeline_launches ORDER BY name").fetchall()
+    assert launches == [("big", 4.0, 6.0, 20.0, False), ("tiny", 5.0, 10.0, 2.0, True)]
+    summary = con.execute("SELECT kernels, launch_p50_us, launch_delay_p50_us, short_share "
+                          "FROM timeline_launch_summary").fetchone()
+    assert summary == (2, 4.5, 8.0, 0.5)
+    # queue: +1 at 0, +1 at 6, -1 at 12 (tiny ends), -1 at 32 (big ends)
+    queue = con.execute("SELECT window_us, queued, peak FROM timeline_queue_length()"
+                        ).fetchall()
+    assert queue == [(0.0, 0, 2)]
+    bandwidth = con.execute("SELECT copy_kind, copies, gbps_p50, p50_of_peak FROM "
+                            "timeline_copy_bandwidth(peak_gbps := 25)").fetchone()
+    median = (2 * 2**20 + 4 * 2**20) / 2 / 100e3  # GB/s: bytes per us / 1e3
+    assert bandwidth == ("HtoD", 2, pytest.approx(median), pytest.approx(median / 25))

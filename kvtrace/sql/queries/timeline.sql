@@ -214,3 +214,108 @@ SELECT run_id, rank, kernel_type, count(*) AS kernels, sum(dur_us) AS total_us,
 FROM typed
 GROUP BY run_id, rank, kernel_type
 ORDER BY run_id, rank, total_us DESC;
+
+-- @view timeline_launches
+-- Every kernel with the CUDA runtime call that launched it (same correlation id): how
+-- long the CPU spent launching, how long the kernel waited to start, how long it ran.
+-- @column run_id          the run
+-- @column rank            the rank (-1 when unknown)
+-- @column stream          the kernel's stream
+-- @column name            the kernel
+-- @column launch_us       the runtime call's duration (CPU)
+-- @column launch_delay_us kernel start - runtime call start
+-- @column kernel_us       the kernel's duration (GPU)
+-- @column short_kernel    kernel_us shorter than launch_us: the CPU, not the GPU, sets the pace
+CREATE VIEW timeline_launches AS
+SELECT k.run_id, coalesce(k.rank, -1) AS rank, k.stream, k.name, c.dur_us AS launch_us,
+       k.ts_us - c.ts_us AS launch_delay_us, k.dur_us AS kernel_us,
+       k.dur_us < c.dur_us AS short_kernel
+FROM timeline_events AS k
+JOIN timeline_events AS c
+    ON k.run_id = c.run_id AND k.rank IS NOT DISTINCT FROM c.rank
+   AND k.correlation = c.correlation
+WHERE k.category = 'kernel' AND c.category = 'cuda_runtime';
+
+-- @view timeline_launch_summary
+-- Launch statistics per rank: HTA's CUDA kernel launch analysis in one row.
+-- @column run_id              the run
+-- @column rank                the rank (-1 when unknown)
+-- @column kernels             kernels matched to their launch
+-- @column launch_p50_us       median CPU time of a launch
+-- @column launch_delay_p50_us median wait from launch to kernel start
+-- @column launch_delay_p95_us 95th percentile of that wait
+-- @column kernel_p50_us       median kernel duration
+-- @column short_kernels       kernels shorter than their own launch
+-- @column short_share         short_kernels / kernels
+CREATE VIEW timeline_launch_summary AS
+SELECT run_id, rank, count(*) AS kernels,
+       quantile_cont(launch_us, 0.5) AS launch_p50_us,
+       quantile_cont(launch_delay_us, 0.5) AS launch_delay_p50_us,
+       quantile_cont(launch_delay_us, 0.95) AS launch_delay_p95_us,
+       quantile_cont(kernel_us, 0.5) AS kernel_p50_us,
+       count(*) FILTER (WHERE short_kernel) AS short_kernels,
+       count(*) FILTER (WHERE short_kernel) / count(*) AS short_share
+FROM timeline_launches
+GROUP BY run_id, rank
+ORDER BY run_id, rank;
+
+-- @macro timeline_copy_bandwidth(peak_gbps)
+-- The bandwidth of copies per direction as a distribution, against a peak (GB/s, e.g.
+-- 64 for PCIe 5.0 x16 in one direction; default 25): copies of at least 1 MB only, since
+-- small copies measure latency, not bandwidth.
+-- @column run_id        the run
+-- @column copy_kind     HtoD, DtoH, DtoD, ...
+-- @column copies        copies of at least 1 MB
+-- @column gbps_p10      10th percentile of bytes / duration, GB/s
+-- @column gbps_p50      median bandwidth, GB/s
+-- @column gbps_p90      90th percentile, GB/s
+-- @column p50_of_peak   gbps_p50 / peak_gbps
+CREATE MACRO timeline_copy_bandwidth(peak_gbps := 25.0) AS TABLE
+WITH copies AS (
+    SELECT run_id, copy_kind, bytes / (dur_us * 1e3) AS gbps
+    FROM timeline_events
+    WHERE category = 'gpu_memcpy' AND bytes >= 1048576 AND dur_us > 0
+), spread AS (
+    SELECT run_id, copy_kind, count(*) AS copies, quantile_cont(gbps, 0.1) AS gbps_p10,
+           quantile_cont(gbps, 0.5) AS gbps_p50, quantile_cont(gbps, 0.9) AS gbps_p90
+    FROM copies
+    GROUP BY run_id, copy_kind
+)
+SELECT *, gbps_p50 / peak_gbps AS p50_of_peak
+FROM spread
+ORDER BY run_id, copy_kind;
+
+-- @macro timeline_queue_length(step_us)
+-- Kernels launched but not yet finished, per stream: a launch adds one at its runtime
+-- call, the kernel's end removes it.  One row per step_us window (default 1000 us) in
+-- which the queue changed, with the queue at the window's last change.
+-- @column run_id     the run
+-- @column rank       the rank (-1 when unknown)
+-- @column stream     the stream
+-- @column window_us  window start, in the trace's microseconds
+-- @column queued     launched and unfinished kernels after the window's last change
+-- @column peak       the most kernels queued at once within the window
+CREATE MACRO timeline_queue_length(step_us := 1000) AS TABLE
+WITH matched AS (
+    SELECT k.run_id, coalesce(k.rank, -1) AS rank, k.stream, c.ts_us AS launched,
+           k.ts_us + k.dur_us AS finished
+    FROM timeline_events AS k
+    JOIN timeline_events AS c
+        ON k.run_id = c.run_id AND k.rank IS NOT DISTINCT FROM c.rank
+       AND k.correlation = c.correlation
+    WHERE k.category = 'kernel' AND c.category = 'cuda_runtime'
+), changes AS (
+    SELECT run_id, rank, stream, launched AS t, 1 AS delta FROM matched
+    UNION ALL
+    SELECT run_id, rank, stream, finished AS t, -1 AS delta FROM matched
+), running AS (
+    SELECT run_id, rank, stream, t,
+           sum(delta) OVER (PARTITION BY run_id, rank, stream ORDER BY t, delta
+                            ROWS UNBOUNDED PRECEDING) AS queued
+    FROM changes
+)
+SELECT run_id, rank, stream, floor(t / step_us) * step_us AS window_us,
+       arg_max(queued, t) AS queued, max(queued) AS peak
+FROM running
+GROUP BY run_id, rank, stream, window_us
+ORDER BY run_id, rank, stream, window_us;
