@@ -156,3 +156,23 @@ def test_launches_queue_and_copy_bandwidth(warehouse, tmp_path):
                             "timeline_copy_bandwidth(peak_gbps := 25)").fetchone()
     median = (2 * 2**20 + 4 * 2**20) / 2 / 100e3  # GB/s: bytes per us / 1e3
     assert bandwidth == ("HtoD", 2, pytest.approx(median), pytest.approx(median / 25))
+
+
+def test_idle_gaps_are_host_wait_kernel_wait_or_other(warehouse, tmp_path):
+    events = [
+        _event("cuda_runtime", "cudaLaunchKernel", 0, 1, correlation=1),
+        _event("kernel", "a", 1, 10, stream=7, correlation=1),  # [1, 11)
+        _event("cuda_runtime", "cudaLaunchKernel", 2, 1, correlation=2),
+        _event("kernel", "b", 20, 5, stream=7, correlation=2),  # gap 9, launched at 2: short
+        _event("cuda_runtime", "cudaLaunchKernel", 3, 1, correlation=3),
+        _event("kernel", "c", 100, 5, stream=7, correlation=3),  # gap 75, launched at 3: other
+        _event("cuda_runtime", "cudaLaunchKernel", 150, 1, correlation=4),
+        _event("kernel", "d", 160, 5, stream=7, correlation=4),  # gap 55, launched late: host
+    ]
+    trace = tmp_path / "gaps.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    ingest(warehouse, [str(trace)])
+    row = connect(warehouse).execute(
+        "SELECT stream, idle_us, host_wait_us, kernel_wait_us, other_us "
+        "FROM timeline_idle_breakdown(kernel_wait_us := 30)").fetchone()
+    assert row == (7, 9.0 + 75.0 + 55.0, 55.0, 9.0, 75.0)

@@ -319,3 +319,54 @@ SELECT run_id, rank, stream, floor(t / step_us) * step_us AS window_us,
 FROM running
 GROUP BY run_id, rank, stream, window_us
 ORDER BY run_id, rank, stream, window_us;
+
+-- @macro timeline_idle_breakdown(kernel_wait_us)
+-- Per stream and iteration, the GPU's idle gaps between consecutive events, attributed
+-- after HTA's idle-time breakdown: host_wait when the next kernel was launched (its
+-- runtime call started) only after the previous events had ended, so the GPU waited for
+-- the CPU; kernel_wait for the remaining gaps of at most kernel_wait_us (default 30 us),
+-- the overhead between back-to-back kernels; other for the rest.  A gap runs from the
+-- latest end of the stream's earlier events to the next event's start.
+-- @column run_id        the run
+-- @column rank          the rank (-1 when unknown)
+-- @column iteration     the iteration (-1: outside every ProfilerStep)
+-- @column stream        the stream
+-- @column idle_us       all gaps between the stream's consecutive events
+-- @column host_wait_us  gaps the GPU spent waiting for a launch
+-- @column kernel_wait_us  short gaps between kernels already launched
+-- @column other_us      the rest
+CREATE MACRO timeline_idle_breakdown(kernel_wait_us := 30) AS TABLE
+WITH launches AS (
+    SELECT run_id, coalesce(rank, -1) AS rank, correlation, min(ts_us) AS launched
+    FROM timeline_events
+    WHERE category = 'cuda_runtime' AND correlation IS NOT NULL
+    GROUP BY ALL
+), gpu AS (
+    SELECT e.run_id, coalesce(e.rank, -1) AS rank, coalesce(e.iteration, -1) AS iteration,
+           e.stream, e.ts_us AS s, e.ts_us + e.dur_us AS e, l.launched
+    FROM timeline_events AS e
+    LEFT JOIN launches AS l
+        ON e.run_id = l.run_id AND coalesce(e.rank, -1) = l.rank
+       AND e.correlation = l.correlation
+    WHERE e.stream IS NOT NULL AND e.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+), gaps AS (
+    SELECT run_id, rank, iteration, stream, launched,
+           max(e) OVER (PARTITION BY run_id, rank, iteration, stream ORDER BY s, e
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_end,
+           s
+    FROM gpu
+), classified AS (
+    SELECT run_id, rank, iteration, stream, s - previous_end AS gap,
+           CASE WHEN launched > previous_end THEN 'host_wait'
+                WHEN s - previous_end <= kernel_wait_us THEN 'kernel_wait'
+                ELSE 'other' END AS cause
+    FROM gaps
+    WHERE previous_end IS NOT NULL AND s > previous_end
+)
+SELECT run_id, rank, iteration, stream, sum(gap) AS idle_us,
+       coalesce(sum(gap) FILTER (WHERE cause = 'host_wait'), 0) AS host_wait_us,
+       coalesce(sum(gap) FILTER (WHERE cause = 'kernel_wait'), 0) AS kernel_wait_us,
+       coalesce(sum(gap) FILTER (WHERE cause = 'other'), 0) AS other_us
+FROM classified
+GROUP BY run_id, rank, iteration, stream
+ORDER BY run_id, rank, iteration, stream;
