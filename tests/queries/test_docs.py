@@ -12,7 +12,8 @@ ARGUMENTS = {"dsa_blocks": "(16)", "dsa_prefix": "(16)", "dsa_prefix_hot_blocks"
              "execution_mode_compare": "('a', 'b')", "eval_diff": "('a', 'b')",
              "eval_diff_summary": "('a', 'b')", "dsa_needle_recall": "(16)",
              "dsa_needle_recall_by_layer": "(16)", "timing_fidelity": "('a', 'b')",
-             "timeline_overlap": "([7], [20])"}
+             "timeline_overlap": "([7], [20])",
+             "timeline_copy_by_annotation": "('^layer')"}
 
 
 def test_every_created_object_is_documented():

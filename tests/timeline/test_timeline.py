@@ -176,3 +176,22 @@ def test_idle_gaps_are_host_wait_kernel_wait_or_other(warehouse, tmp_path):
         "SELECT stream, idle_us, host_wait_us, kernel_wait_us, other_us "
         "FROM timeline_idle_breakdown(kernel_wait_us := 30)").fetchone()
     assert row == (7, 9.0 + 75.0 + 55.0, 55.0, 9.0, 75.0)
+
+
+def test_exposed_copy_time_per_annotated_layer(warehouse, tmp_path):
+    trace = _trace(tmp_path / "layers.pt.trace.json")
+    document = json.loads(trace.read_text())
+    document["traceEvents"] += [
+        _event("gpu_user_annotation", "layer_0", 0, 50, stream=7),
+        _event("gpu_user_annotation", "layer_1", 50, 50, stream=7),
+        _event("user_annotation", "optimizer", 0, 100),
+    ]
+    trace.write_text(json.dumps(document))
+    ingest(warehouse, [str(trace)])
+    rows = connect(warehouse).execute(
+        "SELECT annotation, spans, copy_us, overlapped_us, exposed_us "
+        "FROM timeline_copy_by_annotation('^layer_\\d+$')").fetchall()
+    # HtoD [30, 60) under kernels [10, 40) and [50, 70); DtoH [80, 90) alone
+    # layer_0 [0, 50): copy [30, 50) = 20, hidden [30, 40) = 10
+    # layer_1 [50, 100): copy [50, 60) + [80, 90) = 20, hidden [50, 60) = 10
+    assert rows == [("layer_0", 1, 20.0, 10.0, 10.0), ("layer_1", 1, 20.0, 10.0, 10.0)]

@@ -370,3 +370,53 @@ SELECT run_id, rank, iteration, stream, sum(gap) AS idle_us,
 FROM classified
 GROUP BY run_id, rank, iteration, stream
 ORDER BY run_id, rank, iteration, stream;
+
+-- @macro timeline_copy_by_annotation(name_pattern)
+-- Copy time hidden or exposed inside annotated spans (user_annotation or
+-- gpu_user_annotation events whose name matches the regular expression, e.g.
+-- '^layer_\d+$' where an engine marks its layers), summed per annotation name over its
+-- spans: which layer's weights or KV blocks arrive late.
+-- @column run_id         the run
+-- @column rank           the rank (-1 when unknown)
+-- @column annotation     the annotation's name
+-- @column spans          spans of that name
+-- @column copy_us        copy time (union of all copies) inside the spans
+-- @column overlapped_us  of it, time some kernel was running
+-- @column exposed_us     copy_us - overlapped_us
+CREATE MACRO timeline_copy_by_annotation(name_pattern) AS TABLE
+WITH spans AS (
+    SELECT run_id, coalesce(rank, -1) AS rank, name AS annotation, ts_us AS s,
+           ts_us + dur_us AS e
+    FROM timeline_events
+    WHERE category IN ('user_annotation', 'gpu_user_annotation')
+      AND regexp_matches(name, name_pattern)
+), copies AS (
+    FROM _timeline_union(['HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP', 'copy'], [])
+), kernels AS (
+    FROM _timeline_union(['kernel'], [])
+), hidden AS (
+    SELECT c.run_id, c.rank, greatest(c.s, k.s) AS s, least(c.e, k.e) AS e
+    FROM copies AS c
+    JOIN kernels AS k ON c.run_id = k.run_id AND c.rank = k.rank
+                      AND c.iteration = k.iteration AND c.s < k.e AND k.s < c.e
+), copy_in AS (
+    SELECT a.run_id, a.rank, a.annotation, a.s, sum(least(c.e, a.e) - greatest(c.s, a.s))
+               AS us
+    FROM spans AS a
+    JOIN copies AS c ON a.run_id = c.run_id AND a.rank = c.rank AND c.s < a.e AND a.s < c.e
+    GROUP BY a.run_id, a.rank, a.annotation, a.s
+), hidden_in AS (
+    SELECT a.run_id, a.rank, a.annotation, a.s, sum(least(h.e, a.e) - greatest(h.s, a.s))
+               AS us
+    FROM spans AS a
+    JOIN hidden AS h ON a.run_id = h.run_id AND a.rank = h.rank AND h.s < a.e AND a.s < h.e
+    GROUP BY a.run_id, a.rank, a.annotation, a.s
+)
+SELECT a.run_id, a.rank, a.annotation, count(*) AS spans,
+       coalesce(sum(c.us), 0) AS copy_us, coalesce(sum(h.us), 0) AS overlapped_us,
+       coalesce(sum(c.us), 0) - coalesce(sum(h.us), 0) AS exposed_us
+FROM spans AS a
+LEFT JOIN copy_in AS c USING (run_id, rank, annotation, s)
+LEFT JOIN hidden_in AS h USING (run_id, rank, annotation, s)
+GROUP BY a.run_id, a.rank, a.annotation
+ORDER BY a.run_id, a.rank, a.annotation;
