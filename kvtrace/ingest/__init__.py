@@ -220,11 +220,9 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
                          run_name: str | None, experiment: str | None,
                          advance: Callable[[int], None]) -> FileReport:
     name = run_name or serving_run_name(source)
-    run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        advance(source.size)
-        return FileReport(str(source.path), run_id, "already ingested", fmt=kind)
+    run_id, sha, done = _claim(warehouse, source, name, kind, advance)
+    if done is not None:
+        return done
     result = read_serving_file(source.path, kind, advance)
     table_name = "pool_snapshots" if kind == "pool" else "request_metrics"
     spec = TABLES[table_name]
@@ -261,6 +259,23 @@ def _ingest_csv(warehouse: Warehouse, source: SourceFile, run_name: str | None,
         "Splitwise/Vidur arrival traces, nor of Vidur's request or batch metrics")
 
 
+def _claim(warehouse: Warehouse, source: SourceFile, name: str, fmt: str,
+           advance: Callable[[int], None]) -> tuple[str, str, FileReport | None]:
+    """The run id of ``name`` and the sha256 of ``source``, with the report to return at
+    once when these bytes were already ingested into that run."""
+    run_id = make_run_id(name, "ingest")
+    sha = source.sha256()
+    if not warehouse.has_source(sha, run_id):
+        return run_id, sha, None
+    advance(source.size)
+    return run_id, sha, FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+
+
+def _with_run_id(table: pa.Table, run_id: str) -> pa.Table:
+    """``table`` with its first column, ``run_id``, filled in."""
+    return table.set_column(0, "run_id", pa.repeat(pa.scalar(run_id), table.num_rows))
+
+
 def _is_vllm_result(source: SourceFile) -> bool:
     """Whether a .json file is a vLLM benchmark result (its head names the per-request
     lists), without parsing a large file twice."""
@@ -273,19 +288,16 @@ def _ingest_timeline(warehouse: Warehouse, source: SourceFile, run_name: str | N
                      advance: Callable[[int], None]) -> FileReport:
     """A profiler (Kineto) trace of one rank into ``timeline_events``."""
     name = run_name or source.default_run_name()
-    run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        advance(source.size)
-        return FileReport(str(source.path), run_id, "already ingested", fmt="kineto")
+    run_id, sha, done = _claim(warehouse, source, name, "kineto", advance)
+    if done is not None:
+        return done
     reader = KinetoReader(source.path)
     rows = 0
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
         events = warehouse.open_file(commit, "timeline_events")
         for batch in reader.batches(advance if source.path.suffix != ".gz" else None):
-            events.append(batch.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
-                                                                  batch.num_rows)))
+            events.append(_with_run_id(batch, run_id))
             rows += batch.num_rows
         events.close()
         header = reader.header
@@ -303,16 +315,13 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
                     fmt: ResultFormat, advance: Callable[[int], None]) -> FileReport:
     """Per-request results of a benchmark or simulator (or a simulator's batches)."""
     name = run_name or source.path.name.split(".")[0]
-    run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        advance(source.size)
-        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    run_id, sha, done = _claim(warehouse, source, name, fmt, advance)
+    if done is not None:
+        return done
     result = (read_vllm_result(source.path) if fmt == "vllm"
               else read_aiperf_records(source.path) if fmt == "aiperf"
               else read_results_csv(source.path, fmt))
-    rows = result.rows.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
-                                                         result.rows.num_rows))
+    rows = _with_run_id(result.rows, run_id)
     kind = "simulation" if fmt.startswith("vidur") else "benchmark"
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
@@ -331,14 +340,11 @@ def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: st
                           columns: ColumnMapping | None = None) -> FileReport:
     """An arrival trace (CSV or Mooncake JSONL) into ``workload_requests``."""
     name = run_name or source.path.name.split(".")[0]
-    run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        advance(source.size)
-        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    run_id, sha, done = _claim(warehouse, source, name, fmt, advance)
+    if done is not None:
+        return done
     result = read_workload_file(source.path, fmt, columns)
-    table = result.table.set_column(0, "run_id", pa.repeat(pa.scalar(run_id),
-                                                           result.table.num_rows))
+    table = _with_run_id(result.table, run_id)
     with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
                                source_size=source.size) as commit:
         warehouse.write(commit, "workload_requests", table)
@@ -357,11 +363,9 @@ def _ingest_eval_file(warehouse: Warehouse, source: SourceFile, run_name: str | 
                       advance: Callable[[int], None]) -> FileReport:
     """A RULER prediction file: its samples, scored, into ``eval_samples``."""
     name = run_name or source.default_run_name()
-    run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        advance(source.size)
-        return FileReport(str(source.path), run_id, "already ingested", fmt="eval")
+    run_id, sha, done = _claim(warehouse, source, name, "eval", advance)
+    if done is not None:
+        return done
     result = read_eval_file(source.path, run_id, advance)
     task = task_name(source.path)
     check = summary_check(result.rows, task, source.path.parent)

@@ -10,12 +10,11 @@ task is checked against the recomputed one (``ingest_checks``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtrace.ingest.lines import NOT_UTF8, raw_text, read_chunks
+from kvtrace.ingest.lines import json_records, raw_text
 from kvtrace.warehouse.dsa_checks import StatCheck
 from kvtrace.warehouse.eval_rows import eval_row
 from kvtrace.warehouse.rejects import BadLine
@@ -42,24 +41,11 @@ def read_eval_file(path: Path, run_id: str,
     """Score every sample of a RULER prediction file."""
     task = task_name(path)
     result = EvalFileResult()
-    for chunk in read_chunks(path):
-        for offset, text in enumerate(chunk.data.split(b"\n")):
-            if not text.strip():
-                continue
-            line_no = chunk.first_line + offset
-            try:
-                result.rows.append(_row(json.loads(text), run_id, task, line_no))
-            except UnicodeDecodeError:
-                result.rejected.append(BadLine(line_no, NOT_UTF8, raw_text(text)))
-            except _BadSample as exc:
-                result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
-            except ValueError as exc:
-                reason = f"invalid JSON (truncated line?): {exc}"
-                result.rejected.append(BadLine(line_no, reason, raw_text(text)))
-        if (note := chunk.truncation_note()) is not None:
-            result.rejected.append(note)
-        if progress:
-            progress(chunk.source_offset)
+    for line_no, text, record in json_records(path, result.rejected, progress):
+        try:
+            result.rows.append(_row(record, run_id, task, line_no))
+        except _BadSample as exc:
+            result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
     return result
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -109,6 +109,36 @@ def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
             except zlib.error as exc:
                 raise InputError(f"{path}: corrupt gzip data ({exc})") from None
             compressed = decompressor.unused_data
+
+
+def json_records(path: Path, rejected: list[BadLine],
+                 progress: Callable[[int], None] | None = None
+                 ) -> Iterator[tuple[int, bytes, object]]:
+    """Every non-blank line of a JSONL file, decoded, as (line number, text, value).
+
+    For small files read line by line.  A line that is not UTF-8 or not JSON, and the
+    note of a gzip stream cut short, go to ``rejected``; ``progress`` gets the source
+    bytes read after each chunk.
+    """
+    for chunk in read_chunks(path):
+        for offset, text in enumerate(chunk.data.split(b"\n")):
+            if not text.strip():
+                continue
+            line_no = chunk.first_line + offset
+            try:
+                value = json.loads(text)
+            except UnicodeDecodeError:
+                rejected.append(BadLine(line_no, NOT_UTF8, raw_text(text)))
+                continue
+            except ValueError as exc:
+                reason = f"invalid JSON (truncated line?): {exc}"
+                rejected.append(BadLine(line_no, reason, raw_text(text)))
+                continue
+            yield line_no, text, value
+        if (note := chunk.truncation_note()) is not None:
+            rejected.append(note)
+        if progress:
+            progress(chunk.source_offset)
 
 
 def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:

@@ -7,12 +7,11 @@ request), so each line is parsed on its own and turned into a row by
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kvtrace.ingest.lines import NOT_UTF8, raw_text, read_chunks
+from kvtrace.ingest.lines import json_records, raw_text
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.serving_rows import POOL_ALIASES, FieldError, pool_row, request_row
 
@@ -42,27 +41,13 @@ def read_serving_file(path, kind: ServingKind,
     """Parse every line of a pool series or request-metrics file."""
     convert = pool_row if kind == "pool" else request_row
     result = ServingFileResult()
-    for chunk in read_chunks(path):
-        for offset, text in enumerate(chunk.data.split(b"\n")):
-            if not text.strip():
-                continue
-            line_no = chunk.first_line + offset
-            try:
-                record = json.loads(text)
-                if not isinstance(record, dict):
-                    raise FieldError(f"expected a JSON object, got {type(record).__name__}")
-                result.rows.append(convert(record))
-            except FieldError as exc:
-                result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
-            except UnicodeDecodeError:
-                result.rejected.append(BadLine(line_no, NOT_UTF8, raw_text(text)))
-            except ValueError as exc:
-                reason = f"invalid JSON (truncated line?): {exc}"
-                result.rejected.append(BadLine(line_no, reason, raw_text(text)))
-        if (note := chunk.truncation_note()) is not None:
-            result.rejected.append(note)
-        if progress:
-            progress(chunk.source_offset)
+    for line_no, text, record in json_records(path, result.rejected, progress):
+        try:
+            if not isinstance(record, dict):
+                raise FieldError(f"expected a JSON object, got {type(record).__name__}")
+            result.rows.append(convert(record))
+        except FieldError as exc:
+            result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
     if kind == "pool":
         _fill_relative_time(result.rows)
     return result
