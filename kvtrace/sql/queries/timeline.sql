@@ -46,10 +46,14 @@ LEFT JOIN steps AS s
    AND e.ts_us >= s.step_start AND e.ts_us < s.step_end;
 
 -- @view _timeline_gpu
--- GPU events with their interval and a kind: kernel, or the copy kind, or memset.
+-- GPU events with their interval, a family (kernel, memcpy or memset) and a kind:
+-- kernel, the copy kind (HtoD, DtoH, ...; copy when the name gives none) or memset.
 CREATE VIEW _timeline_gpu AS
 SELECT run_id, coalesce(rank, -1) AS rank, coalesce(iteration, -1) AS iteration, stream,
-       ts_us AS s, ts_us + dur_us AS e, name, category, bytes, dur_us,
+       ts_us AS s, ts_us + dur_us AS e, name, category, bytes, dur_us, correlation,
+       CASE WHEN category = 'kernel' THEN 'kernel'
+            WHEN category = 'gpu_memcpy' THEN 'memcpy'
+            ELSE 'memset' END AS family,
        CASE WHEN category = 'kernel' THEN 'kernel'
             WHEN category = 'gpu_memcpy' THEN coalesce(copy_kind, 'copy')
             ELSE 'memset' END AS kind
@@ -57,12 +61,13 @@ FROM timeline_events
 WHERE stream IS NOT NULL AND category IN ('kernel', 'gpu_memcpy', 'gpu_memset');
 
 -- @macro _timeline_union(kinds, streams)
--- The union of the intervals of GPU events of the given kinds (and streams; an empty
--- list takes every stream), per run, rank and iteration: disjoint [s, e) intervals.
+-- The union of the intervals of GPU events whose kind or family is in kinds (and whose
+-- stream is in streams; an empty list takes every stream), per run, rank and iteration:
+-- disjoint [s, e) intervals.
 CREATE MACRO _timeline_union(kinds, streams) AS TABLE
 WITH picked AS (
     SELECT run_id, rank, iteration, s, e FROM _timeline_gpu
-    WHERE list_contains(kinds, kind)
+    WHERE (list_contains(kinds, kind) OR list_contains(kinds, family))
       AND (len(streams) = 0 OR list_contains(streams, stream))
 ), marked AS (
     SELECT *, max(e) OVER (PARTITION BY run_id, rank, iteration ORDER BY s, e
@@ -90,20 +95,10 @@ GROUP BY run_id, rank, iteration, piece;
 -- @column idle_us      window_us - busy_us
 -- @column utilization  busy_us / window_us
 CREATE VIEW timeline_stream_busy AS
-WITH lanes AS (
-    SELECT run_id, rank, iteration, stream, s, e,
-           max(e) OVER (PARTITION BY run_id, rank, iteration, stream ORDER BY s, e
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-    FROM _timeline_gpu
-), pieces AS (
-    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY run_id, rank, iteration, stream ORDER BY s, e
-                        ROWS UNBOUNDED PRECEDING) AS piece
-    FROM lanes
-), merged AS (
-    SELECT run_id, rank, iteration, stream, min(s) AS s, max(e) AS e
-    FROM pieces
-    GROUP BY run_id, rank, iteration, stream, piece
+WITH merged AS (
+    SELECT st.stream, u.*
+    FROM (SELECT DISTINCT stream FROM _timeline_gpu) AS st,
+         LATERAL (FROM _timeline_union(['kernel', 'memcpy', 'memset'], [st.stream])) AS u
 ), windows AS (
     SELECT run_id, rank, iteration, max(e) - min(s) AS window_us
     FROM _timeline_gpu
@@ -129,11 +124,9 @@ ORDER BY m.run_id, m.rank, m.iteration, m.stream;
 -- @column a_overlapped    overlap_us / a_busy_us
 CREATE MACRO timeline_overlap(streams_a, streams_b) AS TABLE
 WITH a AS (
-    FROM _timeline_union(['kernel', 'HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP', 'copy', 'memset'],
-                         streams_a::BIGINT[])
+    FROM _timeline_union(['kernel', 'memcpy', 'memset'], streams_a::BIGINT[])
 ), b AS (
-    FROM _timeline_union(['kernel', 'HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP', 'copy', 'memset'],
-                         streams_b::BIGINT[])
+    FROM _timeline_union(['kernel', 'memcpy', 'memset'], streams_b::BIGINT[])
 ), busy_a AS (
     SELECT run_id, rank, iteration, sum(e - s) AS busy FROM a GROUP BY ALL
 ), busy_b AS (
@@ -166,7 +159,7 @@ ORDER BY x.run_id, x.rank, x.iteration;
 -- @column hidden_share   overlapped_us / copy_us
 CREATE VIEW timeline_copy_overlap AS
 WITH kinds AS (
-    SELECT DISTINCT kind FROM _timeline_gpu WHERE kind NOT IN ('kernel', 'memset')
+    SELECT DISTINCT kind FROM _timeline_gpu WHERE family = 'memcpy'
 ), copies AS (
     SELECT k.kind, u.* FROM kinds AS k, LATERAL (FROM _timeline_union([k.kind], [])) AS u
 ), kernels AS (
@@ -342,13 +335,10 @@ WITH launches AS (
     WHERE category = 'cuda_runtime' AND correlation IS NOT NULL
     GROUP BY ALL
 ), gpu AS (
-    SELECT e.run_id, coalesce(e.rank, -1) AS rank, coalesce(e.iteration, -1) AS iteration,
-           e.stream, e.ts_us AS s, e.ts_us + e.dur_us AS e, l.launched
-    FROM timeline_events AS e
+    SELECT g.run_id, g.rank, g.iteration, g.stream, g.s, g.e, l.launched
+    FROM _timeline_gpu AS g
     LEFT JOIN launches AS l
-        ON e.run_id = l.run_id AND coalesce(e.rank, -1) = l.rank
-       AND e.correlation = l.correlation
-    WHERE e.stream IS NOT NULL AND e.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+        ON g.run_id = l.run_id AND g.rank = l.rank AND g.correlation = l.correlation
 ), gaps AS (
     SELECT run_id, rank, iteration, stream, launched,
            max(e) OVER (PARTITION BY run_id, rank, iteration, stream ORDER BY s, e
@@ -391,7 +381,7 @@ WITH spans AS (
     WHERE category IN ('user_annotation', 'gpu_user_annotation')
       AND regexp_matches(name, name_pattern)
 ), copies AS (
-    FROM _timeline_union(['HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP', 'copy'], [])
+    FROM _timeline_union(['memcpy'], [])
 ), kernels AS (
     FROM _timeline_union(['kernel'], [])
 ), hidden AS (
