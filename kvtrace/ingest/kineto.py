@@ -35,7 +35,9 @@ BLOCK_BYTES = 8 << 20
 BATCH_EVENTS = 200_000
 _LOOKAHEAD = 1 << 16
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
-_SPACE = re.compile(r"[\s,]*")
+_SPACE = re.compile(r"[\s,]*")  # between elements and between keys
+_WHITESPACE = re.compile(r"\s*")
+_COLON = re.compile(r"\s*:\s*")
 _DECODER = json.JSONDecoder()
 
 
@@ -150,7 +152,7 @@ def _events(path: Path, others: dict,
                     raise InputError(f"{path} is cut short or not JSON: {exc.msg} at "
                                      f"character {read - len(buffer) + exc.pos}") from None
 
-    skip(re.compile(r"\s*"))
+    skip(_WHITESPACE)
     if buffer[at:at + 1] != "{":
         raise InputError(f"{path} holds no JSON object; a Chrome trace is one")
     at += 1
@@ -159,11 +161,11 @@ def _events(path: Path, others: dict,
         if buffer[at:at + 1] == "}":
             return
         key = value()
-        skip(re.compile(r"\s*:\s*"))
+        skip(_COLON)
         if key != "traceEvents":
             others[str(key)] = value()
             continue
-        skip(re.compile(r"\s*"))
+        skip(_WHITESPACE)
         if buffer[at:at + 1] != "[":
             raise InputError(f"{path}: traceEvents is not a list")
         at += 1
