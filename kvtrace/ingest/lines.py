@@ -143,7 +143,7 @@ def json_records(path: Path, rejected: list[BadLine],
 
 def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
     """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL)."""
-    if not chunk.data.strip():
+    if not chunk.data or chunk.data.isspace():  # (strip() would copy the chunk)
         return ParsedChunk(schema.empty_table(), np.zeros(0, dtype=np.int64), [])
     try:
         chunk.data.decode("utf-8")  # Arrow would pass invalid UTF-8 into string columns

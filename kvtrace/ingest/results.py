@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.lines import raw_text, read_chunks
-from kvtrace.ingest.workload import RowReasons, csv_header, csv_rows, numbers, read_csv_strings
+from kvtrace.ingest.workload import RowReasons, csv_header, csv_rows, numbers, read_csv_columns
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
@@ -96,11 +96,13 @@ def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
 
 def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str,
               table_name: str, constants: dict) -> ResultFileResult:
-    raw = read_csv_strings(path, list(columns.values()))
+    kinds = {name: pa.int64() if name in _INTEGER_COLUMNS else pa.float64() for name in columns}
+    raw = read_csv_columns(path, list(columns.values()),
+                           {source: kinds[name] for name, source in columns.items()})
     reasons = RowReasons(raw.num_rows)
     values = {}
     for name, source in columns.items():
-        kind = pa.int64() if name in _INTEGER_COLUMNS else pa.float64()
+        kind = kinds[name]
         values[name] = numbers(raw[source], source, reasons, kind)
         reasons.note(values[name] < 0, f"{source} is negative")
     keep = reasons.ok

@@ -109,11 +109,13 @@ def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
     if missing:
         raise InputError(f"{path} has no column {', '.join(missing)} (its header: "
                          f"{', '.join(header[:8])})")
-    table = read_csv_strings(path, list(columns.values()))
+    unit = mapping.arrival_unit if mapping else ("datetime" if fmt == "azure" else "s")
+    types = {columns["arrival"]: pa.timestamp("ns") if unit == "datetime" else pa.float64(),
+             columns["input_tokens"]: pa.int64(), columns["output_tokens"]: pa.int64()}
+    table = read_csv_columns(path, list(columns.values()), types)
     raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
     line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
     reasons = RowReasons(raw.num_rows)
-    unit = mapping.arrival_unit if mapping else ("datetime" if fmt == "azure" else "s")
     if unit == "datetime":
         arrival = _wall_clock_seconds(raw["arrival"], reasons, columns["arrival"])
     else:
@@ -159,16 +161,26 @@ def parse_column_mapping(text: str) -> ColumnMapping:
     return ColumnMapping(pairs, unit)
 
 
-def read_csv_strings(path: Path, columns: list[str]) -> pa.Table:
-    """The named columns of a CSV file, every value as text (checked by the caller)."""
+def read_csv_columns(path: Path, columns: list[str],
+                     types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    """The named columns of a CSV file, as ``types`` when every value converts (the fast
+    path a clean file takes), else every value as text, to be checked row by row."""
     header = csv_header(path)
+    text = {name: pa.string() for name in header}
+    if types:
+        try:
+            return _read_csv_as(path, {**text, **types}, columns)
+        except pa.ArrowInvalid:
+            pass  # some value does not convert: read text and find which
     try:
-        return pa_csv.read_csv(
-            path, convert_options=pa_csv.ConvertOptions(
-                column_types={name: pa.string() for name in header},
-                include_columns=columns))
+        return _read_csv_as(path, text, columns)
     except pa.ArrowInvalid as exc:
         raise InputError(f"{path} is not a readable CSV file: {exc}") from None
+
+
+def _read_csv_as(path: Path, types: dict[str, pa.DataType], columns: list[str]) -> pa.Table:
+    options = pa_csv.ConvertOptions(column_types=types, include_columns=columns)
+    return pa_csv.read_csv(path, convert_options=options)
 
 
 def _canonical_name(columns: dict[str, str], source_name: str) -> str:
@@ -182,6 +194,10 @@ def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
     A clean column is cast in one go; only a column that fails is matched row by row."""
     whole = kind == pa.int64()
     problem = f"{name} is not a {'whole ' if whole else ''}number"
+    if pa.types.is_integer(column.type):  # read as integers: only a missing value is bad
+        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+        reasons.note(np.isnan(values), problem)
+        return values
     try:
         values = np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False),
                             dtype=np.float64)
@@ -203,8 +219,10 @@ def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons,
     """Wall-clock time stamps as seconds since the epoch (NaN where unparsable)."""
     try:
         stamps = pc.cast(column, pa.timestamp("ns"))
-        return np.asarray(pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False),
-                          dtype=np.float64) / 1e9
+        seconds = np.asarray(pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False),
+                             dtype=np.float64) / 1e9
+        reasons.note(np.isnan(seconds), f"{name} is not a time stamp")
+        return seconds
     except pa.ArrowInvalid:
         pass
     trimmed = pc.utf8_trim_whitespace(column)
@@ -248,8 +266,7 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
     arrival = _present(table["timestamp"], "timestamp", reasons) / 1000.0
     lengths = {"input_tokens": _present(table["input_length"], "input_length", reasons),
                "output_tokens": _present(table["output_length"], "output_length", reasons)}
-    hashes = table["hash_ids"].combine_chunks() if table.num_rows else pa.array(
-        [], pa.list_(pa.int64()))
+    hashes = table["hash_ids"]
     lines_by_number: dict[int, bytes] = {}
 
     def raw_of(row: int) -> str:
@@ -298,7 +315,8 @@ class RowReasons:
 
 
 def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: RowReasons,
-             arrival: np.ndarray, lengths: dict[str, np.ndarray], hashes: pa.Array,
+             arrival: np.ndarray, lengths: dict[str, np.ndarray],
+             hashes: pa.Array | pa.ChunkedArray,
              block_tokens: int | None, text: dict[str, pa.ChunkedArray],
              raw_of: Callable[[int], str]) -> WorkloadFileResult:
     """Apply the range and order rules, quarantine what breaks them, build the rows."""
@@ -312,19 +330,21 @@ def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: Ro
     keep = reasons.ok
     rejected = [BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
                 for row in np.flatnonzero(~keep)]
-    start = arrival[keep].min() if keep.any() else 0.0
-    kept = pa.array(keep)
+    if rejected:
+        arrival, request_idx = arrival[keep], request_idx[keep]
+        lengths = {name: values[keep] for name, values in lengths.items()}
+        hashes = pc.filter(hashes, pa.array(keep))
+        text = {name: pc.filter(values, pa.array(keep)) for name, values in text.items()}
+    rows = len(arrival)
     columns = {
-        "run_id": pa.nulls(int(keep.sum()), pa.string()),
-        "request_idx": pa.array(request_idx[keep], pa.int64()),
-        "arrival_s": pa.array(arrival[keep] - start, pa.float64()),
-        "input_tokens": pa.array(lengths["input_tokens"][keep].astype(np.int64)),
-        "output_tokens": pa.array(lengths["output_tokens"][keep].astype(np.int64)),
-        "hash_ids": pc.filter(hashes, kept),
-        "hash_block_tokens": pa.repeat(pa.scalar(block_tokens, pa.int32()), int(keep.sum())),
-        **{name: (pc.filter(text[name], kept) if name in text
-                  else pa.nulls(int(keep.sum()), pa.string()))
-           for name in _TEXT_COLUMNS},
+        "run_id": pa.nulls(rows, pa.string()),
+        "request_idx": pa.array(request_idx, pa.int64()),
+        "arrival_s": pa.array(arrival - (arrival.min() if rows else 0.0), pa.float64()),
+        "input_tokens": pa.array(lengths["input_tokens"].astype(np.int64)),
+        "output_tokens": pa.array(lengths["output_tokens"].astype(np.int64)),
+        "hash_ids": hashes,
+        "hash_block_tokens": pa.repeat(pa.scalar(block_tokens, pa.int32()), rows),
+        **{name: text.get(name, pa.nulls(rows, pa.string())) for name in _TEXT_COLUMNS},
     }
     table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
     return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, fmt)
