@@ -123,6 +123,8 @@ def ingest(
         help="A CSV arrival trace of another layout: arrival=COL,input_tokens=COL,"
              "output_tokens=COL[,model=COL,log_type=COL,arrival_unit=s|ms|us|datetime]."
     )] = None,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", min=1, help="Files read at once, each in its own process.")] = 1,
 ) -> None:
     """Load existing trace dumps into the warehouse.
 
@@ -141,7 +143,7 @@ def ingest(
     mapping = parse_column_mapping(columns) if columns is not None else None
     report = _with_progress("ingesting", lambda hook: ingest_paths(
         warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
-        kind=kind, experiment=experiment, columns=mapping, progress=hook))
+        kind=kind, experiment=experiment, columns=mapping, progress=hook, jobs=jobs))
     _print_ingest(report)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")

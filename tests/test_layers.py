@@ -17,8 +17,9 @@ FORBIDDEN = {
     "ingest": {"sql", "collectors", "reports", "cli"},
     "collectors": {"sql", "ingest", "reports", "cli"},
     "reports": {"ingest", "collectors", "cli"},
+    "synthetic": {"warehouse", "sql", "ingest", "collectors", "reports", "cli"},
 }
-TOP_LEVEL_MODULES = {"__init__", "__main__", "cli", "defaults", "errors", "synthetic"}
+TOP_LEVEL_MODULES = {"__init__", "__main__", "cli", "defaults", "errors"}
 
 
 def _kvtrace_imports(path: Path) -> set[str]:

@@ -7,9 +7,12 @@ bytes ingested again into the same run add nothing.
 from __future__ import annotations
 
 import json
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
@@ -84,7 +87,7 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
            run_name: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
            kind: Kind | None = None, experiment: str | None = None,
            columns: ColumnMapping | None = None,
-           progress: Progress | None = None) -> IngestReport:
+           progress: Progress | None = None, jobs: int = 1) -> IngestReport:
     """Ingest every trace file named by ``paths`` (files, folders or glob patterns).
 
     Parameters
@@ -104,8 +107,13 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
         the arrival, the lengths (and model, log type); see `parse_column_mapping`.
     progress
         Called with (bytes done, bytes in all) as the files are read.
+    jobs
+        Files read at once, each in its own process (one commit per file either way).
     """
     sources = expand(paths)
+    options = _FileOptions(dataset, run_name, block_size, kind, experiment, columns)
+    if jobs > 1 and len(sources) > 1:
+        return _ingest_in_parallel(warehouse.root, sources, options, progress, jobs)
     total = sum(s.size for s in sources)
     done = 0
     reports = []
@@ -115,22 +123,68 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
                 progress(base + offset, total)
 
         try:
-            reports.append(_ingest_one(warehouse, source, dataset, run_name, block_size,
-                                       kind, experiment, advance, columns))
+            reports.append(_ingest_one(warehouse, source, options, advance))
         except KvtraceError as exc:
-            if not reports:
-                raise
-            raise type(exc)(f"{exc} ({len(reports)} file(s) before it were ingested and "
-                            "committed; ingesting again skips them)") from None
+            raise _after(exc, len(reports)) from None
         done += source.size
         advance(0)
     return IngestReport(reports)
 
 
-def _ingest_one(warehouse: Warehouse, source: SourceFile, dataset: str | None,
-                run_name: str | None, block_size: int, kind: Kind | None,
-                experiment: str | None, advance: Callable[[int], None],
-                columns: ColumnMapping | None = None) -> FileReport:
+@dataclass(frozen=True)
+class _FileOptions:
+    """What `ingest` was told that applies to every file."""
+
+    dataset: str | None
+    run_name: str | None
+    block_size: int
+    kind: Kind | None
+    experiment: str | None
+    columns: ColumnMapping | None
+
+
+def _after(exc: KvtraceError, committed: int) -> KvtraceError:
+    """``exc``, saying how many files were committed before it, if any."""
+    if not committed:
+        return exc
+    return type(exc)(f"{exc} ({committed} file(s) before it were ingested and committed; "
+                     "ingesting again skips them)")
+
+
+def _ingest_in_parallel(root: Path, sources: list[SourceFile], options: _FileOptions,
+                        progress: Progress | None, jobs: int) -> IngestReport:
+    """`ingest` with the files spread over ``jobs`` worker processes; progress advances
+    as whole files finish, and the reports keep the files' order."""
+    total, done = sum(s.size for s in sources), 0
+    reports: dict[int, FileReport] = {}
+    failure: KvtraceError | None = None
+    context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
+    with ProcessPoolExecutor(min(jobs, len(sources)), mp_context=context) as pool:
+        running = {pool.submit(_ingest_in_worker, root, source, options): (n, source)
+                   for n, source in enumerate(sources)}
+        for future in as_completed(running):
+            n, source = running[future]
+            try:
+                reports[n] = future.result()
+            except KvtraceError as exc:
+                failure = failure or exc
+                continue
+            done += source.size
+            if progress:
+                progress(done, total)
+    if failure is not None:
+        raise _after(failure, len(reports))
+    return IngestReport([reports[n] for n in sorted(reports)])
+
+
+def _ingest_in_worker(root: Path, source: SourceFile, options: _FileOptions) -> FileReport:
+    return _ingest_one(Warehouse(root), source, options, lambda _: None)
+
+
+def _ingest_one(warehouse: Warehouse, source: SourceFile, options: _FileOptions,
+                advance: Callable[[int], None]) -> FileReport:
+    dataset, run_name, block_size = options.dataset, options.run_name, options.block_size
+    kind, experiment, columns = options.kind, options.experiment, options.columns
 
     if source.path.name.endswith(".csv"):
         return _ingest_csv(warehouse, source, run_name, advance, columns)

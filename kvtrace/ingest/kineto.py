@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 import pyarrow as pa
 
@@ -38,6 +39,7 @@ _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _SPACE = re.compile(r"[\s,]*")  # between elements and between keys
 _WHITESPACE = re.compile(r"\s*")
 _COLON = re.compile(r"\s*:\s*")
+_BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _DECODER = json.JSONDecoder()
 
 
@@ -70,29 +72,48 @@ class KinetoReader:
     header: KinetoHeader = field(default_factory=KinetoHeader)
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
-        rows: list[dict] = []
+        kept: list[tuple[int, dict]] = []
         others: dict = {}
         for index, event in enumerate(_events(self.path, others, progress)):
-            if not isinstance(event, dict) or event.get("ph") != "X":
+            if type(event) is not dict or event.get("ph") != "X":
                 continue
-            ts, dur = _float(event.get("ts")), _float(event.get("dur"))
-            if ts is None or dur is None or dur < 0:
+            ts, dur = event.get("ts"), event.get("dur")
+            if not (_is_number(ts) and _is_number(dur)) or dur < 0:
                 self.rejected.append(BadLine(index + 1, "an X event needs numeric ts and "
                                              "dur >= 0", json.dumps(event)[:2000]))
                 continue
-            rows.append(_row(index, event, ts, dur))
-            if len(rows) >= BATCH_EVENTS:
-                yield self._table(rows, others)
-                rows = []
+            kept.append((index, event))
+            if len(kept) >= BATCH_EVENTS:
+                yield self._table(kept, others)
+                kept = []
         self._read_header(others)
-        if rows:
-            yield self._table(rows, others)
+        if kept:
+            yield self._table(kept, others)
 
-    def _table(self, rows: list[dict], others: dict) -> pa.Table:
+    def _table(self, kept: list[tuple[int, dict]], others: dict) -> pa.Table:
+        """The events as one batch, built column by column."""
         self._read_header(others)
-        for row in rows:
-            row["rank"] = self.header.rank
-        return pa.Table.from_pylist(rows, schema=TIMELINE_EVENTS.schema)
+        events = [event for _, event in kept]
+        args = [a if type(a := event.get("args")) is dict else {} for event in events]
+        category = [str(event.get("cat", "")) for event in events]
+        name = [str(event.get("name", "")) for event in events]
+        copy_names = {n for c, n in zip(category, name, strict=True) if c == "gpu_memcpy"}
+        kinds = {n: m.group(1) if (m := _COPY_KIND.match(n)) else None for n in copy_names}
+        columns = {
+            "run_id": pa.nulls(len(kept), pa.string()),
+            "rank": pa.repeat(pa.scalar(self.header.rank, pa.int32()), len(kept)),
+            "event_idx": pa.array([index for index, _ in kept], pa.int64()),
+            "pid": pa.array([str(event.get("pid")) for event in events], pa.string()),
+            "tid": pa.array([str(event.get("tid")) for event in events], pa.string()),
+            "category": pa.array(category, pa.string()),
+            "name": pa.array(name, pa.string()),
+            "ts_us": pa.array([event["ts"] for event in events], pa.float64()),
+            "dur_us": pa.array([event["dur"] for event in events], pa.float64()),
+            "copy_kind": pa.array([kinds[n] if c == "gpu_memcpy" else None
+                                   for c, n in zip(category, name, strict=True)], pa.string()),
+            **{column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS},
+        }
+        return pa.table(columns, schema=TIMELINE_EVENTS.schema)
 
     def _read_header(self, others: dict) -> None:
         info = others.get("distributedInfo")
@@ -174,30 +195,42 @@ def _events(path: Path, others: dict,
             if buffer[at:at + 1] == "]":
                 at += 1
                 break
-            yield value()
+            run, at = _whole_events(buffer, at)
+            yield from run if run is not None else (value(),)
 
 
-def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
+    """The events from ``at`` to the last event boundary in ``buffer``, decoded in one
+    call, and the position after them; (None, at) where there is no such run.
+
+    A boundary is a ``}`` followed by a comma and a ``{``.  One inside an event (in a
+    string, or between objects of a nested list) cuts that event short, and the run
+    then fails to decode as an array: the caller falls back to one event at a time.
+    """
+    found = list(_BOUNDARY.finditer(buffer, max(at, len(buffer) - _LOOKAHEAD)))
+    last = found[-1] if found else None
+    if last is None or last.start() - at < _LOOKAHEAD:
+        return None, at
+    try:
+        return json.loads("[" + buffer[at:last.start() + 1] + "]"), last.start() + 1
+    except ValueError:
+        return None, at
 
 
-def _int(value: object) -> int | None:
-    number = _float(value)
-    return None if number is None else int(number)
+_NUMBERS = (int, float)  # JSON numbers (a bool is not one)
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return type(value) in _NUMBERS
 
 
-def _row(index: int, event: dict, ts: float, dur: float) -> dict:
-    args: dict = event["args"] if isinstance(event.get("args"), dict) else {}
-    category = str(event.get("cat", ""))
-    name = str(event.get("name", ""))
-    kind = _COPY_KIND.match(name) if category == "gpu_memcpy" else None
-    return {
-        "event_idx": index, "pid": str(event.get("pid")), "tid": str(event.get("tid")),
-        "stream": _int(args.get("stream")), "device": _int(args.get("device")),
-        "category": category, "name": name, "ts_us": ts, "dur_us": dur,
-        "correlation": _int(args.get("correlation")),
-        "external_id": _int(args.get("External id")),
-        "copy_kind": kind.group(1) if kind else None, "bytes": _int(args.get("bytes")),
-    }
+_INT_ARGS = (("stream", "stream"), ("device", "device"), ("correlation", "correlation"),
+             ("External id", "external_id"), ("bytes", "bytes"))
+
+
+def _integers(values: list) -> pa.Array:
+    """JSON values as int64: a number as an integer, anything else (bool, text) as null."""
+    try:
+        return pa.array(values, pa.int64())  # fails on a bool or text: then value by value
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        pass
+    return pa.array([int(value) if type(value) in _NUMBERS else None for value in values],
+                    pa.int64())

@@ -4,13 +4,15 @@
 -- or a set of streams is the length of the union of its events' intervals, never the
 -- sum of overlapping durations.  An iteration is a ProfilerStep#N; its GPU window runs
 -- from its first GPU event's start to its last GPU event's end, per rank.  A copy is
--- overlapped where a kernel (any category-kernel event, on any stream) runs at the same
--- time; the rest of its time is exposed.  Kernel types follow HTA: communication
--- (names with nccl), memory (gpu_memcpy, gpu_memset), computation (other kernels).
+-- overlapped where a computation kernel (on any stream) runs at the same time; the rest
+-- of its time is exposed.  Kernel types follow HTA's names: communication (^nccl.*Kernel),
+-- memory (copies, memsets, names starting Memcpy, Memset or dma), other (names with
+-- Memcpy or Sync, or starting Memset) and computation (every other kernel).
 --
 -- Worked example: kernels on stream 7 at [10, 40) and [50, 70) us and an HtoD copy on
 -- stream 20 at [30, 60): the copy is overlapped for [30, 40) and [50, 60), 20 of its 30
--- us, and 10 us are exposed.
+-- us, and 10 us are exposed.  An all-reduce (ncclDevKernel_AllReduce) on stream 30 at
+-- [40, 50) would not hide the rest: it is communication, not compute.
 
 -- @view timeline_events
 -- One row per complete event of a profiler trace.
@@ -46,28 +48,37 @@ LEFT JOIN steps AS s
    AND e.ts_us >= s.step_start AND e.ts_us < s.step_end;
 
 -- @view _timeline_gpu
--- GPU events with their interval, a family (kernel, memcpy or memset) and a kind:
--- kernel, the copy kind (HtoD, DtoH, ...; copy when the name gives none) or memset.
+-- GPU events with their interval, a family (kernel, memcpy or memset), a kind (kernel,
+-- the copy kind: HtoD, DtoH, ...; copy when the name gives none; or memset) and HTA's
+-- kernel type (computation, communication, memory or other).
 CREATE VIEW _timeline_gpu AS
 SELECT run_id, coalesce(rank, -1) AS rank, coalesce(iteration, -1) AS iteration, stream,
        ts_us AS s, ts_us + dur_us AS e, name, category, bytes, dur_us, correlation,
        CASE WHEN category = 'kernel' THEN 'kernel'
             WHEN category = 'gpu_memcpy' THEN 'memcpy'
             ELSE 'memset' END AS family,
+       CASE WHEN regexp_matches(name, '^nccl.*Kernel') THEN 'communication'
+            WHEN category IN ('gpu_memcpy', 'gpu_memset')
+                 OR regexp_matches(name, '^(Memcpy|Memset|dma)') THEN 'memory'
+            WHEN regexp_matches(name, '^(.*Memcpy|Memset|.*Sync)') THEN 'other'
+            ELSE 'computation' END AS kernel_type,
        CASE WHEN category = 'kernel' THEN 'kernel'
             WHEN category = 'gpu_memcpy' THEN coalesce(copy_kind, 'copy')
             ELSE 'memset' END AS kind
 FROM timeline_events
 WHERE stream IS NOT NULL AND category IN ('kernel', 'gpu_memcpy', 'gpu_memset');
 
--- @macro _timeline_union(kinds, streams)
--- The union of the intervals of GPU events whose kind or family is in kinds (and whose
--- stream is in streams; an empty list takes every stream), per run, rank and iteration:
+-- @macro _timeline_union(kinds, streams, by_iteration)
+-- The union of the intervals of GPU events whose kind, family or kernel type is in kinds
+-- (and whose stream is in streams; an empty list takes every stream), per run, rank and
+-- iteration (or, with by_iteration := false, over the whole trace, as iteration -1):
 -- disjoint [s, e) intervals.
-CREATE MACRO _timeline_union(kinds, streams) AS TABLE
+CREATE MACRO _timeline_union(kinds, streams, by_iteration := true) AS TABLE
 WITH picked AS (
-    SELECT run_id, rank, iteration, s, e FROM _timeline_gpu
-    WHERE (list_contains(kinds, kind) OR list_contains(kinds, family))
+    SELECT run_id, rank, if(by_iteration, iteration, -1) AS iteration, s, e
+    FROM _timeline_gpu
+    WHERE (list_contains(kinds, kind) OR list_contains(kinds, family)
+           OR list_contains(kinds, kernel_type))
       AND (len(streams) = 0 OR list_contains(streams, stream))
 ), marked AS (
     SELECT *, max(e) OVER (PARTITION BY run_id, rank, iteration ORDER BY s, e
@@ -146,7 +157,7 @@ ORDER BY x.run_id, x.rank, x.iteration;
 
 -- @view timeline_copy_overlap
 -- The seed's question, per iteration and copy direction: how much of the copy time hid
--- behind kernels, and how much was exposed.
+-- behind computation kernels, and how much was exposed.
 -- @column run_id         the run
 -- @column rank           the rank (-1 when unknown)
 -- @column iteration      the iteration (-1: outside every ProfilerStep)
@@ -154,7 +165,7 @@ ORDER BY x.run_id, x.rank, x.iteration;
 -- @column copies         copies of that kind
 -- @column bytes          bytes they moved
 -- @column copy_us        union of their busy time
--- @column overlapped_us  of it, time some kernel was running
+-- @column overlapped_us  of it, time some computation kernel was running
 -- @column exposed_us     copy_us - overlapped_us
 -- @column hidden_share   overlapped_us / copy_us
 CREATE VIEW timeline_copy_overlap AS
@@ -163,7 +174,7 @@ WITH kinds AS (
 ), copies AS (
     SELECT k.kind, u.* FROM kinds AS k, LATERAL (FROM _timeline_union([k.kind], [])) AS u
 ), kernels AS (
-    FROM _timeline_union(['kernel'], [])
+    FROM _timeline_union(['computation'], [])
 ), hidden AS (
     SELECT c.run_id, c.rank, c.iteration, c.kind,
            sum(least(c.e, k.e) - greatest(c.s, k.s)) AS overlapped
@@ -187,24 +198,18 @@ LEFT JOIN hidden AS h USING (run_id, rank, iteration, kind)
 ORDER BY t.run_id, t.rank, t.iteration, copy_kind;
 
 -- @view timeline_kernel_breakdown
--- GPU time per kernel type (HTA's: computation, communication, memory) and rank.
+-- GPU time per kernel type (HTA's: computation, communication, memory, other) and rank:
+-- summed durations, as HTA's kernel type breakdown sums them.
 -- @column run_id       the run
 -- @column rank         the rank (-1 when unknown)
--- @column kernel_type  computation, communication or memory
+-- @column kernel_type  computation, communication, memory or other
 -- @column kernels      GPU events of the type
 -- @column total_us     their summed durations
 -- @column share        total_us / the rank's total over all types
 CREATE VIEW timeline_kernel_breakdown AS
-WITH typed AS (
-    SELECT run_id, rank, dur_us,
-           CASE WHEN category IN ('gpu_memcpy', 'gpu_memset') THEN 'memory'
-                WHEN name ILIKE '%nccl%' THEN 'communication'
-                ELSE 'computation' END AS kernel_type
-    FROM _timeline_gpu
-)
 SELECT run_id, rank, kernel_type, count(*) AS kernels, sum(dur_us) AS total_us,
        sum(dur_us) / sum(sum(dur_us)) OVER (PARTITION BY run_id, rank) AS share
-FROM typed
+FROM _timeline_gpu
 GROUP BY run_id, rank, kernel_type
 ORDER BY run_id, rank, total_us DESC;
 
@@ -371,7 +376,7 @@ ORDER BY run_id, rank, iteration, stream;
 -- @column annotation     the annotation's name
 -- @column spans          spans of that name
 -- @column copy_us        copy time (union of all copies) inside the spans
--- @column overlapped_us  of it, time some kernel was running
+-- @column overlapped_us  of it, time some computation kernel was running
 -- @column exposed_us     copy_us - overlapped_us
 CREATE MACRO timeline_copy_by_annotation(name_pattern) AS TABLE
 WITH spans AS (
@@ -383,7 +388,7 @@ WITH spans AS (
 ), copies AS (
     FROM _timeline_union(['memcpy'], [])
 ), kernels AS (
-    FROM _timeline_union(['kernel'], [])
+    FROM _timeline_union(['computation'], [])
 ), hidden AS (
     SELECT c.run_id, c.rank, greatest(c.s, k.s) AS s, least(c.e, k.e) AS e
     FROM copies AS c
@@ -410,3 +415,68 @@ LEFT JOIN copy_in AS c USING (run_id, rank, annotation, s)
 LEFT JOIN hidden_in AS h USING (run_id, rank, annotation, s)
 GROUP BY a.run_id, a.rank, a.annotation
 ORDER BY a.run_id, a.rank, a.annotation;
+
+-- @view timeline_temporal_breakdown
+-- HTA's temporal breakdown per rank, over the whole trace: from the first GPU event's
+-- start to the last one's end, the time no GPU event ran (idle), the time a computation
+-- kernel ran (compute) and the rest (copies, communication, other kernels alone).
+-- @column run_id           the run
+-- @column rank             the rank (-1 when unknown)
+-- @column kernel_time_us   last GPU event end - first GPU event start
+-- @column idle_us          kernel_time_us - union of all GPU events
+-- @column compute_us       union of the computation kernels
+-- @column non_compute_us   kernel_time_us - compute_us - idle_us
+-- @column idle_share       idle_us / kernel_time_us
+-- @column compute_share    compute_us / kernel_time_us
+-- @column non_compute_share non_compute_us / kernel_time_us
+CREATE VIEW timeline_temporal_breakdown AS
+WITH span AS (
+    SELECT run_id, rank, max(e) - min(s) AS kernel_time_us FROM _timeline_gpu GROUP BY ALL
+), busy AS (
+    SELECT run_id, rank, sum(e - s) AS busy_us
+    FROM _timeline_union(['kernel', 'memcpy', 'memset'], [], by_iteration := false)
+    GROUP BY ALL
+), compute AS (
+    SELECT run_id, rank, sum(e - s) AS compute_us
+    FROM _timeline_union(['computation'], [], by_iteration := false)
+    GROUP BY ALL
+), parts AS (
+    SELECT run_id, rank, kernel_time_us, kernel_time_us - busy_us AS idle_us,
+           coalesce(compute_us, 0) AS compute_us
+    FROM span JOIN busy USING (run_id, rank) LEFT JOIN compute USING (run_id, rank)
+)
+SELECT run_id, rank, kernel_time_us, idle_us, compute_us,
+       kernel_time_us - compute_us - idle_us AS non_compute_us,
+       idle_us / nullif(kernel_time_us, 0) AS idle_share,
+       compute_us / nullif(kernel_time_us, 0) AS compute_share,
+       (kernel_time_us - compute_us - idle_us) / nullif(kernel_time_us, 0)
+           AS non_compute_share
+FROM parts
+ORDER BY run_id, rank;
+
+-- @view timeline_comm_comp_overlap
+-- HTA's communication / computation overlap per rank, over the whole trace: the share of
+-- communication time (union of NCCL kernels) during which a computation kernel ran.
+-- @column run_id         the run
+-- @column rank           the rank (-1 when unknown)
+-- @column comm_us        union of the communication kernels
+-- @column overlapped_us  of it, time some computation kernel was running
+-- @column overlap_share  overlapped_us / comm_us
+CREATE VIEW timeline_comm_comp_overlap AS
+WITH comm AS (
+    FROM _timeline_union(['communication'], [], by_iteration := false)
+), compute AS (
+    FROM _timeline_union(['computation'], [], by_iteration := false)
+), both_busy AS (
+    SELECT c.run_id, c.rank, sum(least(c.e, k.e) - greatest(c.s, k.s)) AS overlapped
+    FROM comm AS c
+    JOIN compute AS k ON c.run_id = k.run_id AND c.rank = k.rank AND c.s < k.e AND k.s < c.e
+    GROUP BY c.run_id, c.rank
+)
+SELECT c.run_id, c.rank, sum(c.e - c.s) AS comm_us,
+       coalesce(any_value(b.overlapped), 0) AS overlapped_us,
+       coalesce(any_value(b.overlapped), 0) / nullif(sum(c.e - c.s), 0) AS overlap_share
+FROM comm AS c
+LEFT JOIN both_busy AS b USING (run_id, rank)
+GROUP BY c.run_id, c.rank
+ORDER BY c.run_id, c.rank;
