@@ -33,8 +33,9 @@ from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
 BLOCK_BYTES = 8 << 20
-BATCH_EVENTS = 200_000
+BATCH_EVENTS = 50_000
 _LOOKAHEAD = 1 << 16
+_TAIL = 1 << 16  # how far back from a block's end to look for the last event boundary
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _SPACE = re.compile(r"[\s,]*")  # between elements and between keys
 _WHITESPACE = re.compile(r"\s*")
@@ -75,14 +76,8 @@ class KinetoReader:
         kept: list[tuple[int, dict]] = []
         others: dict = {}
         for index, event in enumerate(_events(self.path, others, progress)):
-            if type(event) is not dict or event.get("ph") != "X":
-                continue
-            ts, dur = event.get("ts"), event.get("dur")
-            if not (_is_number(ts) and _is_number(dur)) or dur < 0:
-                self.rejected.append(BadLine(index + 1, "an X event needs numeric ts and "
-                                             "dur >= 0", json.dumps(event)[:2000]))
-                continue
-            kept.append((index, event))
+            if type(event) is dict and event.get("ph") == "X":
+                kept.append((index, event))
             if len(kept) >= BATCH_EVENTS:
                 yield self._table(kept, others)
                 kept = []
@@ -90,10 +85,29 @@ class KinetoReader:
         if kept:
             yield self._table(kept, others)
 
+    def _timed(self, kept: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+        """The events with a numeric ts and dur >= 0; the others go to ``rejected``."""
+        timed = []
+        for index, event in kept:
+            ts, dur = event.get("ts"), event.get("dur")
+            if _is_number(ts) and _is_number(dur) and dur >= 0:
+                timed.append((index, event))
+            else:
+                self.rejected.append(BadLine(index + 1, "an X event needs numeric ts and "
+                                             "dur >= 0", json.dumps(event)[:2000]))
+        return timed
+
     def _table(self, kept: list[tuple[int, dict]], others: dict) -> pa.Table:
         """The events as one batch, built column by column."""
         self._read_header(others)
         events = [event for _, event in kept]
+        ts = [event.get("ts") for event in events]
+        dur = [event.get("dur") for event in events]
+        if not ({*map(type, ts), *map(type, dur)} <= _NUMBER_TYPES and min(dur) >= 0):
+            kept = self._timed(kept)  # the rare batch with a bad event: find it
+            events = [event for _, event in kept]
+            ts = [event["ts"] for event in events]
+            dur = [event["dur"] for event in events]
         args = [a if type(a := event.get("args")) is dict else {} for event in events]
         category = [str(event.get("cat", "")) for event in events]
         name = [str(event.get("name", "")) for event in events]
@@ -107,8 +121,8 @@ class KinetoReader:
             "tid": pa.array([str(event.get("tid")) for event in events], pa.string()),
             "category": pa.array(category, pa.string()),
             "name": pa.array(name, pa.string()),
-            "ts_us": pa.array([event["ts"] for event in events], pa.float64()),
-            "dur_us": pa.array([event["dur"] for event in events], pa.float64()),
+            "ts_us": pa.array(ts, pa.float64()),
+            "dur_us": pa.array(dur, pa.float64()),
             "copy_kind": pa.array([kinds[n] if c == "gpu_memcpy" else None
                                    for c, n in zip(category, name, strict=True)], pa.string()),
             **{column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS},
@@ -207,9 +221,9 @@ def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
     string, or between objects of a nested list) cuts that event short, and the run
     then fails to decode as an array: the caller falls back to one event at a time.
     """
-    found = list(_BOUNDARY.finditer(buffer, max(at, len(buffer) - _LOOKAHEAD)))
+    found = list(_BOUNDARY.finditer(buffer, max(at, len(buffer) - _TAIL)))
     last = found[-1] if found else None
-    if last is None or last.start() - at < _LOOKAHEAD:
+    if last is None or last.start() <= at:
         return None, at
     try:
         return json.loads("[" + buffer[at:last.start() + 1] + "]"), last.start() + 1
@@ -218,6 +232,7 @@ def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
 
 
 _NUMBERS = (int, float)  # JSON numbers (a bool is not one)
+_NUMBER_TYPES = set(_NUMBERS)
 def _is_number(value: object) -> TypeGuard[int | float]:
     return type(value) in _NUMBERS
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -128,21 +129,22 @@ def write_timeline_trace(path: Path, shape: TimelineShape, *, rank: int = 0,
             "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
         })[:-1])
         out.write(', "traceEvents": [\n')
-        first = True
-        for event in _events(shape, rank):
-            out.write(("" if first else ",\n") + event)
-            first = False
+        separator = ""
+        for lines in _iterations(shape, rank):
+            out.write(separator + ",\n".join(lines))
+            separator = ",\n"
         out.write("\n]}\n")
     return path
 
 
-def _events(shape: TimelineShape, rank: int) -> list[str]:
-    """The trace's events, as JSON text, in time order per iteration."""
+def _iterations(shape: TimelineShape, rank: int) -> Iterator[list[str]]:
+    """Each iteration's events, as JSON text (one iteration in memory at a time)."""
     writer = _EventWriter(shape, rank)
     clock = _BASE_US + rank * 7  # ranks start a few microseconds apart, as real ones do
     for iteration in range(shape.iterations):
         clock = writer.iteration(iteration, clock) + shape.step_gap_us
-    return writer.lines
+        yield writer.lines
+        writer.lines = []
 
 
 class _EventWriter:

@@ -16,6 +16,7 @@ from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_re
 from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
+from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
 from tests.reports.browser import open_report
 from tests.serving.fixtures import pool_rows, request_rows, write
@@ -69,6 +70,10 @@ def root(tmp_path_factory) -> Path:
                        str(workload / "request_metrics.csv")])
     ingest(warehouse, [str(Path(__file__).parent.parent / "data" /
                            "kineto_sampled_rank0.json.gz")], run_name="hta-sample")
+    profile = root.parent / "profile" / "rank0.pt.trace.json"
+    profile.parent.mkdir()
+    write_timeline_trace(profile, TimelineShape(comm_us=40, comm_hidden_us=30))
+    ingest(warehouse, [str(profile)], run_name="offload-decode")
     folder = root.parent / "serving"
     for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
         write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
@@ -126,6 +131,13 @@ def test_the_workload_report_holds_the_fidelity_of_the_simulation(root, tmp_path
     assert "fidelity: request_metrics-" in html and "(simulated) against bench-" in html
     assert html.count("<section ") == 7 and "FROM timing_fidelity(" in html
     assert "Select a measured and a simulated run" not in html
+
+
+def test_the_timeline_report_draws_a_typical_iteration_and_the_copy_bandwidth(root, tmp_path):
+    html = _render(root, "timeline", tmp_path / "timeline.html")
+    assert html.count("<section ") == 9 and html.count("data-spec=") == 4
+    assert "No GPU events inside a ProfilerStep" not in html
+    assert "No copies of at least 1 MB" not in html
 
 
 def test_a_hostile_dataset_name_shows_as_text(root, tmp_path):

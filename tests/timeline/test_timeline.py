@@ -114,6 +114,27 @@ def test_streaming_in_tiny_blocks_and_batches_reads_the_same_events(tmp_path, mo
     assert reader.header.rank == 3 and len(reader.rejected) == 1
 
 
+def test_event_boundaries_inside_events_do_not_cut_them(tmp_path, monkeypatch):
+    """Runs of events are decoded in one call up to the last ``}, {``; one inside a
+    string or a nested list must fall back to event by event, losing nothing."""
+    from kvtrace.ingest import kineto
+
+    events = [_event("kernel", f"k{i}", i * 10, 5, stream=7) for i in range(40)]
+    events[7]["name"] = 'odd}, {"name": "not an event"'
+    events[13]["args"]["Input Dims"] = [{"a": 1}, {"b": 2}]
+    events[21]["args"]["nested"] = {"x": {"y": "}, {"}}
+    trace = tmp_path / "odd.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}, indent=1))
+    for lookahead in (5, 200, 1 << 16):
+        monkeypatch.setattr(kineto, "_LOOKAHEAD", lookahead)
+        monkeypatch.setattr(kineto, "BLOCK_BYTES", 301)
+        reader = kineto.KinetoReader(trace)
+        rows = pa.concat_tables(list(reader.batches()))
+        assert rows["name"].to_pylist() == [e["name"] for e in events], lookahead
+        assert rows["ts_us"].to_pylist() == [e["ts"] for e in events]
+        assert reader.rejected == []
+
+
 def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
     trace = _trace(tmp_path / "cut.pt.trace.json")
     trace.write_text(trace.read_text()[:-60])

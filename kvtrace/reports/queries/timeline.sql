@@ -48,3 +48,65 @@ FROM (
 )
 WHERE place <= 15
 ORDER BY run, total_us DESC;
+
+-- @query temporal_breakdown
+-- HTA's temporal breakdown per rank over the whole trace: idle, compute and other GPU
+-- time against the span from the first GPU event to the last (microseconds and shares).
+SELECT r.run_name AS run, t.rank, t.kernel_time_us, t.idle_us, t.compute_us,
+       t.non_compute_us, t.idle_share, t.compute_share, t.non_compute_share
+FROM timeline_temporal_breakdown AS t
+JOIN report_runs AS r USING (run_id)
+ORDER BY run, t.rank;
+
+-- @query comm_comp_overlap
+-- HTA's communication / computation overlap per rank: the share of NCCL time during
+-- which a computation kernel ran.
+SELECT r.run_name AS run, o.rank, o.comm_us, o.overlapped_us, o.overlap_share
+FROM timeline_comm_comp_overlap AS o
+JOIN report_runs AS r USING (run_id)
+ORDER BY run, o.rank;
+
+-- @query gantt
+-- One iteration per run as a Gantt chart, stream by stream: of the run's lowest rank,
+-- the iteration whose GPU window is the median one (a typical iteration, not the
+-- warm-up or the slowest); each stream's events of one kind (computation,
+-- communication, a copy direction, ...) merged into busy intervals.  Columns: run,
+-- iteration, stream, what, start_us and end_us from the iteration's first GPU event.
+WITH windows AS (
+    SELECT g.run_id, g.rank, g.iteration, min(g.s) AS first_s, max(g.e) - min(g.s) AS window_us
+    FROM _timeline_gpu AS g
+    JOIN report_runs USING (run_id)
+    WHERE g.iteration >= 0
+    GROUP BY ALL
+), ranked AS (
+    SELECT *, row_number() OVER (PARTITION BY run_id ORDER BY window_us, iteration) AS place,
+           count(*) OVER (PARTITION BY run_id) AS iterations
+    FROM windows
+    WHERE rank = (SELECT min(w.rank) FROM windows AS w WHERE w.run_id = windows.run_id)
+), chosen AS (
+    SELECT run_id, rank, iteration, first_s FROM ranked WHERE place = (iterations + 1) // 2
+), lanes AS (
+    SELECT DISTINCT g.run_id, g.rank, g.iteration, g.stream,
+           CASE WHEN g.family = 'memcpy' THEN g.kind ELSE g.kernel_type END AS what
+    FROM _timeline_gpu AS g
+    JOIN chosen USING (run_id, rank, iteration)
+)
+SELECT r.run_name AS run, c.iteration, 'stream ' || l.stream AS stream, l.what,
+       u.s - c.first_s AS start_us, u.e - c.first_s AS end_us
+FROM lanes AS l
+JOIN chosen AS c USING (run_id, rank, iteration)
+JOIN report_runs AS r USING (run_id),
+LATERAL (FROM _timeline_union([l.what], [l.stream])) AS u
+WHERE u.run_id = l.run_id AND u.rank = l.rank AND u.iteration = l.iteration
+ORDER BY run, stream, start_us;
+
+-- @query copy_bandwidth
+-- The bandwidth of copies of at least 1 MB (smaller ones measure latency), per
+-- direction, in 1 GB/s bins: run, copy_kind, gbps and gbps_end (the bin's edges), copies.
+SELECT r.run_name AS run, e.copy_kind, floor(e.bytes / (e.dur_us * 1e3)) AS gbps,
+       gbps + 1 AS gbps_end, count(*) AS copies
+FROM timeline_events AS e
+JOIN report_runs AS r USING (run_id)
+WHERE e.category = 'gpu_memcpy' AND e.bytes >= 1048576 AND e.dur_us > 0
+GROUP BY ALL
+ORDER BY run, e.copy_kind, gbps;

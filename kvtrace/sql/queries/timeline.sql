@@ -14,6 +14,14 @@
 -- us, and 10 us are exposed.  An all-reduce (ncclDevKernel_AllReduce) on stream 30 at
 -- [40, 50) would not hide the rest: it is communication, not compute.
 
+-- @view _timeline_steps
+-- The iterations: one row per ProfilerStep#N span, per run and rank (-1 when unknown).
+CREATE VIEW _timeline_steps AS
+SELECT run_id, coalesce(rank, -1) AS rank, ts_us AS step_start, ts_us + dur_us AS step_end,
+       CAST(regexp_extract(name, '^ProfilerStep#(\d+)$', 1) AS BIGINT) AS iteration
+FROM _timeline_events_files
+WHERE regexp_matches(name, '^ProfilerStep#\d+$');
+
 -- @view timeline_events
 -- One row per complete event of a profiler trace.
 -- @column run_id       the run
@@ -33,40 +41,44 @@
 -- @column bytes        bytes copied or set
 -- @column iteration    the ProfilerStep#N the event starts in (NULL outside every step)
 CREATE VIEW timeline_events AS
-WITH events AS (
-    SELECT DISTINCT * FROM _timeline_events_files
-), steps AS (
-    SELECT run_id, rank, ts_us AS step_start, ts_us + dur_us AS step_end,
-           CAST(regexp_extract(name, '^ProfilerStep#(\d+)$', 1) AS BIGINT) AS iteration
-    FROM events
-    WHERE regexp_matches(name, '^ProfilerStep#\d+$')
-)
 SELECT e.*, s.iteration
-FROM events AS e
-LEFT JOIN steps AS s
-    ON e.run_id = s.run_id AND e.rank IS NOT DISTINCT FROM s.rank
+FROM _timeline_events_files AS e
+LEFT JOIN _timeline_steps AS s
+    ON e.run_id = s.run_id AND coalesce(e.rank, -1) = s.rank
    AND e.ts_us >= s.step_start AND e.ts_us < s.step_end;
 
--- @view _timeline_gpu
+-- @view _timeline_gpu_events
 -- GPU events with their interval, a family (kernel, memcpy or memset), a kind (kernel,
 -- the copy kind: HtoD, DtoH, ...; copy when the name gives none; or memset) and HTA's
--- kernel type (computation, communication, memory or other).
-CREATE VIEW _timeline_gpu AS
-SELECT run_id, coalesce(rank, -1) AS rank, coalesce(iteration, -1) AS iteration, stream,
-       ts_us AS s, ts_us + dur_us AS e, name, category, bytes, dur_us, correlation,
+-- kernel type (computation, communication, memory or other).  No iteration: analyses of
+-- the whole trace skip the join that finds it.
+CREATE VIEW _timeline_gpu_events AS
+SELECT run_id, coalesce(rank, -1) AS rank, stream, ts_us AS s, ts_us + dur_us AS e, name,
+       category, bytes, dur_us, correlation,
        CASE WHEN category = 'kernel' THEN 'kernel'
             WHEN category = 'gpu_memcpy' THEN 'memcpy'
             ELSE 'memset' END AS family,
-       CASE WHEN regexp_matches(name, '^nccl.*Kernel') THEN 'communication'
-            WHEN category IN ('gpu_memcpy', 'gpu_memset')
-                 OR regexp_matches(name, '^(Memcpy|Memset|dma)') THEN 'memory'
-            WHEN regexp_matches(name, '^(.*Memcpy|Memset|.*Sync)') THEN 'other'
+       -- HTA's patterns ^nccl.*Kernel, ^(Memcpy|Memset|dma) and ^(.*Memcpy|Memset|.*Sync)
+       CASE WHEN starts_with(name, 'nccl') AND contains(name[5:], 'Kernel')
+                THEN 'communication'
+            WHEN category IN ('gpu_memcpy', 'gpu_memset') OR starts_with(name, 'Memcpy')
+                 OR starts_with(name, 'Memset') OR starts_with(name, 'dma') THEN 'memory'
+            WHEN contains(name, 'Memcpy') OR contains(name, 'Sync') THEN 'other'
             ELSE 'computation' END AS kernel_type,
        CASE WHEN category = 'kernel' THEN 'kernel'
             WHEN category = 'gpu_memcpy' THEN coalesce(copy_kind, 'copy')
             ELSE 'memset' END AS kind
-FROM timeline_events
+FROM _timeline_events_files
 WHERE stream IS NOT NULL AND category IN ('kernel', 'gpu_memcpy', 'gpu_memset');
+
+-- @view _timeline_gpu
+-- `_timeline_gpu_events` with the iteration each event starts in (-1: outside every
+-- ProfilerStep).
+CREATE VIEW _timeline_gpu AS
+SELECT g.*, coalesce(t.iteration, -1) AS iteration
+FROM _timeline_gpu_events AS g
+LEFT JOIN _timeline_steps AS t
+    ON g.run_id = t.run_id AND g.rank = t.rank AND g.s >= t.step_start AND g.s < t.step_end;
 
 -- @macro _timeline_union(kinds, streams, by_iteration)
 -- The union of the intervals of GPU events whose kind, family or kernel type is in kinds
@@ -74,9 +86,17 @@ WHERE stream IS NOT NULL AND category IN ('kernel', 'gpu_memcpy', 'gpu_memset');
 -- iteration (or, with by_iteration := false, over the whole trace, as iteration -1):
 -- disjoint [s, e) intervals.
 CREATE MACRO _timeline_union(kinds, streams, by_iteration := true) AS TABLE
-WITH picked AS (
-    SELECT run_id, rank, if(by_iteration, iteration, -1) AS iteration, s, e
+WITH chosen AS (
+    SELECT run_id, rank, -1 AS iteration, s, e, kind, family, kernel_type, stream
+    FROM _timeline_gpu_events
+    WHERE NOT by_iteration
+    UNION ALL
+    SELECT run_id, rank, iteration, s, e, kind, family, kernel_type, stream
     FROM _timeline_gpu
+    WHERE by_iteration
+), picked AS (
+    SELECT run_id, rank, iteration, s, e
+    FROM chosen
     WHERE (list_contains(kinds, kind) OR list_contains(kinds, family)
            OR list_contains(kinds, kernel_type))
       AND (len(streams) = 0 OR list_contains(streams, stream))
@@ -93,6 +113,16 @@ WITH picked AS (
 SELECT run_id, rank, iteration, min(s) AS s, max(e) AS e
 FROM grouped
 GROUP BY run_id, rank, iteration, piece;
+
+-- @macro _timeline_busy(kinds, streams, by_iteration)
+-- The length of `_timeline_union(kinds, streams, by_iteration)` per run, rank and
+-- iteration.  Two sets overlap for busy(A) + busy(B) - busy(A and B together), which
+-- over a whole trace is much faster than joining interval to interval (within one
+-- iteration the join is faster: its partitions are small).
+CREATE MACRO _timeline_busy(kinds, streams, by_iteration := true) AS TABLE
+SELECT run_id, rank, iteration, sum(e - s) AS busy_us
+FROM _timeline_union(kinds, streams, by_iteration := by_iteration)
+GROUP BY run_id, rank, iteration;
 
 -- @view timeline_stream_busy
 -- Per stream and iteration: busy time (union of its events), idle time and utilization
@@ -170,7 +200,7 @@ ORDER BY x.run_id, x.rank, x.iteration;
 -- @column hidden_share   overlapped_us / copy_us
 CREATE VIEW timeline_copy_overlap AS
 WITH kinds AS (
-    SELECT DISTINCT kind FROM _timeline_gpu WHERE family = 'memcpy'
+    SELECT DISTINCT kind FROM _timeline_gpu_events WHERE family = 'memcpy'
 ), copies AS (
     SELECT k.kind, u.* FROM kinds AS k, LATERAL (FROM _timeline_union([k.kind], [])) AS u
 ), kernels AS (
@@ -209,7 +239,7 @@ ORDER BY t.run_id, t.rank, t.iteration, copy_kind;
 CREATE VIEW timeline_kernel_breakdown AS
 SELECT run_id, rank, kernel_type, count(*) AS kernels, sum(dur_us) AS total_us,
        sum(dur_us) / sum(sum(dur_us)) OVER (PARTITION BY run_id, rank) AS share
-FROM _timeline_gpu
+FROM _timeline_gpu_events
 GROUP BY run_id, rank, kernel_type
 ORDER BY run_id, rank, total_us DESC;
 
@@ -431,7 +461,9 @@ ORDER BY a.run_id, a.rank, a.annotation;
 -- @column non_compute_share non_compute_us / kernel_time_us
 CREATE VIEW timeline_temporal_breakdown AS
 WITH span AS (
-    SELECT run_id, rank, max(e) - min(s) AS kernel_time_us FROM _timeline_gpu GROUP BY ALL
+    SELECT run_id, rank, max(e) - min(s) AS kernel_time_us
+    FROM _timeline_gpu_events
+    GROUP BY ALL
 ), busy AS (
     SELECT run_id, rank, sum(e - s) AS busy_us
     FROM _timeline_union(['kernel', 'memcpy', 'memset'], [], by_iteration := false)
@@ -464,19 +496,18 @@ ORDER BY run_id, rank;
 -- @column overlap_share  overlapped_us / comm_us
 CREATE VIEW timeline_comm_comp_overlap AS
 WITH comm AS (
-    FROM _timeline_union(['communication'], [], by_iteration := false)
+    FROM _timeline_busy(['communication'], [], by_iteration := false)
 ), compute AS (
-    FROM _timeline_union(['computation'], [], by_iteration := false)
-), both_busy AS (
-    SELECT c.run_id, c.rank, sum(least(c.e, k.e) - greatest(c.s, k.s)) AS overlapped
+    FROM _timeline_busy(['computation'], [], by_iteration := false)
+), together AS (
+    FROM _timeline_busy(['communication', 'computation'], [], by_iteration := false)
+), parts AS (
+    SELECT c.run_id, c.rank, c.busy_us AS comm_us,
+           greatest(c.busy_us + coalesce(k.busy_us, 0) - t.busy_us, 0) AS overlapped_us
     FROM comm AS c
-    JOIN compute AS k ON c.run_id = k.run_id AND c.rank = k.rank AND c.s < k.e AND k.s < c.e
-    GROUP BY c.run_id, c.rank
+    JOIN together AS t USING (run_id, rank)
+    LEFT JOIN compute AS k USING (run_id, rank)
 )
-SELECT c.run_id, c.rank, sum(c.e - c.s) AS comm_us,
-       coalesce(any_value(b.overlapped), 0) AS overlapped_us,
-       coalesce(any_value(b.overlapped), 0) / nullif(sum(c.e - c.s), 0) AS overlap_share
-FROM comm AS c
-LEFT JOIN both_busy AS b USING (run_id, rank)
-GROUP BY c.run_id, c.rank
-ORDER BY c.run_id, c.rank;
+SELECT *, overlapped_us / nullif(comm_us, 0) AS overlap_share
+FROM parts
+ORDER BY run_id, rank;

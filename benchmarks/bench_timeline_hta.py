@@ -1,0 +1,170 @@
+"""Profiler timelines: kvtrace against Holistic Trace Analysis, time and peak memory.
+
+    python benchmarks/bench_timeline_hta.py --ranks 8 --iterations 160
+
+Generates one Kineto trace per rank with `kvtrace.synthetic.timeline` (a 61-layer decode
+with KV prefetch and offload copies and a tensor-parallel all-reduce per layer; no GPU
+annotations, which HTA would count as compute), then runs, each in a fresh process:
+
+- HTA: ``TraceAnalysis`` (load every rank, last profiler step included) and its temporal
+  breakdown, kernel breakdown (memory kernels included) and comm / comp overlap;
+- kvtrace: ``ingest --jobs <cores>`` into a new warehouse and the same three analyses
+  (``timeline_temporal_breakdown``, ``timeline_kernel_breakdown``,
+  ``timeline_comm_comp_overlap``), then the three analyses alone on the warehouse built.
+
+Both use every core (HTA parses ranks in a process pool).  Peak memory is the largest sum
+of the resident sets of the process and its children, sampled every 20 ms.  The answers
+are compared too.  Prints a Markdown table; writes JSON to ``benchmarks/out/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
+
+HERE = Path(__file__).parent
+
+HTA_RUN = """
+import json, logging, sys, warnings
+warnings.simplefilter("ignore")
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+temporal = analysis.get_temporal_breakdown(visualize=False)
+overlap = analysis.get_comm_comp_overlap(visualize=False)
+_, kernels = analysis.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True)
+print(json.dumps({
+    "temporal": sorted([int(r["rank"]), r["kernel_time(us)"], r["idle_time(us)"],
+                        r["compute_time(us)"]] for _, r in temporal.iterrows()),
+    "overlap_pctg": sorted([int(r["rank"]), r["comp_comm_overlap_pctg"]]
+                           for _, r in overlap.iterrows()),
+    "kernel_us": sorted([int(rank), kind.lower(), total] for (rank, kind), total
+                        in kernels.groupby(["rank", "kernel_type"])["sum (us)"].sum().items()
+                        if total > 0)}, default=float))
+"""
+
+KVTRACE_RUN = """
+import json, os, sys
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+from kvtrace.warehouse import Warehouse
+if sys.argv[3] == "ingest":
+    ingest(Warehouse(sys.argv[2], create=True), [sys.argv[1]], jobs=os.cpu_count() or 1)
+con = connect(Warehouse(sys.argv[2]))
+con.execute("SET enable_progress_bar = false")
+q = lambda sql: [list(row) for row in con.execute(sql).fetchall()]
+print(json.dumps({
+    "temporal": q("SELECT rank, kernel_time_us, idle_us, compute_us "
+                  "FROM timeline_temporal_breakdown ORDER BY rank"),
+    "overlap_pctg": q("SELECT rank, round(100 * overlap_share, 2) "
+                      "FROM timeline_comm_comp_overlap ORDER BY rank"),
+    "kernel_us": q("SELECT rank, kernel_type, total_us FROM timeline_kernel_breakdown "
+                   "WHERE kernel_type <> 'other' ORDER BY ALL")}))
+"""
+
+
+def measured(code: str, *args: str) -> tuple[float, float, dict]:
+    """Run ``code`` in a fresh Python; (seconds, peak MB of the process tree, its JSON)."""
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                               text=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        root = psutil.Process(process.pid)
+        while not done.is_set():
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree))
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out, _ = process.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if process.returncode:
+        raise SystemExit(f"benchmark step failed: {' '.join(args)}")
+    return seconds, peak / 1e6, json.loads(out.strip().splitlines()[-1])
+
+
+def _same_rows(ours: list[list], theirs: list[list]) -> bool:
+    """Equal rows: text exactly, numbers within 0.01."""
+    flat_ours = [value for row in ours for value in [*row, None]]  # None ends each row
+    flat_theirs = [value for row in theirs for value in [*row, None]]
+    if len(flat_ours) != len(flat_theirs):
+        return False
+    return all(x == y if None in (x, y) or isinstance(x, str) else abs(x - y) <= 0.01
+               for x, y in zip(flat_ours, flat_theirs, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=160)
+    parser.add_argument("--layers", type=int, default=61)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-hta-"))
+    traces = work / "traces"
+    shape = TimelineShape(iterations=args.iterations, layers=args.layers, kernels_per_layer=4,
+                          compute_us=240, comm_us=40, comm_hidden_us=32,
+                          gpu_annotations=False)
+    if not traces.exists():
+        traces.mkdir(parents=True)
+        for rank in range(args.ranks):
+            write_timeline_trace(traces / f"rank{rank}.pt.trace.json", shape, rank=rank,
+                                 world_size=args.ranks)
+    megabytes = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
+    print(f"{args.ranks} ranks, {megabytes:.0f} MB of traces")
+
+    hta = measured(HTA_RUN, str(traces))
+    print(f"HTA: {hta[0]:.1f} s, {hta[1]:.0f} MB")
+    shutil.rmtree(work / "wh", ignore_errors=True)
+    kvtrace = measured(KVTRACE_RUN, str(traces), str(work / "wh"), "ingest")
+    print(f"kvtrace ingest + analyses: {kvtrace[0]:.1f} s, {kvtrace[1]:.0f} MB")
+    queries = measured(KVTRACE_RUN, str(traces), str(work / "wh"), "query")
+    print(f"kvtrace analyses on the warehouse: {queries[0]:.1f} s, {queries[1]:.0f} MB")
+
+    agree = all(_same_rows(hta[2][key], kvtrace[2][key])
+                for key in ("temporal", "overlap_pctg", "kernel_us"))
+    figures = {
+        "ranks": args.ranks, "trace_mb": megabytes, "cores": os.cpu_count(),
+        "shape": shape.__dict__, "answers_agree": agree,
+        "hta": {"seconds": hta[0], "peak_mb": hta[1]},
+        "kvtrace_ingest_and_analyses": {"seconds": kvtrace[0], "peak_mb": kvtrace[1]},
+        "kvtrace_analyses": {"seconds": queries[0], "peak_mb": queries[1]},
+        "speedup": hta[0] / kvtrace[0], "memory_ratio": hta[1] / kvtrace[1],
+        "speedup_analyses_only": hta[0] / queries[0],
+    }
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    (out / "bench_timeline_hta.json").write_text(json.dumps(figures, indent=2))
+    print(f"\nanswers agree: {agree}\n\n"
+          f"| {args.ranks} ranks, {megabytes:.0f} MB | time | peak memory |\n|---|---|---|\n"
+          f"| HTA load + 3 analyses | {hta[0]:.1f} s | {hta[1]:.0f} MB |\n"
+          f"| kvtrace ingest + 3 analyses | {kvtrace[0]:.1f} s ({figures['speedup']:.1f}x) | "
+          f"{kvtrace[1]:.0f} MB (1/{figures['memory_ratio']:.1f}) |\n"
+          f"| kvtrace 3 analyses on the warehouse | {queries[0]:.1f} s "
+          f"({figures['speedup_analyses_only']:.0f}x) | {queries[1]:.0f} MB |")
+
+
+if __name__ == "__main__":
+    main()
