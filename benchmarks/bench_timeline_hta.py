@@ -1,6 +1,6 @@
 """Profiler timelines: kvtrace against Holistic Trace Analysis, time and peak memory.
 
-    python benchmarks/bench_timeline_hta.py --ranks 8 --iterations 160
+    python benchmarks/bench_timeline_hta.py --ranks 8 --iterations 160 --rounds 3
 
 Generates one Kineto trace per rank with `kvtrace.synthetic.timeline` (a 61-layer decode
 with KV prefetch and offload copies and a tensor-parallel all-reduce per layer; no GPU
@@ -14,7 +14,8 @@ annotations, which HTA would count as compute), then runs, each in a fresh proce
 
 Both use every core (HTA parses ranks in a process pool).  Peak memory is the largest sum
 of the resident sets of the process and its children, sampled every 20 ms.  The answers
-are compared too.  Prints a Markdown table; writes JSON to ``benchmarks/out/``.
+are compared too.  Rounds are interleaved; the table gives medians.  Prints a Markdown
+table; writes JSON to ``benchmarks/out/``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,6 +107,12 @@ def measured(code: str, *args: str) -> tuple[float, float, dict]:
     return seconds, peak / 1e6, json.loads(out.strip().splitlines()[-1])
 
 
+def _median(results: list[tuple[float, float, dict]]) -> tuple[float, float, dict]:
+    """Median seconds and median peak memory over the rounds, with the last answers."""
+    return (statistics.median(r[0] for r in results), statistics.median(r[1] for r in results),
+            results[-1][2])
+
+
 def _same_rows(ours: list[list], theirs: list[list]) -> bool:
     """Equal rows: text exactly, numbers within 0.01."""
     flat_ours = [value for row in ours for value in [*row, None]]  # None ends each row
@@ -120,6 +128,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=160)
     parser.add_argument("--layers", type=int, default=61)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-hta-"))
@@ -135,14 +144,16 @@ def main() -> None:
     megabytes = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
     print(f"{args.ranks} ranks, {megabytes:.0f} MB of traces")
 
-    hta = measured(HTA_RUN, str(traces))
-    print(f"HTA: {hta[0]:.1f} s, {hta[1]:.0f} MB")
-    shutil.rmtree(work / "wh", ignore_errors=True)
-    kvtrace = measured(KVTRACE_RUN, str(traces), str(work / "wh"), "ingest")
-    print(f"kvtrace ingest + analyses: {kvtrace[0]:.1f} s, {kvtrace[1]:.0f} MB")
-    queries = measured(KVTRACE_RUN, str(traces), str(work / "wh"), "query")
-    print(f"kvtrace analyses on the warehouse: {queries[0]:.1f} s, {queries[1]:.0f} MB")
-
+    runs: dict[str, list[tuple[float, float, dict]]] = {"hta": [], "kvtrace": [], "queries": []}
+    for round_no in range(args.rounds):  # interleaved, so drifts of the VM hit both alike
+        runs["hta"].append(measured(HTA_RUN, str(traces)))
+        shutil.rmtree(work / "wh", ignore_errors=True)
+        runs["kvtrace"].append(measured(KVTRACE_RUN, str(traces), str(work / "wh"), "ingest"))
+        runs["queries"].append(measured(KVTRACE_RUN, str(traces), str(work / "wh"), "query"))
+        print(f"round {round_no + 1}: " + ", ".join(
+            f"{name} {r[-1][0]:.1f} s {r[-1][1]:.0f} MB" for name, r in runs.items()))
+    hta, kvtrace, queries = (_median(runs[name]) for name in ("hta", "kvtrace", "queries"))
+    ratios = [h[0] / k[0] for h, k in zip(runs["hta"], runs["kvtrace"], strict=True)]
     agree = all(_same_rows(hta[2][key], kvtrace[2][key])
                 for key in ("temporal", "overlap_pctg", "kernel_us"))
     figures = {
@@ -151,6 +162,7 @@ def main() -> None:
         "hta": {"seconds": hta[0], "peak_mb": hta[1]},
         "kvtrace_ingest_and_analyses": {"seconds": kvtrace[0], "peak_mb": kvtrace[1]},
         "kvtrace_analyses": {"seconds": queries[0], "peak_mb": queries[1]},
+        "rounds": args.rounds, "speedup_per_round": ratios,
         "speedup": hta[0] / kvtrace[0], "memory_ratio": hta[1] / kvtrace[1],
         "speedup_analyses_only": hta[0] / queries[0],
     }
@@ -160,7 +172,8 @@ def main() -> None:
     print(f"\nanswers agree: {agree}\n\n"
           f"| {args.ranks} ranks, {megabytes:.0f} MB | time | peak memory |\n|---|---|---|\n"
           f"| HTA load + 3 analyses | {hta[0]:.1f} s | {hta[1]:.0f} MB |\n"
-          f"| kvtrace ingest + 3 analyses | {kvtrace[0]:.1f} s ({figures['speedup']:.1f}x) | "
+          f"| kvtrace ingest + 3 analyses | {kvtrace[0]:.1f} s ({figures['speedup']:.1f}x; "
+          f"rounds {min(ratios):.1f}-{max(ratios):.1f}x) | "
           f"{kvtrace[1]:.0f} MB (1/{figures['memory_ratio']:.1f}) |\n"
           f"| kvtrace 3 analyses on the warehouse | {queries[0]:.1f} s "
           f"({figures['speedup_analyses_only']:.0f}x) | {queries[1]:.0f} MB |")

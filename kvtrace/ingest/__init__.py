@@ -274,7 +274,7 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
                          run_name: str | None, experiment: str | None,
                          advance: Callable[[int], None]) -> FileReport:
     name = run_name or serving_run_name(source)
-    run_id, sha, done = _claim(warehouse, source, name, kind, advance)
+    run_id, done = _claim(warehouse, source, name, kind, advance)
     if done is not None:
         return done
     result = read_serving_file(source.path, kind, advance)
@@ -283,7 +283,7 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
     label = experiment or name
     for row in result.rows:
         row["run_id"], row["experiment"] = run_id, label
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=source.sha256(),
                                source_size=source.size) as commit:
         if result.rows:
             table = pa.Table.from_pylist(result.rows, schema=spec.schema)
@@ -314,15 +314,21 @@ def _ingest_csv(warehouse: Warehouse, source: SourceFile, run_name: str | None,
 
 
 def _claim(warehouse: Warehouse, source: SourceFile, name: str, fmt: str,
-           advance: Callable[[int], None]) -> tuple[str, str, FileReport | None]:
-    """The run id of ``name`` and the sha256 of ``source``, with the report to return at
-    once when these bytes were already ingested into that run."""
+           advance: Callable[[int], None]) -> tuple[str, FileReport | None]:
+    """The run id of ``name``, with the report to return at once when ``source``'s bytes
+    were already ingested into that run.
+
+    When the run holds no source of the same size, the bytes are new: they are hashed
+    in the background while the caller reads them (`SourceFile.sha256` waits for it).
+    """
     run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if not warehouse.has_source(sha, run_id):
-        return run_id, sha, None
+    if not warehouse.has_source_of_size(source.size, run_id):
+        source.hash_in_background()
+        return run_id, None
+    if not warehouse.has_source(source.sha256(), run_id):
+        return run_id, None
     advance(source.size)
-    return run_id, sha, FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    return run_id, FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
 
 
 def _with_run_id(table: pa.Table, run_id: str) -> pa.Table:
@@ -342,12 +348,12 @@ def _ingest_timeline(warehouse: Warehouse, source: SourceFile, run_name: str | N
                      advance: Callable[[int], None]) -> FileReport:
     """A profiler (Kineto) trace of one rank into ``timeline_events``."""
     name = run_name or source.default_run_name()
-    run_id, sha, done = _claim(warehouse, source, name, "kineto", advance)
+    run_id, done = _claim(warehouse, source, name, "kineto", advance)
     if done is not None:
         return done
     reader = KinetoReader(source.path)
     rows = 0
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=source.sha256(),
                                source_size=source.size) as commit:
         events = warehouse.open_file(commit, "timeline_events")
         for batch in reader.batches(advance if source.path.suffix != ".gz" else None):
@@ -369,7 +375,7 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
                     fmt: ResultFormat, advance: Callable[[int], None]) -> FileReport:
     """Per-request results of a benchmark or simulator (or a simulator's batches)."""
     name = run_name or source.path.name.split(".")[0]
-    run_id, sha, done = _claim(warehouse, source, name, fmt, advance)
+    run_id, done = _claim(warehouse, source, name, fmt, advance)
     if done is not None:
         return done
     result = (read_vllm_result(source.path) if fmt == "vllm"
@@ -377,11 +383,11 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
               else read_results_csv(source.path, fmt))
     rows = _with_run_id(result.rows, run_id)
     kind = "simulation" if fmt.startswith("vidur") else "benchmark"
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=source.sha256(),
                                source_size=source.size) as commit:
         warehouse.write(commit, result.table, rows)
         warehouse.write_rows(commit, "runs", _run_row(run_id, name, kind, source, {
-            "format": fmt, "source_sha256": sha, **result.run_config}, dataset=None))
+            "format": fmt, "source_sha256": source.sha256(), **result.run_config}, dataset=None))
         _write_quarantine(warehouse, commit, source, result.rejected)
     advance(source.size)
     return FileReport(str(source.path), run_id, "ingested", rows=rows.num_rows,
@@ -394,15 +400,15 @@ def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: st
                           columns: ColumnMapping | None = None) -> FileReport:
     """An arrival trace (CSV or Mooncake JSONL) into ``workload_requests``."""
     name = run_name or source.path.name.split(".")[0]
-    run_id, sha, done = _claim(warehouse, source, name, fmt, advance)
+    run_id, done = _claim(warehouse, source, name, fmt, advance)
     if done is not None:
         return done
     result = read_workload_file(source.path, fmt, columns)
     table = _with_run_id(result.table, run_id)
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=source.sha256(),
                                source_size=source.size) as commit:
         warehouse.write(commit, "workload_requests", table)
-        config = {"format": fmt, "source_sha256": sha,
+        config = {"format": fmt, "source_sha256": source.sha256(),
                   **({"columns": columns.columns, "arrival_unit": columns.arrival_unit}
                      if columns else {})}
         warehouse.write_rows(commit, "runs", _run_row(run_id, name, "workload", source,
@@ -417,14 +423,14 @@ def _ingest_eval_file(warehouse: Warehouse, source: SourceFile, run_name: str | 
                       advance: Callable[[int], None]) -> FileReport:
     """A RULER prediction file: its samples, scored, into ``eval_samples``."""
     name = run_name or source.default_run_name()
-    run_id, sha, done = _claim(warehouse, source, name, "eval", advance)
+    run_id, done = _claim(warehouse, source, name, "eval", advance)
     if done is not None:
         return done
     result = read_eval_file(source.path, run_id, advance)
     task = task_name(source.path)
     check = summary_check(result.rows, task, source.path.parent)
     disagreements = {f"ruler_score:{task}": check} if check and check.disagreeing else {}
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=source.sha256(),
                                source_size=source.size) as commit:
         warehouse.write_rows(commit, "eval_samples", result.rows)
         warehouse.write_rows(commit, "runs", _run_row(run_id, name, "eval", source, {

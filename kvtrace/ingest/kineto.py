@@ -10,10 +10,12 @@ view, so the file is read once.  The trace's ``distributedInfo`` gives the rank 
 to ``runs`` with the schema version (Kineto writes these keys before the events; a rank
 given only after them is missing from the rows).
 
-Memory stays bounded: the file (plain or gzip) is read in 8 MB blocks, the events of the
-``traceEvents`` array are decoded one at a time with ``json.JSONDecoder.raw_decode``, and
-every ``BATCH_EVENTS`` rows are handed on as one Arrow batch.  The other top-level keys
-(``distributedInfo``, ``deviceProperties``, ...) are small and decoded whole.
+Memory stays bounded: the file (plain or gzip) is read in 8 MB blocks; the events of the
+``traceEvents`` array up to a block's last event boundary are decoded in one call (one at
+a time with ``json.JSONDecoder.raw_decode`` where that fails, or an event straddles the
+block's end); every ``BATCH_EVENTS`` rows are built column by column and handed on as
+one Arrow batch.  The other top-level keys (``distributedInfo``, ``deviceProperties``,
+...) are small and decoded whole.
 """
 
 from __future__ import annotations
@@ -75,12 +77,14 @@ class KinetoReader:
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
         kept: list[tuple[int, dict]] = []
         others: dict = {}
-        for index, event in enumerate(_events(self.path, others, progress)):
-            if type(event) is dict and event.get("ph") == "X":
-                kept.append((index, event))
-            if len(kept) >= BATCH_EVENTS:
-                yield self._table(kept, others)
-                kept = []
+        index = 0
+        for run in _event_runs(self.path, others, progress):
+            kept += [(i, event) for i, event in enumerate(run, index)
+                     if type(event) is dict and event.get("ph") == "X"]
+            index += len(run)
+            while len(kept) >= BATCH_EVENTS:
+                yield self._table(kept[:BATCH_EVENTS], others)
+                kept = kept[BATCH_EVENTS:]
         self._read_header(others)
         if kept:
             yield self._table(kept, others)
@@ -101,8 +105,8 @@ class KinetoReader:
         """The events as one batch, built column by column."""
         self._read_header(others)
         events = [event for _, event in kept]
-        ts = [event.get("ts") for event in events]
-        dur = [event.get("dur") for event in events]
+        ts: list = [event.get("ts") for event in events]
+        dur: list = [event.get("dur") for event in events]
         if not ({*map(type, ts), *map(type, dur)} <= _NUMBER_TYPES and min(dur) >= 0):
             kept = self._timed(kept)  # the rare batch with a bad event: find it
             events = [event for _, event in kept]
@@ -149,10 +153,10 @@ def _blocks(path: Path) -> Iterator[str]:
         raise InputError(f"{path} is not a readable trace: {exc}") from None
 
 
-def _events(path: Path, others: dict,
-            progress: Callable[[int], None] | None) -> Iterator[object]:
-    """Every element of the top-level ``traceEvents`` array, in order; the other
-    top-level values go into ``others``."""
+def _event_runs(path: Path, others: dict,
+                progress: Callable[[int], None] | None) -> Iterator[list]:
+    """The elements of the top-level ``traceEvents`` array, in order, in runs (lists);
+    the other top-level values go into ``others``."""
     blocks = _blocks(path)
     buffer, at, read = "", 0, 0
 
@@ -210,7 +214,7 @@ def _events(path: Path, others: dict,
                 at += 1
                 break
             run, at = _whole_events(buffer, at)
-            yield from run if run is not None else (value(),)
+            yield run if run is not None else [value()]
 
 
 def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:

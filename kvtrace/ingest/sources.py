@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ TRACE_SUFFIXES = (".jsonl", ".jsonl.gz", ".pt.trace.json", ".pt.trace.json.gz")
 RUN_SUMMARY_SUFFIX = "_summary.json"  # a serving run's summary; a bare summary.json is a
 # DSA tracer's sidecar and is read as run metadata instead
 SIDECARS = ("run_meta.json", "summary.json")
+_HASHERS = ThreadPoolExecutor(2, thread_name_prefix="kvtrace-sha256")
 
 
 @dataclass
@@ -22,12 +24,27 @@ class SourceFile:
 
     path: Path
     sidecar: dict = field(default_factory=dict)
+    _digest: Future[str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
         return self.path.stat().st_size
 
+    def hash_in_background(self) -> None:
+        """Start `sha256` on a thread of its own (hashing releases the GIL)."""
+        if self._digest is None:
+            self._digest = _HASHERS.submit(self._hash)
+
     def sha256(self) -> str:
+        """The hex SHA-256 of the file's bytes (computed once)."""
+        if self._digest is None:
+            self._digest = _HASHERS.submit(self._hash)
+        return self._digest.result()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_digest": None}  # a future does not cross processes
+
+    def _hash(self) -> str:
         digest = hashlib.sha256()
         with open(self.path, "rb") as handle:
             while block := handle.read(8 << 20):

@@ -191,6 +191,14 @@ class Warehouse:
         )
         return bool(pc.any(same).as_py())
 
+    def has_source_of_size(self, size: int, run_id: str) -> bool:
+        """Whether ``run_id`` holds a source of ``size`` bytes (else a source of that size
+        is surely new to it, without hashing it first)."""
+        manifest = self.manifest()
+        same = pc.and_(pc.equal(manifest["source_size"], size),
+                       pc.equal(manifest["run_id"], run_id))
+        return bool(pc.any(same).as_py())
+
     def fingerprint(self) -> str:
         """A short hash of the manifest: equal fingerprints mean equal visible data."""
         names = sorted(p.name for p in self.storage.list_files(MANIFEST_DIR, ".json"))
