@@ -197,7 +197,10 @@ def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
     assert proc.stdout.readline().strip() == "running"
     import time
 
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60  # the first commit may wait for a cold numba cache
+    while not any((root / "_manifest").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # and the collector goes on writing: killed mid-batch
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     con = connect(Warehouse(root))
