@@ -8,6 +8,8 @@ import json
 import socketserver
 import threading
 import time
+from collections import Counter
+from typing import ClassVar
 
 import pytest
 
@@ -25,6 +27,8 @@ def _ok(body: bytes, content_type: str = "application/json") -> bytes:
 
 
 class Misbehaving(socketserver.BaseRequestHandler):
+    hits: ClassVar[Counter[str]] = Counter()  # requests per path
+
     def handle(self) -> None:
         request = b""
         while b"\r\n\r\n" not in request:
@@ -33,6 +37,7 @@ class Misbehaving(socketserver.BaseRequestHandler):
                 return
             request += data
         path = request.split(b" ")[1].decode()
+        Misbehaving.hits[path.strip("/")] += 1
         with contextlib.suppress(OSError):  # the poller hung up, as it should
             getattr(self, "_" + path.strip("/").split("/")[0])()
 
@@ -118,7 +123,12 @@ def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_p
         [sys.executable, "-m", "kvtrace", "-w", str(root), "-q", "collect", "pool",
          "--endpoint", f"good={server}/good", "--endpoint", f"drip={server}/drip",
          "--interval", "1.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)
+    # a third poll of each worker has begun, so two are done, whatever start-up took
+    before = Counter(Misbehaving.hits)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and min(
+            Misbehaving.hits[w] - before[w] for w in ("good", "drip")) < 3:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
     out, err = proc.communicate(timeout=10)
