@@ -118,3 +118,31 @@ def test_lines_repeated_inside_one_file_are_stored_once(warehouse, tmp_path):
     assert report.rows == 3
     assert report.files[0].skipped == {"record repeated within the file": 2}
     assert _counts(warehouse)["dsa_steps"] == 3
+
+
+def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_apart(
+        warehouse, tmp_path):
+    """A source of a size its run does not hold is hashed while it is read; one of a size
+    it holds is hashed first.  Either way the commit records the file's own sha256, the
+    same bytes are skipped and other bytes of the same size are ingested."""
+    import hashlib
+
+    import pyarrow.compute as pc
+
+    header = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    first = tmp_path / "trace" / "a.csv"
+    first.parent.mkdir()
+    first.write_text(header + "2023-11-16 18:00:00.0000000,100,10\n"
+                     "2023-11-16 18:00:01.0000000,200,20\n")
+    same_size = tmp_path / "trace" / "b.csv"
+    same_size.write_text(first.read_text().replace("100,10", "101,11"))
+    assert first.stat().st_size == same_size.stat().st_size
+    for path in (first, same_size):
+        assert ingest(warehouse, [str(path)], run_name="arrivals").rows == 2
+    assert ingest(warehouse, [str(first)], run_name="arrivals").files[0].status == (
+        "already ingested")
+    manifest = warehouse.manifest()
+    rows = manifest.filter(pc.equal(manifest["table"], "workload_requests"))
+    recorded = set(rows["source_sha256"].to_pylist())
+    assert recorded == {hashlib.sha256(p.read_bytes()).hexdigest()
+                        for p in (first, same_size)}
