@@ -246,10 +246,11 @@ class Warehouse:
         self.commit(commit)
 
     def write(self, commit: Commit, table: str, data: pa.Table) -> None:
-        """Write ``data`` (rows of one partition) as one Parquet file of ``commit``.
+        """Write ``data`` (rows of one partition) as Parquet files of ``commit``: one, or
+        for a large table one per core, encoded at once (`PARALLEL_FILE_BYTES`).
 
-        The file is complete on disk and renamed into its partition folder before this
-        returns, but stays invisible until the commit is recorded.
+        The files are complete on disk and renamed into their partition folder before
+        this returns, but stay invisible until the commit is recorded.
         """
         if data.num_rows == 0:
             return
