@@ -188,7 +188,8 @@ def _ingest_one(warehouse: Warehouse, source: SourceFile, options: _FileOptions,
 
     if source.path.name.endswith(".csv"):
         return _ingest_csv(warehouse, source, run_name, advance, columns)
-    if source.path.name.endswith((".json", ".json.gz")) and looks_like_kineto(source.path):
+    if source.path.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) or (
+            source.path.name.endswith((".json", ".json.gz")) and looks_like_kineto(source.path)):
         return _ingest_timeline(warehouse, source, run_name, advance)
     if source.path.name.endswith(".json") and _is_vllm_result(source):
         return _ingest_results(warehouse, source, run_name, "vllm", advance)

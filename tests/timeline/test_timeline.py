@@ -135,6 +135,15 @@ def test_event_boundaries_inside_events_do_not_cut_them(tmp_path, monkeypatch):
         assert reader.rejected == []
 
 
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"[1, 2, 3]", b""])
+def test_a_profiler_trace_name_on_something_else_is_one_clear_error(cli, tmp_path, content):
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_bytes(content)
+    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace))
+    assert status == 1 and err.startswith("Error: ") and "Traceback" not in err
+    assert "rank0.pt.trace.json holds no JSON object; a Chrome trace is one" in err
+
+
 def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
     trace = _trace(tmp_path / "cut.pt.trace.json")
     trace.write_text(trace.read_text()[:-60])
