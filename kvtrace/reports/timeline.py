@@ -9,22 +9,25 @@ from kvtrace.reports.charts import WIDTH, data
 from kvtrace.reports.model import ReportDefinition, Section
 from kvtrace.reports.selection import runs_in
 
+_LANE = alt.Row("lane:N", title="", header=alt.Header(labelAngle=0, labelAlign="left"))
+
 
 def _stream_busy(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_bar().encode(
-        x=alt.X("us:Q", title="microseconds of the iteration's GPU window", stack="zero"),
-        y=alt.Y("stream:N", title="stream"),
-        color=alt.Color("state:N", title="state",
-                        scale=alt.Scale(domain=["busy", "idle"])),
-    ).facet(row=alt.Row("iteration:O", title="iteration"))
+    return alt.Chart(data(rows), width=WIDTH, height=70).mark_bar().encode(
+        x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
+        y=alt.Y("us:Q", title="µs", stack="zero"),
+        color=alt.Color("state:N", title="state", scale=alt.Scale(domain=["busy", "idle"])),
+        tooltip=["lane:N", "iteration:O", "state:N", "us:Q"],
+    ).facet(row=_LANE).resolve_scale(x="independent", y="independent")
 
 
 def _copy_bars(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_bar().encode(
-        x=alt.X("us:Q", title="copy time (microseconds)", stack="zero"),
-        y=alt.Y("copy_kind:N", title="copy"),
+    return alt.Chart(data(rows), width=WIDTH, height=70).mark_bar().encode(
+        x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
+        y=alt.Y("us:Q", title="copy µs", stack="zero"),
         color=alt.Color("part:N", title="", scale=alt.Scale(domain=["hidden", "exposed"])),
-    ).facet(row=alt.Row("iteration:O", title="iteration"))
+        tooltip=["lane:N", "iteration:O", "part:N", "us:Q"],
+    ).facet(row=_LANE).resolve_scale(x="independent", y="independent")
 
 
 def _gantt(rows: pa.Table):
@@ -55,14 +58,17 @@ REPORT = ReportDefinition(
                    "profiler traces"),
     sections=(
         Section("stream_busy", "Busy and idle time per stream",
-                "Busy time is the union of a stream's events; idle is the rest of the "
-                "iteration's GPU window.", chart=_stream_busy),
+                "Each run's lowest rank, iteration by iteration: busy time is the union of "
+                "a stream's events; idle is the rest of the iteration's GPU window.",
+                chart=_stream_busy, empty="No GPU events inside a ProfilerStep in the "
+                "selected traces."),
         Section("gantt", "A typical iteration, stream by stream",
                 "The median iteration (by GPU window) of each run's lowest rank; each "
                 "stream's events of one kind merged into busy intervals.", chart=_gantt,
                 empty="No GPU events inside a ProfilerStep in the selected traces."),
         Section("copy_bars", "Copy time hidden behind compute",
-                "A copy is hidden where a computation kernel runs at the same time.",
+                "Each run's lowest rank: a copy is hidden where a computation kernel runs "
+                "at the same time.",
                 chart=_copy_bars, empty="No copies in the selected traces."),
         Section("copy_overlap", "Copies per iteration and direction",
                 empty="No copies in the selected traces."),

@@ -1,13 +1,20 @@
 -- Queries of the timeline report.  Every query reads only the runs in report_runs.
 
 -- @query stream_busy
--- Busy and idle time per stream and iteration (microseconds), for the stacked bars:
--- run, iteration, stream, state (busy or idle), us.
-SELECT r.run_name AS run, b.iteration, 'stream ' || b.stream AS stream, s.state, s.us
+-- Busy and idle time per stream and iteration (microseconds) of each run's lowest rank
+-- (ranks are not added up), for the stacked bars: run, rank, lane (run and stream),
+-- iteration, state (busy or idle), us.
+WITH lowest AS (
+    SELECT run_id, min(rank) AS rank FROM timeline_stream_busy GROUP BY run_id
+)
+SELECT r.run_name AS run, b.rank, r.run_name || ' · stream ' || b.stream AS lane, b.iteration,
+       s.state, s.us
 FROM timeline_stream_busy AS b
+JOIN lowest USING (run_id, rank)
 JOIN report_runs AS r USING (run_id),
 LATERAL (VALUES ('busy', b.busy_us), ('idle', b.idle_us)) AS s(state, us)
-ORDER BY run, b.iteration, stream, s.state;
+WHERE b.iteration >= 0
+ORDER BY run, lane, b.iteration, s.state;
 
 -- @query copy_overlap
 -- Copy time hidden behind kernels and exposed, per iteration and direction.
@@ -18,12 +25,18 @@ JOIN report_runs AS r USING (run_id)
 ORDER BY run, c.iteration, c.copy_kind;
 
 -- @query copy_bars
--- The same as bars: run, iteration, copy_kind, part (hidden or exposed), us.
-SELECT r.run_name AS run, c.iteration, c.copy_kind, p.part, p.us
+-- The same as bars, for each run's lowest rank: run, rank, lane (run and copy direction),
+-- iteration, part (hidden or exposed), us.
+WITH lowest AS (
+    SELECT run_id, min(rank) AS rank FROM timeline_copy_overlap GROUP BY run_id
+)
+SELECT r.run_name AS run, c.rank, r.run_name || ' · ' || c.copy_kind AS lane, c.iteration,
+       p.part, p.us
 FROM timeline_copy_overlap AS c
+JOIN lowest USING (run_id, rank)
 JOIN report_runs AS r USING (run_id),
 LATERAL (VALUES ('hidden', c.overlapped_us), ('exposed', c.exposed_us)) AS p(part, us)
-ORDER BY run, c.iteration, c.copy_kind, p.part;
+ORDER BY run, lane, c.iteration, p.part;
 
 -- @query kernel_breakdown
 -- GPU time per kernel type (HTA's computation, communication, memory) and rank.
