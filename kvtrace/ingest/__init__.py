@@ -476,22 +476,23 @@ def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
     name = (run_name or record.get("run_name") or source.sidecar.get("run_name")
             or source.default_run_name())
     run_id = make_run_id(str(name), "ingest")
-    sha = source.sha256()
     # One file of a run at a time: the string request ids it maps to dense integers, and
     # the check that its bytes are new, must see what the other files committed.
     with warehouse.run_lock(run_id):
-        if warehouse.has_source(sha, run_id):
+        if not warehouse.has_source_of_size(source.size, run_id):
+            source.hash_in_background()  # surely new: hashed while it is read
+        elif warehouse.has_source(source.sha256(), run_id):
             advance(source.size)
             return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
-        return _ingest_new_dsa_file(warehouse, source, fmt, record, str(name), run_id, sha,
+        return _ingest_new_dsa_file(warehouse, source, fmt, record, str(name), run_id,
                                     dataset, block_size, advance)
 
 
 def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: Format, record: dict,
-                         name: str, run_id: str, sha: str, dataset: str | None,
+                         name: str, run_id: str, dataset: str | None,
                          block_size: int, advance: Callable[[int], None]) -> FileReport:
     default_dataset = dataset or record.get("dataset") or source.sidecar.get("dataset")
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    with warehouse.transaction(run_id, source_path=str(source.path),
                                source_size=source.size) as commit:
         writer = DsaWriter(
             warehouse, commit, string_ids=fmt == "nested",
@@ -503,6 +504,7 @@ def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: Format, 
             skip_stored=True,
         )
         result = read_dsa_file(writer, source.path, fmt, advance)
+        commit.source_sha256 = source.sha256()  # hashed alongside the read
         _write_side_tables(warehouse, commit, source, str(name), fmt, result)
     return FileReport(
         str(source.path), run_id, "ingested", rows=result.rows,
