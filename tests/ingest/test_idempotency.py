@@ -146,3 +146,17 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
     recorded = set(rows["source_sha256"].to_pylist())
     assert recorded == {hashlib.sha256(p.read_bytes()).hexdigest()
                         for p in (first, same_size)}
+
+
+def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse,
+                                                                      synthetic_trace):
+    import hashlib
+
+    trace = synthetic_trace(requests=2, steps=2, layers=4)
+    with open(trace, "a") as out:
+        out.write("{not json\n")  # a quarantine row names the source by its hash too
+    ingest(warehouse, [str(trace)])
+    sha = hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert set(warehouse.manifest()["source_sha256"].to_pylist()) == {sha}
+    con = connect(warehouse)
+    assert con.execute("SELECT DISTINCT source_sha256 FROM quarantine").fetchall() == [(sha,)]
