@@ -12,22 +12,18 @@ from kvtrace.reports.selection import runs_in
 _LANE = alt.Row("lane:N", title="", header=alt.Header(labelAngle=0, labelAlign="left"))
 
 
-def _stream_busy(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH, height=70).mark_bar().encode(
-        x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("us:Q", title="µs", stack="zero"),
-        color=alt.Color("state:N", title="state", scale=alt.Scale(domain=["busy", "idle"])),
-        tooltip=["lane:N", "iteration:O", "state:N", "us:Q"],
-    ).facet(row=_LANE).resolve_scale(x="independent", y="independent")
+def _lane_bars(part: str, parts: list[str], y_title: str):
+    """Stacked bars per iteration, one row per lane, each with its own scales."""
 
+    def chart(rows: pa.Table):
+        return alt.Chart(data(rows), width=WIDTH, height=70).mark_bar().encode(
+            x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y("us:Q", title=y_title, stack="zero"),
+            color=alt.Color(f"{part}:N", title="", scale=alt.Scale(domain=parts)),
+            tooltip=["lane:N", "iteration:O", f"{part}:N", "us:Q"],
+        ).facet(row=_LANE).resolve_scale(x="independent", y="independent")
 
-def _copy_bars(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH, height=70).mark_bar().encode(
-        x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("us:Q", title="copy µs", stack="zero"),
-        color=alt.Color("part:N", title="", scale=alt.Scale(domain=["hidden", "exposed"])),
-        tooltip=["lane:N", "iteration:O", "part:N", "us:Q"],
-    ).facet(row=_LANE).resolve_scale(x="independent", y="independent")
+    return chart
 
 
 def _gantt(rows: pa.Table):
@@ -60,8 +56,8 @@ REPORT = ReportDefinition(
         Section("stream_busy", "Busy and idle time per stream",
                 "Each run's lowest rank, iteration by iteration: busy time is the union of "
                 "a stream's events; idle is the rest of the iteration's GPU window.",
-                chart=_stream_busy, empty="No GPU events inside a ProfilerStep in the "
-                "selected traces."),
+                chart=_lane_bars("state", ["busy", "idle"], "µs"),
+                empty="No GPU events inside a ProfilerStep in the selected traces."),
         Section("gantt", "A typical iteration, stream by stream",
                 "The median iteration (by GPU window) of each run's lowest rank; each "
                 "stream's events of one kind merged into busy intervals.", chart=_gantt,
@@ -69,7 +65,8 @@ REPORT = ReportDefinition(
         Section("copy_bars", "Copy time hidden behind compute",
                 "Each run's lowest rank: a copy is hidden where a computation kernel runs "
                 "at the same time.",
-                chart=_copy_bars, empty="No copies in the selected traces."),
+                chart=_lane_bars("part", ["hidden", "exposed"], "copy µs"),
+                empty="No copies in the selected traces."),
         Section("copy_overlap", "Copies per iteration and direction",
                 empty="No copies in the selected traces."),
         Section("copy_bandwidth", "Copy bandwidth",
