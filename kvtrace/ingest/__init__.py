@@ -275,8 +275,8 @@ def _ingest_serving_file(warehouse: Warehouse, source: SourceFile, kind: Serving
                          run_name: str | None, experiment: str | None,
                          advance: Callable[[int], None]) -> FileReport:
     name = run_name or serving_run_name(source)
-    run_id, done = _claim(warehouse, source, name, kind, advance)
-    if done is not None:
+    run_id = make_run_id(name, "ingest")
+    if (done := _already_ingested(warehouse, source, run_id, kind, advance)):
         return done
     result = read_serving_file(source.path, kind, advance)
     table_name = "pool_snapshots" if kind == "pool" else "request_metrics"
@@ -314,22 +314,21 @@ def _ingest_csv(warehouse: Warehouse, source: SourceFile, run_name: str | None,
         "Splitwise/Vidur arrival traces, nor of Vidur's request or batch metrics")
 
 
-def _claim(warehouse: Warehouse, source: SourceFile, name: str, fmt: str,
-           advance: Callable[[int], None]) -> tuple[str, FileReport | None]:
-    """The run id of ``name``, with the report to return at once when ``source``'s bytes
-    were already ingested into that run.
+def _already_ingested(warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str,
+                      advance: Callable[[int], None]) -> FileReport | None:
+    """The report to return at once when ``source``'s bytes are already in ``run_id``.
 
     When the run holds no source of the same size, the bytes are new: they are hashed
     in the background while the caller reads them (`SourceFile.sha256` waits for it).
     """
-    run_id = make_run_id(name, "ingest")
-    if not warehouse.has_source_of_size(source.size, run_id):
+    hashes = warehouse.source_hashes(run_id, source.size)
+    if not hashes:
         source.hash_in_background()
-        return run_id, None
-    if not warehouse.has_source(source.sha256(), run_id):
-        return run_id, None
+        return None
+    if source.sha256() not in hashes:
+        return None
     advance(source.size)
-    return run_id, FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+    return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
 
 
 def _with_run_id(table: pa.Table, run_id: str) -> pa.Table:
@@ -349,8 +348,8 @@ def _ingest_timeline(warehouse: Warehouse, source: SourceFile, run_name: str | N
                      advance: Callable[[int], None]) -> FileReport:
     """A profiler (Kineto) trace of one rank into ``timeline_events``."""
     name = run_name or source.default_run_name()
-    run_id, done = _claim(warehouse, source, name, "kineto", advance)
-    if done is not None:
+    run_id = make_run_id(name, "ingest")
+    if (done := _already_ingested(warehouse, source, run_id, "kineto", advance)):
         return done
     reader = KinetoReader(source.path)
     rows = 0
@@ -376,8 +375,8 @@ def _ingest_results(warehouse: Warehouse, source: SourceFile, run_name: str | No
                     fmt: ResultFormat, advance: Callable[[int], None]) -> FileReport:
     """Per-request results of a benchmark or simulator (or a simulator's batches)."""
     name = run_name or source.path.name.split(".")[0]
-    run_id, done = _claim(warehouse, source, name, fmt, advance)
-    if done is not None:
+    run_id = make_run_id(name, "ingest")
+    if (done := _already_ingested(warehouse, source, run_id, fmt, advance)):
         return done
     result = (read_vllm_result(source.path) if fmt == "vllm"
               else read_aiperf_records(source.path) if fmt == "aiperf"
@@ -401,8 +400,8 @@ def _ingest_workload_file(warehouse: Warehouse, source: SourceFile, run_name: st
                           columns: ColumnMapping | None = None) -> FileReport:
     """An arrival trace (CSV or Mooncake JSONL) into ``workload_requests``."""
     name = run_name or source.path.name.split(".")[0]
-    run_id, done = _claim(warehouse, source, name, fmt, advance)
-    if done is not None:
+    run_id = make_run_id(name, "ingest")
+    if (done := _already_ingested(warehouse, source, run_id, fmt, advance)):
         return done
     result = read_workload_file(source.path, fmt, columns)
     table = _with_run_id(result.table, run_id)
@@ -424,8 +423,8 @@ def _ingest_eval_file(warehouse: Warehouse, source: SourceFile, run_name: str | 
                       advance: Callable[[int], None]) -> FileReport:
     """A RULER prediction file: its samples, scored, into ``eval_samples``."""
     name = run_name or source.default_run_name()
-    run_id, done = _claim(warehouse, source, name, "eval", advance)
-    if done is not None:
+    run_id = make_run_id(name, "ingest")
+    if (done := _already_ingested(warehouse, source, run_id, "eval", advance)):
         return done
     result = read_eval_file(source.path, run_id, advance)
     task = task_name(source.path)
@@ -454,10 +453,10 @@ def _ingest_run_summary(warehouse: Warehouse, source: SourceFile, run_name: str 
         raise InputError(f"{source.path} holds no JSON object; a run summary is one")
     name = run_name or serving_run_name(source)
     run_id = make_run_id(name, "ingest")
-    sha = source.sha256()
-    if warehouse.has_source(sha, run_id):
-        return FileReport(str(source.path), run_id, "already ingested", fmt="summary")
-    with warehouse.transaction(run_id, source_path=str(source.path), source_sha256=sha,
+    if (done := _already_ingested(warehouse, source, run_id, "summary", lambda _: None)):
+        return done
+    with warehouse.transaction(run_id, source_path=str(source.path),
+                               source_sha256=source.sha256(),
                                source_size=source.size) as commit:
         warehouse.write_rows(commit, "run_summaries", [{
             "run_id": run_id, "experiment": experiment or name,
@@ -479,11 +478,8 @@ def _ingest_dsa_file(warehouse: Warehouse, source: SourceFile, first: bytes,
     # One file of a run at a time: the string request ids it maps to dense integers, and
     # the check that its bytes are new, must see what the other files committed.
     with warehouse.run_lock(run_id):
-        if not warehouse.has_source_of_size(source.size, run_id):
-            source.hash_in_background()  # surely new: hashed while it is read
-        elif warehouse.has_source(source.sha256(), run_id):
-            advance(source.size)
-            return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
+        if (done := _already_ingested(warehouse, source, run_id, fmt, advance)):
+            return done
         return _ingest_new_dsa_file(warehouse, source, fmt, record, str(name), run_id,
                                     dataset, block_size, advance)
 

@@ -30,16 +30,15 @@ class SourceFile:
     def size(self) -> int:
         return self.path.stat().st_size
 
-    def hash_in_background(self) -> None:
-        """Start `sha256` on a thread of its own (hashing releases the GIL)."""
+    def hash_in_background(self) -> Future[str]:
+        """Start `sha256` on a thread of its own (hashing releases the GIL), once."""
         if self._digest is None:
             self._digest = _HASHERS.submit(self._hash)
+        return self._digest
 
     def sha256(self) -> str:
         """The hex SHA-256 of the file's bytes (computed once)."""
-        if self._digest is None:
-            self._digest = _HASHERS.submit(self._hash)
-        return self._digest.result()
+        return self.hash_in_background().result()
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_digest": None}  # a future does not cross processes

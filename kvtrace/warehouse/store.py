@@ -182,22 +182,13 @@ class Warehouse:
                                          pc.equal(manifest["run_id"], run_id)))
         return [self.root / p for p in sorted(set(chosen["path"].to_pylist()))]
 
-    def has_source(self, sha256: str, run_id: str) -> bool:
-        """Whether these exact source bytes were already ingested into ``run_id``."""
+    def source_hashes(self, run_id: str, size: int) -> set[str]:
+        """The sha256 of every source of ``size`` bytes already ingested into ``run_id``
+        (none: a source of that size is surely new to it, without hashing it first)."""
         manifest = self.manifest()
-        same = pc.and_(
-            pc.equal(manifest["source_sha256"], sha256),
-            pc.equal(manifest["run_id"], run_id),
-        )
-        return bool(pc.any(same).as_py())
-
-    def has_source_of_size(self, size: int, run_id: str) -> bool:
-        """Whether ``run_id`` holds a source of ``size`` bytes (else a source of that size
-        is surely new to it, without hashing it first)."""
-        manifest = self.manifest()
-        same = pc.and_(pc.equal(manifest["source_size"], size),
-                       pc.equal(manifest["run_id"], run_id))
-        return bool(pc.any(same).as_py())
+        same = manifest.filter(pc.and_(pc.equal(manifest["source_size"], size),
+                                       pc.equal(manifest["run_id"], run_id)))
+        return set(same["source_sha256"].to_pylist())
 
     def fingerprint(self) -> str:
         """A short hash of the manifest: equal fingerprints mean equal visible data."""
