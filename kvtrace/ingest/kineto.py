@@ -107,7 +107,7 @@ class KinetoReader:
         events = [event for _, event in kept]
         ts: list = [event.get("ts") for event in events]
         dur: list = [event.get("dur") for event in events]
-        if not ({*map(type, ts), *map(type, dur)} <= _NUMBER_TYPES and min(dur) >= 0):
+        if not ({*map(type, ts), *map(type, dur)} <= _NUMBERS and min(dur) >= 0):
             kept = self._timed(kept)  # the rare batch with a bad event: find it
             events = [event for _, event in kept]
             ts = [event["ts"] for event in events]
@@ -235,8 +235,9 @@ def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
         return None, at
 
 
-_NUMBERS = (int, float)  # JSON numbers (a bool is not one)
-_NUMBER_TYPES = set(_NUMBERS)
+_NUMBERS = frozenset({int, float})  # the types of JSON numbers (a bool is not one)
+
+
 def _is_number(value: object) -> TypeGuard[int | float]:
     return type(value) in _NUMBERS
 

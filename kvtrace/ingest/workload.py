@@ -165,8 +165,7 @@ def read_csv_columns(path: Path, columns: list[str],
                      types: dict[str, pa.DataType] | None = None) -> pa.Table:
     """The named columns of a CSV file, as ``types`` when every value converts (the fast
     path a clean file takes), else every value as text, to be checked row by row."""
-    header = csv_header(path)
-    text = {name: pa.string() for name in header}
+    text = {name: pa.string() for name in columns}
     if types:
         try:
             return _read_csv_as(path, {**text, **types}, columns)

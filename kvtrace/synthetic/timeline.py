@@ -78,8 +78,7 @@ class TimelineShape:
     @property
     def _tail_us(self) -> int:
         """GPU time after a layer's compute ends that its offload and all-reduce run on."""
-        return max(self.d2h_us - self.d2h_hidden_us,
-                   self.comm_us - self.comm_hidden_us if self.comm_us else 0)
+        return max(self.d2h_us - self.d2h_hidden_us, self.comm_us - self.comm_hidden_us)
 
     @property
     def iteration_us(self) -> int:
