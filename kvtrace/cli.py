@@ -63,17 +63,20 @@ out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty()
 
 @dataclass
 class Options:
-    warehouse: Path | None = None
+    warehouse: str | None = None
     quiet: bool = False
     debug: bool = False
 
     @property
-    def path(self) -> Path:
-        return self.warehouse or default_path()
+    def path(self) -> str:
+        return self.warehouse or str(default_path())
 
 
 options = Options()
 
+AsOfOption = Annotated[int | None, typer.Option(
+    "--as-of", min=0, help="Read the warehouse as it was at this version (see the "
+                          "warehouse_commits view; default: the newest).")]
 OutputOption = Annotated[
     Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
 ]
@@ -84,9 +87,10 @@ FormatOption = Annotated[
 
 @app.callback()
 def _global(
-    warehouse: Annotated[Path | None, typer.Option(
+    warehouse: Annotated[str | None, typer.Option(
         "--warehouse", "-w", envvar="KVTRACE_WAREHOUSE",
-        help="Warehouse folder [default: ./kvtrace-warehouse].")] = None,
+        help="Warehouse folder, or object-store URI such as s3://bucket/prefix "
+             "[default: ./kvtrace-warehouse].")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
@@ -97,10 +101,10 @@ def _global(
         raise typer.Exit()
 
 
-def _open(create: bool = False) -> Warehouse:
+def _open(create: bool = False, as_of: int | None = None) -> Warehouse:
     from kvtrace.warehouse import Warehouse
 
-    return Warehouse(options.path, create=create)
+    return Warehouse(options.path, create=create, as_of=as_of)
 
 
 @app.command()
@@ -338,6 +342,7 @@ def sql(
         "--no-external-access",
         help="Read no file outside the warehouse and change no setting: for SQL that "
              "someone else wrote.")] = False,
+    as_of: AsOfOption = None,
 ) -> None:
     """Run read-only SQL against the warehouse's views.
 
@@ -358,13 +363,13 @@ def sql(
         raise KvtraceError("give the SQL either as an argument or with --file, not both")
     text = query if query is not None else _read_text(file)  # type: ignore[arg-type]
     fmt = _output_format(fmt, output)
-    warehouse = _open()
-    if output is not None:
+    warehouse = _open(as_of=as_of)
+    if output is not None and warehouse.root is not None:
         check_output_path(output, warehouse.root)
     con = connect(warehouse)
     try:
         if no_external_access:
-            restrict_to(con, warehouse.root)
+            restrict_to(con, warehouse.location)
         result = run_query(con, text)
         if output is None:
             write_stream(result, fmt, sys.stdout.buffer)
@@ -515,12 +520,13 @@ def summary(
     block_size: Annotated[int | None, typer.Option(
         help="Stored block size (needed when the run has several).")] = None,
     output: OutputOption = None,
+    as_of: AsOfOption = None,
 ) -> None:
     """Write the summary.json of a DSA run (the tracer's format).
 
     Example: kvtrace summary --run ruler_1771772829 --output summary.json
     """
-    con = connect(_open())
+    con = connect(_open(as_of=as_of))
     try:
         from kvtrace.sql.summary import run_summary
 
@@ -565,12 +571,12 @@ def demo() -> None:
     finally:
         con.close()
     _print_summary_table(summary)
-    report = warehouse.root.parent / "kvtrace-demo-report.html"
-    _write_report(warehouse, "dsa", runs=[result.run_id], experiments=[], output=report,
-                  command_line=f"kvtrace -w {warehouse.root} report dsa --run "
-                               f"{result.run_id} --output {report}")
-    out.print(f"\nWarehouse: {warehouse.root}\nReport:    {report}\nNext: kvtrace -w "
-              f'{warehouse.root} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '
+    report = Path("kvtrace-demo-report.html").resolve()
+    if warehouse.root is not None:
+        report = warehouse.root.parent / report.name
+    _write_report(warehouse, "dsa", runs=[result.run_id], experiments=[], output=report)
+    out.print(f"\nWarehouse: {warehouse.location}\nReport:    {report}\nNext: kvtrace -w "
+              f'{warehouse.location} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '
               "lists the views)")
 
 
@@ -583,26 +589,36 @@ def report_command(
              "compare: the two sides; eval: the first two are diffed.")] = None,
     experiment: Annotated[list[str] | None, typer.Option(
         help="Experiment label to cover (repeatable); compare: the two sides.")] = None,
+    as_of: AsOfOption = None,
 ) -> None:
     """Render a self-contained HTML report (charts and tables, with their SQL).
 
+    The report names the warehouse version it was made from: '--as-of' that version
+    makes the same report again.
+
     Example: kvtrace report dsa --run demo-ruler-dsa-ref --output dsa.html
     """
-    import shlex
-
-    _write_report(_open(), name, runs=run or [], experiments=experiment or [],
-                  output=output, command_line="kvtrace " + shlex.join(sys.argv[1:]))
+    _write_report(_open(as_of=as_of), name, runs=run or [], experiments=experiment or [],
+                  output=output)
     out.print(f"wrote {output}")
 
 
 def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
-                  experiments: list[str], output: Path, command_line: str) -> None:
+                  experiments: list[str], output: Path) -> None:
+    """Render report ``name`` to ``output``; its command line is the one that makes it
+    again (the warehouse version pinned)."""
+    import shlex
+
     from kvtrace.reports import reports
     from kvtrace.reports.render import render_report
 
     known = reports()
     if name not in known:
         raise KvtraceError(f"expected {', '.join(known)} for the report, got {name!r}")
+    selection = [arg for run in runs for arg in ("--run", run)]
+    selection += [arg for label in experiments for arg in ("--experiment", label)]
+    command_line = shlex.join(["kvtrace", "-w", warehouse.location, "report", name, *selection,
+                               "--as-of", str(warehouse.version), "--output", output.name])
     html = render_report(warehouse, known[name], runs=runs, experiments=experiments,
                          command_line=command_line)
     output.parent.mkdir(parents=True, exist_ok=True)

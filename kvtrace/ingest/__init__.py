@@ -12,12 +12,10 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.errors import InputError, KvtraceError
@@ -113,7 +111,7 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
     sources = expand(paths)
     options = _FileOptions(dataset, run_name, block_size, kind, experiment, columns)
     if jobs > 1 and len(sources) > 1:
-        return _ingest_in_parallel(warehouse.root, sources, options, progress, jobs)
+        return _ingest_in_parallel(warehouse.location, sources, options, progress, jobs)
     total = sum(s.size for s in sources)
     done = 0
     reports = []
@@ -151,7 +149,7 @@ def _after(exc: KvtraceError, committed: int) -> KvtraceError:
                      "ingesting again skips them)")
 
 
-def _ingest_in_parallel(root: Path, sources: list[SourceFile], options: _FileOptions,
+def _ingest_in_parallel(location: str, sources: list[SourceFile], options: _FileOptions,
                         progress: Progress | None, jobs: int) -> IngestReport:
     """`ingest` with the files spread over ``jobs`` worker processes; progress advances
     as whole files finish, and the reports keep the files' order."""
@@ -160,7 +158,7 @@ def _ingest_in_parallel(root: Path, sources: list[SourceFile], options: _FileOpt
     failure: KvtraceError | None = None
     context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
     with ProcessPoolExecutor(min(jobs, len(sources)), mp_context=context) as pool:
-        running = {pool.submit(_ingest_in_worker, root, source, options): (n, source)
+        running = {pool.submit(_ingest_in_worker, location, source, options): (n, source)
                    for n, source in enumerate(sources)}
         for future in as_completed(running):
             n, source = running[future]
@@ -177,8 +175,8 @@ def _ingest_in_parallel(root: Path, sources: list[SourceFile], options: _FileOpt
     return IngestReport([reports[n] for n in sorted(reports)])
 
 
-def _ingest_in_worker(root: Path, source: SourceFile, options: _FileOptions) -> FileReport:
-    return _ingest_one(Warehouse(root), source, options, lambda _: None)
+def _ingest_in_worker(location: str, source: SourceFile, options: _FileOptions) -> FileReport:
+    return _ingest_one(Warehouse(location), source, options, lambda _: None)
 
 
 def _ingest_one(warehouse: Warehouse, source: SourceFile, options: _FileOptions,
@@ -511,11 +509,10 @@ def _ingest_new_dsa_file(warehouse: Warehouse, source: SourceFile, fmt: Format, 
 
 def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
     """String request ids already mapped to integers in earlier files of this run."""
-    files = warehouse.files("requests")
+    files = warehouse.run_files(run_id, "requests")
     if not files:
         return {}
-    table = pq.read_table(files, columns=["run_id", "request_id", "request_key"],
-                          partitioning=None)
+    table = warehouse.read_files(files, columns=["run_id", "request_id", "request_key"])
     table = table.filter(pc.and_(pc.equal(table["run_id"], run_id),
                                  pc.is_valid(table["request_key"])))
     return dict(zip(table["request_key"].to_pylist(), table["request_id"].to_pylist(),

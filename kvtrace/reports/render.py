@@ -49,7 +49,7 @@ def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[
     finally:
         con.close()
     provenance = [("Command", command_line), ("kvtrace", __version__),
-                  ("Warehouse fingerprint", warehouse.fingerprint()),
+                  ("Warehouse version", str(warehouse.version)),
                   *[("Selection", line) for line in scope.lines],
                   *[(f"Setting {name}", str(value))
                     for name, value in sorted(scope.variables.items())]]

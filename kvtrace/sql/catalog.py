@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 from importlib import resources
 
 import duckdb
+import pyarrow as pa
 
 from kvtrace.errors import QueryError
 from kvtrace.sql import functions as udf
@@ -127,19 +129,16 @@ def documented_objects() -> list[SqlObject]:
 
 def table_sources(warehouse) -> dict[str, list[str]]:
     """For each table, the Parquet files a view must read: the empty schema file first."""
-    manifest = warehouse.manifest()
+    files = warehouse.snapshot().files
     by_table: dict[str, list[str]] = {}
-    for table, path in zip(manifest["table"].to_pylist(), manifest["path"].to_pylist(),
-                           strict=True):
-        by_table.setdefault(table, []).append(str(warehouse.root / path))
-    return {
-        name: [str(warehouse.schema_file(name)), *sorted(set(by_table.get(name, [])))]
-        for name in TABLES
-    }
+    for table, path in zip(files["table"].to_pylist(), files["path"].to_pylist(), strict=True):
+        by_table.setdefault(table, []).append(warehouse.uri(path))
+    return {name: [warehouse.schema_file(name), *by_table.get(name, [])] for name in TABLES}
 
 
 def base_views_sql(warehouse) -> str:
-    """``CREATE VIEW _<table>_files`` statements over the published files."""
+    """``CREATE VIEW _<table>_files`` statements over the files of the warehouse's
+    snapshot."""
     statements = []
     for name, files in table_sources(warehouse).items():
         listed = ", ".join(quote_literal(f) for f in files)
@@ -153,9 +152,12 @@ def base_views_sql(warehouse) -> str:
 def open_connection(warehouse) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, views and functions."""
     con = duckdb.connect(":memory:")
+    if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
+        con.register_filesystem(filesystem)
     con.execute(base_views_sql(warehouse))
-    con.register("_manifest_arrow", warehouse.manifest())
-    con.execute("CREATE VIEW manifest AS SELECT * FROM _manifest_arrow")
+    snapshot = warehouse.snapshot()
+    con.register("_warehouse_commits_arrow", snapshot.commits)
+    con.register("_warehouse_files_arrow", snapshot.files)
     udf.register(con)
     for sql_file in library():
         try:
@@ -165,17 +167,51 @@ def open_connection(warehouse) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def _literal(value: object) -> str:
+    """``value`` (a Python value of an Arrow row) as a DuckDB literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, datetime):
+        return f"TIMESTAMPTZ {quote_literal(value.isoformat())}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{quote_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    return quote_literal(str(value))
+
+
+def literal_table_sql(name: str, data: pa.Table) -> str:
+    """``CREATE TABLE name`` holding ``data``, as SQL text (for scripts that cannot be
+    handed Arrow tables)."""
+    con = duckdb.connect()
+    con.register("_data", data)
+    columns = ", ".join(f'"{column}" {kind}' for column, kind, *_ in
+                        con.execute("DESCRIBE _data").fetchall())
+    con.close()
+    statements = [f"CREATE TABLE {name} ({columns});"]
+    for row in data.to_pylist():
+        values = ", ".join(_literal(v) for v in row.values())
+        statements.append(f"INSERT INTO {name} VALUES ({values});")
+    return "\n".join(statements)
+
+
 def shell_init_sql(warehouse) -> str:
     """A script that gives a plain ``duckdb`` shell the same views (``duckdb -init FILE``).
 
     The vectorised functions become SQL macros with the same results (slower), and the
-    file lists are those of the manifest when the script was written.
+    file lists are those of the warehouse version the script was written from.
     """
     fallback = next(f for f in _read_files() if f.name == FALLBACK_FILE)
     parts = [
-        f"-- kvtrace views over {warehouse.root} (manifest {warehouse.fingerprint()}).",
+        f"-- kvtrace views over {warehouse.location} (version {warehouse.version}).",
         "-- Written by 'kvtrace shell-init'; run it again after new ingests.",
         base_views_sql(warehouse),
+        literal_table_sql("_warehouse_commits_arrow", warehouse.snapshot().commits),
+        literal_table_sql("_warehouse_files_arrow", warehouse.snapshot().files),
         fallback.text,
         *(f.text for f in library()),
     ]

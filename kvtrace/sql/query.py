@@ -47,10 +47,11 @@ def check_read_only(sql: str) -> None:
                 "(use SELECT, DESCRIBE, SUMMARIZE, SHOW or EXPLAIN)")
 
 
-def restrict_to(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
-    """Let ``con`` read no file outside ``folder`` and change no setting from now on
-    (DuckDB's enable_external_access = false with the warehouse as allowed directory)."""
-    con.execute("SET allowed_directories = [$folder]", {"folder": str(folder.resolve()) + "/"})
+def restrict_to(con: duckdb.DuckDBPyConnection, location: str) -> None:
+    """Let ``con`` read no file outside ``location`` (a folder or object-store URI) and
+    change no setting from now on (DuckDB's enable_external_access = false with the
+    warehouse as allowed directory)."""
+    con.execute("SET allowed_directories = [$folder]", {"folder": location.rstrip("/") + "/"})
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 

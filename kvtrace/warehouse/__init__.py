@@ -3,8 +3,10 @@
 Everything that puts rows on disk lives here, and nothing here imports the SQL library
 (`kvtrace.sql`), a reader (`kvtrace.ingest`) or a collector (`kvtrace.collectors`):
 
-- `store`: `Warehouse`, its manifest and its commits;
-- `storage`: the file-system seam (atomic publish, locks, partition names);
+- `store`: `Warehouse` and its commits;
+- `journal` / `delta_log`: the Delta Lake tables, the journal of commits, snapshots;
+- `storage` / `object_lock`: the seam to a folder or an object store (publish, locks);
+- `maintenance`: optimize, vacuum and migrate;
 - `schema`: the tables' contracts (columns, partitioning, sort order);
 - `dsa_columns`: the canonical DSA columns every DSA source is mapped onto;
 - `dsa_writer` / `dsa_checks`: the one writer of DSA rows and its source checks;

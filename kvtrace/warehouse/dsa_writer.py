@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kvtrace.kernels import block_stats
 from kvtrace.kernels.block_stats import PositionLists
@@ -210,9 +209,9 @@ class DsaWriter:
         """Record keys the run already holds for ``requests``."""
         if not self._stored_files:
             return set()
-        table = pq.read_table(
+        table = self.warehouse.read_files(
             self._stored_files, columns=["request_id", "step_idx", "layer_id", "block_size"],
-            filters=[("request_id", "in", requests.tolist())], partitioning=None)
+            filters=[("request_id", "in", requests.tolist())])
         if table.num_rows == 0:
             return set()
         keys = np.ascontiguousarray(np.stack(

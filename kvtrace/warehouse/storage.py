@@ -1,7 +1,10 @@
-"""The one seam for warehouse I/O: paths inside the root, atomic publish, listing.
+"""The one seam for warehouse I/O: where the files live and how one is published.
 
-Everything that touches the warehouse's files goes through `LocalStorage`, so that an
-object-store backend can later replace it without touching the rest of kvtrace.
+`LocalStorage` keeps a warehouse in a folder; `ObjectStorage` keeps it under a URI of an
+object store (``s3://bucket/prefix``, ``gs://...``, ``abfs://...``) through Arrow's file
+systems, with credentials from the usual environment (``AWS_ACCESS_KEY_ID``,
+``AWS_ENDPOINT_URL``, ...).  `open_storage` picks one from a location.  Everything else
+in kvtrace names warehouse files by their path relative to the root.
 """
 
 from __future__ import annotations
@@ -10,17 +13,23 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
 
 from kvtrace.errors import WarehouseError
 
 TMP_DIR = "_tmp"
 LOCK_DIR = "_locks"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 
 
 def partition_value(value: object) -> str:
@@ -45,11 +54,89 @@ def partition_value(value: object) -> str:
     return f"{safe or '_'}~{digest}"
 
 
-class LocalStorage:
-    """A warehouse on the local file system."""
+def is_uri(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` names an object store (``scheme://...``) rather than a folder."""
+    return bool(_SCHEME.match(str(location))) and not str(location).startswith("file://")
+
+
+def open_storage(location: str | os.PathLike[str]) -> Storage:
+    """The storage of a warehouse at ``location``: a folder, or an object-store URI."""
+    text = str(location)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    return ObjectStorage(text) if is_uri(text) else LocalStorage(Path(text))
+
+
+class Storage:
+    """What kvtrace needs of the place a warehouse lives."""
+
+    location: str  # for messages: the folder or the URI
+
+    def uri(self, relative: str) -> str:
+        """The absolute name of ``relative`` that DuckDB, Arrow and the Delta log use."""
+        raise NotImplementedError
+
+    def storage_options(self) -> dict[str, str] | None:
+        """Options for the Delta Lake library (None: it reads the environment)."""
+        return None
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """An Arrow file system and the root's path within it."""
+        raise NotImplementedError
+
+    def duckdb_filesystem(self) -> Any | None:
+        """An fsspec file system DuckDB must register to read `uri` names (None: local)."""
+        return None
+
+    def new_temp(self, suffix: str) -> Path:
+        """A fresh local path to write a file in before `publish`."""
+        raise NotImplementedError
+
+    def publish(self, temp: Path, relative: str) -> None:
+        """Move a finished local file to ``relative`` at once: readers see all of it or
+        nothing."""
+        raise NotImplementedError
+
+    def write_atomic(self, relative: str, data: bytes) -> None:
+        temp = self.new_temp(Path(relative).suffix)
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.publish(temp, relative)
+
+    def read_bytes(self, relative: str) -> bytes | None:
+        """The content of ``relative``, or None when there is no such file."""
+        raise NotImplementedError
+
+    def exists(self, relative: str) -> bool:
+        raise NotImplementedError
+
+    def listdir(self, relative: str = "") -> list[str]:
+        """Names of the entries directly under ``relative`` (empty when it is absent)."""
+        raise NotImplementedError
+
+    def remove(self, relative: str) -> None:
+        raise NotImplementedError
+
+    def remove_tree(self, relative: str) -> None:
+        raise NotImplementedError
+
+    def lock(self, name: str) -> Any:
+        """A context manager holding the exclusive lock ``name`` for its block."""
+        raise NotImplementedError
+
+    def stale_temps(self, older_than_s: float) -> list[Path]:
+        """Scratch files left by writers that died more than ``older_than_s`` ago."""
+        return []
+
+
+class LocalStorage(Storage):
+    """A warehouse in a folder of the local file system (the embedded default)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        self.location = str(self.root)
 
     def path(self, relative: str) -> Path:
         """Absolute path of ``relative``, refusing anything that would leave the root."""
@@ -58,42 +145,45 @@ class LocalStorage:
             raise WarehouseError(f"path {relative!r} would leave the warehouse {self.root}")
         return target
 
+    def uri(self, relative: str) -> str:
+        return str(self.path(relative))
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        return pafs.LocalFileSystem(), str(self.root)
+
     def new_temp(self, suffix: str) -> Path:
-        """A fresh path in the warehouse's scratch folder (same file system: rename is atomic)."""
+        """A path in the warehouse's scratch folder (one file system: rename is atomic)."""
         tmp = self.root / TMP_DIR
         tmp.mkdir(parents=True, exist_ok=True)
         return tmp / f"{os.getpid()}-{uuid.uuid4().hex}{suffix}"
 
-    def publish(self, temp: Path, relative: str) -> Path:
-        """Move a finished temporary file to ``relative`` in one atomic rename."""
+    def publish(self, temp: Path, relative: str) -> None:
         target = self.path(relative)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temp, target)
-        return target
 
-    def write_atomic(self, relative: str, data: bytes) -> Path:
-        """Write ``data`` to ``relative`` so that readers see the old file or the whole new one."""
-        temp = self.new_temp(Path(relative).suffix)
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        return self.publish(temp, relative)
+    def read_bytes(self, relative: str) -> bytes | None:
+        try:
+            return self.path(relative).read_bytes()
+        except FileNotFoundError:
+            return None
 
-    def list_files(self, relative_dir: str, suffix: str) -> Iterator[Path]:
-        """Files directly under ``relative_dir`` whose names end with ``suffix``, sorted."""
-        folder = self.path(relative_dir)
-        if not folder.is_dir():
-            return iter(())
-        return iter(sorted(p for p in folder.iterdir() if p.name.endswith(suffix)))
+    def exists(self, relative: str) -> bool:
+        return self.path(relative).exists()
+
+    def listdir(self, relative: str = "") -> list[str]:
+        folder = self.path(relative)
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
     def remove(self, relative: str) -> None:
         self.path(relative).unlink(missing_ok=True)
 
+    def remove_tree(self, relative: str) -> None:
+        shutil.rmtree(self.path(relative), ignore_errors=True)
+
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
-        """Hold the exclusive lock ``name`` (an advisory file lock) for the block; other
-        processes asking for the same lock wait."""
+        """An advisory file lock: other processes asking for ``name`` wait."""
         folder = self.root / LOCK_DIR
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{partition_value(name)}.lock", "a+b") as handle:
@@ -104,9 +194,91 @@ class LocalStorage:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def stale_temps(self, older_than_s: float) -> list[Path]:
-        """Scratch files left by writers that died more than ``older_than_s`` ago."""
         folder = self.root / TMP_DIR
         if not folder.is_dir():
             return []
         cutoff = time.time() - older_than_s
         return [p for p in folder.iterdir() if p.stat().st_mtime < cutoff]
+
+
+class ObjectStorage(Storage):
+    """A warehouse under an object-store URI.
+
+    A file is uploaded whole under its final name (an object store shows a new object
+    all at once); the Delta log decides which objects are part of a table.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.location = uri.rstrip("/")
+        try:
+            self.filesystem, self.root = pafs.FileSystem.from_uri(self.location)
+        except (OSError, ValueError) as exc:
+            raise WarehouseError(f"cannot open the warehouse {self.location}: {exc}") from None
+        self.root = self.root.rstrip("/")
+        self._scratch = Path(tempfile.mkdtemp(prefix="kvtrace-"))
+
+    def _key(self, relative: str) -> str:
+        parts = [p for p in relative.split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise WarehouseError(f"path {relative!r} would leave the warehouse {self.location}")
+        return "/".join([self.root, *parts])
+
+    def uri(self, relative: str) -> str:
+        return "/".join([self.location, *[p for p in relative.split("/") if p]])
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        return self.filesystem, self.root
+
+    def duckdb_filesystem(self) -> Any:
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        return ArrowFSWrapper(self.filesystem)
+
+    def new_temp(self, suffix: str) -> Path:
+        return self._scratch / f"{os.getpid()}-{uuid.uuid4().hex}{suffix}"
+
+    def publish(self, temp: Path, relative: str) -> None:
+        try:
+            pafs.copy_files(str(temp), self._key(relative),
+                            source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.filesystem)
+        except OSError as exc:
+            raise WarehouseError(f"cannot upload {relative} to {self.location}: {exc}") from None
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def read_bytes(self, relative: str) -> bytes | None:
+        try:
+            with self.filesystem.open_input_stream(self._key(relative)) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise WarehouseError(f"cannot read {self.uri(relative)}: {exc}") from None
+
+    def exists(self, relative: str) -> bool:
+        info = self.filesystem.get_file_info(self._key(relative))
+        return info.type != pafs.FileType.NotFound
+
+    def listdir(self, relative: str = "") -> list[str]:
+        selector = pafs.FileSelector(self._key(relative), allow_not_found=True)
+        try:
+            infos = self.filesystem.get_file_info(selector)
+        except OSError as exc:
+            raise WarehouseError(f"cannot list {self.location}: {exc}") from None
+        return sorted(info.base_name for info in infos)
+
+    def remove(self, relative: str) -> None:
+        with suppress(FileNotFoundError):
+            self.filesystem.delete_file(self._key(relative))
+
+    def remove_tree(self, relative: str) -> None:
+        with suppress(FileNotFoundError):
+            self.filesystem.delete_dir(self._key(relative))
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        from kvtrace.warehouse.object_lock import hold
+
+        with hold(self, name):
+            yield

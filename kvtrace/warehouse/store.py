@@ -1,14 +1,13 @@
-"""Open a warehouse: its layout, manifest and commits.
+"""Open a warehouse: its layout, its tables and its commits.
 
-A warehouse is a folder of hive-partitioned Parquet files plus ``_manifest/``, one JSON
-file per commit listing the files that commit published.  Readers see exactly the files
-the manifest lists, so a writer that dies before its manifest record lands leaves
-nothing visible.
+A warehouse is a folder (or an object-store prefix) holding one Delta Lake table per
+kvtrace table, plus the journal ``_commits`` (`kvtrace.warehouse.journal`).  A commit
+writes finished Parquet files, adds them to each table's log, and becomes visible when
+its journal row lands; a writer that dies before then leaves nothing kvtrace shows.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -25,14 +24,25 @@ import pyarrow.parquet as pq
 
 from kvtrace import __version__
 from kvtrace.errors import WarehouseError
-from kvtrace.warehouse.schema import MANIFEST, TABLES, TableSpec
-from kvtrace.warehouse.storage import LOCK_DIR, TMP_DIR, LocalStorage, partition_value
+from kvtrace.warehouse import journal
+from kvtrace.warehouse.delta_log import DataFile, add_files, create_table, file_stats
+from kvtrace.warehouse.object_lock import LOCK_TABLE
+from kvtrace.warehouse.schema import TABLES, TableSpec
+from kvtrace.warehouse.storage import (
+    LOCK_DIR,
+    TMP_DIR,
+    LocalStorage,
+    Storage,
+    open_storage,
+    partition_value,
+)
 
-MANIFEST_DIR = "_manifest"
 SCHEMA_DIR = "_schema"
 MARKER = "kvtrace.json"
+FORMAT = 2  # 1: the manifest of kvtrace's own (converted by `kvtrace migrate`)
 PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
 _LIST_LEAVES = {"selected_pos", "hbm_hit_blocks", "local_pool_hit_blocks", "remote_pool_hit_blocks"}
+_OWN_ENTRIES = {MARKER, SCHEMA_DIR, TMP_DIR, LOCK_DIR, LOCK_TABLE, journal.JOURNAL, *TABLES}
 
 
 def _now() -> datetime:
@@ -43,7 +53,7 @@ def _now() -> datetime:
 class Commit:
     """Files written for one source (or one collector batch), published together.
 
-    Data files become visible only when `Warehouse.commit` writes the manifest record.
+    Data files become visible only when `Warehouse.commit` records the commit.
     """
 
     commit_id: str
@@ -51,8 +61,16 @@ class Commit:
     source_path: str | None = None
     source_sha256: str | None = None
     source_size: int | None = None
-    entries: list[dict[str, Any]] = field(default_factory=list)
+    operation: str = "ingest"
+    files: list[DataFile] = field(default_factory=list)
     open_files: list[TableFile] = field(default_factory=list)
+
+    @property
+    def app_id(self) -> str:
+        """The transaction id that makes the commit land once: one per source and run."""
+        if self.source_sha256:
+            return f"kvtrace-source:{self.run_id}:{self.source_sha256}"
+        return f"kvtrace-commit:{self.commit_id}"
 
 
 class TableFile:
@@ -96,7 +114,7 @@ class TableFile:
             return
         self._writer.close()
         self.warehouse._publish(self.commit, self.spec, self.temp, self._first,
-                                self.rows, self._request_range)
+                                self._request_range)
 
     def discard(self) -> None:
         if self in self.commit.open_files:
@@ -107,95 +125,124 @@ class TableFile:
 
 
 class Warehouse:
-    """A kvtrace warehouse rooted at ``path``.
+    """A kvtrace warehouse at ``location``: a folder, or an object-store URI.
 
     Parameters
     ----------
-    path
-        The warehouse folder.
+    location
+        The warehouse folder or URI (``s3://bucket/prefix``).
     create
-        Create the folder layout when it does not exist yet; otherwise a missing
-        warehouse is an error.
+        Create the warehouse when it does not exist yet; otherwise a missing warehouse
+        is an error.
+    as_of
+        Show the warehouse as it was at this version (read-only).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = False) -> None:
-        self.storage = LocalStorage(Path(path))
-        self.root = self.storage.root
-        if not (self.root / MARKER).is_file():
+    def __init__(self, location: str | os.PathLike[str], *, create: bool = False,
+                 as_of: int | None = None) -> None:
+        self.storage: Storage = open_storage(location)
+        self.location = self.storage.location
+        self.root = self.storage.root if isinstance(self.storage, LocalStorage) else None
+        self.as_of = as_of
+        self._snapshot: journal.Snapshot | None = None
+        marker = self.storage.read_bytes(MARKER)
+        if marker is None:
             if not create:
                 raise WarehouseError(
-                    f"no kvtrace warehouse at {self.root}; create one with 'kvtrace ingest'"
-                )
-            # Processes creating one warehouse at once only ever add kvtrace's own entries,
-            # and the marker is written by an atomic rename, so any of them may finish it.
-            self.root.mkdir(parents=True, exist_ok=True)
-            own = {MARKER, MANIFEST_DIR, SCHEMA_DIR, TMP_DIR, LOCK_DIR, *TABLES}
-            foreign = sorted(p.name for p in self.root.iterdir() if p.name not in own)
-            if foreign:
-                raise WarehouseError(
-                    f"{self.root} exists and is not a kvtrace warehouse (it holds "
-                    f"{foreign[0]}); choose an empty folder")
-            self.storage.write_atomic(MARKER, json.dumps({"format": 1}).encode())
+                    f"no kvtrace warehouse at {self.location}; create one with 'kvtrace ingest'")
+            self._create()
+        elif json.loads(marker).get("format") != FORMAT:
+            raise WarehouseError(
+                f"{self.location} is a warehouse of an earlier kvtrace (its own manifest); "
+                f"convert it with 'kvtrace -w {self.location} migrate'")
         self._ensure_schema_files()
 
     # -- layout ---------------------------------------------------------------------------
 
+    def _create(self) -> None:
+        """Lay out a new warehouse.  Processes creating one at once only ever add
+        kvtrace's own entries, and the marker comes last, so any of them may finish it."""
+        foreign = [name for name in self.storage.listdir() if name not in _OWN_ENTRIES]
+        if foreign:
+            raise WarehouseError(f"{self.location} exists and is not a kvtrace warehouse (it "
+                                 f"holds {foreign[0]}); choose an empty folder")
+        create_tables(self.storage)
+        self.storage.write_atomic(MARKER, json.dumps({"format": FORMAT}).encode())
+
     def _ensure_schema_files(self) -> None:
         """Keep one empty Parquet file per table, so every view has its columns when empty."""
+        filesystem, base = self.storage.arrow_filesystem()
         for spec in TABLES.values():
             relative = f"{SCHEMA_DIR}/{spec.name}.parquet"
-            target = self.root / relative
-            if target.is_file() and pq.read_schema(target).equals(spec.schema):
-                continue
+            try:
+                if pq.read_schema(f"{base}/{relative}", filesystem=filesystem).equals(spec.schema):
+                    continue
+            except (OSError, pa.ArrowInvalid):
+                pass
+            if self.as_of is not None:
+                continue  # a read-only view of the past writes nothing
             temp = self.storage.new_temp(".parquet")
             pq.write_table(spec.schema.empty_table(), temp)
             self.storage.publish(temp, relative)
 
-    def schema_file(self, table: str) -> Path:
-        return self.root / SCHEMA_DIR / f"{table}.parquet"
+    def uri(self, relative: str) -> str:
+        """The name DuckDB and Arrow read a warehouse file by."""
+        return self.storage.uri(relative)
 
-    # -- manifest ---------------------------------------------------------------------------
+    def schema_file(self, table: str) -> str:
+        return self.uri(f"{SCHEMA_DIR}/{table}.parquet")
 
-    def manifest(self) -> pa.Table:
-        """Every published file, one row each (the columns of `schema.MANIFEST`)."""
-        rows: list[dict[str, Any]] = []
-        for record in self.storage.list_files(MANIFEST_DIR, ".json"):
-            try:
-                commit = json.loads(record.read_bytes())
-            except (OSError, ValueError) as exc:
-                raise WarehouseError(f"manifest record {record.name} is unreadable: {exc}") from exc
-            rows.extend(commit["files"])
-        for row in rows:
-            row["created_at"] = datetime.fromisoformat(row["created_at"])
-        return pa.Table.from_pylist(rows, schema=MANIFEST)
+    # -- reading ----------------------------------------------------------------------------
 
-    def files(self, table: str) -> list[Path]:
-        """Absolute paths of the published files of ``table``."""
-        manifest = self.manifest()
-        paths = manifest.filter(pc.equal(manifest["table"], table))["path"].to_pylist()
-        return [self.root / p for p in sorted(set(paths))]
+    def snapshot(self) -> journal.Snapshot:
+        """What the warehouse shows: the ``as_of`` version, or the newest one (read again
+        when another commit has landed since)."""
+        if self.as_of is not None:
+            if self._snapshot is None:
+                self._snapshot = journal.load(self.storage, self.as_of)
+            return self._snapshot
+        newest = journal.open_table(self.storage, journal.JOURNAL)
+        if self._snapshot is None or newest is None or newest.version() != self._snapshot.version:
+            self._snapshot = journal.load(self.storage)
+        return self._snapshot
 
-    def run_files(self, run_id: str, table: str) -> list[Path]:
-        """Absolute paths of the published files of ``table`` that hold rows of ``run_id``."""
-        manifest = self.manifest()
-        chosen = manifest.filter(pc.and_(pc.equal(manifest["table"], table),
-                                         pc.equal(manifest["run_id"], run_id)))
-        return [self.root / p for p in sorted(set(chosen["path"].to_pylist()))]
+    @property
+    def version(self) -> int:
+        """The warehouse's version (its journal's): every commit adds one."""
+        return self.snapshot().version
+
+    def files(self, table: str) -> list[str]:
+        """Paths (relative to the root) of the visible files of ``table``."""
+        return self.snapshot().table_files(table)["path"].to_pylist()
+
+    def run_files(self, run_id: str, table: str) -> list[str]:
+        """Paths of the visible files of ``table`` that may hold rows of ``run_id`` (by
+        their statistics)."""
+        files = self.snapshot().table_files(table)
+        low, high = files["min_run_id"], files["max_run_id"]
+        covers = pc.or_kleene(pc.is_null(low), pc.and_(pc.less_equal(low, run_id),
+                                                        pc.greater_equal(high, run_id)))
+        return files.filter(covers)["path"].to_pylist()
+
+    def read_files(self, paths: list[str], **options: Any) -> pa.Table:
+        """``pyarrow.parquet.read_table`` over warehouse files (paths relative to the root)."""
+        filesystem, base = self.storage.arrow_filesystem()
+        return pq.read_table([f"{base}/{p}" for p in paths], filesystem=filesystem,
+                             partitioning=None, **options)
 
     def source_hashes(self, run_id: str, size: int) -> set[str]:
         """The sha256 of every source of ``size`` bytes already ingested into ``run_id``
         (none: a source of that size is surely new to it, without hashing it first)."""
-        manifest = self.manifest()
-        same = manifest.filter(pc.and_(pc.equal(manifest["source_size"], size),
-                                       pc.equal(manifest["run_id"], run_id)))
+        commits = self.snapshot().commits
+        same = commits.filter(pc.and_(pc.equal(commits["source_size"], size),
+                                      pc.equal(commits["run_id"], run_id)))
         return set(same["source_sha256"].to_pylist())
 
-    def fingerprint(self) -> str:
-        """A short hash of the manifest: equal fingerprints mean equal visible data."""
-        names = sorted(p.name for p in self.storage.list_files(MANIFEST_DIR, ".json"))
-        return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
-
     # -- writing -----------------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.as_of is not None:
+            raise WarehouseError(f"version {self.as_of} of {self.location} is read-only")
 
     def run_lock(self, run_id: str):
         """A context manager that holds ``run_id``'s lock: what one process reads of the
@@ -210,16 +257,17 @@ class Warehouse:
         source_path: str | None = None,
         source_sha256: str | None = None,
         source_size: int | None = None,
+        operation: str = "ingest",
     ) -> Commit:
         """Start a commit; pass it to `write` and then to `commit`.
 
         Scratch files that writers which died left more than a day ago are removed here.
         """
+        self._writable()
         for stale in self.storage.stale_temps(older_than_s=86_400):
             stale.unlink(missing_ok=True)
-        stamp = _now().strftime("%Y%m%dT%H%M%S%fZ")
-        commit_id = f"{stamp}-{os.getpid()}-{os.urandom(4).hex()}"
-        return Commit(commit_id, run_id, source_path, source_sha256, source_size)
+        return Commit(journal.new_commit_id(), run_id, source_path, source_sha256, source_size,
+                      operation)
 
     @contextmanager
     def transaction(self, run_id: str, *, source_path: str | None = None,
@@ -240,8 +288,8 @@ class Warehouse:
         """Write ``data`` (rows of one partition) as Parquet files of ``commit``: one, or
         for a large table one per core, encoded at once (`PARALLEL_FILE_BYTES`).
 
-        The files are complete on disk and renamed into their partition folder before
-        this returns, but stay invisible until the commit is recorded.
+        The files are complete in the warehouse before this returns, but stay invisible
+        until the commit is recorded.
         """
         if data.num_rows == 0:
             return
@@ -269,39 +317,45 @@ class Warehouse:
         return TableFile(self, commit, TABLES[table])
 
     def _publish(self, commit: Commit, spec: TableSpec, temp: Path, first: pa.Table,
-                 rows: int, request_range: list[int]) -> None:
+                 request_range: list[int]) -> None:
         relative = self._file_path(spec, commit, first, request_range)
-        size = temp.stat().st_size
+        data_file = DataFile(relative, temp.stat().st_size, 0, file_stats(pq.read_metadata(temp)))
+        data_file.rows = json.loads(data_file.stats)["numRecords"]
         self.storage.publish(temp, relative)
-        commit.entries.append({"table": spec.name, "path": relative, "rows": rows,
-                               "bytes": size})
+        commit.files.append(data_file)
 
-    def commit(self, commit: Commit) -> None:
-        """Make every file of ``commit`` visible at once by writing its manifest record."""
-        created = _now().isoformat()
-        files = [
-            {
-                "commit_id": commit.commit_id,
-                **entry,
-                "source_path": commit.source_path,
-                "source_sha256": commit.source_sha256,
-                "source_size": commit.source_size,
-                "run_id": commit.run_id,
-                "kvtrace_version": __version__,
-                "created_at": created,
-            }
-            for entry in commit.entries
-        ]
-        payload = json.dumps({"commit_id": commit.commit_id, "files": files}, indent=1)
-        self.storage.write_atomic(f"{MANIFEST_DIR}/{commit.commit_id}.json", payload.encode())
+    def commit(self, commit: Commit) -> bool:
+        """Add the files of ``commit`` to their tables and record it in the journal.
+
+        Returns False when the commit's source had already been recorded (by another
+        process ingesting the same bytes at once): it then adds nothing.
+        """
+        by_table: dict[str, list[DataFile]] = {}
+        for data_file in commit.files:
+            by_table.setdefault(data_file.table, []).append(data_file)
+        entries = []
+        for table, files in sorted(by_table.items()):
+            version, landed = add_files(self.storage, table, TABLES[table].schema, files,
+                                        commit.app_id, commit.commit_id)
+            if landed != commit.commit_id:  # the table holds another process's files
+                for data_file in files:
+                    self.storage.remove(data_file.path)
+            entries.append({"table": table, "version": version, "commit_id": landed,
+                            "files": len(files), "rows": sum(f.rows for f in files),
+                            "bytes": sum(f.size for f in files)})
+        row = {"commit_id": commit.commit_id, "operation": commit.operation,
+               "run_id": commit.run_id, "source_path": commit.source_path,
+               "source_sha256": commit.source_sha256, "source_size": commit.source_size,
+               "kvtrace_version": __version__, "created_at": _now(), "tables": entries}
+        return journal.append(self.storage, row, commit.app_id)
 
     def abort(self, commit: Commit) -> None:
         """Remove the files of a commit that will not be recorded."""
         for handle in list(commit.open_files):
             handle.discard()
-        for entry in commit.entries:
-            self.storage.remove(entry["path"])
-        commit.entries.clear()
+        for data_file in commit.files:
+            self.storage.remove(data_file.path)
+        commit.files.clear()
 
     def _file_path(self, spec: TableSpec, commit: Commit, first: pa.Table,
                    request_range: list[int]) -> str:
@@ -317,8 +371,15 @@ class Warehouse:
         name = partition_value(commit.run_id)
         if request_range:
             name += f"-r{request_range[0]}-{request_range[1]}"
-        name += f"-{commit.commit_id}-{len(commit.entries):04d}.parquet"
+        name += f"-{commit.commit_id}-{len(commit.files):04d}.parquet"
         return "/".join([*parts, name])
+
+
+def create_tables(storage: Storage) -> None:
+    """Create the journal and one empty Delta table per kvtrace table."""
+    journal.create(storage)
+    for spec in TABLES.values():
+        create_table(storage, spec.name, spec.schema)
 
 
 def _parallel_parts(data: pa.Table) -> int:

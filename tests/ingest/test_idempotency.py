@@ -127,7 +127,6 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
     same bytes are skipped and other bytes of the same size are ingested."""
     import hashlib
 
-    import pyarrow.compute as pc
 
     header = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     first = tmp_path / "trace" / "a.csv"
@@ -141,9 +140,9 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
         assert ingest(warehouse, [str(path)], run_name="arrivals").rows == 2
     assert ingest(warehouse, [str(first)], run_name="arrivals").files[0].status == (
         "already ingested")
-    manifest = warehouse.manifest()
-    rows = manifest.filter(pc.equal(manifest["table"], "workload_requests"))
-    recorded = set(rows["source_sha256"].to_pylist())
+    recorded = {sha for (sha,) in connect(warehouse).execute(
+        "SELECT DISTINCT source_sha256 FROM warehouse_files "
+        "WHERE table_name = 'workload_requests'").fetchall()}
     assert recorded == {hashlib.sha256(p.read_bytes()).hexdigest()
                         for p in (first, same_size)}
 
@@ -157,6 +156,6 @@ def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse,
         out.write("{not json\n")  # a quarantine row names the source by its hash too
     ingest(warehouse, [str(trace)])
     sha = hashlib.sha256(trace.read_bytes()).hexdigest()
-    assert set(warehouse.manifest()["source_sha256"].to_pylist()) == {sha}
+    assert set(warehouse.snapshot().commits["source_sha256"].to_pylist()) == {sha}
     con = connect(warehouse)
     assert con.execute("SELECT DISTINCT source_sha256 FROM quarantine").fetchall() == [(sha,)]

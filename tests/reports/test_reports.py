@@ -161,8 +161,9 @@ def test_the_same_warehouse_and_command_give_the_same_html(root, tmp_path):
 def test_reports_show_their_provenance_and_sql(root, tmp_path):
     html = _render(root, "pool", tmp_path / "pool.html")
     warehouse = Warehouse(root)
-    assert f"<dd>{warehouse.fingerprint()}</dd>" in html
-    assert "kvtrace -w " in html and " report pool --output " in html
+    assert f"<dd>{warehouse.version}</dd>" in html
+    assert f"kvtrace -w {warehouse.location} report pool --as-of {warehouse.version} " \
+           "--output pool.html" in html
     assert html.count("<details><summary>SQL</summary>") == html.count("<section ")
     assert "FROM pool_stuck_intervals(warmup_fraction := getvariable(" in html
     assert "cdn" not in html.lower().replace("cdna", "")

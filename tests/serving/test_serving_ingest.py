@@ -22,7 +22,9 @@ def test_pool_and_metrics_of_one_experiment_share_a_run(warehouse, tmp_path):
     assert pool_run == con.execute(
         "SELECT DISTINCT run_id, experiment FROM request_metrics").fetchall()
     assert pool_run[0][1] == "exp1"
-    assert next(iter((warehouse.root / "pool_snapshots").iterdir())).name.startswith("run=")
+    folders = [p.name for p in (warehouse.root / "pool_snapshots").iterdir()]
+    assert sorted(folders)[0] == "_delta_log"
+    assert all(name.startswith("run=") for name in sorted(folders)[1:])
 
 
 def test_aliases_and_wall_clock_stamps(warehouse, tmp_path):

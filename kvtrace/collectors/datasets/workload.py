@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kvtrace.collectors.datasets.burstgpt import Arrival, filler_prompt
 from kvtrace.errors import InputError
@@ -30,8 +29,7 @@ def workload_arrivals(warehouse: Warehouse, run: str, limit: int
     """The first ``limit`` requests of the workload run named ``run`` (name or id)."""
     run_id = _run_id(warehouse, run)
     files = warehouse.run_files(run_id, "workload_requests")
-    table = pq.read_table(files, partitioning=None).filter(pc.equal(pc.field("run_id"),
-                                                                    run_id))
+    table = warehouse.read_files(files).filter(pc.equal(pc.field("run_id"), run_id))
     table = table.sort_by("request_idx").slice(0, limit)
     arrivals = []
     for i, row in enumerate(table.to_pylist()):
@@ -65,9 +63,8 @@ def _block_text(hash_id: int, size: int) -> str:
 
 def _run_id(warehouse: Warehouse, run: str) -> str:
     """The id of an ingested workload run given by id or by name."""
-    manifest = warehouse.manifest()
-    runs = set(manifest.filter(pc.equal(manifest["table"], "workload_requests"))["run_id"]
-               .to_pylist())
+    runs = {commit["run_id"] for commit in warehouse.snapshot().commits.to_pylist()
+            if any(entry["table"] == "workload_requests" for entry in commit["tables"])}
     for candidate in (run, make_run_id(run, "ingest")):
         if candidate in runs:
             return candidate

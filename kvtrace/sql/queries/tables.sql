@@ -1,6 +1,6 @@
 -- The warehouse tables as views, one row per logical record.
 --
--- kvtrace reads only files that the manifest lists (see `manifest`); the raw
+-- kvtrace reads only the files of one warehouse version (see `warehouse_files`); the raw
 -- files are the private views `_<table>_files`.  Several ingests may describe the same
 -- run or request (for example the block16/ and block64/ folders of one run): these views
 -- keep one row per key.

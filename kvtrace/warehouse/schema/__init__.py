@@ -2,7 +2,6 @@
 
 from kvtrace.warehouse.schema.core import (
     INGEST_CHECKS,
-    MANIFEST,
     QUARANTINE,
     REQUESTS,
     RUNS,
@@ -23,4 +22,4 @@ TABLES: dict[str, TableSpec] = {
     )
 }
 
-__all__ = ["MANIFEST", "TABLES", "TableSpec"]
+__all__ = ["TABLES", "TableSpec"]

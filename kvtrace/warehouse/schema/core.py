@@ -1,4 +1,4 @@
-"""Tables every trace family shares: runs, requests, the quarantine and the manifest."""
+"""Tables every trace family shares: runs, requests, the quarantine and ingest checks."""
 
 from __future__ import annotations
 
@@ -98,20 +98,4 @@ INGEST_CHECKS = TableSpec(
             ("recomputed_value", pa.float64()),
         ]
     ),
-)
-
-MANIFEST = pa.schema(
-    [
-        ("commit_id", pa.string()),
-        ("table", pa.string()),
-        ("path", pa.string()),
-        ("rows", pa.int64()),
-        ("bytes", pa.int64()),
-        ("source_path", pa.string()),
-        ("source_sha256", pa.string()),
-        ("source_size", pa.int64()),
-        ("run_id", pa.string()),
-        ("kvtrace_version", pa.string()),
-        ("created_at", pa.timestamp("us", tz="UTC")),
-    ]
 )

@@ -1,0 +1,137 @@
+"""kvtrace's tables as Delta Lake tables: creating them, adding files, listing a version.
+
+Every table lives in ``<warehouse>/<table>/`` with its log in ``_delta_log/``.  kvtrace
+writes the Parquet files itself (its tuned encodings) and adds them to the log in one
+commit per table, carrying an application transaction id: a commit whose id the table
+already holds is not made again, which is how one source lands once however many
+processes ingest it.  No Delta partition columns are declared: the partition folders are
+part of the file names and the columns stay inside the files, where every reader finds
+them; per-file statistics let engines skip files instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+from kvtrace.errors import WarehouseError
+from kvtrace.warehouse.storage import Storage
+
+COMMIT_ID_KEY = "kvtrace.commit_id"
+APP_ID_KEY = "kvtrace.app_id"
+
+
+@dataclass
+class DataFile:
+    """A finished Parquet file of a table, named relative to the warehouse root."""
+
+    path: str  # "<table>/<partition folders>/<name>.parquet"
+    size: int
+    rows: int
+    stats: str  # Delta's per-file statistics, JSON
+
+    @property
+    def table(self) -> str:
+        return self.path.split("/", 1)[0]
+
+
+def file_stats(metadata: pq.FileMetaData) -> str:
+    """Delta statistics of a Parquet file from its footer: row count, null counts, and
+    minimum and maximum of its integer and string columns (exact: taken from every row
+    group, and left out where a row group has none)."""
+    schema = metadata.schema.to_arrow_schema()
+    nulls: dict[str, int] = {}
+    lows: dict[str, Any] = {}
+    highs: dict[str, Any] = {}
+    for index, field in enumerate(schema):
+        if pa.types.is_nested(field.type):
+            continue
+        column_stats = [metadata.row_group(g).column(index).statistics
+                        for g in range(metadata.num_row_groups)]
+        if all(s is not None and s.has_null_count for s in column_stats):
+            nulls[field.name] = sum(s.null_count for s in column_stats)
+        ranged = pa.types.is_integer(field.type) or pa.types.is_string(field.type)
+        if ranged and column_stats and all(s is not None and s.has_min_max for s in column_stats):
+            lows[field.name] = min(s.min for s in column_stats)
+            highs[field.name] = max(s.max for s in column_stats)
+    return json.dumps({"numRecords": metadata.num_rows, "minValues": lows,
+                       "maxValues": highs, "nullCount": nulls})
+
+
+def open_table(storage: Storage, name: str, version: int | None = None) -> DeltaTable | None:
+    """The Delta table ``name`` (at ``version``), or None when it was never created."""
+    try:
+        table = DeltaTable(storage.uri(name), storage_options=storage.storage_options())
+    except TableNotFoundError:
+        return None
+    if version is not None:
+        table.load_as_version(version)
+    return table
+
+
+def create_table(storage: Storage, name: str, schema: pa.Schema) -> None:
+    """Create the empty table ``name`` unless it exists (several processes may race)."""
+    try:
+        DeltaTable.create(storage.uri(name), schema=schema, mode="ignore",
+                          storage_options=storage.storage_options())
+    except (CommitFailedError, DeltaError) as exc:
+        if open_table(storage, name) is None:
+            raise WarehouseError(f"cannot create table {name} in {storage.location}: "
+                                 f"{exc}") from None
+
+
+def add_files(storage: Storage, name: str, schema: pa.Schema, files: list[DataFile],
+              app_id: str, commit_id: str) -> tuple[int, str]:
+    """Add ``files`` to table ``name`` in one commit unless the table already holds the
+    transaction ``app_id``.
+
+    Returns the table version to read and the id of the commit whose files the table
+    holds for ``app_id``: ours, or that of the process that got there first.
+    """
+    actions: list[AddAction | RemoveAction] = [
+        AddAction(f.path.split("/", 1)[1], f.size, {}, 0, True, f.stats) for f in files]
+    while True:
+        table = open_table(storage, name)
+        if table is None:
+            create_table(storage, name, schema)
+            continue
+        if table.transaction_version(app_id) is not None:
+            return table.version(), _committer(table, app_id)
+        try:
+            table.create_write_transaction(
+                actions, mode="append", schema=schema,
+                commit_properties=CommitProperties(
+                    custom_metadata={COMMIT_ID_KEY: commit_id, APP_ID_KEY: app_id},
+                    app_transactions=[Transaction(app_id, 1)]))
+        except CommitFailedError:
+            continue  # a concurrent commit: look again whether it was this transaction
+        return open_table(storage, name).version(), commit_id  # type: ignore[union-attr]
+
+
+def _committer(table: DeltaTable, app_id: str) -> str:
+    """The kvtrace commit id of the table commit that carried ``app_id``."""
+    for entry in table.history():
+        if entry.get(APP_ID_KEY) == app_id:
+            return str(entry[COMMIT_ID_KEY])
+    raise WarehouseError(f"table {table.table_uri} holds transaction {app_id} but not the "
+                         "commit that made it")
+
+
+def active_files(table: DeltaTable) -> pa.Table:
+    """The files of the table's loaded version: path (relative to the table), size_bytes,
+    num_records, and the run_id range when the statistics hold it."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = {"path": actions["path"], "size_bytes": actions["size_bytes"],
+               "num_records": actions["num_records"]}
+    for bound in ("min", "max"):
+        name = f"{bound}.run_id"
+        columns[f"{bound}_run_id"] = (actions[name] if name in actions.column_names
+                                      else pa.nulls(actions.num_rows, pa.string()))
+    return pa.table(columns)
