@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -16,10 +17,37 @@ import pytest
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
+ON_S3 = os.environ.get("KVTRACE_TEST_STORAGE") == "s3"
+S3_BUCKET = "kvtrace-tests"
+local_only = pytest.mark.skipif(ON_S3, reason="looks at the warehouse's files on local disk")
+
+
+def warehouse_at(folder: Path) -> str:
+    """Where a test's warehouse lives: ``folder``, or with ``KVTRACE_TEST_STORAGE=s3`` a
+    prefix of the test S3 server named after it (the whole suite runs on either)."""
+    if not ON_S3:
+        return str(folder)
+    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:16]
+    return f"s3://{S3_BUCKET}/{digest}/{folder.name}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def s3_server():
+    """With ``KVTRACE_TEST_STORAGE=s3``: an S3-compatible server on loopback (moto), its
+    address and credentials in the environment that kvtrace and its subprocesses read."""
+    if not ON_S3:
+        yield None
+        return
+    from tests.s3_server import S3Server
+
+    with S3Server() as server:
+        server.create_bucket(S3_BUCKET)
+        yield server
+
 
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Warehouse:
-    return Warehouse(tmp_path / "wh", create=True)
+    return Warehouse(warehouse_at(tmp_path / "wh"), create=True)
 
 
 def seed_record(request_id: int, layer: int, step: int, positions: list[int], *,

@@ -13,7 +13,7 @@ import pytest
 from typer.main import get_command
 
 from kvtrace.cli import app
-from tests.conftest import run_kvtrace, seed_record, write_jsonl
+from tests.conftest import run_kvtrace, seed_record, warehouse_at, write_jsonl
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -26,7 +26,7 @@ def kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 @pytest.fixture
 def loaded(tmp_path, synthetic_trace):
     trace = synthetic_trace("cli", requests=2, steps=2, layers=3, prompt_tokens=400)
-    root = tmp_path / "wh"
+    root = warehouse_at(tmp_path / "wh")
     result = kvtrace("-w", str(root), "-q", "ingest", str(trace))
     assert result.returncode == 0, result.stderr
     return root
@@ -34,7 +34,7 @@ def loaded(tmp_path, synthetic_trace):
 
 def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", [seed_record(0, 0, 9, [1]), "{broken"])
-    root = str(tmp_path / "wh")
+    root = warehouse_at(tmp_path / "wh")
     lenient = kvtrace("-w", root, "-q", "ingest", str(path))
     assert lenient.returncode == 0
     assert "1 rows ingested, 1 line(s) rejected" in lenient.stdout
@@ -52,7 +52,7 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
 ])
 def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
     (tmp_path / "other.jsonl").write_text('{"hello": "world"}\n')
-    result = kvtrace("-w", str(tmp_path / "wh"), *args, cwd=tmp_path)
+    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), *args, cwd=tmp_path)
     assert result.returncode in (1, 2)
     assert result.stderr.startswith(message)
     if args == ["ingest", "other.jsonl"]:
@@ -119,37 +119,38 @@ def test_collect_pool_polls_and_reports(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = kvtrace("-w", str(tmp_path / "wh"), "collect", "pool", "--endpoint",
+    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "pool", "--endpoint",
                      f"decode-0=http://127.0.0.1:{port}/server_info", "--interval", "0.2",
                      "--duration", "0.5", "--run-name", "cli-poll")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("polled 1 worker(s): ")
-    refused = kvtrace("-w", str(tmp_path / "wh"), "collect", "pool", "--endpoint",
+    refused = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "pool", "--endpoint",
                       "http://127.0.0.1:1/x", "--interval", "1", "--timeout", "2")
     assert refused.returncode == 1 and "below the interval" in refused.stderr
 
 
 def test_collect_dsa_traces_a_small_ruler_run(tmp_path):
-    result = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--limit", "2",
+    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--limit", "2",
                      "--ruler-length", "600", "--max-new-tokens", "3", "--layers", "2",
                      "--topk", "64", "--block-size", "16", "--run-name", "cli-dsa")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("2 request(s) traced, 0 skipped, 6 tokens")
-    rows = kvtrace("-w", str(tmp_path / "wh"), "sql",
+    rows = kvtrace("-w", warehouse_at(tmp_path / "wh"), "sql",
                    "SELECT count(*) AS n, max(len(selected_pos)) AS k FROM dsa_steps",
                    "-f", "csv").stdout
     assert rows.splitlines()[1] == "8,64"  # 2 requests x 2 decode steps x 2 layers
-    bad = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
+    bad = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
     assert bad.returncode == 2 and "'mmlu' is not one of 'ruler', 'sharegpt'" in bad.stderr
-    chat = kvtrace("-w", str(tmp_path / "wh"), "collect", "dsa", "--dataset", "sharegpt",
+    chat = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--dataset", "sharegpt",
                    "--data-file", "tests/data/sharegpt_format_dummy_conversation.json",
                    "--turn-mode", "per_user_turn", "--limit", "3", "--max-new-tokens", "2",
                    "--layers", "1", "--topk", "32", "--run-name", "cli-chat",
                    cwd=Path(__file__).parent.parent)
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.startswith("3 request(s) traced")
-    variant = kvtrace("-w", str(tmp_path / "wh"), "sql", "SELECT dataset_variant FROM runs "
-                      "WHERE run_name = 'cli-chat'", "-f", "csv").stdout.splitlines()[1].strip('"')
+    variant = kvtrace("-w", warehouse_at(tmp_path / "wh"), "sql",
+                      "SELECT dataset_variant FROM runs WHERE run_name = 'cli-chat'",
+                      "-f", "csv").stdout.splitlines()[1].strip('"')
     assert variant.startswith("sharegpt_format_dummy_conversation.json (sha256 ")
 
 

@@ -8,14 +8,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvtrace.ingest import ingest
-from tests.conftest import seed_record, write_jsonl
+from tests.conftest import local_only, seed_record, write_jsonl
 
 
 @pytest.fixture
 def root(warehouse, tmp_path):
     records = [seed_record(r, layer, 99, [1, 5, 40]) for r in range(3) for layer in range(500)]
     ingest(warehouse, [str(write_jsonl(tmp_path / "trace.jsonl", records))])
-    return str(warehouse.root)
+    return warehouse.location
 
 
 def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(root, cli, tmp_path):
@@ -30,9 +30,10 @@ def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(root, cli, tmp
     assert status == 0 and "physical_plan" in out
 
 
+@local_only
 def test_output_inside_the_warehouse_is_refused_and_errors_name_the_real_path(
         root, cli, tmp_path):
-    inside = f"{root}/_manifest/evil.csv"
+    inside = f"{root}/_commits/evil.csv"
     status, _, err = cli("-w", root, "sql", "SELECT 1", "-f", "csv", "-o", inside)
     assert status == 1 and "inside the warehouse" in err
     missing = tmp_path / "no-such-folder" / "out.csv"

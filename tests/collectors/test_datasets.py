@@ -13,6 +13,7 @@ from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.errors import InputError
 from kvtrace.sql import connect
+from tests.conftest import warehouse_at
 
 SHAREGPT = Path(__file__).parent.parent / "data" / "sharegpt_format_dummy_conversation.json"
 
@@ -206,7 +207,7 @@ def test_hf_datasets_load_through_the_datasets_library(tmp_path):
     folder.mkdir()
     (folder / "data.json").write_text(json.dumps(
         [_longbench_record(i, length) for i, length in enumerate(["short", "long", "short"])]))
-    root = str(tmp_path / "wh")
+    root = warehouse_at(tmp_path / "wh")
     result = kvtrace("-w", root, "collect", "dsa", "--dataset", "longbench-v2",
                      "--hf-dataset", str(folder), "--length", "short", "--layers", "1",
                      "--max-new-tokens", "2", "--limit", "5")

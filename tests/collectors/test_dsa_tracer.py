@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from kvtrace.collectors.dsa_tracer import DsaTracer, prefix_hashes
-from kvtrace.errors import InputError
+from kvtrace.errors import InputError, WarehouseError
 from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
+from tests.conftest import warehouse_at
 
 
 def _trace(warehouse, *, requests=2, steps=3, layers=4, k=48, prompt=200, seed=0, **options):
@@ -143,7 +144,7 @@ def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
 
 
 def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
-    root = tmp_path / "wh"
+    root = warehouse_at(tmp_path / "wh")
     Warehouse(root, create=True)
     script = (
         "import sys\n"
@@ -176,7 +177,7 @@ def test_rank_and_world_size_default_to_the_torchrun_environment(warehouse, monk
 
 
 def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
-    root = tmp_path / "wh"
+    root = warehouse_at(tmp_path / "wh")
     Warehouse(root, create=True)
     script = (
         "import sys, time\n"
@@ -198,7 +199,7 @@ def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
     import time
 
     deadline = time.monotonic() + 60  # the first commit may wait for a cold numba cache
-    while not any((root / "_manifest").glob("*.json")) and time.monotonic() < deadline:
+    while _version(root) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.2)  # and the collector goes on writing: killed mid-batch
     os.kill(proc.pid, signal.SIGKILL)
@@ -294,3 +295,11 @@ def test_a_writer_failing_at_the_last_commit_is_raised_by_close_without_hanging(
     assert not closer.is_alive(), "close() hangs when the final commit fails"
     assert len(raised) == 1 and "No space left" in str(raised[0])
     assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (0,)
+
+
+def _version(location: str) -> int:
+    """The warehouse's version, 0 while it does not exist yet."""
+    try:
+        return Warehouse(location).version
+    except WarehouseError:
+        return 0

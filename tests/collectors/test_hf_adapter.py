@@ -13,6 +13,7 @@ from kvtrace.collectors.hf_adapter import HfCausalLM
 from kvtrace.collectors.tokenizer_file import TokenizerFile
 from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
+from tests.conftest import warehouse_at
 from tests.test_cli import kvtrace
 
 WORDS = ("the", "a", "needle", "haystack", "magic", "number", "is", "one", "of", "special",
@@ -53,7 +54,7 @@ def test_traced_top_k_is_the_head_summed_attention_of_the_last_query(tiny_llama,
     model = HfCausalLM(tiny_llama, index_topk=6)
     tokenizer = TokenizerFile(tiny_llama / "tokenizer.json")
     prompt_text = " ".join(WORDS * 2)
-    warehouse = Warehouse(tmp_path / "wh", create=True)
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
     collect_dsa(warehouse, [DatasetRequest(0, prompt_text)], model=model, tokenizer=tokenizer,
                 run_name="hf", dataset="unit", block_sizes=(4,), max_new_tokens=4,
                 scores="full")
@@ -82,7 +83,7 @@ def test_traced_top_k_is_the_head_summed_attention_of_the_last_query(tiny_llama,
 
 
 def test_collect_cli_runs_a_model_folder_with_its_tokenizer(tiny_llama, tmp_path):
-    root = tmp_path / "wh"
+    root = warehouse_at(tmp_path / "wh")
     result = kvtrace("-w", str(root), "collect", "dsa", "--model", str(tiny_llama),
                      "--dataset", "ruler", "--ruler-length", "60", "--limit", "2",
                      "--max-new-tokens", "3", "--topk", "8")
@@ -95,7 +96,7 @@ def test_collect_cli_runs_a_model_folder_with_its_tokenizer(tiny_llama, tmp_path
 
 
 def test_missing_tokenizers_and_models_are_one_clear_error(tmp_path):
-    root = str(tmp_path / "wh")
+    root = warehouse_at(tmp_path / "wh")
     missing = kvtrace("-w", root, "collect", "dsa", "--tokenizer", str(tmp_path / "no.json"))
     assert missing.returncode == 1 and missing.stderr.startswith("Error: cannot read ")
     assert len(missing.stderr.splitlines()) == 1

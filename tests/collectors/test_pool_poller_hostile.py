@@ -15,6 +15,7 @@ import pytest
 
 from kvtrace.collectors.pool_poller import MAX_BODY_BYTES, Endpoint, poll_once, poll_pool
 from kvtrace.sql import connect
+from tests.conftest import warehouse_at
 
 GOOD = json.dumps({"internal_states": [{"session_cache": {
     "held_tokens": 100, "available_tokens": 900, "capacity_tokens": 2000,
@@ -118,7 +119,7 @@ def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_p
     import subprocess
     import sys
 
-    root = tmp_path / "wh"
+    root = warehouse_at(tmp_path / "wh")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvtrace", "-w", str(root), "-q", "collect", "pool",
          "--endpoint", f"good={server}/good", "--endpoint", f"drip={server}/drip",

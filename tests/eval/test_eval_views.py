@@ -9,7 +9,7 @@ import pytest
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
-from tests.conftest import write_jsonl
+from tests.conftest import warehouse_at, write_jsonl
 
 
 def _sample(index: int, pred: str | None, outputs: list[str], length: int = 3900) -> dict:
@@ -92,11 +92,11 @@ def test_rulers_summary_csv_is_checked_against_the_recomputed_scores(cli, tmp_pa
     folder = _pred_folder(tmp_path / "ruler_4k", [True, False, True])
     (folder / "summary.csv").write_text("Tasks,niah_single_1,qa_1\nScore,66.67,50.0\n"
                                         "Nulls,0/3,1/3\n")
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "ingest", str(folder))
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(folder))
     assert status == 0
     assert "ruler_score:qa_1: the source says 50, kvtrace recomputes 33.33" in out
     assert "ruler_score:niah_single_1" not in out  # 66.67 agrees
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT statistic, source_value, recomputed_value FROM ingest_checks",
                          "-f", "csv")
     assert out.splitlines()[1:] == ["ruler_score:qa_1,50.0,33.33"]

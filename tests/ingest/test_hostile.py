@@ -71,7 +71,7 @@ def test_a_truncated_gzip_keeps_its_complete_lines_and_says_so(warehouse):
 
 
 def test_a_corrupt_gzip_is_one_sentence_naming_the_file(warehouse, cli):
-    status, _, err = cli("-w", str(warehouse.root), "ingest",
+    status, _, err = cli("-w", warehouse.location, "ingest",
                          str(HOSTILE / "corrupt_crc.jsonl.gz"))
     assert status == 1
     assert err.startswith("Error: ") and "corrupt_crc.jsonl.gz: corrupt gzip data" in err
@@ -92,7 +92,7 @@ def test_an_unknown_file_in_a_folder_says_what_was_committed(warehouse, tmp_path
     folder = tmp_path / "mixed"
     write_jsonl(folder / "a.jsonl", [seed_record(0, 0, 99, [1])])
     write_jsonl(folder / "b.jsonl", [{"what": "not a trace"}])
-    status, _, err = cli("-w", str(warehouse.root), "ingest", str(folder))
+    status, _, err = cli("-w", warehouse.location, "ingest", str(folder))
     assert status == 1
     assert "b.jsonl is not a trace kvtrace knows" in err
     assert "1 file(s) before it were ingested and committed" in err

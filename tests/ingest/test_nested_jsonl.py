@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
-from tests.conftest import write_jsonl
+from tests.conftest import warehouse_at, write_jsonl
 
 
 def nested(request: str, layer: int, decode_step: int, position: int, positions: list[int],
@@ -64,7 +64,7 @@ def test_files_of_one_run_ingested_at_once_never_share_a_request_id(tmp_path):
 
     from kvtrace.warehouse import Warehouse
 
-    root = tmp_path / "wh"
+    root = warehouse_at(tmp_path / "wh")
     Warehouse(root, create=True)
     paths = []
     for side in "ab":

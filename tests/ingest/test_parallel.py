@@ -9,6 +9,7 @@ from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
+from tests.conftest import warehouse_at
 
 TABLES = ("dsa_steps", "timeline_events", "runs")
 
@@ -49,7 +50,7 @@ def test_two_jobs_store_what_one_job_stores(tmp_path, sources):
 def test_a_bad_file_among_parallel_ones_is_reported_and_the_good_ones_land(tmp_path, sources):
     bad = tmp_path / "profiles" / "rank9.pt.trace.json"
     bad.write_text('{"traceEvents": 5}')
-    warehouse = Warehouse(tmp_path / "wh", create=True)
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
     with pytest.raises(InputError, match=r"traceEvents is not a list .*3 file\(s\) before"):
         ingest(warehouse, sources, jobs=2)
     assert ingest(warehouse, sources[:1] + [str(p) for p in sorted(

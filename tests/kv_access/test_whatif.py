@@ -122,12 +122,12 @@ def test_tier_strings_that_do_not_parse_are_one_sentence(text, message):
 
 
 def test_the_command_prints_both_tables_and_writes_csv(example, cli, tmp_path):
-    status, out, err = cli("-w", str(example.root), "whatif", "--block-size", "16",
+    status, out, err = cli("-w", example.location, "whatif", "--block-size", "16",
                            "--tier", "hbm:2:1:0", "--tier", "remote:inf:1:10")
     assert status == 0, err
     assert "accesses_served" in out and "hbm_blocks_for_90pct" in out
     target = tmp_path / "whatif.csv"
-    status, _, err = cli("-w", str(example.root), "whatif", "--block-size", "16",
+    status, _, err = cli("-w", example.location, "whatif", "--block-size", "16",
                          "--bytes-per-token", "1000", "--tier", "hbm:2:1:0",
                          "--tier", "remote:inf:1:10", "--format", "csv", "-o", str(target))
     assert status == 0, err
@@ -145,12 +145,12 @@ def test_the_command_prints_both_tables_and_writes_csv(example, cli, tmp_path):
     (["--block-size", "0"], "block size must be a positive number"),
 ])
 def test_bad_arguments_get_one_sentence_and_a_non_zero_exit(example, cli, args, message):
-    status, out, err = cli("-w", str(example.root), "whatif", *args)
+    status, out, err = cli("-w", example.location, "whatif", *args)
     assert status != 0
     assert message in err
     assert "Traceback" not in err + out
 
 
 def test_a_warehouse_without_dsa_rows_says_so(warehouse, cli):
-    status, _, err = cli("-w", str(warehouse.root), "whatif")
+    status, _, err = cli("-w", warehouse.location, "whatif")
     assert status == 1 and err.strip() == "Error: no DSA rows to simulate"

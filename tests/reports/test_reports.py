@@ -18,6 +18,7 @@ from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
+from tests.conftest import warehouse_at
 from tests.reports.browser import open_report
 from tests.serving.fixtures import pool_rows, request_rows, write
 from tests.test_cli import kvtrace
@@ -44,10 +45,11 @@ COMMANDS = {
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
+def root(tmp_path_factory) -> str:
     """A warehouse with two DSA runs (one with a hostile dataset name and prefix hits)
     and two serving experiments."""
-    root = tmp_path_factory.mktemp("reports") / "wh"
+    folder = tmp_path_factory.mktemp("reports")
+    root = warehouse_at(folder / "wh")
     warehouse = Warehouse(root, create=True)
     tokenizer = ByteTokenizer()
     conversations, _ = load_conversations(SHAREGPT)
@@ -59,7 +61,7 @@ def root(tmp_path_factory) -> Path:
                 dataset="ruler", block_sizes=(64,), max_new_tokens=6)
     collect_dsa(warehouse, niah, model=DsaRef(CONFIG, seed=1), tokenizer=tokenizer,
                 run_name="niah-b", dataset="ruler", block_sizes=(64,), max_new_tokens=6)
-    workload = root.parent / "workload"
+    workload = folder / "workload"
     workload.mkdir()
     mooncake = (Path(__file__).parent.parent / "data" / "mooncake_conversation_trace.jsonl")
     (workload / "mooncake.jsonl").write_text("\n".join(
@@ -70,11 +72,11 @@ def root(tmp_path_factory) -> Path:
                        str(workload / "request_metrics.csv")])
     ingest(warehouse, [str(Path(__file__).parent.parent / "data" /
                            "kineto_sampled_rank0.json.gz")], run_name="hta-sample")
-    profile = root.parent / "profile" / "rank0.pt.trace.json"
+    profile = folder / "profile" / "rank0.pt.trace.json"
     profile.parent.mkdir()
     write_timeline_trace(profile, TimelineShape(comm_us=40, comm_hidden_us=30))
     ingest(warehouse, [str(profile)], run_name="offload-decode")
-    folder = root.parent / "serving"
+    folder = folder / "serving"
     for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
         write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
         write(folder / f"{experiment}_metrics.jsonl", [
@@ -187,7 +189,7 @@ def test_selections_that_match_nothing_are_one_clear_error(root, tmp_path):
 
 
 def test_the_demo_ends_by_writing_its_dsa_report(tmp_path):
-    result = kvtrace("-w", str(tmp_path / "wh"), "demo")
+    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "demo")
     assert result.returncode == 0, result.stderr
     report = tmp_path / "kvtrace-demo-report.html"
     assert f"Report:    {report}" in result.stdout

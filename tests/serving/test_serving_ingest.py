@@ -6,9 +6,11 @@ import json
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
+from tests.conftest import local_only
 from tests.serving.fixtures import request_rows, write
 
 
+@local_only
 def test_pool_and_metrics_of_one_experiment_share_a_run(warehouse, tmp_path):
     write(tmp_path / "exp1_1p7d_pool_timeseries.jsonl",
           [{"worker_id": "decode-0", "t_s": 1.0, "held_tokens": 1, "available_tokens": 2,

@@ -16,6 +16,7 @@ from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
+from tests.conftest import warehouse_at
 
 hta = pytest.importorskip("hta.trace_analysis")
 
@@ -47,7 +48,7 @@ def _hta(folder: Path) -> dict:
 
 
 def _kvtrace(folder: Path, tmp_path: Path) -> dict:
-    warehouse = Warehouse(tmp_path / "wh", create=True)
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
     ingest(warehouse, [str(folder)])
     con = connect(warehouse)
     try:

@@ -13,6 +13,7 @@ from kvtrace.synthetic.timeline import (
     write_timeline_trace,
 )
 from kvtrace.warehouse import Warehouse
+from tests.conftest import warehouse_at
 
 # One iteration, two layers, one kernel each, times relative to the iteration's start:
 #   HtoD 0    [0, 60)     layer 0's blocks, nothing to hide behind
@@ -32,7 +33,7 @@ def _ingest(tmp_path, shape: TimelineShape, ranks: int = 1):
     for rank in range(ranks):
         write_timeline_trace(folder / f"rank{rank}.pt.trace.json.gz", shape, rank=rank,
                              world_size=ranks)
-    warehouse = Warehouse(tmp_path / "wh", create=True)
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
     ingest(warehouse, [str(folder)])
     return connect(warehouse)
 

@@ -11,6 +11,7 @@ import pytest
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
+from tests.conftest import warehouse_at
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -139,7 +140,7 @@ def test_event_boundaries_inside_events_do_not_cut_them(tmp_path, monkeypatch):
 def test_a_profiler_trace_name_on_something_else_is_one_clear_error(cli, tmp_path, content):
     trace = tmp_path / "rank0.pt.trace.json"
     trace.write_bytes(content)
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace))
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace))
     assert status == 1 and err.startswith("Error: ") and "Traceback" not in err
     assert "rank0.pt.trace.json holds no JSON object; a Chrome trace is one" in err
 
@@ -147,10 +148,10 @@ def test_a_profiler_trace_name_on_something_else_is_one_clear_error(cli, tmp_pat
 def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
     trace = _trace(tmp_path / "cut.pt.trace.json")
     trace.write_text(trace.read_text()[:-60])
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace))
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace))
     assert status == 1 and "cut.pt.trace.json is cut short or not JSON" in err
     assert "Traceback" not in err
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT count(*) FROM timeline_events", "-f", "csv")
     assert out.splitlines()[1] == "0"
 

@@ -12,6 +12,7 @@ import pytest
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
+from tests.conftest import warehouse_at
 
 DATA = Path(__file__).parent.parent / "data"
 MOONCAKE = DATA / "mooncake_conversation_trace.jsonl"
@@ -22,7 +23,7 @@ AZURE = DATA / "azure_llm_inference_code.csv"
 def traces(tmp_path_factory):
     from kvtrace.warehouse import Warehouse
 
-    warehouse = Warehouse(tmp_path_factory.mktemp("workload") / "wh", create=True)
+    warehouse = Warehouse(warehouse_at(tmp_path_factory.mktemp("workload") / "wh"), create=True)
     report = ingest(warehouse, [str(MOONCAKE), str(AZURE)])
     assert [(f.fmt, f.rows, f.rejected) for f in report.files] == [
         ("mooncake", 12031, 0), ("azure", 8819, 0)]
@@ -129,17 +130,17 @@ def test_bad_rows_are_quarantined_and_the_rest_kept(cli, tmp_path):
         "2023-11-16 18:17:02.0000000,100,8\n"  # earlier than the request before it
         "yesterday,100,8\n"
         "2023-11-16 18:17:05.9799600,2000,20\n")
-    status, out, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace))
+    status, out, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace))
     assert status == 0, err
     assert "2 rows into run azure_mini" in out and "4 line(s) rejected" in out
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT line_no, reason FROM quarantine ORDER BY line_no", "-f", "csv")
     assert out.splitlines()[1:] == [
         "3,input_tokens is negative",
         "4,input_tokens is not a whole number",
         "5,arrival earlier than the request before it (out of order)",
         "6,TIMESTAMP is not a time stamp"]
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT request_idx, arrival_s, input_tokens FROM workload_requests "
                          "ORDER BY request_idx",
                          "-f", "csv")
@@ -154,9 +155,9 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
                      "9.5,ChatGPT,10,1,11,Conversation log\n")
     split = tmp_path / "split.csv"
     split.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.25,100,10\n1.0,50,5\n")
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(burst), str(split))
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(burst), str(split))
     assert status == 0, err
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT r.run_name, w.arrival_s, w.input_tokens, w.output_tokens, "
                          "w.model, w.log_type FROM workload_requests w JOIN runs r "
                          "USING (run_id) ORDER BY r.run_name, w.arrival_s", "-f", "csv")
@@ -164,7 +165,7 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
         "burst,0.0,472,18,ChatGPT,Conversation log", "burst,2.5,1000,200,GPT-4,API log",
         "burst,4.5,10,1,ChatGPT,Conversation log",
         "split,0.0,100,10,,", "split,0.75,50,5,,"]
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT a.model, a.requests, a.rate_per_s FROM workload_arrival_by_model "
                          "a JOIN runs r USING (run_id) WHERE r.run_name = 'burst' "
                          "ORDER BY a.model",
@@ -173,7 +174,7 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
     assert out.splitlines()[1:] == [f"ChatGPT,2,{1 / 4.5}", "GPT-4,1,"]
     unknown = tmp_path / "other.csv"
     unknown.write_text("when,prompt,answer\n1,2,3\n")
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(unknown))
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(unknown))
     assert status == 1
     assert "is not a CSV file kvtrace knows: its header (when, prompt, answer)" in err
 
@@ -181,20 +182,20 @@ def test_burstgpt_and_splitwise_columns(cli, tmp_path):
 def test_a_column_mapping_reads_a_layout_kvtrace_does_not_know(cli, tmp_path):
     trace = tmp_path / "mine.csv"
     trace.write_text("t_ms,prompt,completion,who\n1000,10,2,a\n1500,20,4,b\n")
-    status, out, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace), "--columns",
+    status, out, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace), "--columns",
                            "arrival=t_ms,input_tokens=prompt,output_tokens=completion,"
                            "model=who,arrival_unit=ms")
     assert status == 0, err
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT arrival_s, input_tokens, output_tokens, model "
                          "FROM workload_requests ORDER BY 1", "-f", "csv")
     assert out.splitlines()[1:] == ["0.0,10,2,a", "0.5,20,4,b"]
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(trace), "--columns",
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace), "--columns",
                          "arrival=t_ms,input_tokens=prompt")
     assert status == 1 and "--columns must name output_tokens" in err
     other = tmp_path / "other.csv"
     other.write_text(trace.read_text())
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(other), "--columns",
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(other), "--columns",
                          "arrival=t,input_tokens=prompt,output_tokens=completion")
     assert status == 1 and "has no column t (its header: t_ms, prompt, completion, who)" in err
 
@@ -225,8 +226,8 @@ def test_burstgpt_session_ids_are_kept(cli, tmp_path):
     burst = tmp_path / "burst_sessions.csv"
     burst.write_text("Timestamp,Session ID,Model,Request tokens,Response tokens,Total tokens,"
                      "Log Type\n1,s-1,ChatGPT,10,2,12,Conversation log\n")
-    status, _, err = cli("-w", str(tmp_path / "wh"), "ingest", str(burst))
+    status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(burst))
     assert status == 0, err
-    status, out, _ = cli("-w", str(tmp_path / "wh"), "sql",
+    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
                          "SELECT session_id, model FROM workload_requests", "-f", "csv")
     assert out.splitlines()[1:] == ["s-1,ChatGPT"]
