@@ -548,6 +548,64 @@ def shell_init(output: OutputOption = None) -> None:
 
 
 @app.command()
+def optimize(
+    target_mb: Annotated[int, typer.Option(min=1, help="Size of the compacted files.")] = 256,
+) -> None:
+    """Compact each table's small files into large ones (Delta Lake's compaction).
+
+    Readers see the same rows before and after; the old files stay until 'kvtrace vacuum'.
+
+    Example: kvtrace optimize
+    """
+    from kvtrace.warehouse.maintenance import optimize as compact
+
+    with _busy("Compacting"):
+        report = compact(_open(), target_mb=target_mb)
+    for table, what in report.tables.items():
+        out.print(f"{table}: {what}")
+    out.print(f"warehouse version {report.version}"
+              + ("" if report.tables else " (nothing to compact)"))
+
+
+@app.command()
+def vacuum(
+    retain_hours: Annotated[float, typer.Option(
+        min=0, help="Keep every file a version of the last N hours needs.")] = 168.0,
+    dry_run: Annotated[bool, typer.Option(help="List what would go; delete nothing.")] = False,
+) -> None:
+    """Delete files that no recent version needs (Delta Lake's vacuum), and drop the files
+    of writers that died before their commit was recorded.
+
+    Versions older than --retain-hours may no longer be readable with --as-of.
+
+    Example: kvtrace vacuum --retain-hours 24
+    """
+    from kvtrace.warehouse.maintenance import vacuum as sweep
+
+    report = sweep(_open(), retain_hours=retain_hours, dry_run=dry_run)
+    for table, what in report.tables.items():
+        out.print(f"{table}: {what}")
+    out.print("nothing to delete" if not report.tables else
+              f"warehouse version {report.version}")
+
+
+@app.command()
+def migrate() -> None:
+    """Convert a warehouse of an earlier kvtrace (its own manifest) to Delta Lake tables,
+    in place: the data files stay, the tables' logs list them.
+
+    Example: kvtrace -w old-warehouse migrate
+    """
+    from kvtrace.warehouse.maintenance import migrate as convert
+
+    with _busy("Converting"):
+        report = convert(options.path)
+    for table, files in report.tables.items():
+        out.print(f"{table}: {files} file(s)")
+    out.print(f"{options.path} is now made of Delta tables (version {report.version})")
+
+
+@app.command()
 def demo() -> None:
     """Trace a small RULER run of the dsa-ref model and print its summary: the tour in one go.
 

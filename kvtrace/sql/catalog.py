@@ -20,6 +20,7 @@ from importlib import resources
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kvtrace.errors import QueryError
 from kvtrace.sql import functions as udf
@@ -149,12 +150,30 @@ def base_views_sql(warehouse) -> str:
     return "\n".join(statements)
 
 
+def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
+    """``_<table>_files`` as Arrow datasets over an object store: DuckDB scans them
+    through Arrow's file system, reading no file until a query needs it."""
+    import pyarrow.dataset as ds
+
+    filesystem, base = warehouse.storage.arrow_filesystem()
+    files = warehouse.snapshot().files
+    for name, spec in TABLES.items():
+        paths = [f"{base}/{p}" for p in files.filter(pc.equal(files["table"], name))["path"]
+                 .to_pylist()]
+        dataset = ds.dataset(paths, schema=spec.schema, format="parquet",
+                             filesystem=filesystem)
+        con.register(f"_{name}_dataset", dataset)
+        con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM _{name}_dataset")
+
+
 def open_connection(warehouse) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, views and functions."""
     con = duckdb.connect(":memory:")
     if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
-        con.register_filesystem(filesystem)
-    con.execute(base_views_sql(warehouse))
+        con.register_filesystem(filesystem)  # for SQL that names warehouse files
+        _register_datasets(con, warehouse)
+    else:
+        con.execute(base_views_sql(warehouse))
     snapshot = warehouse.snapshot()
     con.register("_warehouse_commits_arrow", snapshot.commits)
     con.register("_warehouse_files_arrow", snapshot.files)

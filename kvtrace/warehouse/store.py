@@ -378,8 +378,9 @@ class Warehouse:
 def create_tables(storage: Storage) -> None:
     """Create the journal and one empty Delta table per kvtrace table."""
     journal.create(storage)
-    for spec in TABLES.values():
-        create_table(storage, spec.name, spec.schema)
+    with ThreadPoolExecutor(8) as pool:  # on an object store, each is a few round trips
+        list(pool.map(lambda spec: create_table(storage, spec.name, spec.schema),
+                      TABLES.values()))
 
 
 def _parallel_parts(data: pa.Table) -> int:

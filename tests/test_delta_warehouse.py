@@ -1,0 +1,198 @@
+"""The warehouse as Delta Lake tables: exactly-once, killed writers, versions, other
+readers, compaction, vacuum and migration (on local disk, or on the S3 test server)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.fs as pafs
+import pytest
+
+from kvtrace.errors import WarehouseError
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.maintenance import drop_unfinished, unfinished_files
+from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse
+from kvtrace.warehouse.storage import open_storage
+from tests.conftest import warehouse_at
+
+LEGACY = Path(__file__).parent / "data" / "legacy_warehouse"
+
+
+def _count(location: str, sql: str) -> tuple:
+    con = connect(Warehouse(location))
+    try:
+        return con.execute(sql).fetchone()
+    finally:
+        con.close()
+
+
+def test_three_processes_ingesting_one_file_at_once_store_it_once(tmp_path, synthetic_trace,
+                                                                  cli):
+    trace = synthetic_trace(requests=3, steps=4, layers=8)
+    location = warehouse_at(tmp_path / "wh")
+    Warehouse(location, create=True)
+    processes = [subprocess.Popen([sys.executable, "-m", "kvtrace", "-q", "-w", location,
+                                   "ingest", str(trace)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+    assert _count(location, "SELECT count(*) FROM _dsa_steps_files") == (3 * 4 * 8,)
+    assert _count(location, "SELECT count(*) FROM _requests_files") == (3,)
+    assert _count(location, "SELECT count(DISTINCT commit_id) FROM warehouse_commits "
+                            "WHERE source_path IS NOT NULL") == (1,)
+    assert unfinished_files(Warehouse(location)) == {}
+
+
+def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing(
+        tmp_path, synthetic_trace, monkeypatch):
+    from kvtrace.warehouse import object_lock
+
+    monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # the killed writer's run lock
+    trace = synthetic_trace(requests=2, steps=3, layers=4)
+    location = warehouse_at(tmp_path / "wh")
+    Warehouse(location, create=True)
+    script = (
+        "import time\n"
+        "from kvtrace.warehouse import journal\n"
+        "from kvtrace.ingest import ingest\n"
+        "from kvtrace.warehouse import Warehouse\n"
+        "def stall(*a, **k):\n"
+        "    print('tables committed', flush=True)\n"
+        "    time.sleep(60)\n"
+        "journal.append = stall\n"
+        f"ingest(Warehouse({location!r}), [{str(trace)!r}])\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline().strip() == "tables committed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    warehouse = Warehouse(location)
+    assert set(unfinished_files(warehouse)) >= {"dsa_steps", "requests", "runs"}
+    assert _count(location, "SELECT count(*) FROM _dsa_steps_files") == (0,)
+    assert ingest(warehouse, [str(trace)]).rows == 2 * 3 * 4
+    assert ingest(warehouse, [str(trace)]).files[0].status == "already ingested"
+    assert _count(location, "SELECT count(*) FROM _dsa_steps_files") == (24,)
+    # the dead writer's table commits carried the source's transaction id, so the second
+    # ingest recorded those files rather than adding its own: nothing is duplicated
+    assert unfinished_files(warehouse) == {}
+
+
+def test_dead_commits_are_dropped_from_the_logs_other_engines_read(tmp_path, warehouse):
+    from kvtrace.warehouse.schema import TABLES
+
+    commit = warehouse.begin("orphan")
+    warehouse.write_rows(commit, "runs", [{"run_id": "orphan", "run_name": "orphan"}])
+    from kvtrace.warehouse.delta_log import add_files
+
+    add_files(warehouse.storage, "runs", TABLES["runs"].schema, commit.files, commit.app_id,
+              commit.commit_id)  # the tables commit, then the process dies
+    assert list(unfinished_files(warehouse)) == ["runs"]
+    assert drop_unfinished(warehouse, older_than_s=3600) == 0  # a writer may still be on it
+    assert drop_unfinished(warehouse, older_than_s=0) == 1
+    assert unfinished_files(warehouse) == {}
+
+
+def test_as_of_reproduces_an_earlier_report_apart_from_its_generated_at_line(
+        tmp_path, synthetic_trace, cli):
+    location = warehouse_at(tmp_path / "wh")
+    first = synthetic_trace(run_name="first", requests=2, steps=3, layers=4)
+    assert cli("-w", location, "ingest", str(first))[0] == 0
+    version = Warehouse(location).version
+    assert cli("-w", location, "report", "dsa", "-o", str(tmp_path / "a" / "dsa.html"))[0] == 0
+    second = synthetic_trace(run_name="second", requests=3, steps=2, layers=4, seed=5)
+    assert cli("-w", location, "ingest", str(second))[0] == 0
+    assert cli("-w", location, "report", "dsa", "--as-of", str(version),
+               "-o", str(tmp_path / "b" / "dsa.html"))[0] == 0
+    assert cli("-w", location, "report", "dsa", "-o", str(tmp_path / "c" / "dsa.html"))[0] == 0
+
+    def page(folder: str) -> list[str]:
+        text = (tmp_path / folder / "dsa.html").read_text()
+        return [line for line in text.splitlines() if "Generated" not in line]
+
+    assert page("a") == page("b")
+    assert page("a") != page("c")
+    status, out, _ = cli("-w", location, "sql", "--as-of", str(version),
+                         "SELECT count(DISTINCT run_id) FROM runs", "-f", "csv")
+    assert status == 0 and out.splitlines()[1] == "1"
+    status, _, err = cli("-w", location, "sql", "--as-of", "99", "SELECT 1")
+    assert status == 1 and "has no version 99" in err
+
+
+def test_polars_alone_reads_dsa_steps_and_gets_the_mean_unique_blocks(warehouse,
+                                                                     synthetic_trace):
+    import polars as pl
+
+    ingest(warehouse, [str(synthetic_trace(requests=3, steps=5, layers=6))])
+    con = connect(warehouse)
+    expected = con.execute("SELECT avg(unique_blocks) FROM dsa_blocks(64)").fetchone()[0]
+    con.close()
+    steps = pl.scan_delta(warehouse.uri("dsa_steps")).collect()
+    unique = [len(np.unique(np.asarray(p, dtype=np.int64) // 64)) for p in steps["selected_pos"]]
+    assert float(np.mean(unique)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_optimize_compacts_without_changing_answers_and_vacuum_frees_old_versions(
+        warehouse, synthetic_trace, cli):
+    for n in range(4):
+        ingest(warehouse, [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2,
+                                               layers=3, seed=n))])
+    query = "SELECT run_id, sum(unique_blocks) FROM dsa_blocks(64) GROUP BY ALL ORDER BY 1"
+    before_version = warehouse.version
+    con = connect(warehouse)
+    before, files_before = con.execute(query).fetchall(), len(warehouse.files("dsa_steps"))
+    con.close()
+    status, out, _ = cli("-w", warehouse.location, "optimize")
+    assert status == 0 and "dsa_steps: 4 files into 1" in out
+    assert len(warehouse.files("dsa_steps")) == 1 < files_before
+    con = connect(warehouse)
+    assert con.execute(query).fetchall() == before
+    con.close()
+    old = Warehouse(warehouse.location, as_of=before_version)
+    assert len(old.files("dsa_steps")) == files_before
+    report = vacuum_warehouse(warehouse, retain_hours=0)
+    assert "dsa_steps" in report.tables
+    con = connect(warehouse)
+    assert con.execute(query).fetchall() == before  # the newest version keeps its files
+    con.close()
+
+
+def test_migrate_converts_a_warehouse_of_the_former_manifest(tmp_path, cli):
+    location = warehouse_at(tmp_path / "legacy")
+    storage = open_storage(location)
+    filesystem, base = storage.arrow_filesystem()
+    pafs.copy_files(str(LEGACY), base, source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=filesystem)
+    with pytest.raises(WarehouseError, match="migrate"):
+        Warehouse(location)
+    status, out, err = cli("-w", location, "migrate")
+    assert status == 0, err
+    assert "now made of Delta tables" in out
+    assert _count(location, "SELECT count(*), sum(unique_blocks) FROM dsa_blocks(64)") == (
+        48, 2528)  # the figures the former kvtrace printed (tests/data/README.md)
+    assert _count(location, "SELECT count(*), sum(input_tokens) FROM workload_requests") == (
+        8819, 18059974)
+    assert not storage.exists("_manifest")
+    status, _, err = cli("-w", location, "migrate")
+    assert status == 1 and "already made of Delta tables" in err
+    azure = Path(__file__).parent / "data" / "azure_llm_inference_code.csv"
+    status, out, _ = cli("-w", location, "ingest", str(azure))
+    assert status == 0 and "already ingested" in out
+
+
+def test_a_warehouse_location_that_is_not_one_is_one_clear_sentence(tmp_path, cli):
+    status, _, err = cli("-w", warehouse_at(tmp_path / "none"), "sql", "SELECT 1")
+    assert status == 1 and "no kvtrace warehouse at" in err
+    assert "Traceback" not in err
+    assert re.search(r"kvtrace ingest", err)
+    shutil.rmtree(tmp_path / "none", ignore_errors=True)
