@@ -151,11 +151,13 @@ class Warehouse:
                 raise WarehouseError(
                     f"no kvtrace warehouse at {self.location}; create one with 'kvtrace ingest'")
             self._create()
+            self._ensure_schema_files()
         elif json.loads(marker).get("format") != FORMAT:
             raise WarehouseError(
                 f"{self.location} is a warehouse of an earlier kvtrace (its own manifest); "
                 f"convert it with 'kvtrace -w {self.location} migrate'")
-        self._ensure_schema_files()
+        elif self.root is not None:  # an object store's views take the schema from Arrow
+            self._ensure_schema_files()
 
     # -- layout ---------------------------------------------------------------------------
 
