@@ -11,7 +11,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -77,6 +77,11 @@ options = Options()
 AsOfOption = Annotated[int | None, typer.Option(
     "--as-of", min=0, help="Read the warehouse as it was at this version (see the "
                           "warehouse_commits view; default: the newest).")]
+EngineOption = Annotated[Literal["local", "ray"], typer.Option(
+    "--engine", help="local, or ray: spread the work over a Ray cluster's workers.")]
+AddressOption = Annotated[str | None, typer.Option(
+    "--address", help="The Ray cluster to join (e.g. 10.0.0.1:6379, or auto) [default: "
+                      "start one on this machine].")]
 OutputOption = Annotated[
     Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
 ]
@@ -129,6 +134,8 @@ def ingest(
     )] = None,
     jobs: Annotated[int, typer.Option(
         "--jobs", "-j", min=1, help="Files read at once, each in its own process.")] = 1,
+    engine: EngineOption = "local",
+    address: AddressOption = None,
 ) -> None:
     """Load existing trace dumps into the warehouse.
 
@@ -147,7 +154,8 @@ def ingest(
     mapping = parse_column_mapping(columns) if columns is not None else None
     report = _with_progress("ingesting", lambda hook: ingest_paths(
         warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
-        kind=kind, experiment=experiment, columns=mapping, progress=hook, jobs=jobs))
+        kind=kind, experiment=experiment, columns=mapping, progress=hook, jobs=jobs,
+        executor=_ray_executor(address) if engine == "ray" else None))
     _print_ingest(report)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
@@ -442,6 +450,8 @@ def whatif(
              "seed tracer's BF16 estimate is 1152].")] = DEEPSEEK_V32_BYTES_PER_TOKEN,
     fmt: FormatOption = "table",
     output: OutputOption = None,
+    engine: EngineOption = "local",
+    address: AddressOption = None,
 ) -> None:
     """What would a tiered KV cache serve? Replay each run's top-k accesses through tiers.
 
@@ -460,16 +470,31 @@ def whatif(
     con = connect(warehouse)
     try:
         run_ids = _dsa_run_ids(con, run) if run else None
+        settings: dict[str, Any] = {
+                    "block_sizes": block_size or [DEFAULT_BLOCK_SIZE], "tiers": tiers,
+                    "policy": policy, "granularity": granularity, "scope": scope,
+                    "bytes_per_token": bytes_per_token, "runs": run_ids}
         with _busy("Simulating the tiers"):
-            result = run_whatif(con, block_sizes=block_size or [DEFAULT_BLOCK_SIZE],
-                                tiers=tiers, policy=policy, granularity=granularity,
-                                scope=scope, bytes_per_token=bytes_per_token, runs=run_ids)
+            if engine == "ray":
+                from kvtrace.distributed import ray_engine
+
+                ray_engine.start(address)
+                result = ray_engine.whatif_on_ray(warehouse, **settings)
+            else:
+                result = run_whatif(con, **settings)
     finally:
         con.close()  # a connection left open at exit makes DuckDB print leak warnings
     if chosen == "table" and output is None:
         _emit(render(result.tiers, "table") + b"\n" + render(result.runs, "table"), None)
     else:
         _emit(render(result.combined(), chosen), output)
+
+
+def _ray_executor(address: str | None):
+    from kvtrace.distributed import ray_engine
+
+    ray_engine.start(address)
+    return ray_engine.RayExecutor()
 
 
 def _dsa_run_ids(con, selectors: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ FORBIDDEN = {
     "ingest": {"sql", "collectors", "reports", "cli"},
     "collectors": {"sql", "ingest", "reports", "cli"},
     "reports": {"ingest", "collectors", "cli"},
+    "distributed": {"collectors", "reports", "cli"},
     "synthetic": {"warehouse", "sql", "ingest", "collectors", "reports", "cli"},
 }
 TOP_LEVEL_MODULES = {"__init__", "__main__", "cli", "defaults", "errors"}

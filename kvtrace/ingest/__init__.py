@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
@@ -85,7 +85,8 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
            run_name: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
            kind: Kind | None = None, experiment: str | None = None,
            columns: ColumnMapping | None = None,
-           progress: Progress | None = None, jobs: int = 1) -> IngestReport:
+           progress: Progress | None = None, jobs: int = 1,
+           executor: Executor | None = None) -> IngestReport:
     """Ingest every trace file named by ``paths`` (files, folders or glob patterns).
 
     Parameters
@@ -107,11 +108,18 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
         Called with (bytes done, bytes in all) as the files are read.
     jobs
         Files read at once, each in its own process (one commit per file either way).
+    executor
+        Where to read the files instead, one task per file (e.g. a Ray cluster's, from
+        `kvtrace.distributed`); its workers must reach the warehouse.
     """
     sources = expand(paths)
     options = _FileOptions(dataset, run_name, block_size, kind, experiment, columns)
+    if executor is not None:
+        return _ingest_in_parallel(warehouse.location, sources, options, progress, executor)
     if jobs > 1 and len(sources) > 1:
-        return _ingest_in_parallel(warehouse.location, sources, options, progress, jobs)
+        context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
+        with ProcessPoolExecutor(min(jobs, len(sources)), mp_context=context) as pool:
+            return _ingest_in_parallel(warehouse.location, sources, options, progress, pool)
     total = sum(s.size for s in sources)
     done = 0
     reports = []
@@ -150,26 +158,24 @@ def _after(exc: KvtraceError, committed: int) -> KvtraceError:
 
 
 def _ingest_in_parallel(location: str, sources: list[SourceFile], options: _FileOptions,
-                        progress: Progress | None, jobs: int) -> IngestReport:
-    """`ingest` with the files spread over ``jobs`` worker processes; progress advances
-    as whole files finish, and the reports keep the files' order."""
+                        progress: Progress | None, pool: Executor) -> IngestReport:
+    """`ingest` with one task per file on ``pool``; progress advances as whole files
+    finish, and the reports keep the files' order."""
     total, done = sum(s.size for s in sources), 0
     reports: dict[int, FileReport] = {}
     failure: KvtraceError | None = None
-    context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
-    with ProcessPoolExecutor(min(jobs, len(sources)), mp_context=context) as pool:
-        running = {pool.submit(_ingest_in_worker, location, source, options): (n, source)
-                   for n, source in enumerate(sources)}
-        for future in as_completed(running):
-            n, source = running[future]
-            try:
-                reports[n] = future.result()
-            except KvtraceError as exc:
-                failure = failure or exc
-                continue
-            done += source.size
-            if progress:
-                progress(done, total)
+    running = {pool.submit(_ingest_in_worker, location, source, options): (n, source)
+               for n, source in enumerate(sources)}
+    for future in as_completed(running):
+        n, source = running[future]
+        try:
+            reports[n] = future.result()
+        except KvtraceError as exc:
+            failure = failure or exc
+            continue
+        done += source.size
+        if progress:
+            progress(done, total)
     if failure is not None:
         raise _after(failure, len(reports))
     return IngestReport([reports[n] for n in sorted(reports)])

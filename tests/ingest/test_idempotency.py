@@ -53,7 +53,11 @@ def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
     assert ingest(warehouse, [str(trace)]).rows == 16
 
 
-def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic_trace):
+def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic_trace,
+                                                             monkeypatch):
+    from kvtrace.warehouse import object_lock
+
+    monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
     trace = synthetic_trace(requests=4, steps=4, layers=61)
     root = warehouse_at(tmp_path / "wh")
     Warehouse(root, create=True)

@@ -68,14 +68,32 @@ def run_curves(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
     units: list[UnitOutcome] = []
     for unit in simulate_units(pieces, policy, named, limits, pinned):
         if units and unit.run_id != units[0].run_id:
-            yield _combine(units, named, len(layouts[units[0].run_id].layers))
+            yield combine(units, named, len(layouts[units[0].run_id].layers))
             units = []
         units.append(unit)
     if units:
-        yield _combine(units, named, len(layouts[units[0].run_id].layers))
+        yield combine(units, named, len(layouts[units[0].run_id].layers))
 
 
-def _combine(units: list[UnitOutcome], named: np.ndarray, layers: int) -> RunCurve:
+def share_units(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
+                granularity: Granularity, scope: Scope, tier_limits: Sequence[int],
+                run_id: str, requests: tuple[int, int] | None) -> tuple[list[UnitOutcome], int]:
+    """The cache units of one share of a run (its requests with ids in ``requests``, or
+    all of it), simulated as `run_curves` does; with the run's traced layers.
+
+    The key layout is the whole run's, so the units of a run's shares, concatenated in
+    request order, are those `run_curves` combines.
+    """
+    check_arguments(block_size, policy, granularity, scope, ())
+    layouts = run_layouts(con, block_size, granularity, [run_id])
+    pieces = read_pieces(con, block_size, granularity, scope, layouts, requests)
+    units = list(simulate_units(
+        pieces, policy, np.zeros(0, np.int64), np.asarray(tier_limits, dtype=np.int64),
+        lambda run, request: layouts[run].pinned_items(request, granularity)))
+    return units, len(layouts[run_id].layers)
+
+
+def combine(units: list[UnitOutcome], named: np.ndarray, layers: int) -> RunCurve:
     span = max(u.span for u in units)
     length = max(int(span) - 1, 0).bit_length() + 1
     grid = 2 ** np.arange(length, dtype=np.int64)

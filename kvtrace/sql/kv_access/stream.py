@@ -98,13 +98,18 @@ def run_layouts(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Gr
 
 
 def read_pieces(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity,
-                scope: Scope, layouts: dict[str, RunLayout]) -> Iterator[Piece]:
-    """The stream of every run, unit by unit, in pieces."""
+                scope: Scope, layouts: dict[str, RunLayout],
+                requests: tuple[int, int] | None = None) -> Iterator[Piece]:
+    """The stream of every run, unit by unit, in pieces (of the requests with ids in
+    the closed range ``requests`` only, when given: a share of scope ``request``)."""
+    low, high = requests if requests is not None else (None, None)
     reader = con.sql(
         f"SELECT run_id, request_id, step_idx, layer_id, batch_step, blocks "
         f"FROM dsa_access($bs, $granularity) WHERE run_id IN (SELECT unnest($runs)) "
+        f"AND ($low IS NULL OR request_id BETWEEN $low AND $high) "
         f"ORDER BY {_ORDER[scope]}",
-        params={"bs": block_size, "granularity": granularity, "runs": list(layouts)},
+        params={"bs": block_size, "granularity": granularity, "runs": list(layouts),
+                "low": low, "high": high},
     ).to_arrow_reader(_BATCH_ROWS)
     ranks: dict[int, int] = {}
     current_run = None

@@ -16,7 +16,7 @@ traced layers at granularity ``block`` (all layers of a block move together).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -119,19 +119,34 @@ def whatif(con: duckdb.DuckDBPyConnection, *, block_sizes: Sequence[int],
     check_tiers(tiers)
     if bytes_per_token < 1:
         raise InputError(f"bytes per token must be positive, got {bytes_per_token}")
-    limits = [int(c) for c in np.cumsum([t.capacity for t in tiers[:-1]])]
+    curves = ((block_size, curve) for block_size in block_sizes
+              for curve in run_curves(con, block_size, policy, granularity, scope,
+                                      tier_limits=tier_limits(tiers), runs=runs))
+    return whatif_of_curves(curves, tiers=tiers, policy=policy, granularity=granularity,
+                            scope=scope, bytes_per_token=bytes_per_token, selected=runs)
+
+
+def tier_limits(tiers: Sequence[Tier]) -> list[int]:
+    """The cumulative capacities of every tier but the last."""
+    return [int(c) for c in np.cumsum([t.capacity for t in tiers[:-1]])]
+
+
+def whatif_of_curves(curves: Iterable[tuple[int, RunCurve]], *, tiers: Sequence[Tier],
+                     policy: Policy, granularity: Granularity, scope: Scope,
+                     bytes_per_token: int, selected: Sequence[str] | None) -> WhatIf:
+    """The what-if rows of simulated runs, given as (block size, curve) in order (the
+    one place they are computed, however the curves were simulated)."""
     tier_rows, run_rows = [], []
-    for block_size in block_sizes:
-        for curve in run_curves(con, block_size, policy, granularity, scope,
-                                tier_limits=limits, runs=runs):
-            base = {"run_id": curve.run_id, "block_size": block_size, "policy": policy,
-                    "granularity": granularity, "scope": scope}
-            item_bytes = block_size * bytes_per_token * (
-                curve.layers if granularity == "block" else 1)
-            tier_rows += _tier_rows(base, curve, tiers, item_bytes)
-            run_rows.append({**base, **_run_row(curve, tiers, item_bytes)})
+    for block_size, curve in curves:
+        base = {"run_id": curve.run_id, "block_size": block_size, "policy": policy,
+                "granularity": granularity, "scope": scope}
+        item_bytes = block_size * bytes_per_token * (
+            curve.layers if granularity == "block" else 1)
+        tier_rows += _tier_rows(base, curve, tiers, item_bytes)
+        run_rows.append({**base, **_run_row(curve, tiers, item_bytes)})
     if not run_rows:
-        raise InputError("no DSA rows to simulate" + (" in the selected runs" if runs else ""))
+        raise InputError("no DSA rows to simulate"
+                         + (" in the selected runs" if selected else ""))
     return WhatIf(pa.Table.from_pylist(tier_rows, TIER_ROWS),
                   pa.Table.from_pylist(run_rows, RUN_ROWS))
 
