@@ -215,7 +215,6 @@ class ObjectStorage(Storage):
         except (OSError, ValueError) as exc:
             raise WarehouseError(f"cannot open the warehouse {self.location}: {exc}") from None
         self.root = self.root.rstrip("/")
-        self._scratch = Path(tempfile.mkdtemp(prefix="kvtrace-"))
 
     def _key(self, relative: str) -> str:
         parts = [p for p in relative.split("/") if p]
@@ -235,7 +234,8 @@ class ObjectStorage(Storage):
         return ArrowFSWrapper(self.filesystem)
 
     def new_temp(self, suffix: str) -> Path:
-        return self._scratch / f"{os.getpid()}-{uuid.uuid4().hex}{suffix}"
+        """A path in the system's scratch folder (uploaded, then removed, by `publish`)."""
+        return Path(tempfile.gettempdir()) / f"kvtrace-{os.getpid()}-{uuid.uuid4().hex}{suffix}"
 
     def publish(self, temp: Path, relative: str) -> None:
         try:

@@ -321,8 +321,9 @@ class Warehouse:
     def _publish(self, commit: Commit, spec: TableSpec, temp: Path, first: pa.Table,
                  request_range: list[int]) -> None:
         relative = self._file_path(spec, commit, first, request_range)
-        data_file = DataFile(relative, temp.stat().st_size, 0, file_stats(pq.read_metadata(temp)))
-        data_file.rows = json.loads(data_file.stats)["numRecords"]
+        metadata = pq.read_metadata(temp)
+        data_file = DataFile(relative, temp.stat().st_size, metadata.num_rows,
+                             file_stats(metadata))
         self.storage.publish(temp, relative)
         commit.files.append(data_file)
 
