@@ -119,8 +119,7 @@ def main() -> None:
     ingest_peak_rss_mb = int(child.stdout.split()[-1]) / 1024
 
     # 2. bytes
-    warehouse_bytes = sum(p.stat().st_size for p in warehouse.root.rglob("*.parquet")
-                          if "_schema" not in p.parts)
+    warehouse_bytes = sum(warehouse.snapshot().files["bytes"].to_pylist())
 
     # 3. summary
     con = connect(warehouse)
@@ -144,7 +143,7 @@ def main() -> None:
         "SELECT sum(unique_blocks), avg(tokens_per_block_p95) FROM dsa_blocks(16)").fetchall())
     lambda_con = duckdb.connect()
     lambda_con.execute("SET threads = 1")
-    steps_files = [str(p) for p in warehouse.files("dsa_steps")]
+    steps_files = [warehouse.uri(p) for p in warehouse.files("dsa_steps")]
     lambda_s = best_of(1, lambda: lambda_con.execute(
         "SELECT sum(len(list_distinct(list_transform(selected_pos, lambda p: p // 16)))) "
         "FROM read_parquet(?)", [steps_files]).fetchall())
