@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 from kvtrace.reports.charts import WIDTH, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
+from kvtrace.sql.catalog import cursor_of
 from kvtrace.sql.kv_access import DEFAULT_TIERS
 from kvtrace.sql.kv_access.whatif import Tier, whatif
 
@@ -23,7 +24,7 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
                         runs=runs, experiments=experiments, what="DSA runs")
     chosen = [row[0] for row in con.execute("SELECT run_id FROM report_runs").fetchall()]
     tiers = [Tier.parse(text) for text in DEFAULT_TIERS]
-    result = whatif(con.cursor(), block_sizes=[FINE, COARSE], tiers=tiers, runs=chosen)
+    result = whatif(cursor_of(con), block_sizes=[FINE, COARSE], tiers=tiers, runs=chosen)
     order = {t.name: i for i, t in enumerate(tiers)}
     table = result.tiers.append_column(
         "tier_order", pa.array([order[name] for name in result.tiers["tier"].to_pylist()]))

@@ -13,6 +13,7 @@ creates is loaded after it.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -150,6 +151,24 @@ def base_views_sql(warehouse) -> str:
     return "\n".join(statements)
 
 
+# What each open connection was handed by name (Arrow tables and datasets): a cursor of
+# the connection shares its views but not these, so `cursor_of` hands them again.
+_REGISTERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _register(con: duckdb.DuckDBPyConnection, name: str, data: object) -> None:
+    con.register(name, data)
+    _REGISTERED.setdefault(con, {})[name] = data
+
+
+def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor of ``con`` that sees everything ``con`` sees."""
+    cursor = con.cursor()
+    for name, data in _REGISTERED.get(con, {}).items():
+        cursor.register(name, data)
+    return cursor
+
+
 def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
     """``_<table>_files`` as Arrow datasets over an object store: DuckDB scans them
     through Arrow's file system, reading no file until a query needs it."""
@@ -162,7 +181,7 @@ def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
                  .to_pylist()]
         dataset = ds.dataset(paths, schema=spec.schema, format="parquet",
                              filesystem=filesystem)
-        con.register(f"_{name}_dataset", dataset)
+        _register(con, f"_{name}_dataset", dataset)
         con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM _{name}_dataset")
 
 
@@ -175,8 +194,8 @@ def open_connection(warehouse) -> duckdb.DuckDBPyConnection:
     else:
         con.execute(base_views_sql(warehouse))
     snapshot = warehouse.snapshot()
-    con.register("_warehouse_commits_arrow", snapshot.commits)
-    con.register("_warehouse_files_arrow", snapshot.files)
+    _register(con, "_warehouse_commits_arrow", snapshot.commits)
+    _register(con, "_warehouse_files_arrow", snapshot.files)
     udf.register(con)
     for sql_file in library():
         try:

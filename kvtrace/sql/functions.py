@@ -94,7 +94,9 @@ def _access_functions(con: duckdb.DuckDBPyConnection):
         live = connection()
         if live is None:
             raise RuntimeError("the connection of this function was closed")
-        return live.cursor()
+        from kvtrace.sql.catalog import cursor_of
+
+        return cursor_of(live)
 
     def hit_curve(bs, policy, granularity, scope, capacities) -> pa.Array:
         from kvtrace.sql.kv_access import curves  # the compiled kernels load on first use

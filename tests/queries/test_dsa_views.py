@@ -9,7 +9,7 @@ import pytest
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
-from tests.conftest import linear_quantile, read_records
+from tests.conftest import linear_quantile, local_only, read_records
 
 
 @pytest.fixture
@@ -110,6 +110,7 @@ def test_dsa_layer_profile_counts_every_layer(loaded):
     assert rows == dict(Counter(r["layer_id"] for r in records))
 
 
+@local_only  # a plain duckdb shell reads an object store only through httpfs
 def test_shell_fallback_macros_agree_with_the_vectorised_functions(loaded, warehouse):
     from kvtrace.sql.catalog import shell_init_sql
 
