@@ -131,6 +131,20 @@ def _read(journal: DeltaTable) -> pa.Table:
     return data.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA)
 
 
+def newest_commits(storage: Storage) -> tuple[int, pa.Table]:
+    """The journal's newest version and its rows, without listing any table's files."""
+    journal = open_table(storage, JOURNAL)
+    if journal is None:
+        raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
+    return journal.version(), _read(journal)
+
+
+def journaled_ids(commits: pa.Table) -> set[str]:
+    """The ids of the commits whose files ``commits`` makes visible."""
+    entries = pc.list_flatten(commits["tables"]).combine_chunks()
+    return set(entries.field("commit_id").to_pylist())
+
+
 def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
     entries = pc.list_flatten(commits["tables"]).combine_chunks()
     tables = entries.field("table").to_pylist()
@@ -138,7 +152,7 @@ def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
     newest: dict[str, int] = {}
     for table, version in zip(tables, versions, strict=True):
         newest[table] = max(version, newest.get(table, -1))
-    journaled = set(entries.field("commit_id").to_pylist())
+    journaled = journaled_ids(commits)
     parts = []
     for table, version in sorted(newest.items()):
         delta = open_table(storage, table, version)
@@ -148,9 +162,8 @@ def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
         files = active_files(delta)
         paths = files["path"].to_pylist()
         ids = [commit_of(p) for p in paths]
-        keep = pa.array([i is None or i in journaled for i in ids])
-        files = files.filter(keep)
         kept_ids = [i for i in ids if i is None or i in journaled]
+        files = files.filter(pa.array([i is None or i in journaled for i in ids]))
         parts.append(pa.table({
             "table": pa.repeat(pa.scalar(table), files.num_rows),
             "path": pc.binary_join_element_wise(table, files["path"], "/"),

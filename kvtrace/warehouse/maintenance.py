@@ -47,9 +47,7 @@ class MaintenanceReport:
 def unfinished_files(warehouse: Warehouse) -> dict[str, list[tuple[str, int, float]]]:
     """Per table, the files in its newest version that no journaled commit wrote (a
     running writer's, or a killed one's): path in the table, size, age in seconds."""
-    commits = journal.load(warehouse.storage).commits
-    journaled = {entry["commit_id"] for entries in commits["tables"].to_pylist()
-                 for entry in entries}
+    journaled = journal.journaled_ids(journal.newest_commits(warehouse.storage)[1])
     found: dict[str, list[tuple[str, int, float]]] = {}
     for name in TABLES:
         table = open_table(warehouse.storage, name)
@@ -114,7 +112,7 @@ def optimize(warehouse: Warehouse, target_mb: int = 256) -> MaintenanceReport:
     if entries:
         journal.append(warehouse.storage, _row(commit_id, "optimize", entries),
                        f"kvtrace-commit:{commit_id}")
-    report.version = journal.load(warehouse.storage).version
+    report.version = journal.newest_commits(warehouse.storage)[0]
     return report
 
 
@@ -136,7 +134,7 @@ def vacuum(warehouse: Warehouse, retain_hours: float = 168.0,
                                enforce_retention_duration=False, full=True)
         if deleted:
             report.tables[name] = f"{len(deleted)} file(s)" + (" would go" if dry_run else "")
-    report.version = journal.load(warehouse.storage).version
+    report.version = journal.newest_commits(warehouse.storage)[0]
     return report
 
 
@@ -165,7 +163,7 @@ def migrate(location: str) -> MaintenanceReport:
             _migrate_commit(storage, name, report)
     storage.write_atomic(MARKER, json.dumps({"format": FORMAT}).encode())
     storage.remove_tree(LEGACY_MANIFEST)
-    report.version = journal.load(storage).version
+    report.version = journal.newest_commits(storage)[0]
     return report
 
 
