@@ -546,18 +546,28 @@ def summary(
         help="Stored block size (needed when the run has several).")] = None,
     output: OutputOption = None,
     as_of: AsOfOption = None,
+    engine: EngineOption = "local",
+    address: AddressOption = None,
 ) -> None:
     """Write the summary.json of a DSA run (the tracer's format).
 
     Example: kvtrace summary --run ruler_1771772829 --output summary.json
     """
-    con = connect(_open(as_of=as_of))
-    try:
+    warehouse = _open(as_of=as_of)
+    if engine == "ray":
+        from kvtrace.distributed import ray_engine
+
+        ray_engine.start(address)
+        with _busy("Counting on the Ray cluster"):
+            result = ray_engine.summary_on_ray(warehouse, run, block_size)
+    else:
         from kvtrace.sql.summary import run_summary
 
-        result = run_summary(con, run, block_size)
-    finally:
-        con.close()
+        con = connect(warehouse)
+        try:
+            result = run_summary(con, run, block_size)
+        finally:
+            con.close()
     _emit((json.dumps(result, indent=2) + "\n").encode(), output)
 
 

@@ -3,13 +3,15 @@ same answers as one machine, bit for bit."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.sql.kv_access.whatif import Tier, whatif
 from kvtrace.warehouse import Warehouse
-from tests.conftest import warehouse_at
+from tests.conftest import run_kvtrace, warehouse_at
 
 ray = pytest.importorskip("ray")
 TIERS = [Tier.parse("hbm:24:3000:0"), Tier.parse("local:64:50:5"),
@@ -72,3 +74,20 @@ def test_ingest_on_ray_stores_what_one_machine_stores(cluster, tmp_path, synthet
     assert connect(here).execute(query).fetchall() == connect(there).execute(query).fetchall()
     again = ingest(there, traces, executor=RayExecutor())
     assert {f.status for f in again.files} == {"already ingested"}
+
+
+def test_summary_on_ray_equals_one_machine_bit_for_bit(cluster, tmp_path, synthetic_trace):
+    from kvtrace.distributed.ray_engine import summary_on_ray
+    from kvtrace.sql.summary import run_summary
+
+    root = warehouse_at(tmp_path / "wh")
+    warehouse = Warehouse(root, create=True)
+    ingest(warehouse, [str(synthetic_trace(run_name="s", requests=7, steps=4, layers=4,
+                                           seed=2))])
+    con = connect(warehouse)
+    alone = run_summary(con, "s")
+    con.close()
+    assert summary_on_ray(warehouse, "s", tasks=3) == alone  # floats compared exactly
+    result = run_kvtrace("-w", root, "summary", "--run", "s", "--engine", "ray")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == alone

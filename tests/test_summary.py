@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.sql.summary import run_summary
 
@@ -61,3 +64,28 @@ def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
     assert set(serving["latency_ms"]) == {"p50", "p95", "p99", "max"}
     assert (serving["requests"], serving["batch_size"], serving["max_new_tokens_cap"]) == (
         2, 2, 3)
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 7])
+def test_any_cut_into_request_shares_merges_into_the_same_summary(warehouse, synthetic_trace,
+                                                                    tasks):
+    from kvtrace.distributed.ray_engine import request_shares
+    from kvtrace.sql.summary_shares import (
+        StoredTrace,
+        merge,
+        row_statistics,
+        share_counts,
+        trace_requests,
+    )
+
+    ingest(warehouse, [str(synthetic_trace("cut", requests=7, steps=3, layers=4, seed=5))])
+    con = connect(warehouse)
+    trace = StoredTrace(con.execute("SELECT any_value(run_id) FROM runs").fetchone()[0],
+                        "synthetic-ruler", 64)
+    shares = request_shares(trace_requests(con, trace), tasks)
+    assert len(shares) == tasks
+    merged = merge([share_counts(con, trace, share) for share in shares])
+    whole = run_summary(con, "cut")
+    assert run_summary(con, "cut", counts=lambda _: merged) == whole  # floats exactly
+    assert row_statistics(merged)["rows"] == 7 * 3 * 4
+    assert len(whole["prefix_hot_blocks"]) == 7

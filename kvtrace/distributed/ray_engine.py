@@ -1,5 +1,5 @@
 """The Ray engine: a cluster to start or join, an executor for ingest, and the what-if
-simulation spread over request shares."""
+simulation and the run summary spread over request shares."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from kvtrace.sql.kv_access import Granularity, Policy, Scope
 from kvtrace.sql.kv_access.curves import RunCurve, combine, share_units
 from kvtrace.sql.kv_access.simulate import UnitOutcome
 from kvtrace.sql.kv_access.whatif import Tier, WhatIf, check_tiers, tier_limits, whatif_of_curves
+from kvtrace.sql.summary_shares import ShareCounts, StoredTrace, merge, trace_requests
 from kvtrace.warehouse import Warehouse
 
 
@@ -73,6 +74,47 @@ def request_shares(requests: Sequence[int], tasks: int) -> list[tuple[int, int]]
     return [(int(c[0]), int(c[-1])) for c in chunks if len(c)]
 
 
+def _tasks(ray: Any, tasks: int | None) -> int:
+    """``tasks``, or as many as the cluster has CPUs."""
+    return tasks or max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
+
+
+def _count_share(location: str, version: int, trace: StoredTrace,
+                 requests: tuple[int, int]) -> ShareCounts:
+    """One task: the summary counts of a share of a stored trace, from the pinned version."""
+    from kvtrace.sql import connect
+    from kvtrace.sql.summary_shares import share_counts
+
+    con = connect(Warehouse(location, as_of=version))
+    try:
+        return share_counts(con, trace, requests)
+    finally:
+        con.close()
+
+
+def summary_on_ray(warehouse: Warehouse, run: str, block_size: int | None = None,
+                   tasks: int | None = None) -> dict[str, Any]:
+    """`kvtrace.sql.summary.run_summary` with the run's requests cut into shares counted
+    as Ray tasks and the counts merged."""
+    from kvtrace.sql import connect
+    from kvtrace.sql.summary import run_summary
+
+    ray = _ray()
+    count = ray.remote(_count_share)
+    shares = _tasks(ray, tasks)
+    con = connect(warehouse)
+
+    def counts(trace: StoredTrace) -> ShareCounts:
+        refs = [count.remote(warehouse.location, warehouse.version, trace, share)
+                for share in request_shares(trace_requests(con, trace), shares)]
+        return merge(ray.get(refs))
+
+    try:
+        return run_summary(con, run, block_size, counts)
+    finally:
+        con.close()
+
+
 def whatif_on_ray(warehouse: Warehouse, *, block_sizes: Sequence[int], tiers: Sequence[Tier],
                   policy: Policy, granularity: Granularity, scope: Scope,
                   bytes_per_token: int, runs: Sequence[str] | None,
@@ -83,7 +125,7 @@ def whatif_on_ray(warehouse: Warehouse, *, block_sizes: Sequence[int], tiers: Se
 
     ray = _ray()
     check_tiers(tiers)
-    tasks = tasks or max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
+    tasks = _tasks(ray, tasks)
     con = connect(warehouse)
     try:
         requests = dict(con.execute(

@@ -1,16 +1,26 @@
-"""The tracer's ``summary.json`` for a stored DSA run, from the ``dsa_summary`` view."""
+"""The tracer's ``summary.json`` for a stored DSA run: the ``dsa_summary`` view's statistics,
+worked out from exact counts so that shares of a run read apart merge exactly."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from kvtrace.errors import QueryError
+from kvtrace.sql.summary_shares import (
+    ShareCounts,
+    StoredTrace,
+    histogram_statistics,
+    row_statistics,
+    share_counts,
+)
 
-_STATS = ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block", "offsets",
-          "prefix_intersection_ratio")
+CountsOf = Callable[[StoredTrace], ShareCounts]
+
 # The run settings summary.json's config carries, as the collector recorded them.
 _SETTINGS = {"topk": "topk", "sample_rate": "sample_rate", "temperature": "temperature",
              "seed": "seed", "prefix_tokens": "prefix_key_tokens",
@@ -19,16 +29,45 @@ _SETTINGS = {"topk": "topk", "sample_rate": "sample_rate", "temperature": "tempe
              "phase": "phase", "block_sizes": "block_sizes"}
 
 
-def run_summary(con: duckdb.DuckDBPyConnection, run: str,
-                block_size: int | None = None) -> dict[str, Any]:
+def run_summary(con: duckdb.DuckDBPyConnection, run: str, block_size: int | None = None,
+                counts: CountsOf | None = None) -> dict[str, Any]:
     """The summary of ``run`` (a run id or run name) at a stored block size.
 
     ``block_size`` may be left out when the run was stored at one block size only.
+    ``counts`` reads a stored trace's row counts (`share_counts` over all of it unless
+    given; the Ray engine spreads the reading over its workers).
     """
+    row = _stored_trace(con, run, block_size)
+    trace = StoredTrace(row["run_id"], row["dataset"], row["block_size"])
+    per_row = row_statistics((counts or (lambda t: share_counts(con, t)))(trace))
+    collector = json.loads(row["collector_config"] or "{}")
+    summary: dict[str, Any] = {
+        "run_name": row["run_name"],
+        "run_id": trace.run_id,
+        "dataset": trace.dataset,
+        "config": _config(collector, trace.block_size, row["dataset_variant"]),
+        "rows": per_row["rows"],
+        "requests": per_row["requests"],
+        "unique_blocks": per_row["unique_blocks"],
+        "touched_block_ratio": per_row["touched_block_ratio"],
+        "tokens_per_touched_block": _ingest_histogram(con, "_dsa_fill_hist_values", trace),
+        "offsets": _ingest_histogram(con, "_dsa_offset_hist_values", trace),
+        "prefix_intersection_ratio": per_row["prefix_intersection_ratio"],
+        "prefix_hot_blocks": per_row["prefix_hot_blocks"],
+    }
+    if collector.get("arrival_trace") or "serving" in collector.get("config", {}):
+        summary["serving"] = _serving(con, trace.run_id, collector)
+    return summary
+
+
+def _stored_trace(con: duckdb.DuckDBPyConnection, run: str,
+                  block_size: int | None) -> dict[str, Any]:
+    """The one stored trace ``run`` names at ``block_size``, with the run's settings."""
     rows = con.execute(
-        "SELECT r.run_name, r.collector_config, r.dataset_variant, s.* FROM dsa_summary AS s "
+        "SELECT r.run_name, r.collector_config, r.dataset_variant, t.* "
+        "FROM (SELECT DISTINCT run_id, dataset, block_size FROM dsa_steps) AS t "
         "JOIN (SELECT DISTINCT ON (run_id) * FROM runs) AS r USING (run_id) "
-        "WHERE s.run_id = $run OR r.run_name = $run ORDER BY s.block_size, s.dataset",
+        "WHERE t.run_id = $run OR r.run_name = $run ORDER BY t.block_size, t.dataset",
         {"run": run},
     ).fetchall()
     names = [d[0] for d in con.description]
@@ -51,24 +90,18 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str,
     if len(chosen) > 1:
         raise QueryError(f"run {run!r} holds several datasets "
                          f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary")
-    row = chosen[0]
-    collector = json.loads(row["collector_config"] or "{}")
-    summary: dict[str, Any] = {
-        "run_name": row["run_name"],
-        "run_id": row["run_id"],
-        "dataset": row["dataset"],
-        "config": _config(collector, row["block_size"], row["dataset_variant"]),
-        "rows": row["rows"],
-        "requests": row["requests"],
-    }
-    for name in _STATS:
-        summary[name] = _plain(row[name])
-    hot = row["prefix_hot_blocks"] or {}
-    summary["prefix_hot_blocks"] = {str(request): blocks for request, blocks in sorted(
-        hot.items())}
-    if collector.get("arrival_trace") or "serving" in collector.get("config", {}):
-        summary["serving"] = _serving(con, row["run_id"], collector)
-    return summary
+    return chosen[0]
+
+
+def _ingest_histogram(con: duckdb.DuckDBPyConnection, histogram: str,
+                      trace: StoredTrace) -> dict[str, Any]:
+    """Statistics of a histogram that ingest wrote for ``trace``."""
+    table = con.sql(
+        "FROM _dsa_trace_histogram($histogram, $run, $dataset, $block_size)",
+        params={"histogram": histogram, "run": trace.run_id, "dataset": trace.dataset,
+                "block_size": trace.block_size}).to_arrow_table()
+    return histogram_statistics(table.column("value").to_numpy().astype(np.int64),
+                                table.column("n").to_numpy().astype(np.int64))
 
 
 def _config(collector: dict, block_size: int, dataset_variant: str | None) -> dict[str, Any]:
@@ -91,9 +124,3 @@ def _serving(con: duckdb.DuckDBPyConnection, run_id: str, collector: dict) -> di
         "batch_size": collector.get("batch_size"),
         "max_new_tokens_cap": collector.get("max_new_tokens_cap"),
     }
-
-
-def _plain(stats: dict | None) -> dict[str, Any]:
-    stats = stats or {}
-    return {key: (float(value) if key not in ("count",) and value is not None else value)
-            for key, value in stats.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -80,28 +81,57 @@ def test_dsa_prefix_matches_numpy(loaded, block_size):
         assert block_id == min(b for b, n in hot[request_id].items() if n == top)
 
 
-def test_dsa_summary_matches_numpy_over_all_positions_and_blocks(loaded):
-    con, records = loaded
-    row = con.execute("SELECT unique_blocks, touched_block_ratio, tokens_per_touched_block, "
-                      "offsets, prefix_intersection_ratio FROM dsa_summary").fetchone()
-    unique, ratio, per_block_all, offsets, inter = [], [], [], [], []
+SUMMARY_STATS = ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block",
+                 "offsets", "prefix_intersection_ratio")
+
+
+def _numpy_summary(records) -> dict[str, list[Fraction]]:
+    """The observations behind each summary statistic, as exact fractions."""
+    observed: dict[str, list[Fraction]] = {name: [] for name in SUMMARY_STATS}
     for record in records:
         pos = np.array(record["selected_token_pos"])
         size = record["block_size_tokens"]
         blocks, per_block = np.unique(pos // size, return_counts=True)
-        unique.append(len(blocks))
-        ratio.append(len(blocks) / np.ceil(record["seq_len_current"] / size))
-        per_block_all.extend(per_block)
-        offsets.extend(record["seq_len_current"] - 1 - pos)
-        inter.append((blocks < record["prefix"]["prefix_cached_blocks"]).sum() / len(blocks))
+        observed["unique_blocks"].append(Fraction(len(blocks)))
+        observed["touched_block_ratio"].append(
+            Fraction(len(blocks), -(-record["seq_len_current"] // size)))
+        observed["tokens_per_touched_block"].extend(Fraction(int(n)) for n in per_block)
+        observed["offsets"].extend(Fraction(int(o))
+                                   for o in record["seq_len_current"] - 1 - pos)
+        inside = int((blocks < record["prefix"]["prefix_cached_blocks"]).sum())
+        observed["prefix_intersection_ratio"].append(Fraction(inside, len(blocks)))
+    return observed
 
-    def stats(values):
-        values = np.asarray(values, dtype=np.float64)
-        return {"count": len(values), "min": values.min(), "p50": np.quantile(values, 0.5),
-                "p95": np.quantile(values, 0.95), "max": values.max(), "mean": values.mean()}
 
-    for got, expected in zip(row, (unique, ratio, per_block_all, offsets, inter), strict=True):
-        assert got == pytest.approx(stats(expected))
+def _stats(values: list[Fraction]) -> dict[str, float]:
+    floats = np.asarray([float(v) for v in values], dtype=np.float64)
+    return {"count": len(values), "min": floats.min(), "p50": np.quantile(floats, 0.5),
+            "p95": np.quantile(floats, 0.95), "max": floats.max(),
+            "mean": float(sum(values) / len(values))}
+
+
+def test_dsa_summary_matches_numpy_over_all_positions_and_blocks(loaded):
+    con, records = loaded
+    row = con.execute(f"SELECT {', '.join(SUMMARY_STATS)} FROM dsa_summary").fetchone()
+    observed = _numpy_summary(records)
+    for name, got in zip(SUMMARY_STATS, row, strict=True):
+        assert got == pytest.approx(_stats(observed[name])), name
+
+
+def test_summary_json_matches_numpy_with_exact_means(loaded):
+    """summary.json's statistics come from merged counts: the quantiles are numpy's and
+    each mean is the exact mean of the observations, rounded once."""
+    from kvtrace.sql.summary import run_summary
+
+    con, records = loaded
+    summary = run_summary(con, "views")
+    observed = _numpy_summary(records)
+    assert summary["rows"] == len(records)
+    for name in SUMMARY_STATS:
+        expected = _stats(observed[name])
+        assert summary[name]["mean"] == expected.pop("mean"), name  # bit for bit
+        assert {k: v for k, v in summary[name].items() if k != "mean"} == pytest.approx(
+            expected, rel=1e-15), name
 
 
 def test_dsa_layer_profile_counts_every_layer(loaded):
