@@ -1,18 +1,23 @@
-"""Ray engine benchmark: `kvtrace whatif` on one machine's engine against Ray clusters of
-one and of two worker processes, in one run.
+"""Ray engine benchmark: `kvtrace whatif` and `kvtrace summary` on one machine's engine
+against Ray clusters of one and of two worker processes, in one run.
 
     python benchmarks/bench_ray.py --requests 16 --steps 128 --granularity layer_block
 
 Writes a synthetic DSA trace (the selections of `kvtrace.synthetic`, top-2048 of a
-16k-token context) into a temporary warehouse, then times in interleaved rounds the
-what-if simulation (three tiers, block size 64, LRU, one cache per request):
+16k-token context) into a temporary warehouse, then times, in rounds, two jobs:
 
-1. the local engine (`kvtrace.sql.kv_access.whatif.whatif`, one process);
+- the what-if simulation (three tiers, block size 64, LRU, one cache per request);
+- the run's summary.json (`run_summary`), whose row statistics are counted per share.
+
+each on:
+
+1. the local engine (one process);
 2. ``--engine ray`` on a local Ray cluster with one worker CPU;
 3. the same with two worker CPUs (a head and a worker node).
 
-Checks that the three answers are identical, prints medians and the speed-ups, and
-writes the figures as JSON to ``benchmarks/out/``.  Cluster start-up is not timed.
+Checks that the three answers of each job are identical, prints medians and the
+speed-ups, and writes the figures as JSON to ``benchmarks/out/``.  Cluster start-up is not
+timed.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import ray
 from bench_warehouse import machine
@@ -32,6 +39,7 @@ from kvtrace.distributed import ray_engine
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.sql.kv_access.whatif import Tier, whatif
+from kvtrace.sql.summary import run_summary
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
@@ -41,31 +49,56 @@ SETTINGS = {"block_sizes": [64], "tiers": TIERS, "policy": "lru", "granularity":
             "scope": "request", "bytes_per_token": 656, "runs": None}
 
 
-def _local(warehouse: Warehouse):
+JOBS = ("whatif", "summary")
+
+
+def _local(job: str, warehouse: Warehouse) -> Any:
     con = connect(warehouse)
     try:
-        return whatif(con, **SETTINGS)
+        return whatif(con, **SETTINGS) if job == "whatif" else run_summary(con, "bench")
     finally:
         con.close()
 
 
-def _on_cluster(workers: int, warehouse: Warehouse, rounds: int) -> tuple[list[float], object]:
+def _on_ray(job: str, warehouse: Warehouse, tasks: int) -> Any:
+    if job == "whatif":
+        return ray_engine.whatif_on_ray(warehouse, tasks=tasks, **SETTINGS)
+    return ray_engine.summary_on_ray(warehouse, "bench", tasks=tasks)
+
+
+def _timed(run: Callable[[str], Any], rounds: int) -> dict[str, tuple[list[float], Any]]:
+    """Per job: the seconds of each round, after one untimed warm-up, and the answer."""
+    figures = {}
+    for job in JOBS:
+        result = run(job)
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            result = run(job)
+            times.append(time.perf_counter() - started)
+        figures[job] = (times, result)
+    return figures
+
+
+def _on_cluster(workers: int, warehouse: Warehouse,
+                rounds: int) -> dict[str, tuple[list[float], Any]]:
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
                                                           "include_dashboard": False})
     for _ in range(workers - 1):
         nodes.add_node(num_cpus=1)
     ray_engine.start(nodes.address)
     try:
-        ray_engine.whatif_on_ray(warehouse, tasks=workers * 2, **SETTINGS)  # warm the workers
-        times, result = [], None
-        for _ in range(rounds):
-            started = time.perf_counter()
-            result = ray_engine.whatif_on_ray(warehouse, tasks=workers * 2, **SETTINGS)
-            times.append(time.perf_counter() - started)
-        return times, result
+        return _timed(lambda job: _on_ray(job, warehouse, workers * 2), rounds)
     finally:
         ray.shutdown()
         nodes.shutdown()
+
+
+def _same(job: str, a: Any, b: Any) -> bool:
+    if job == "summary":
+        return a == b  # floats compared exactly
+    return (a.tiers.to_pylist() == b.tiers.to_pylist()
+            and a.runs.to_pylist() == b.runs.to_pylist())
 
 
 def main() -> None:
@@ -85,25 +118,22 @@ def main() -> None:
                          prompt_tokens=16_000, run_name="bench")
         warehouse = Warehouse(Path(scratch) / "wh", create=True)
         ingest(warehouse, [str(trace)])
-        _local(warehouse)  # warm the numba cache
-        local = []
-        for _ in range(args.rounds):
-            started = time.perf_counter()
-            expected = _local(warehouse)
-            local.append(time.perf_counter() - started)
-        one, one_result = _on_cluster(1, warehouse, args.rounds)
-        two, two_result = _on_cluster(2, warehouse, args.rounds)
-    for result in (one_result, two_result):
-        assert result.tiers.to_pylist() == expected.tiers.to_pylist()  # type: ignore[attr-defined]
-        assert result.runs.to_pylist() == expected.runs.to_pylist()  # type: ignore[attr-defined]
-    figures = {
+        local = _timed(lambda job: _local(job, warehouse), args.rounds)
+        one = _on_cluster(1, warehouse, args.rounds)
+        two = _on_cluster(2, warehouse, args.rounds)
+    figures: dict[str, Any] = {
         "machine": machine(), "requests": args.requests, "steps": args.steps,
         "layers": args.layers, "rounds": args.rounds, "granularity": args.granularity,
-        "local_s": statistics.median(local), "ray_1_worker_s": statistics.median(one),
-        "ray_2_workers_s": statistics.median(two),
     }
-    figures["speedup_1_to_2_workers"] = figures["ray_1_worker_s"] / figures["ray_2_workers_s"]
-    figures["ray_2_workers_vs_local"] = figures["local_s"] / figures["ray_2_workers_s"]
+    for job in JOBS:
+        expected = local[job][1]
+        assert _same(job, one[job][1], expected) and _same(job, two[job][1], expected), job
+        times = {name: statistics.median(engine[job][0])
+                 for name, engine in (("local_s", local), ("ray_1_worker_s", one),
+                                      ("ray_2_workers_s", two))}
+        times["speedup_1_to_2_workers"] = times["ray_1_worker_s"] / times["ray_2_workers_s"]
+        times["ray_2_workers_vs_local"] = times["local_s"] / times["ray_2_workers_s"]
+        figures[job] = times
     print(json.dumps(figures, indent=2))
     out = Path(__file__).parent / "out" / "ray.json"
     out.parent.mkdir(exist_ok=True)
