@@ -69,7 +69,7 @@ class Options:
 
     @property
     def path(self) -> str:
-        return self.warehouse or str(default_path())
+        return self.warehouse or default_path()
 
 
 options = Options()

@@ -7,7 +7,6 @@ loading DuckDB, Arrow or NumPy.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Literal
 
 DEFAULT_PATH = "kvtrace-warehouse"
@@ -19,6 +18,7 @@ OutputFormat = Literal["table", "csv", "json", "parquet"]
 OUTPUT_FORMATS: tuple[str, ...] = ("table", "csv", "json", "parquet")
 
 
-def default_path() -> Path:
-    """``$KVTRACE_WAREHOUSE`` when set, else ``./kvtrace-warehouse``."""
-    return Path(os.environ.get("KVTRACE_WAREHOUSE") or DEFAULT_PATH)
+def default_path() -> str:
+    """``$KVTRACE_WAREHOUSE`` when set (a folder or an object-store URI such as
+    ``s3://bucket/prefix``), else ``./kvtrace-warehouse``."""
+    return os.environ.get("KVTRACE_WAREHOUSE") or DEFAULT_PATH

@@ -19,7 +19,7 @@ from kvtrace.warehouse import Warehouse
 
 ON_S3 = os.environ.get("KVTRACE_TEST_STORAGE") == "s3"
 S3_BUCKET = "kvtrace-tests"
-local_only = pytest.mark.skipif(ON_S3, reason="looks at the warehouse's files on local disk")
+local_only = pytest.mark.skipif(ON_S3, reason="needs the warehouse on local disk")
 
 
 def warehouse_at(folder: Path) -> str:

@@ -13,7 +13,7 @@ import pytest
 from typer.main import get_command
 
 from kvtrace.cli import app
-from tests.conftest import run_kvtrace, seed_record, warehouse_at, write_jsonl
+from tests.conftest import local_only, run_kvtrace, seed_record, warehouse_at, write_jsonl
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -104,6 +104,7 @@ def test_summary_writes_the_tracers_summary_json(loaded, tmp_path):
     assert missing.returncode == 1 and "no DSA run 'nope'" in missing.stderr
 
 
+@local_only  # a plain duckdb shell reads an object store only through httpfs
 def test_shell_init_gives_a_plain_duckdb_the_same_views(loaded, tmp_path):
     import duckdb
 

@@ -189,9 +189,9 @@ def test_selections_that_match_nothing_are_one_clear_error(root, tmp_path):
 
 
 def test_the_demo_ends_by_writing_its_dsa_report(tmp_path):
-    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "demo")
+    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    report = tmp_path / "kvtrace-demo-report.html"
+    report = tmp_path / "kvtrace-demo-report.html"  # beside a local warehouse, or in cwd
     assert f"Report:    {report}" in result.stdout
     html = report.read_text()
     assert html.count("data-spec=") == 7 and "report dsa --run demo-ruler-dsa-ref-" in html
