@@ -3,11 +3,13 @@ simulation and the run summary spread over request shares."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from kvtrace.errors import KvtraceError
@@ -48,18 +50,25 @@ class RayExecutor(Executor):
         return ray.remote(fn).remote(*args, **kwargs).future()
 
 
+@functools.lru_cache(maxsize=2)
+def _pinned(location: str, version: int) -> duckdb.DuckDBPyConnection:
+    """A connection to the warehouse at ``version``, kept by the worker process for its
+    next tasks: a version never changes, and opening one loads the whole SQL library.
+    DuckDB runs on as many threads as Ray gave the task CPUs."""
+    from kvtrace.sql import connect
+
+    con = connect(Warehouse(location, as_of=version))
+    cpus = _ray().get_runtime_context().get_assigned_resources().get("CPU", 1)
+    con.execute(f"SET threads = {max(1, int(cpus))}")
+    return con
+
+
 def _simulate_share(location: str, version: int, block_size: int, policy: Policy,
                     granularity: Granularity, scope: Scope, limits: list[int], run_id: str,
                     requests: tuple[int, int] | None) -> tuple[list[UnitOutcome], int]:
     """One task: the units of a share of a run, read from the pinned version."""
-    from kvtrace.sql import connect
-
-    con = connect(Warehouse(location, as_of=version))
-    try:
-        return share_units(con, block_size, policy, granularity, scope, limits, run_id,
-                           requests)
-    finally:
-        con.close()
+    return share_units(_pinned(location, version), block_size, policy, granularity, scope,
+                       limits, run_id, requests)
 
 
 def request_shares(requests: Sequence[int], tasks: int) -> list[tuple[int, int]]:
@@ -82,14 +91,9 @@ def _tasks(ray: Any, tasks: int | None) -> int:
 def _count_share(location: str, version: int, trace: StoredTrace,
                  requests: tuple[int, int]) -> ShareCounts:
     """One task: the summary counts of a share of a stored trace, from the pinned version."""
-    from kvtrace.sql import connect
     from kvtrace.sql.summary_shares import share_counts
 
-    con = connect(Warehouse(location, as_of=version))
-    try:
-        return share_counts(con, trace, requests)
-    finally:
-        con.close()
+    return share_counts(_pinned(location, version), trace, requests)
 
 
 def summary_on_ray(warehouse: Warehouse, run: str, block_size: int | None = None,
