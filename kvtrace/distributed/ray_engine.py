@@ -83,6 +83,14 @@ def request_shares(requests: Sequence[int], tasks: int) -> list[tuple[int, int]]
     return [(int(c[0]), int(c[-1])) for c in chunks if len(c)]
 
 
+def _pin(warehouse: Warehouse) -> Warehouse:
+    """``warehouse`` held at its current version, for a driver and its tasks to share
+    while other writers commit."""
+    if warehouse.as_of is not None:
+        return warehouse
+    return Warehouse(warehouse.location, as_of=warehouse.version)
+
+
 def _tasks(ray: Any, tasks: int | None) -> int:
     """``tasks``, or as many as the cluster has CPUs."""
     return tasks or max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
@@ -106,6 +114,7 @@ def summary_on_ray(warehouse: Warehouse, run: str, block_size: int | None = None
     ray = _ray()
     count = ray.remote(_count_share)
     shares = _tasks(ray, tasks)
+    warehouse = _pin(warehouse)
     con = connect(warehouse)
 
     def counts(trace: StoredTrace) -> ShareCounts:
@@ -130,6 +139,7 @@ def whatif_on_ray(warehouse: Warehouse, *, block_sizes: Sequence[int], tiers: Se
     ray = _ray()
     check_tiers(tiers)
     tasks = _tasks(ray, tasks)
+    warehouse = _pin(warehouse)
     con = connect(warehouse)
     try:
         requests = dict(con.execute(
