@@ -162,8 +162,9 @@ def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
         files = active_files(delta)
         paths = files["path"].to_pylist()
         ids = [commit_of(p) for p in paths]
-        kept_ids = [i for i in ids if i is None or i in journaled]
-        files = files.filter(pa.array([i is None or i in journaled for i in ids]))
+        keep = [i is None or i in journaled for i in ids]
+        kept_ids = [i for i, kept in zip(ids, keep, strict=True) if kept]
+        files = files.filter(pa.array(keep))
         parts.append(pa.table({
             "table": pa.repeat(pa.scalar(table), files.num_rows),
             "path": pc.binary_join_element_wise(table, files["path"], "/"),
