@@ -8,13 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import duckdb
-import numpy as np
 
 from kvtrace.errors import QueryError
 from kvtrace.sql.summary_shares import (
     ShareCounts,
     StoredTrace,
-    histogram_statistics,
+    ingest_histogram_statistics,
     row_statistics,
     share_counts,
 )
@@ -39,7 +38,7 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str, block_size: int | None
     """
     row = _stored_trace(con, run, block_size)
     trace = StoredTrace(row["run_id"], row["dataset"], row["block_size"])
-    per_row = row_statistics((counts or (lambda t: share_counts(con, t)))(trace))
+    per_row = row_statistics(counts(trace) if counts else share_counts(con, trace))
     collector = json.loads(row["collector_config"] or "{}")
     summary: dict[str, Any] = {
         "run_name": row["run_name"],
@@ -50,8 +49,9 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str, block_size: int | None
         "requests": per_row["requests"],
         "unique_blocks": per_row["unique_blocks"],
         "touched_block_ratio": per_row["touched_block_ratio"],
-        "tokens_per_touched_block": _ingest_histogram(con, "_dsa_fill_hist_values", trace),
-        "offsets": _ingest_histogram(con, "_dsa_offset_hist_values", trace),
+        "tokens_per_touched_block": ingest_histogram_statistics(
+            con, "_dsa_fill_hist_values", trace),
+        "offsets": ingest_histogram_statistics(con, "_dsa_offset_hist_values", trace),
         "prefix_intersection_ratio": per_row["prefix_intersection_ratio"],
         "prefix_hot_blocks": per_row["prefix_hot_blocks"],
     }
@@ -92,16 +92,6 @@ def _stored_trace(con: duckdb.DuckDBPyConnection, run: str,
                          f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary")
     return chosen[0]
 
-
-def _ingest_histogram(con: duckdb.DuckDBPyConnection, histogram: str,
-                      trace: StoredTrace) -> dict[str, Any]:
-    """Statistics of a histogram that ingest wrote for ``trace``."""
-    table = con.sql(
-        "FROM _dsa_trace_histogram($histogram, $run, $dataset, $block_size)",
-        params={"histogram": histogram, "run": trace.run_id, "dataset": trace.dataset,
-                "block_size": trace.block_size}).to_arrow_table()
-    return histogram_statistics(table.column("value").to_numpy().astype(np.int64),
-                                table.column("n").to_numpy().astype(np.int64))
 
 
 def _config(collector: dict, block_size: int, dataset_variant: str | None) -> dict[str, Any]:

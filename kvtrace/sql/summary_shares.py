@@ -50,14 +50,11 @@ class ShareCounts:
 def share_counts(con: duckdb.DuckDBPyConnection, trace: StoredTrace,
                  requests: tuple[int, int] | None = None) -> ShareCounts:
     """The counts of ``trace``'s requests with ids in ``requests`` (inclusive), or of all."""
-    first, last = requests or _ALL_REQUESTS
     cursor = cursor_of(con)
     try:
         parts = {part: cursor.sql(
             f"FROM _dsa_share_{part}($run, $dataset, $block_size, $first, $last)",
-            params={"run": trace.run_id, "dataset": trace.dataset,
-                    "block_size": trace.block_size, "first": first, "last": last},
-        ).to_arrow_table() for part in _PARTS}
+            params=_share(trace, requests)).to_arrow_table() for part in _PARTS}
     finally:
         cursor.close()
     return ShareCounts(**parts)
@@ -65,12 +62,27 @@ def share_counts(con: duckdb.DuckDBPyConnection, trace: StoredTrace,
 
 def trace_requests(con: duckdb.DuckDBPyConnection, trace: StoredTrace) -> list[int]:
     """The request ids of ``trace``, ascending."""
-    first, last = _ALL_REQUESTS
     return [row[0] for row in con.execute(
         "SELECT DISTINCT request_id FROM _dsa_share_rows($run, $dataset, $block_size, "
-        "$first, $last) ORDER BY request_id",
-        {"run": trace.run_id, "dataset": trace.dataset, "block_size": trace.block_size,
-         "first": first, "last": last}).fetchall()]
+        "$first, $last) ORDER BY request_id", _share(trace, None)).fetchall()]
+
+
+def ingest_histogram_statistics(con: duckdb.DuckDBPyConnection, histogram: str,
+                                trace: StoredTrace) -> dict[str, Any]:
+    """Statistics of a histogram ingest wrote for ``trace`` (``_dsa_fill_hist_values`` or
+    ``_dsa_offset_hist_values``), its files' counts added."""
+    table = con.sql("FROM _dsa_trace_histogram($histogram, $run, $dataset, $block_size)",
+                    params={"histogram": histogram, "run": trace.run_id,
+                            "dataset": trace.dataset, "block_size": trace.block_size},
+                    ).to_arrow_table()
+    return histogram_statistics(*_columns(table, "value"))
+
+
+def _share(trace: StoredTrace, requests: tuple[int, int] | None) -> dict[str, Any]:
+    """The arguments of the ``_dsa_share_*`` macros for a share of ``trace``."""
+    first, last = requests or _ALL_REQUESTS
+    return {"run": trace.run_id, "dataset": trace.dataset, "block_size": trace.block_size,
+            "first": first, "last": last}
 
 
 def merge(shares: Sequence[ShareCounts]) -> ShareCounts:
