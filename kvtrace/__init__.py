@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvtrace._version import __version__
 from kvtrace.errors import KvtraceError
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "Warehouse": "kvtrace.warehouse",

@@ -23,7 +23,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from kvtrace import __version__
+from kvtrace._version import __version__
 from kvtrace.collectors.collect_options import (
     DatasetName,
     DsaCollectOptions,

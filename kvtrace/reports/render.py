@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import duckdb
 import pyarrow as pa
 
-from kvtrace import __version__
+from kvtrace._version import __version__
 from kvtrace.errors import QueryError
 from kvtrace.reports import charts
 from kvtrace.reports.html import RenderedSection, page

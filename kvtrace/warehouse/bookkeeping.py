@@ -13,7 +13,7 @@ import socket
 from datetime import datetime
 from typing import Any
 
-from kvtrace import __version__
+from kvtrace._version import __version__
 from kvtrace.warehouse.rejects import BadLine
 
 

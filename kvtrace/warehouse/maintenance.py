@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
-from kvtrace import __version__
+from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import (

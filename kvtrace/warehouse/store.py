@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kvtrace import __version__
+from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import DataFile, add_files, create_table, file_stats
