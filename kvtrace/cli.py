@@ -115,15 +115,15 @@ def _open(create: bool = False, as_of: int | None = None) -> Warehouse:
 @app.command()
 def ingest(
     paths: Annotated[list[str], typer.Argument(
-        help="Trace files (.jsonl, .jsonl.gz), folders of them, or glob patterns.")],
+        help="Trace files, folders of them, or glob patterns (quoted).")],
     dataset: Annotated[str | None, typer.Option(help="Dataset label for every record.")] = None,
     run_name: Annotated[str | None, typer.Option(help="Run name (default: the records', "
                                                  "else the trace folder's).")] = None,
     block_size: Annotated[int, typer.Option(
         help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
     kind: Annotated[Kind | None, typer.Option(
-        help="dsa, pool, requests, eval, workload or benchmark (default: told by each "
-             "file's first record).")] = None,
+        help="Read every file as dsa, pool, requests, eval, workload, benchmark, timeline "
+             "or summary (default: told by each file's content).")] = None,
     experiment: Annotated[str | None, typer.Option(
         help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
     strict: Annotated[bool, typer.Option(
@@ -141,9 +141,11 @@ def ingest(
 
     Reads DSA top-k traces, KV pool time series and request metrics (JSONL, optionally
     gzipped), RULER prediction files, arrival traces (Azure, BurstGPT, Splitwise/Vidur
-    CSVs, Mooncake JSONL) and benchmark or simulator results (vLLM result JSON, Vidur
-    request and batch metrics).  Bad lines go to the quarantine (see the quarantine
-    view) and the rest is ingested; the same file ingested twice adds nothing.
+    CSVs, Mooncake JSONL), benchmark or simulator results (vLLM result JSON, AIPerf
+    records, Vidur request and batch metrics), PyTorch profiler (Kineto) traces and
+    serving run summaries, each told by its content.  A folder gives every such file
+    in it.  Bad lines go to the quarantine (see the quarantine view) and the rest is
+    ingested; the same file ingested twice adds nothing.
 
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
@@ -172,8 +174,12 @@ def _with_progress(label: str, work):
 
 
 def _print_ingest(report: IngestReport) -> None:
+    from kvtrace.ingest.fanout import NOT_READ, skipped_files
+
     for item in report.files:
         name = Path(item.path).name
+        if item.status == NOT_READ:
+            continue
         if item.status != "ingested":
             out.print(f"{name}: {item.status}" + (f" (run {item.run_id})" if item.run_id else ""))
             continue
@@ -193,6 +199,10 @@ def _print_ingest(report: IngestReport) -> None:
                 f"on {tally.disagreeing:,} of {tally.checked:,} rows (line {tally.first_line}: "
                 f"{tally.source_value:g} vs {tally.recomputed:g}); the recomputed values are "
                 "stored")
+    if skipped := skipped_files(report):
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5
+                                          else "")
+        out.print(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
     out.print(f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected "
               f"into {options.path}")
 

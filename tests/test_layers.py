@@ -20,7 +20,7 @@ FORBIDDEN = {
     "distributed": {"collectors", "reports", "cli"},
     "synthetic": {"warehouse", "sql", "ingest", "collectors", "reports", "cli"},
 }
-TOP_LEVEL_MODULES = {"__init__", "__main__", "cli", "defaults", "errors"}
+TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "cli", "defaults", "errors"}
 
 
 def _kvtrace_imports(path: Path) -> set[str]:

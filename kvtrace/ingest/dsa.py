@@ -1,4 +1,4 @@
-"""Read one DSA trace file into a `DsaWriter`.
+"""Read DSA top-k trace files (both JSONL layouts of the tracer) through the `DsaWriter`.
 
 The file is read in chunks of whole lines; Arrow parses the next chunk in a background
 thread while the writer validates and stores the current one.
@@ -10,8 +10,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical
+import pyarrow.compute as pc
+
+from kvtrace.errors import InputError
+from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical, detect_format
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import Chunk, ParsedChunk, parse_chunk, raw_text, read_chunks
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.sink import FileSink
+from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.dsa_writer import DsaFileResult, DsaWriter
 
 
@@ -53,3 +60,67 @@ def _raw_lines(chunk: Chunk) -> Callable[[int], str]:
         return raw_text(lines[line_no - chunk.first_line])
 
     return raw_of
+
+
+class DsaFamily:
+    """DSA top-k traces: the tracer's flat ``event=dsa_topk`` records or its earlier
+    nested layout, into ``dsa_steps``, ``requests`` and the histograms."""
+
+    name = "dsa"
+
+    def recognise(self, probe: Probe) -> str | None:
+        if probe.first_record is None:
+            return None
+        try:
+            return detect_format(probe.first_line, str(probe.path))
+        except InputError:
+            return None
+
+    def forced_format(self, probe: Probe) -> str:
+        return detect_format(probe.first_line, str(probe.path))
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        record = probe.first_record or {}
+        return str(options.run_name or record.get("run_name")
+                   or probe.source.sidecar.get("run_name") or probe.source.default_run_name())
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        sidecar = probe.source.sidecar
+        record = probe.first_record or {}
+        dataset = options.dataset or record.get("dataset") or sidecar.get("dataset")
+        writer = DsaWriter(
+            sink.warehouse, sink.commit, string_ids=fmt == "nested",
+            dataset=str(dataset or "unknown"), dataset_override=options.dataset is not None,
+            block_size=int(sidecar.get("config", {}).get("kv_block_size_tokens")
+                           or options.block_size),
+            request_ids=_known_request_keys(sink.warehouse, sink.run_id), skip_stored=True)
+        result = read_dsa_file(writer, probe.path, fmt, advance)  # type: ignore[arg-type]
+        datasets = sorted(result.datasets)
+        for name in datasets:
+            sink.write_rows("requests", [
+                {"run_id": sink.run_id, "request_id": rid, **vars(info)}
+                for rid, info in sorted(result.requests.items()) if info.dataset == name])
+        return FileRows(
+            "dsa", rows=result.rows, rejected=result.rejected, skipped=result.skipped,
+            checks=result.checks.disagreements(),
+            config={"block_sizes": sorted(result.block_sizes),
+                    **({"config": sidecar["config"]} if "config" in sidecar else {})},
+            dataset=datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
+            rank=result.first_record.get("rank"),
+            world_size=result.first_record.get("world_size"))
+
+
+def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
+    """String request ids already mapped to integers in earlier files of this run."""
+    files = warehouse.run_files(run_id, "requests")
+    if not files:
+        return {}
+    table = warehouse.read_files(files, columns=["run_id", "request_id", "request_key"])
+    table = table.filter(pc.and_(pc.equal(table["run_id"], run_id),
+                                 pc.is_valid(table["request_key"])))
+    return dict(zip(table["request_key"].to_pylist(), table["request_id"].to_pylist(),
+                    strict=True))
+
+
+DSA = DsaFamily()

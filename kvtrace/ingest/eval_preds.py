@@ -14,7 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtrace.ingest.lines import json_records, raw_text
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.lines import json_records, json_type, raw_text
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.dsa_checks import StatCheck
 from kvtrace.warehouse.eval_rows import eval_row
 from kvtrace.warehouse.rejects import BadLine
@@ -55,7 +58,7 @@ class _BadSample(ValueError):
 
 def _row(record: object, run_id: str, task: str, line_no: int) -> dict:
     if not isinstance(record, dict):
-        raise _BadSample(f"expected a JSON object, got {type(record).__name__}")
+        raise _BadSample(f"expected a JSON object, got {json_type(record)}")
     outputs = record.get("outputs")
     if isinstance(outputs, str):
         outputs = [outputs]
@@ -106,3 +109,32 @@ def summary_check(rows: list[dict], task: str, folder: Path) -> StatCheck | None
     disagrees = abs(recomputed - stated) > 0.01
     return StatCheck(checked=1, disagreeing=int(disagrees), first_line=None,
                      source_value=stated, recomputed=recomputed)
+
+
+class EvalFamily:
+    """RULER prediction files, scored into ``eval_samples``."""
+
+    name = "eval"
+
+    def recognise(self, probe: Probe) -> str | None:
+        record = probe.first_record
+        return "ruler-pred" if record is not None and is_eval_record(record) else None
+
+    def forced_format(self, probe: Probe) -> str:
+        return "ruler-pred"
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or probe.source.default_run_name()
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        result = read_eval_file(probe.path, sink.run_id, advance)
+        task = task_name(probe.path)
+        check = summary_check(result.rows, task, probe.path.parent)
+        stored = sink.write_rows("eval_samples", result.rows)
+        return FileRows("eval", rows=stored, rejected=result.rejected, dataset="ruler",
+                        checks={f"ruler_score:{task}": check}
+                        if check and check.disagreeing else {})
+
+
+EVAL = EvalFamily()

@@ -31,6 +31,10 @@ from typing import TypeGuard
 import pyarrow as pa
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.lines import is_gzip
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
@@ -44,17 +48,6 @@ _WHITESPACE = re.compile(r"\s*")
 _COLON = re.compile(r"\s*:\s*")
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _DECODER = json.JSONDecoder()
-
-
-def looks_like_kineto(path: Path) -> bool:
-    """Whether a .json or .json.gz file starts like a Chrome trace."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as handle:
-            head = handle.read(1 << 16)
-    except (OSError, EOFError):
-        return False
-    return b'"traceEvents"' in head or b'"schemaVersion"' in head
 
 
 @dataclass
@@ -254,3 +247,40 @@ def _integers(values: list) -> pa.Array:
         pass
     return pa.array([int(value) if type(value) in _NUMBERS else None for value in values],
                     pa.int64())
+
+
+class TimelineFamily:
+    """PyTorch profiler (Kineto) traces, one rank each, into ``timeline_events``."""
+
+    name = "timeline"
+
+    def recognise(self, probe: Probe) -> str | None:
+        head = probe.head
+        if probe.is_json_document and (b'"traceEvents"' in head or b'"schemaVersion"' in head):
+            return "kineto"
+        return None
+
+    def forced_format(self, probe: Probe) -> str:
+        if self.recognise(probe) is None:
+            raise InputError(f"{probe.path} is not a Chrome trace: it has no traceEvents")
+        return "kineto"
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or probe.source.default_run_name()
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        reader = KinetoReader(probe.path)
+        events = sink.open_file("timeline_events")
+        rows = 0
+        for batch in reader.batches(None if is_gzip(probe.path) else advance):
+            events.append(sink.with_run_id(batch))
+            rows += batch.num_rows
+        events.close()
+        header = reader.header
+        return FileRows("timeline", rows=rows, rejected=reader.rejected,
+                        config=header.run_config, rank=header.rank,
+                        world_size=header.run_config["distributed_info"].get("world_size"))
+
+
+TIMELINE = TimelineFamily()

@@ -3,6 +3,12 @@
 A chunk is parsed in one call to Arrow's multi-threaded JSON reader.  Only when that
 fails is the chunk split in halves, recursively, until every failing line stands alone;
 good lines keep their data and bad ones come back with their line number and a reason.
+
+Arrow's reader is only ever handed lines that start with ``{``: with an explicit
+schema it crashes the process on a block that starts with ``null``, and it turns a
+``null`` elsewhere into a row of NULLs.  A chunk whose every line starts with ``{`` (the
+usual case, checked with two byte counts) goes to Arrow whole; otherwise each line that
+is not a JSON object goes to the quarantine before any parsing.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from kvtrace.warehouse.rejects import BadLine
 CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16
 NOT_UTF8 = "not UTF-8 text (binary data or a corrupted line)"
+NESTED_TOO_DEEPLY = "nested too deeply to read (more levels than any trace record has)"
 TRUNCATED_GZIP = ("the gzip stream ends early (a truncated file): the complete lines before "
                   "were kept")
 
@@ -111,6 +118,14 @@ def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
             compressed = decompressor.unused_data
 
 
+def decode_json(text: bytes) -> object:
+    """``text`` decoded as JSON, or None when it is not JSON (or nested too deeply)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def json_records(path: Path, rejected: list[BadLine],
                  progress: Callable[[int], None] | None = None
                  ) -> Iterator[tuple[int, bytes, object]]:
@@ -129,6 +144,9 @@ def json_records(path: Path, rejected: list[BadLine],
                 value = json.loads(text)
             except UnicodeDecodeError:
                 rejected.append(BadLine(line_no, NOT_UTF8, raw_text(text)))
+                continue
+            except RecursionError:
+                rejected.append(BadLine(line_no, NESTED_TOO_DEEPLY, raw_text(text)))
                 continue
             except ValueError as exc:
                 reason = f"invalid JSON (truncated line?): {exc}"
@@ -149,6 +167,8 @@ def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
         chunk.data.decode("utf-8")  # Arrow would pass invalid UTF-8 into string columns
     except UnicodeDecodeError:
         return _parse_line_by_line(chunk, schema)
+    if not _every_line_an_object(chunk):
+        return _parse_line_by_line(chunk, schema)
     try:
         table = _parse(chunk.data, schema)
     except pa.ArrowInvalid:
@@ -157,6 +177,12 @@ def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
         numbers = np.arange(chunk.first_line, chunk.first_line + chunk.lines, dtype=np.int64)
         return ParsedChunk(table, numbers, [])
     return _parse_line_by_line(chunk, schema)  # blank lines: recover the numbering
+
+
+def _every_line_an_object(chunk: Chunk) -> bool:
+    """Whether every line of ``chunk`` starts with ``{`` (no blank lines either)."""
+    data = chunk.data
+    return data[:1] == b"{" and data.count(b"\n{") == chunk.lines - 1
 
 
 def _parse(data: bytes, schema: pa.Schema) -> pa.Table:
@@ -188,13 +214,20 @@ def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
         except UnicodeDecodeError:
             bad.append(BadLine(chunk.first_line + i, NOT_UTF8, raw_text(text)))
             continue
-        numbered.append((chunk.first_line + i, text))
+        if text.lstrip()[:1] != b"{":  # never for Arrow: see the module's docstring
+            bad.append(BadLine(chunk.first_line + i, describe_parse_error(text, None),
+                               raw_text(text)))
+            continue
+        numbered.append((chunk.first_line + i, text.lstrip()))
 
     def bisect(group: list[tuple[int, bytes]]) -> None:
         if not group:
             return
         try:
-            tables.append(_parse(b"\n".join(text for _, text in group) + b"\n", schema))
+            table = _parse(b"\n".join(text for _, text in group) + b"\n", schema)
+            if table.num_rows != len(group):  # a line that holds more than one value
+                raise pa.ArrowInvalid("more than one JSON value on the line")
+            tables.append(table)
             good_numbers.extend(number for number, _ in group)
         except pa.ArrowInvalid as exc:
             if len(group) == 1:
@@ -211,18 +244,36 @@ def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
     return ParsedChunk(table, np.asarray(good_numbers, dtype=np.int64), bad)
 
 
-def describe_parse_error(text: bytes, exc: Exception) -> str:
-    """One sentence on why a single line failed to parse."""
+def describe_parse_error(text: bytes, exc: Exception | None) -> str:
+    """One sentence on why a single line failed to parse (``exc``: Arrow's complaint
+    about a line that is a JSON object)."""
     try:
         value = json.loads(text.decode("utf-8"))
     except UnicodeDecodeError:
         return NOT_UTF8
+    except RecursionError:
+        return NESTED_TOO_DEEPLY
     except json.JSONDecodeError as json_error:
+        if json_error.msg == "Extra data":
+            return "more than one JSON value on the line"
         return f"invalid JSON (truncated line?): {json_error.msg} at column {json_error.colno}"
     if not isinstance(value, dict):
-        return f"expected a JSON object, got {type(value).__name__}"
+        return f"expected a JSON object, got {json_type(value)}"
     message = str(exc).replace("JSON parse error: ", "").split(" in row ")[0]
     return f"wrong type: {message}"
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type: null, boolean, number, string, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def raw_text(text: bytes) -> str:

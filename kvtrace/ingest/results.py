@@ -33,7 +33,10 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import raw_text, read_chunks
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.sink import FileSink
 from kvtrace.ingest.workload import RowReasons, csv_header, csv_rows, numbers, read_csv_columns
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
@@ -262,3 +265,37 @@ def _json(path: Path) -> dict:
     if not isinstance(document, dict):
         raise InputError(f"{path} holds no JSON object")
     return document
+
+
+class BenchmarkFamily:
+    """Per-request results of serving benchmarks (vLLM's result JSON, AIPerf's records)
+    and of simulators (Vidur's request and batch metrics)."""
+
+    name = "benchmark"
+
+    def recognise(self, probe: Probe) -> str | None:
+        if not probe.is_json_document:
+            return detect_results_csv(probe.csv_header)
+        head = probe.head
+        if b'"ttfts"' in head or (b'"input_lens"' in head and b'"output_lens"' in head):
+            return "vllm"
+        record = probe.first_record
+        return "aiperf" if record is not None and is_aiperf_record(record) else None
+
+    def forced_format(self, probe: Probe) -> str:
+        return self.recognise(probe) or "aiperf"
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or probe.path.name.split(".")[0]
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        result = (read_vllm_result(probe.path) if fmt == "vllm"
+                  else read_aiperf_records(probe.path) if fmt == "aiperf"
+                  else read_results_csv(probe.path, fmt))  # type: ignore[arg-type]
+        kind = "simulation" if fmt.startswith("vidur") else "benchmark"
+        return FileRows(kind, rows=sink.write(result.table, result.rows),
+                        rejected=result.rejected, config=result.run_config)
+
+
+BENCHMARK = BenchmarkFamily()

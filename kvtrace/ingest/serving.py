@@ -11,11 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kvtrace.ingest.lines import json_records, raw_text
+import pyarrow as pa
+
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.lines import json_records, json_type, raw_text
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rejects import BadLine
+from kvtrace.warehouse.schema import TABLES
 from kvtrace.warehouse.serving_rows import POOL_ALIASES, FieldError, pool_row, request_row
 
 ServingKind = Literal["pool", "requests"]
+_RUN_NAME_SUFFIXES = ("_pool_timeseries", "-pool-timeseries", "_pool_snapshots", "_pool",
+                      "_request_metrics", "_metrics", "-metrics", "_requests", "_summary")
 
 
 def detect_serving_kind(record: dict) -> ServingKind | None:
@@ -44,7 +52,7 @@ def read_serving_file(path, kind: ServingKind,
     for line_no, text, record in json_records(path, result.rejected, progress):
         try:
             if not isinstance(record, dict):
-                raise FieldError(f"expected a JSON object, got {type(record).__name__}")
+                raise FieldError(f"expected a JSON object, got {json_type(record)}")
             result.rows.append(convert(record))
         except FieldError as exc:
             result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
@@ -60,3 +68,50 @@ def _fill_relative_time(rows: list[dict]) -> None:
     for row in rows:
         if row.get("t_s") is None:
             row["t_s"] = (row["ts"] - start).total_seconds() if row.get("ts") else None
+
+
+def serving_run_name(probe: Probe) -> str:
+    """``exp2_2p6d`` from ``exp2_2p6d_pool_timeseries.jsonl``; else the folder's name."""
+    stem = probe.path.name.split(".")[0]
+    for suffix in _RUN_NAME_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return stem if len(stem) > 1 else probe.path.parent.name
+
+
+@dataclass(frozen=True)
+class ServingFamily:
+    """KV pool time series (``pool``) or per-request serving metrics (``requests``)."""
+
+    name: ServingKind
+
+    @property
+    def table(self) -> str:
+        return "pool_snapshots" if self.name == "pool" else "request_metrics"
+
+    def recognise(self, probe: Probe) -> str | None:
+        record = probe.first_record
+        return self.name if record is not None and detect_serving_kind(record) == self.name \
+            else None
+
+    def forced_format(self, probe: Probe) -> str:
+        return self.name
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or serving_run_name(probe)
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        result = read_serving_file(probe.path, self.name, advance)
+        label = options.experiment or self.run_name(probe, fmt, options)
+        for row in result.rows:
+            row["experiment"] = label
+        stored = sink.write(self.table, pa.Table.from_pylist(
+            result.rows, schema=TABLES[self.table].schema))
+        return FileRows("serving", rows=stored, rejected=result.rejected,
+                        config={"experiment": label})
+
+
+POOL = ServingFamily("pool")
+REQUESTS = ServingFamily("requests")

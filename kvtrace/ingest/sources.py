@@ -5,16 +5,17 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import os
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtrace.errors import InputError
 
-TRACE_SUFFIXES = (".jsonl", ".jsonl.gz", ".pt.trace.json", ".pt.trace.json.gz")
-RUN_SUMMARY_SUFFIX = "_summary.json"  # a serving run's summary; a bare summary.json is a
-# DSA tracer's sidecar and is read as run metadata instead
-SIDECARS = ("run_meta.json", "summary.json")
+WAREHOUSE_MARKER = "kvtrace.json"  # a folder holding it is a warehouse, not traces
+SIDECARS = ("run_meta.json", "summary.json")  # a DSA tracer's run metadata
+SIDE_FILES = (*SIDECARS, "summary.csv")  # ... and RULER's scores beside its predictions
 _HASHERS = ThreadPoolExecutor(2, thread_name_prefix="kvtrace-sha256")
 
 
@@ -24,6 +25,7 @@ class SourceFile:
 
     path: Path
     sidecar: dict = field(default_factory=dict)
+    named: bool = False  # given by its own name, not found in a folder or by a pattern
     _digest: Future[str] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -58,31 +60,52 @@ class SourceFile:
         return folder.name or self.path.name.split(".")[0]
 
 
-def _is_trace(path: Path) -> bool:
-    return path.is_file() and path.name.endswith((*TRACE_SUFFIXES, RUN_SUMMARY_SUFFIX))
+def _is_candidate(path: Path, top: Path | None = None) -> bool:
+    """A file of a folder (``top``) or pattern that may hold a trace: not hidden (nor in a
+    hidden folder below ``top``), not a sidecar."""
+    parts = path.relative_to(top).parts if top is not None else (path.name,)
+    hidden = any(part.startswith(".") for part in parts)
+    return path.is_file() and not hidden and path.name not in SIDE_FILES
+
+
+def _files_under(folder: Path) -> Iterator[Path]:
+    """Every file below ``folder``, leaving out kvtrace warehouses inside it."""
+    for top, dirs, files in os.walk(folder):
+        if WAREHOUSE_MARKER in files and Path(top) != folder:
+            dirs.clear()
+            continue
+        dirs.sort()
+        yield from (Path(top) / name for name in files)
 
 
 def expand(paths: list[str]) -> list[SourceFile]:
-    """Files named by ``paths``: files, folders (searched recursively) or glob patterns."""
-    found: list[Path] = []
+    """Files named by ``paths``: files, folders (searched recursively) or glob patterns.
+
+    A folder or a pattern gives every file in it but hidden ones and sidecars; which of
+    them are traces is for the families to tell.
+    """
+    found: list[tuple[Path, bool]] = []
     for text in paths:
         path = Path(text)
         if path.is_dir():
-            matches = sorted(p for p in path.rglob("*") if _is_trace(p))
+            matches = sorted(p for p in _files_under(path) if _is_candidate(p, path))
             if not matches:
-                raise InputError(f"no .jsonl, .jsonl.gz, .pt.trace.json(.gz) or *_summary.json "
-                                 f"files under {text}")
+                raise InputError(f"no files under {text}")
         elif path.is_file():
-            matches = [path]
+            found.append((path, True))
+            continue
         elif glob.has_magic(text):
-            matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if _is_trace(Path(p)))
+            matches = sorted(p for p in map(Path, glob.glob(text, recursive=True))
+                             if _is_candidate(p))
             if not matches:
-                raise InputError(f"the pattern {text!r} matches no .jsonl or .jsonl.gz file")
+                raise InputError(f"the pattern {text!r} matches no file")
         else:
             raise InputError(f"{text} does not exist")
-        found.extend(matches)
-    unique = list(dict.fromkeys(p.resolve() for p in found))
-    return [SourceFile(p, read_sidecar(p.parent)) for p in unique]
+        found.extend((p, False) for p in matches)
+    named: dict[Path, bool] = {}
+    for path, given in found:
+        named[path.resolve()] = named.get(path.resolve(), False) or given
+    return [SourceFile(path, read_sidecar(path.parent), given) for path, given in named.items()]
 
 
 def read_sidecar(folder: Path) -> dict:

@@ -33,7 +33,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import parse_chunk, raw_text, read_chunks
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import WORKLOAD_REQUESTS
 
@@ -347,3 +350,39 @@ def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: Ro
     }
     table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
     return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, fmt)
+
+
+class WorkloadFamily:
+    """Arrival traces: Azure, BurstGPT and Splitwise/Vidur CSVs, Mooncake JSONL, and CSVs
+    of another layout named by ``--columns``."""
+
+    name = "workload"
+
+    def recognise(self, probe: Probe) -> str | None:
+        if probe.is_json_document:
+            record = probe.first_record
+            return "mooncake" if record is not None and is_mooncake_record(record) else None
+        return detect_csv_format(probe.csv_header)
+
+    def forced_format(self, probe: Probe) -> str:
+        found = self.recognise(probe)
+        if found is None:
+            raise InputError(f"{probe.path} is not an arrival trace kvtrace knows (Azure, "
+                             "BurstGPT, Splitwise/Vidur CSV, Mooncake JSONL); --columns "
+                             "names the columns of another CSV layout")
+        return found
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or probe.path.name.split(".")[0]
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        result = read_workload_file(probe.path, fmt, options.columns)  # type: ignore[arg-type]
+        columns = options.columns
+        config = ({"columns": columns.columns, "arrival_unit": columns.arrival_unit}
+                  if columns is not None and fmt == "mapped" else {})
+        return FileRows("workload", rows=sink.write("workload_requests", result.table),
+                        rejected=result.rejected, config=config)
+
+
+WORKLOAD = WorkloadFamily()

@@ -64,6 +64,8 @@ class Commit:
     operation: str = "ingest"
     files: list[DataFile] = field(default_factory=list)
     open_files: list[TableFile] = field(default_factory=list)
+    landed: bool = False  # set by `Warehouse.commit`: False when another process's
+    # commit of the same source landed first
 
     @property
     def app_id(self) -> str:
@@ -350,7 +352,8 @@ class Warehouse:
                "run_id": commit.run_id, "source_path": commit.source_path,
                "source_sha256": commit.source_sha256, "source_size": commit.source_size,
                "kvtrace_version": __version__, "created_at": _now(), "tables": entries}
-        return journal.append(self.storage, row, commit.app_id)
+        commit.landed = journal.append(self.storage, row, commit.app_id)
+        return commit.landed
 
     def abort(self, commit: Commit) -> None:
         """Remove the files of a commit that will not be recorded."""

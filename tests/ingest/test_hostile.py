@@ -97,3 +97,50 @@ def test_an_unknown_file_in_a_folder_says_what_was_committed(warehouse, tmp_path
     assert "b.jsonl is not a trace kvtrace knows" in err
     assert "1 file(s) before it were ingested and committed" in err
     assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (1,)
+
+
+@pytest.mark.parametrize(("name", "good", "bad_lines"), [
+    ("null_first_line.jsonl", [0, 1, 2], [1]),
+    ("mixed_values.jsonl", [0, 1, 3, 4], [2, 4, 5, 6, 7, 8, 9, 11]),
+    ("deeply_nested.jsonl.gz", [0, 1, 2], [2, 4]),
+])
+def test_lines_that_are_not_json_objects_are_quarantined_never_parsed(warehouse, name, good,
+                                                                       bad_lines):
+    # Arrow's JSON reader crashes the process on a block that starts with null: such a
+    # line must reach the quarantine, and every good line the warehouse.
+    report = ingest(warehouse, [str(HOSTILE / name)])
+    assert report.rows == len(good)
+    quarantined = _quarantined(warehouse)
+    assert [line for line, _ in quarantined] == bad_lines
+    got = connect(warehouse).execute("SELECT request_id FROM dsa_steps ORDER BY 1").fetchall()
+    assert got == [(r,) for r in good]
+
+
+def test_what_each_line_that_is_no_object_is_told(warehouse):
+    ingest(warehouse, [str(HOSTILE / "mixed_values.jsonl")])
+    reasons = dict(_quarantined(warehouse))
+    assert reasons[2] == "expected a JSON object, got null"
+    assert reasons[4] == "expected a JSON object, got a number"
+    assert reasons[5] == "expected a JSON object, got an array"
+    assert reasons[8] == reasons[11] == "more than one JSON value on the line"
+    assert reasons[9] == "expected a JSON object, got null"
+
+
+def test_a_line_nested_too_deeply_is_one_quarantined_line(warehouse):
+    ingest(warehouse, [str(HOSTILE / "deeply_nested.jsonl.gz")])
+    reasons = dict(_quarantined(warehouse))
+    assert reasons[2].startswith("nested too deeply")
+
+
+def test_a_folder_with_a_null_first_line_ingests_every_file(warehouse, tmp_path, cli):
+    import shutil
+
+    from tests.conftest import seed_record, write_jsonl
+
+    folder = tmp_path / "run"
+    shutil.copy(HOSTILE / "null_first_line.jsonl", folder.mkdir() or folder / "a.jsonl")
+    write_jsonl(folder / "b.jsonl", [seed_record(7, 0, 99, [3])])
+    status, out, _ = cli("-w", warehouse.location, "ingest", str(folder))
+    assert status == 0, out
+    got = connect(warehouse).execute("SELECT request_id FROM dsa_steps ORDER BY 1").fetchall()
+    assert got == [(0,), (1,), (2,), (7,)]

@@ -1,0 +1,111 @@
+"""Ingest many source files: one after another, in worker processes, or on an executor.
+
+Each file is one commit of its own (`kvtrace.ingest.commit.commit_file`), so files that
+were committed before a failure stay committed, and ingesting again skips them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from kvtrace.errors import KvtraceError
+from kvtrace.ingest.commit import commit_file
+from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
+from kvtrace.ingest.family import Advance, IngestOptions
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.report import FileReport, IngestReport
+from kvtrace.ingest.sources import SourceFile, expand
+from kvtrace.warehouse import Warehouse
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
+NOT_READ = "not a trace kvtrace reads"
+
+
+def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions, *,
+                 progress: Progress | None = None, jobs: int = 1,
+                 executor: Executor | None = None) -> IngestReport:
+    """Ingest every file named by ``paths`` (files, folders or glob patterns)."""
+    sources = expand(paths)
+    if executor is not None:
+        return _in_parallel(warehouse.location, sources, options, progress, executor)
+    if jobs > 1 and len(sources) > 1:
+        context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
+        with ProcessPoolExecutor(min(jobs, len(sources)), mp_context=context) as pool:
+            return _in_parallel(warehouse.location, sources, options, progress, pool)
+    total = sum(s.size for s in sources)
+    done = 0
+    reports: list[FileReport] = []
+    for source in sources:
+        def advance(offset: int, base: int = done) -> None:
+            if progress:
+                progress(base + offset, total)
+
+        try:
+            reports.append(ingest_file(warehouse, source, options, advance))
+        except KvtraceError as exc:
+            raise _after(exc, reports) from None
+        done += source.size
+        advance(0)
+    return IngestReport(reports)
+
+
+def ingest_file(warehouse: Warehouse, source: SourceFile, options: IngestOptions,
+                advance: Advance) -> FileReport:
+    """Ingest one file with the family that reads it."""
+    probe = Probe.of(source)
+    chosen = choose(probe, options)
+    if chosen is None and probe.is_empty:
+        advance(source.size)
+        return FileReport(str(source.path), "", "empty file")
+    if chosen is None:
+        if source.named or source.path.name.endswith(JSONL_SUFFIXES):
+            raise unknown(probe)
+        advance(source.size)
+        return FileReport(str(source.path), "", NOT_READ)
+    family, fmt = chosen
+    return commit_file(warehouse, probe, family, fmt, options, advance)
+
+
+def _after(exc: KvtraceError, committed: list[FileReport]) -> KvtraceError:
+    """``exc``, saying how many files were committed before it, if any."""
+    done = [r for r in committed if r.status == "ingested"]
+    if not done:
+        return exc
+    return type(exc)(f"{exc} ({len(done)} file(s) before it were ingested and committed; "
+                     "ingesting again skips them)")
+
+
+def _in_parallel(location: str, sources: list[SourceFile], options: IngestOptions,
+                 progress: Progress | None, pool: Executor) -> IngestReport:
+    """One task per file on ``pool``; progress advances as whole files finish, and the
+    reports keep the files' order."""
+    total, done = sum(s.size for s in sources), 0
+    reports: dict[int, FileReport] = {}
+    failure: KvtraceError | None = None
+    running = {pool.submit(_in_worker, location, source, options): (n, source)
+               for n, source in enumerate(sources)}
+    for future in as_completed(running):
+        n, source = running[future]
+        try:
+            reports[n] = future.result()
+        except KvtraceError as exc:
+            failure = failure or exc
+            continue
+        done += source.size
+        if progress:
+            progress(done, total)
+    if failure is not None:
+        raise _after(failure, list(reports.values()))
+    return IngestReport([reports[n] for n in sorted(reports)])
+
+
+def _in_worker(location: str, source: SourceFile, options: IngestOptions) -> FileReport:
+    return ingest_file(Warehouse(location), source, options, lambda _: None)
+
+
+def skipped_files(report: IngestReport) -> list[str]:
+    """Names of the files of a folder or pattern that no family reads."""
+    return [Path(f.path).name for f in report.files if f.status == NOT_READ]

@@ -1,0 +1,55 @@
+"""Read a serving run's summary JSON: kept whole, as JSON text, beside its run.
+
+Inside a folder only ``*_summary.json`` files are summaries (a bare ``summary.json`` is
+a DSA tracer's sidecar, read as run metadata); a ``.json`` file named on the command
+line that no other family reads is taken as one.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvtrace.errors import InputError
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.serving import serving_run_name
+from kvtrace.ingest.sink import FileSink
+
+SUFFIX = "_summary.json"
+
+
+class RunSummaryFamily:
+    """Serving run summaries, into ``run_summaries``."""
+
+    name = "summary"
+
+    def recognise(self, probe: Probe) -> str | None:
+        named = probe.source.named and probe.path.name.endswith(".json")
+        if (named or probe.path.name.endswith(SUFFIX)) and probe.is_json_document:
+            return "summary"
+        return None
+
+    def forced_format(self, probe: Probe) -> str:
+        return "summary"
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or serving_run_name(probe)
+
+    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
+             advance: Advance) -> FileRows:
+        try:
+            summary = json.loads(probe.path.read_bytes())
+        except RecursionError:
+            raise InputError(f"{probe.path} is nested too deeply to read") from None
+        except ValueError as exc:
+            raise InputError(f"{probe.path} is not valid JSON: {exc}") from None
+        if not isinstance(summary, dict):
+            raise InputError(f"{probe.path} holds no JSON object; a run summary is one")
+        name = self.run_name(probe, fmt, options)
+        stored = sink.write_rows("run_summaries", [{
+            "run_id": sink.run_id, "experiment": options.experiment or name,
+            "source_path": str(probe.path), "summary": json.dumps(summary, sort_keys=True)}])
+        return FileRows("serving", rows=stored)
+
+
+RUN_SUMMARY = RunSummaryFamily()
