@@ -43,7 +43,7 @@ def commit_file(warehouse: Warehouse, probe: Probe, family: Family, fmt: str,
         return FileReport(str(source.path), run_id, "already ingested", fmt=fmt,
                           family=family.name)
     return FileReport(str(source.path), run_id, "ingested", rows=rows.rows,
-                      rejected=len(rows.rejected), skipped=dict(rows.skipped),
+                      rejected=len(rows.rejected), skipped=dict(rows.skipped + sink.skipped),
                       disagreements=rows.checks, fmt=fmt, family=family.name)
 
 

@@ -130,9 +130,9 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
         warehouse, tmp_path):
     """A source of a size its run does not hold is hashed while it is read; one of a size
     it holds is hashed first.  Either way the commit records the file's own sha256, the
-    same bytes are skipped and other bytes of the same size are ingested."""
+    same bytes are skipped and other bytes of the same size are ingested (adding only
+    records the run does not hold: an arrival trace's record is its row)."""
     import hashlib
-
 
     header = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     first = tmp_path / "trace" / "a.csv"
@@ -142,13 +142,13 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
     same_size = tmp_path / "trace" / "b.csv"
     same_size.write_text(first.read_text().replace("100,10", "101,11"))
     assert first.stat().st_size == same_size.stat().st_size
-    for path in (first, same_size):
-        assert ingest(warehouse, [str(path)], run_name="arrivals").rows == 2
+    assert ingest(warehouse, [str(first)], run_name="arrivals").rows == 2
+    second = ingest(warehouse, [str(same_size)], run_name="arrivals").files[0]
+    assert (second.status, second.rows) == ("ingested", 0)
+    assert second.skipped == {"record already stored (same request_idx)": 2}
     assert ingest(warehouse, [str(first)], run_name="arrivals").files[0].status == (
         "already ingested")
-    recorded = {sha for (sha,) in connect(warehouse).execute(
-        "SELECT DISTINCT source_sha256 FROM warehouse_files "
-        "WHERE table_name = 'workload_requests'").fetchall()}
+    recorded = set(warehouse.snapshot().commits["source_sha256"].to_pylist())
     assert recorded == {hashlib.sha256(p.read_bytes()).hexdigest()
                         for p in (first, same_size)}
 

@@ -9,13 +9,22 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A warehouse table: its Arrow schema and the columns that name its directories."""
+    """A warehouse table: its Arrow schema, the columns that name its directories, its
+    order, and what identifies one record of a run.
+
+    ``record_key`` names the columns that tell two records of one run apart: ingest
+    stores a record whose key the run already holds no second time (a file that grew,
+    repeated lines, other bytes of the same records).  A record with a NULL in its key
+    is told apart by all of its columns.  None: rows are not records of a source
+    (bookkeeping tables), or their writer keeps its own keys (``dsa_steps``).
+    """
 
     name: str
     schema: pa.Schema
     partition_by: tuple[str, ...] = ()
     sort_by: tuple[str, ...] = ()
     partition_dirs: tuple[str, ...] = ()  # folder names of partition_by, when they differ
+    record_key: tuple[str, ...] | None = None
 
     def partition_dir(self, column: str) -> str:
         names = self.partition_dirs or self.partition_by

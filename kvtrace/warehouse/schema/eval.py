@@ -25,6 +25,7 @@ EVAL_SAMPLES = TableSpec(
     ),
     partition_by=("run_id",),
     sort_by=("task", "sample_index"),
+    record_key=("task", "sample_index"),
 )
 
 NEEDLE_SPANS = TableSpec(

@@ -38,6 +38,7 @@ POOL_SNAPSHOTS = TableSpec(
     partition_by=("run_id",),
     partition_dirs=("run",),
     sort_by=("worker_id", "t_s"),
+    record_key=("worker_id", "t_s"),
 )
 
 REQUEST_METRICS = TableSpec(
@@ -69,6 +70,7 @@ REQUEST_METRICS = TableSpec(
     partition_by=("run_id",),
     partition_dirs=("run",),
     sort_by=("arrival_s",),
+    record_key=("request_id",),
 )
 
 RUN_SUMMARIES = TableSpec(
@@ -81,4 +83,5 @@ RUN_SUMMARIES = TableSpec(
             ("summary", pa.string()),
         ]
     ),
+    record_key=("summary",),
 )

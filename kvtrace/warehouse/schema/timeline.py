@@ -29,4 +29,5 @@ TIMELINE_EVENTS = TableSpec(
     ),
     partition_by=("run_id",),
     sort_by=("ts_us",),
+    record_key=("rank", "event_idx"),
 )

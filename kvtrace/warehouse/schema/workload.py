@@ -24,6 +24,7 @@ WORKLOAD_REQUESTS = TableSpec(
     ),
     partition_by=("run_id",),
     sort_by=("request_idx",),
+    record_key=("request_idx",),
 )
 
 REQUEST_TIMINGS = TableSpec(
@@ -47,6 +48,7 @@ REQUEST_TIMINGS = TableSpec(
     ),
     partition_by=("run_id",),
     sort_by=("request_idx",),
+    record_key=("request_idx",),
 )
 
 BATCH_METRICS = TableSpec(
@@ -63,4 +65,5 @@ BATCH_METRICS = TableSpec(
     ),
     partition_by=("run_id",),
     sort_by=("batch_idx",),
+    record_key=("batch_idx",),
 )
