@@ -18,6 +18,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import json_records, json_type, raw_text
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.values import BadValue, whole_number
 from kvtrace.warehouse.dsa_checks import StatCheck
 from kvtrace.warehouse.eval_rows import eval_row
 from kvtrace.warehouse.rejects import BadLine
@@ -47,12 +48,12 @@ def read_eval_file(path: Path, run_id: str,
     for line_no, text, record in json_records(path, result.rejected, progress):
         try:
             result.rows.append(_row(record, run_id, task, line_no))
-        except _BadSample as exc:
+        except BadValue as exc:
             result.rejected.append(BadLine(line_no, f"bad value: {exc}", raw_text(text)))
     return result
 
 
-class _BadSample(ValueError):
+class _BadSample(BadValue):
     pass
 
 
@@ -67,12 +68,9 @@ def _row(record: object, run_id: str, task: str, line_no: int) -> dict:
     prediction = record.get("pred", record.get("prediction"))
     if prediction is not None and not isinstance(prediction, str):
         raise _BadSample(f"pred must be a string, got {prediction!r}"[:200])
-    index = record.get("index", line_no - 1)
+    index = whole_number("index", record.get("index", line_no - 1), minimum=None)
     length = record.get("length")
-    if isinstance(index, bool) or not isinstance(index, int):
-        raise _BadSample(f"index must be an integer, got {index!r}"[:200])
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int)):
-        raise _BadSample(f"length must be an integer, got {length!r}"[:200])
+    length = None if length is None else whole_number("length", length)
     return eval_row(run_id=run_id, task=task, sample_index=index, prediction=prediction,
                     references=[str(o) for o in outputs], context_length=length)
 

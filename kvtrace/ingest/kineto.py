@@ -28,13 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
+import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import is_gzip
+from kvtrace.ingest.lines import NESTED_TOO_DEEPLY, is_gzip
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.values import EXACT_LIMIT, BadValue, finite_number, whole_number
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
@@ -48,6 +50,7 @@ _WHITESPACE = re.compile(r"\s*")
 _COLON = re.compile(r"\s*:\s*")
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _DECODER = json.JSONDecoder()
+TOO_DEEP = object()  # stands for a value nested too deeply to decode
 
 
 @dataclass
@@ -74,6 +77,8 @@ class KinetoReader:
         for run in _event_runs(self.path, others, progress):
             kept += [(i, event) for i, event in enumerate(run, index)
                      if type(event) is dict and event.get("ph") == "X"]
+            self.rejected += [BadLine(i + 1, NESTED_TOO_DEEPLY, "")
+                              for i, event in enumerate(run, index) if event is TOO_DEEP]
             index += len(run)
             while len(kept) >= BATCH_EVENTS:
                 yield self._table(kept[:BATCH_EVENTS], others)
@@ -82,17 +87,24 @@ class KinetoReader:
         if kept:
             yield self._table(kept, others)
 
-    def _timed(self, kept: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-        """The events with a numeric ts and dur >= 0; the others go to ``rejected``."""
-        timed = []
+    def _checked(self, kept: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+        """The events whose values the table can hold; the others go to ``rejected``."""
+        good = []
         for index, event in kept:
-            ts, dur = event.get("ts"), event.get("dur")
-            if _is_number(ts) and _is_number(dur) and dur >= 0:
-                timed.append((index, event))
-            else:
-                self.rejected.append(BadLine(index + 1, "an X event needs numeric ts and "
-                                             "dur >= 0", json.dumps(event)[:2000]))
-        return timed
+            try:
+                finite_number("ts", event.get("ts"))
+                finite_number("dur", event.get("dur"), minimum=0)
+                args = event.get("args")
+                for key, _ in _INT_ARGS:
+                    value = args.get(key) if type(args) is dict else None
+                    if _is_number(value):
+                        whole_number(f"args.{key}", value, minimum=None)
+            except BadValue as exc:
+                self.rejected.append(BadLine(index + 1, f"an X event needs numeric ts and "
+                                             f"dur >= 0: {exc}", _raw(event)))
+                continue
+            good.append((index, event))
+        return good
 
     def _table(self, kept: list[tuple[int, dict]], others: dict) -> pa.Table:
         """The events as one batch, built column by column."""
@@ -100,12 +112,16 @@ class KinetoReader:
         events = [event for _, event in kept]
         ts: list = [event.get("ts") for event in events]
         dur: list = [event.get("dur") for event in events]
-        if not ({*map(type, ts), *map(type, dur)} <= _NUMBERS and min(dur) >= 0):
-            kept = self._timed(kept)  # the rare batch with a bad event: find it
+        args = [a if type(a := event.get("args")) is dict else {} for event in events]
+        integers = {column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS}
+        if not (_all_in_range(ts, dur) and all(integers.values())):
+            kept = self._checked(kept)  # the rare batch with a bad event: find it
             events = [event for _, event in kept]
             ts = [event["ts"] for event in events]
             dur = [event["dur"] for event in events]
-        args = [a if type(a := event.get("args")) is dict else {} for event in events]
+            args = [a if type(a := event.get("args")) is dict else {} for event in events]
+            integers = {column: _integers([a.get(key) for a in args])
+                        for key, column in _INT_ARGS}
         category = [str(event.get("cat", "")) for event in events]
         name = [str(event.get("name", "")) for event in events]
         copy_names = {n for c, n in zip(category, name, strict=True) if c == "gpu_memcpy"}
@@ -122,7 +138,7 @@ class KinetoReader:
             "dur_us": pa.array(dur, pa.float64()),
             "copy_kind": pa.array([kinds[n] if c == "gpu_memcpy" else None
                                    for c, n in zip(category, name, strict=True)], pa.string()),
-            **{column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS},
+            **integers,
         }
         return pa.table(columns, schema=TIMELINE_EVENTS.schema)
 
@@ -179,10 +195,39 @@ def _event_runs(path: Path, others: dict,
             try:
                 decoded, at = _DECODER.raw_decode(buffer, at)
                 return decoded
+            except RecursionError:
+                skip_nested()
+                return TOO_DEEP
             except json.JSONDecodeError as exc:
                 if not refill():
                     raise InputError(f"{path} is cut short or not JSON: {exc.msg} at "
                                      f"character {read - len(buffer) + exc.pos}") from None
+
+    def skip_nested() -> None:
+        """Move past one value too deeply nested to decode, counting brackets."""
+        nonlocal at
+        depth, in_string, escaped = 0, False, False
+        while True:
+            for position in range(at, len(buffer)):
+                char = buffer[position]
+                if escaped:
+                    escaped = False
+                elif in_string:
+                    escaped = char == "\\"
+                    in_string = char != '"'
+                elif char == '"':
+                    in_string = True
+                elif char in "[{":
+                    depth += 1
+                elif char in "]}":
+                    depth -= 1
+                    if depth == 0:
+                        at = position + 1
+                        return
+            at = len(buffer)
+            if not refill():
+                raise InputError(f"{path} is cut short inside a value nested too deeply "
+                                 "to read")
 
     skip(_WHITESPACE)
     if buffer[at:at + 1] != "{":
@@ -224,7 +269,7 @@ def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
         return None, at
     try:
         return json.loads("[" + buffer[at:last.start() + 1] + "]"), last.start() + 1
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, at
 
 
@@ -239,14 +284,35 @@ _INT_ARGS = (("stream", "stream"), ("device", "device"), ("correlation", "correl
              ("External id", "external_id"), ("bytes", "bytes"))
 
 
-def _integers(values: list) -> pa.Array:
-    """JSON values as int64: a number as an integer, anything else (bool, text) as null."""
+def _integers(values: list) -> pa.Array | None:
+    """JSON values as int64: a number as an integer, anything else (bool, text) as null;
+    None when a number is out of int64's range (the caller finds its event)."""
     try:
         return pa.array(values, pa.int64())  # fails on a bool or text: then value by value
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pass
-    return pa.array([int(value) if type(value) in _NUMBERS else None for value in values],
-                    pa.int64())
+    try:
+        return pa.array([int(value) if type(value) in _NUMBERS else None for value in values],
+                        pa.int64())
+    except (OverflowError, pa.ArrowInvalid, ValueError):
+        return None
+
+
+def _all_in_range(ts: list, dur: list) -> bool:
+    """Whether every ts and dur is a number the table holds as given (finite, within
+    `EXACT_LIMIT` microseconds; dur >= 0)."""
+    if not {*map(type, ts), *map(type, dur)} <= _NUMBERS:
+        return False
+    starts, lengths = np.asarray(ts, dtype=np.float64), np.asarray(dur, dtype=np.float64)
+    return bool(np.all(np.abs(starts) <= EXACT_LIMIT) and np.all(lengths >= 0)
+                and np.all(lengths <= EXACT_LIMIT))
+
+
+def _raw(event: object) -> str:
+    try:
+        return json.dumps(event)[:2000]
+    except (ValueError, RecursionError):
+        return repr(event)[:2000]
 
 
 class TimelineFamily:
@@ -274,8 +340,7 @@ class TimelineFamily:
         events = sink.open_file("timeline_events")
         rows = 0
         for batch in reader.batches(None if is_gzip(probe.path) else advance):
-            events.append(sink.with_run_id(batch))
-            rows += batch.num_rows
+            rows += events.append(batch)
         events.close()
         header = reader.header
         return FileRows("timeline", rows=rows, rejected=reader.rejected,

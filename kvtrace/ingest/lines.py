@@ -13,6 +13,7 @@ is not a JSON object goes to the quarantine before any parsing.
 
 from __future__ import annotations
 
+import gzip
 import json
 import zlib
 from collections.abc import Callable, Iterator
@@ -62,6 +63,16 @@ class ParsedChunk:
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as handle:
         return handle.read(2) == b"\x1f\x8b"
+
+
+def read_content(path: Path) -> bytes:
+    """A whole (small) file's content, decompressed when it is gzip."""
+    if not is_gzip(path):
+        return path.read_bytes()
+    try:
+        return gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: corrupt gzip data ({exc})") from None
 
 
 def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
@@ -259,8 +270,28 @@ def describe_parse_error(text: bytes, exc: Exception | None) -> str:
         return f"invalid JSON (truncated line?): {json_error.msg} at column {json_error.colno}"
     if not isinstance(value, dict):
         return f"expected a JSON object, got {json_type(value)}"
+    if (huge := _integer_beyond_int64(value)) is not None:
+        return f"{huge[0]} is out of range: {huge[1]}"[:300]
     message = str(exc).replace("JSON parse error: ", "").split(" in row ")[0]
     return f"wrong type: {message}"
+
+
+def _integer_beyond_int64(value: object, path: str = "") -> tuple[str, int] | None:
+    """The first field (as a path) holding an integer no int64 holds, and the integer."""
+    if isinstance(value, dict):
+        items: list[tuple[str, object]] = [(f"{path}.{k}" if path else str(k), v)
+                                           for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    elif isinstance(value, int) and not isinstance(value, bool) and not (
+            -(2**63) <= value < 2**63):
+        return path, value
+    else:
+        return None
+    for name, item in items:
+        if (found := _integer_beyond_int64(item, name)) is not None:
+            return found
+    return None
 
 
 def json_type(value: object) -> str:

@@ -33,11 +33,12 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import raw_text, read_chunks
+from kvtrace.ingest.lines import json_records, raw_text, read_content
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
-from kvtrace.ingest.workload import RowReasons, csv_header, csv_rows, numbers, read_csv_columns
+from kvtrace.ingest.values import finite_number, whole_number
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
@@ -100,8 +101,9 @@ def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
 def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str,
               table_name: str, constants: dict) -> ResultFileResult:
     kinds = {name: pa.int64() if name in _INTEGER_COLUMNS else pa.float64() for name in columns}
-    raw = read_csv_columns(path, list(columns.values()),
-                           {source: kinds[name] for name, source in columns.items()})
+    read = read_csv_columns(path, list(columns.values()),
+                            {source: kinds[name] for name, source in columns.items()})
+    raw = read.table
     reasons = RowReasons(raw.num_rows)
     values = {}
     for name, source in columns.items():
@@ -109,11 +111,11 @@ def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str
         values[name] = numbers(raw[source], source, reasons, kind)
         reasons.note(values[name] < 0, f"{source} is negative")
     keep = reasons.ok
-    raw_of = csv_rows(path)
-    rejected = [BadLine(int(row) + 2, reasons.text(int(row)), raw_of(int(row)))
-                for row in np.flatnonzero(~keep)]
+    rejected = sorted(read.rejected + [
+        BadLine(int(read.line_no[row]), reasons.text(int(row)), read.raw_of(int(row)))
+        for row in np.flatnonzero(~keep)], key=lambda bad: bad.line_no)
     n = int(keep.sum())
-    out = {index: pa.array(np.flatnonzero(keep), pa.int64()),
+    out = {index: pa.array(read.line_no[keep] - 2, pa.int64()),
            **{k: pa.repeat(pa.scalar(v), n) for k, v in constants.items()},
            **{name: pa.array(v[keep]) for name, v in values.items()}}
     rows = pa.table({f.name: out[f.name].cast(f.type) if f.name in out
@@ -150,25 +152,29 @@ def read_vllm_result(path: Path) -> ResultFileResult:
 
 
 def _vllm_row(i: int, lists: dict) -> tuple[dict, str]:
-    def number(key: str) -> float | None:
-        values = lists[key]
-        value = None if values is None else values[i]
-        if value is not None and (isinstance(value, bool)
-                                  or not isinstance(value, (int, float)) or value < 0):
-            raise ValueError(f"{key}[{i}] must be a non-negative number, got {value!r}")
-        return value
+    def value(key: str) -> object:
+        return None if lists[key] is None else lists[key][i]
+
+    def seconds(key: str) -> float | None:
+        given = value(key)
+        return None if given is None else finite_number(f"{key}[{i}]", given, minimum=0)
+
+    def count(key: str) -> int | None:
+        given = value(key)
+        return None if given is None else whole_number(f"{key}[{i}]", given)
 
     try:
         error = (lists["errors"] or [""] * (i + 1))[i] or None
-        itl = lists["itls"][i] if lists["itls"] is not None else None
-        if itl is not None and (not isinstance(itl, list) or any(
-                isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in itl)):
+        itl = value("itls")
+        if itl is not None and not isinstance(itl, list):
             raise ValueError(f"itls[{i}] must be a list of non-negative numbers")
-        ttft = number("ttfts")
-        e2e = number("e2els") if lists["e2els"] is not None else (
+        if itl is not None:
+            itl = [finite_number(f"itls[{i}]", x, minimum=0) for x in itl]
+        ttft = seconds("ttfts")
+        e2e = seconds("e2els") if lists["e2els"] is not None else (
             None if error or ttft is None else ttft + sum(itl or []))
         row = {"request_idx": i, "origin": "measured",
-               "input_tokens": number("input_lens"), "output_tokens": number("output_lens"),
+               "input_tokens": count("input_lens"), "output_tokens": count("output_lens"),
                "ttft_s": None if error else ttft, "itl_s": itl,
                "tpot_s": float(np.mean(itl)) if itl and not error else None,
                "e2e_s": e2e, "error": error}
@@ -185,21 +191,15 @@ def read_aiperf_records(path: Path) -> ResultFileResult:
     rows: list[dict] = []
     rejected: list[BadLine] = []
     starts: list[int | None] = []
-    for chunk in read_chunks(path):
-        for offset, text in enumerate(chunk.data.split(b"\n")):
-            if not text.strip():
-                continue
-            line_no = chunk.first_line + offset
-            try:
-                record = json.loads(text)
-                row, start = _aiperf_row(record, len(rows))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                rejected.append(BadLine(line_no, f"bad record: {exc}"[:300], raw_text(text)))
-                continue
-            rows.append(row)
-            starts.append(start)
-        if (note := chunk.truncation_note()) is not None:
-            rejected.append(note)
+    for line_no, text, record in json_records(path, rejected):
+        try:
+            row, start = _aiperf_row(record, len(rows))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            rejected.append(BadLine(line_no, f"bad record: {exc}"[:300], raw_text(text)))
+            continue
+        rows.append(row)
+        starts.append(start)
+    rejected.sort(key=lambda bad: bad.line_no)
     known = [s for s in starts if s is not None]
     for row, start in zip(rows, starts, strict=True):
         row["arrival_s"] = (start - min(known)) / 1e9 if start is not None else None
@@ -208,7 +208,7 @@ def read_aiperf_records(path: Path) -> ResultFileResult:
                             rejected)
 
 
-def _aiperf_row(record: dict, index: int) -> tuple[dict, int | None]:
+def _aiperf_row(record: object, index: int) -> tuple[dict, int | None]:
     if not isinstance(record, dict) or not is_aiperf_record(record):
         raise ValueError("expected an object with metadata and metrics")
     metrics = record.get("metrics") or {}
@@ -225,14 +225,16 @@ def _aiperf_row(record: dict, index: int) -> tuple[dict, int | None]:
         if isinstance(error, dict) else str(error))
     itl = value("inter_chunk_latency")
     start = record["metadata"].get("request_start_ns")
-    return {"request_idx": record["metadata"].get("session_num", index),
+    start = None if start is None else whole_number("request_start_ns", start)
+    return {"request_idx": whole_number("session_num",
+                                        record["metadata"].get("session_num", index)),
             "origin": "measured",
             "input_tokens": _count(metrics, "input_sequence_length", "error_isl"),
             "output_tokens": _count(metrics, "output_sequence_length", "output_token_count"),
             "ttft_s": value("time_to_first_token"),
             "itl_s": itl if isinstance(itl, list) else None,
             "tpot_s": value("inter_token_latency"), "e2e_s": value("request_latency"),
-            "error": message}, start if isinstance(start, int) else None
+            "error": message}, start
 
 
 def _in_seconds(metric: dict, name: str) -> float | list[float]:
@@ -241,25 +243,22 @@ def _in_seconds(metric: dict, name: str) -> float | list[float]:
         raise ValueError(f"{name} is in {unit!r}, not a unit of time")
     raw = metric["value"]
     if isinstance(raw, list):
-        return [float(v) * _SECONDS[unit] for v in raw]
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
-        raise ValueError(f"{name} must be a non-negative number, got {raw!r}")
-    return float(raw) * _SECONDS[unit]
+        return [finite_number(name, v, minimum=0) * _SECONDS[unit] for v in raw]
+    return finite_number(name, raw, minimum=0) * _SECONDS[unit]
 
 
 def _count(metrics: dict, *names: str) -> int | None:
     for name in names:
         if isinstance(metrics.get(name), dict):
-            raw = metrics[name]["value"]
-            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
-                raise ValueError(f"{name} must be a non-negative count, got {raw!r}")
-            return int(raw)
+            return whole_number(name, metrics[name]["value"])
     return None
 
 
 def _json(path: Path) -> dict:
     try:
-        document = json.loads(path.read_bytes())
+        document = json.loads(read_content(path))
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to read") from None
     except (OSError, ValueError) as exc:
         raise InputError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(document, dict):

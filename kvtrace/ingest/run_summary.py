@@ -1,8 +1,8 @@
 """Read a serving run's summary JSON: kept whole, as JSON text, beside its run.
 
-Inside a folder only ``*_summary.json`` files are summaries (a bare ``summary.json`` is
-a DSA tracer's sidecar, read as run metadata); a ``.json`` file named on the command
-line that no other family reads is taken as one.
+Inside a folder only ``*_summary.json(.gz)`` files are summaries (a bare ``summary.json`` is
+a DSA tracer's sidecar, read as run metadata); a ``.json(.gz)`` file named on the
+command line that no other family reads is taken as one.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import json
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.lines import read_content
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.serving import serving_run_name
 from kvtrace.ingest.sink import FileSink
 
-SUFFIX = "_summary.json"
+SUFFIXES = ("_summary.json", "_summary.json.gz")
 
 
 class RunSummaryFamily:
@@ -24,8 +25,8 @@ class RunSummaryFamily:
     name = "summary"
 
     def recognise(self, probe: Probe) -> str | None:
-        named = probe.source.named and probe.path.name.endswith(".json")
-        if (named or probe.path.name.endswith(SUFFIX)) and probe.is_json_document:
+        named = probe.source.named and probe.path.name.endswith((".json", ".json.gz"))
+        if (named or probe.path.name.endswith(SUFFIXES)) and probe.is_json_document:
             return "summary"
         return None
 
@@ -38,7 +39,7 @@ class RunSummaryFamily:
     def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
              advance: Advance) -> FileRows:
         try:
-            summary = json.loads(probe.path.read_bytes())
+            summary = json.loads(read_content(probe.path))
         except RecursionError:
             raise InputError(f"{probe.path} is nested too deeply to read") from None
         except ValueError as exc:

@@ -21,7 +21,6 @@ columns, so a million-row trace takes seconds.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +29,9 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import parse_chunk, raw_text, read_chunks
 from kvtrace.ingest.probe import Probe
@@ -60,8 +59,6 @@ _MOONCAKE_SCHEMA = pa.schema([("timestamp", pa.float64()), ("input_length", pa.i
                               ("output_length", pa.int64()),
                               ("hash_ids", pa.list_(pa.int64())),
                               ("session_id", pa.string()), ("conversation_id", pa.string())])
-_INTEGER = r"^\s*-?\d+(\.0*)?\s*$"
-_NUMBER = r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _WALL_CLOCK = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?$"
 
 
@@ -93,12 +90,6 @@ def read_workload_file(path: Path, fmt: WorkloadFormat | Literal["mapped"],
     return _read_csv(path, fmt, mapping)
 
 
-def csv_header(path: Path) -> list[str]:
-    """The column names of a CSV file's first line."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-        return next(csv.reader(handle), [])
-
-
 # -- CSV ---------------------------------------------------------------------------------------
 
 
@@ -115,9 +106,10 @@ def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
     unit = mapping.arrival_unit if mapping else ("datetime" if fmt == "azure" else "s")
     types = {columns["arrival"]: pa.timestamp("ns") if unit == "datetime" else pa.float64(),
              columns["input_tokens"]: pa.int64(), columns["output_tokens"]: pa.int64()}
-    table = read_csv_columns(path, list(columns.values()), types)
-    raw = table.rename_columns([_canonical_name(columns, n) for n in table.column_names])
-    line_no = np.arange(2, raw.num_rows + 2)  # the header is line 1
+    read = read_csv_columns(path, list(columns.values()), types)
+    raw = read.table.rename_columns([_canonical_name(columns, n)
+                                     for n in read.table.column_names])
+    line_no = read.line_no
     reasons = RowReasons(raw.num_rows)
     if unit == "datetime":
         arrival = _wall_clock_seconds(raw["arrival"], reasons, columns["arrival"])
@@ -127,9 +119,10 @@ def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
                for name in ("input_tokens", "output_tokens")}
     text = {name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
             for name in _TEXT_COLUMNS}
-    return _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
-                    pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text,
-                    csv_rows(path))
+    result = _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
+                      pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text, read.raw_of)
+    result.rejected = sorted(read.rejected + result.rejected, key=lambda bad: bad.line_no)
+    return result
 
 
 _UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
@@ -164,56 +157,8 @@ def parse_column_mapping(text: str) -> ColumnMapping:
     return ColumnMapping(pairs, unit)
 
 
-def read_csv_columns(path: Path, columns: list[str],
-                     types: dict[str, pa.DataType] | None = None) -> pa.Table:
-    """The named columns of a CSV file, as ``types`` when every value converts (the fast
-    path a clean file takes), else every value as text, to be checked row by row."""
-    text = {name: pa.string() for name in columns}
-    if types:
-        try:
-            return _read_csv_as(path, {**text, **types}, columns)
-        except pa.ArrowInvalid:
-            pass  # some value does not convert: read text and find which
-    try:
-        return _read_csv_as(path, text, columns)
-    except pa.ArrowInvalid as exc:
-        raise InputError(f"{path} is not a readable CSV file: {exc}") from None
-
-
-def _read_csv_as(path: Path, types: dict[str, pa.DataType], columns: list[str]) -> pa.Table:
-    options = pa_csv.ConvertOptions(column_types=types, include_columns=columns)
-    return pa_csv.read_csv(path, convert_options=options)
-
-
 def _canonical_name(columns: dict[str, str], source_name: str) -> str:
     return next(canonical for canonical, name in columns.items() if name == source_name)
-
-
-def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
-            kind: pa.DataType) -> np.ndarray:
-    """``column`` as numbers (NaN where unparsable, with a reason).
-
-    A clean column is cast in one go; only a column that fails is matched row by row."""
-    whole = kind == pa.int64()
-    problem = f"{name} is not a {'whole ' if whole else ''}number"
-    if pa.types.is_integer(column.type):  # read as integers: only a missing value is bad
-        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-        reasons.note(np.isnan(values), problem)
-        return values
-    try:
-        values = np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False),
-                            dtype=np.float64)
-    except pa.ArrowInvalid:
-        pattern = _INTEGER if whole else _NUMBER
-        ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))
-        values = np.full(len(ok), np.nan)
-        if ok.any():
-            good = pc.filter(column, pa.array(ok))
-            values[ok] = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy()
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(values) | ((values % 1 != 0) if whole else False)
-    reasons.note(bad, problem)
-    return np.where(bad, np.nan, values)
 
 
 def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons,
@@ -235,19 +180,6 @@ def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons,
         stamps = pc.cast(pc.filter(trimmed, pa.array(ok)), pa.timestamp("ns"))
         seconds[ok] = pc.cast(stamps, pa.int64()).to_numpy() / 1e9
     return seconds
-
-
-def csv_rows(path: Path) -> Callable[[int], str]:
-    """The text of data row ``row`` (0-based) of a CSV file, for the quarantine; the file
-    is read into lines on the first call only."""
-    lines: list[bytes] = []
-
-    def raw_of(row: int) -> str:
-        if not lines:
-            lines.extend(path.read_bytes().splitlines())
-        return raw_text(lines[row + 1]) if row + 1 < len(lines) else ""
-
-    return raw_of
 
 
 # -- Mooncake JSONL ----------------------------------------------------------------------------
@@ -292,28 +224,6 @@ def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndar
 
 
 # -- checks shared by every format ---------------------------------------------------------
-
-
-class RowReasons:
-    """Why rows are rejected: the first reason given to a row sticks."""
-
-    def __init__(self, rows: int) -> None:
-        self.codes = np.zeros(rows, dtype=np.int16)
-        self.texts = [""]
-
-    def note(self, rows: np.ndarray, reason: str) -> None:
-        """Give ``rows`` (a mask) that have no reason yet this one."""
-        rows = rows & (self.codes == 0)
-        if rows.any():
-            self.texts.append(reason)
-            self.codes[rows] = len(self.texts) - 1
-
-    @property
-    def ok(self) -> np.ndarray:
-        return self.codes == 0
-
-    def text(self, row: int) -> str:
-        return self.texts[self.codes[row]]
 
 
 def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: RowReasons,

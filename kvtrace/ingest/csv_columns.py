@@ -1,0 +1,164 @@
+"""Read the named columns of a CSV file and check them value by value.
+
+Shared by the CSV families (arrival traces, simulator metrics).  A file may be gzipped
+and may start with a UTF-8 byte order mark.  A row with too few or too many fields goes
+to the quarantine with its line number; the rest is read.  Numbers are checked in bulk:
+a value that is not a number, not whole where a count is meant, or too large to be
+stored exactly (beyond 2**53) gives its row a reason (`RowReasons`), never a wrapped or
+rounded value.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from kvtrace.errors import InputError
+from kvtrace.ingest.lines import is_gzip, raw_text, read_chunks
+from kvtrace.warehouse.rejects import BadLine
+
+EXACT_LIMIT = 2.0**53  # larger magnitudes are not stored exactly as float64 (or counted)
+_INTEGER = r"^\s*[-+]?\d+(\.0*)?\s*$"
+_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+
+
+def csv_header(path: Path) -> list[str]:
+    """The column names of a CSV file's first line (gzip and a byte order mark allowed)."""
+    opener = gzip.open if is_gzip(path) else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as handle:
+            return next(csv.reader(handle), [])
+    except (OSError, EOFError, csv.Error):
+        return []
+
+
+@dataclass
+class CsvColumns:
+    """The named columns of a CSV file's well-formed rows."""
+
+    path: Path
+    table: pa.Table
+    line_no: np.ndarray  # each row's line number in the file (the header is line 1)
+    rejected: list[BadLine] = field(default_factory=list)  # rows of the wrong width
+    _lines: dict[int, bytes] = field(default_factory=dict, repr=False)
+
+    def raw_of(self, row: int) -> str:
+        """The text of row ``row`` of ``table``, for the quarantine (the file is split
+        into lines on the first call only)."""
+        if not self._lines:
+            for chunk in read_chunks(self.path):
+                for offset, text in enumerate(chunk.data.split(b"\n")):
+                    self._lines[chunk.first_line + offset] = text
+        return raw_text(self._lines.get(int(self.line_no[row]), b""))
+
+
+def read_csv_columns(path: Path, columns: list[str],
+                     types: dict[str, pa.DataType] | None = None) -> CsvColumns:
+    """The named columns of a CSV file, as ``types`` when every value converts (the fast
+    path a clean file takes), else every value as text, to be checked row by row; rows
+    of the wrong width are left out and listed."""
+    text = {name: pa.string() for name in columns}
+    if types:
+        try:
+            return _read(path, {**text, **types}, columns)
+        except pa.ArrowInvalid:
+            pass  # some value does not convert: read text and find which
+    try:
+        return _read(path, text, columns)
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{path} is not a readable CSV file: {exc}") from None
+
+
+def _read(path: Path, types: dict[str, pa.DataType], columns: list[str]) -> CsvColumns:
+    convert = pa_csv.ConvertOptions(column_types=types, include_columns=columns)
+    try:
+        table = pa_csv.read_csv(_stream(path), convert_options=convert)
+    except pa.ArrowInvalid as exc:
+        if "Expected" not in str(exc) or "columns, got" not in str(exc):
+            raise
+        return _read_ragged(path, convert)  # a row of the wrong width: find them all
+    line_no = np.arange(2, table.num_rows + 2, dtype=np.int64)
+    return CsvColumns(path, table, line_no)
+
+
+def _read_ragged(path: Path, convert: pa_csv.ConvertOptions) -> CsvColumns:
+    """Read on one thread, so that each row of the wrong width comes with its line."""
+    bad: list[BadLine] = []
+
+    def note(row: pa_csv.InvalidRow) -> str:
+        bad.append(BadLine(row.number, f"{row.actual_columns} fields where the header has "
+                           f"{row.expected_columns}", raw_text(row.text.encode())))
+        return "skip"
+
+    table = pa_csv.read_csv(_stream(path), read_options=pa_csv.ReadOptions(use_threads=False),
+                            parse_options=pa_csv.ParseOptions(invalid_row_handler=note),
+                            convert_options=convert)
+    skipped = {b.line_no for b in bad}
+    line_no = np.fromiter((n for n in range(2, table.num_rows + len(bad) + 2)
+                           if n not in skipped), dtype=np.int64, count=table.num_rows)
+    return CsvColumns(path, table, line_no, bad)
+
+
+def _stream(path: Path) -> pa.NativeFile:
+    """``path``'s content, decompressed when it is gzip (whatever its name)."""
+    raw = pa.OSFile(str(path))
+    return pa.CompressedInputStream(raw, "gzip") if is_gzip(path) else raw
+
+
+class RowReasons:
+    """Why rows are rejected: the first reason given to a row sticks."""
+
+    def __init__(self, rows: int) -> None:
+        self.codes = np.zeros(rows, dtype=np.int16)
+        self.texts = [""]
+
+    def note(self, rows: np.ndarray, reason: str) -> None:
+        """Give ``rows`` (a mask) that have no reason yet this one."""
+        rows = rows & (self.codes == 0)
+        if rows.any():
+            self.texts.append(reason)
+            self.codes[rows] = len(self.texts) - 1
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.codes == 0
+
+    def text(self, row: int) -> str:
+        return self.texts[self.codes[row]]
+
+
+def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
+            kind: pa.DataType) -> np.ndarray:
+    """``column`` as numbers (NaN where unusable, with a reason).
+
+    A clean column is cast in one go; only a column that fails is matched row by row.
+    Magnitudes beyond `EXACT_LIMIT` are out of range: no trace holds such a count or
+    time, and they would not be stored as given.
+    """
+    whole = kind == pa.int64()
+    if pa.types.is_integer(column.type):  # read as integers: only a missing value is bad
+        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+    else:
+        try:
+            values = np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False),
+                                dtype=np.float64)
+        except pa.ArrowInvalid:
+            pattern = _INTEGER if whole else _NUMBER
+            ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))
+            values = np.full(len(ok), np.nan)
+            if ok.any():
+                good = pc.filter(column, pa.array(ok))
+                values[ok] = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy()
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | ((values % 1 != 0) if whole else False)
+        too_large = ~bad & (np.abs(values) > EXACT_LIMIT)
+    reasons.note(bad, f"{name} is not a {'whole ' if whole else ''}number")
+    reasons.note(too_large, f"{name} is out of range")
+    return np.where(bad | too_large, np.nan, values)

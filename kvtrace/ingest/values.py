@@ -1,0 +1,42 @@
+"""Checks of single JSON values, for readers that build rows value by value.
+
+A value that is not what its column holds, or that the column cannot hold as given (a
+count beyond int64, a time beyond 2**53 microseconds), raises `BadValue` with one
+sentence for the quarantine: nothing is wrapped, rounded or stored as infinity.
+"""
+
+from __future__ import annotations
+
+import math
+
+INT64_LIMIT = 2**63
+EXACT_LIMIT = 2.0**53  # magnitudes float64 holds exactly
+
+
+class BadValue(ValueError):
+    """A value its column cannot hold; the message says which and why."""
+
+
+def whole_number(name: str, value: object, *, minimum: int | None = 0) -> int:
+    """``value`` as an int64: a JSON integer (or a whole float) within range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadValue(f"{name} must be a whole number, got {value!r}"[:200])
+    if isinstance(value, float) and not value.is_integer():
+        raise BadValue(f"{name} must be a whole number, got {value!r}"[:200])
+    if not -INT64_LIMIT <= value < INT64_LIMIT:
+        raise BadValue(f"{name} is out of range: {value!r}"[:200])
+    if minimum is not None and value < minimum:
+        raise BadValue(f"{name} must be at least {minimum}, got {value!r}"[:200])
+    return int(value)
+
+
+def finite_number(name: str, value: object, *, minimum: float | None = None,
+                  limit: float = EXACT_LIMIT) -> float:
+    """``value`` as a float: a finite JSON number of magnitude at most ``limit``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadValue(f"{name} must be a number, got {value!r}"[:200])
+    if not math.isfinite(value) or abs(value) > limit:
+        raise BadValue(f"{name} is out of range: {value!r}"[:200])
+    if minimum is not None and value < minimum:
+        raise BadValue(f"{name} must be at least {minimum:g}, got {value!r}"[:200])
+    return float(value)
