@@ -41,7 +41,7 @@ from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
+from kvtrace.warehouse.bookkeeping import collection_run_id, quarantine_rows, run_row
 from kvtrace.warehouse.dsa_writer import DsaWriter
 from kvtrace.warehouse.eval_rows import eval_row
 
@@ -130,11 +130,11 @@ class DsaTracer:
             raise InputError(f"rank {rank} is outside a world of size {world_size}")
         self.warehouse = warehouse
         self.run_name, self.dataset = run_name, dataset
-        # Each rank of a multi-process run is a run of its own (its own run id, runs row
-        # and request ids); they share the run name, so grouping by it joins the ranks.
-        self.run_id = make_run_id(
-            run_name if world_size == 1 else f"{run_name}/rank{rank}-of-{world_size}",
-            "collect")
+        # Each collection is a run of its own, and so is each rank of a multi-process one
+        # (its own run id, runs row and request ids); they share the run name, so grouping
+        # by it joins the ranks.
+        self.run_id = collection_run_id(
+            run_name if world_size == 1 else f"{run_name}/rank{rank}-of-{world_size}")
         self.block_sizes = tuple(block_sizes)
         self.topk, self.sample_rate = topk, sample_rate
         self.layers = None if layers is None else frozenset(layers)

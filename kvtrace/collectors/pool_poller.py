@@ -33,7 +33,7 @@ from kvtrace.collectors.pool_sources import (
 )
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.bookkeeping import make_run_id, run_row
+from kvtrace.warehouse.bookkeeping import collection_run_id, run_row
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS
 
 MAX_BACKOFF_DOUBLINGS = 3  # a failing worker is polled every 2, 4, then 8 intervals
@@ -170,7 +170,7 @@ def poll_pool(warehouse: Warehouse, endpoints: list[Endpoint], *, interval_s: fl
         raise InputError("give at least one --endpoint")
     started_at = datetime.now(timezone.utc)
     name = run_name or f"pool-{started_at:%Y%m%dT%H%M%SZ}"
-    report = PollReport(make_run_id(name, "collect"))
+    report = PollReport(collection_run_id(name))
     label = experiment or name
     stop = stop or threading.Event()
     rows: queue.Queue[dict] = queue.Queue()

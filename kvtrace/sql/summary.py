@@ -85,8 +85,9 @@ def _stored_trace(con: duckdb.DuckDBPyConnection, run: str,
     if not chosen:
         raise QueryError(f"run {run!r} is stored at block sizes {sizes}, not {block_size}; "
                          "dsa_blocks(B) re-bins it at any size")
-    if len({row["run_id"] for row in chosen}) > 1:
-        raise QueryError(f"several runs are named {run!r}; give a run id instead")
+    if len(ids := sorted({row["run_id"] for row in chosen})) > 1:
+        raise QueryError(f"{len(ids)} runs are named {run!r} ({', '.join(ids)}); give one "
+                         "of their ids")
     if len(chosen) > 1:
         raise QueryError(f"run {run!r} holds several datasets "
                          f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from kvtrace._version import __version__
@@ -22,6 +23,13 @@ def make_run_id(run_name: str, source: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-.")[:48] or "run"
     digest = hashlib.sha1(f"{run_name}\0{source}".encode()).hexdigest()[:8]
     return f"{slug}-{digest}"
+
+
+def collection_run_id(run_name: str) -> str:
+    """The id of a new collection: a run of its own however often the name was used
+    before (collecting twice under one name never mixes two collections' records)."""
+    started = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}-{os.urandom(4).hex()}"
+    return make_run_id(run_name, f"collect {started}")
 
 
 def run_row(run_id: str, run_name: str, kind: str, *, source: str,

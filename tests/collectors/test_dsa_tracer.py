@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -303,3 +304,23 @@ def _version(location: str) -> int:
         return Warehouse(location).version
     except WarehouseError:
         return 0
+
+
+def test_collecting_twice_under_one_name_makes_two_runs_never_one_key_twice(warehouse, cli):
+    _trace(warehouse, run_name="again")
+    _trace(warehouse, run_name="again", seed=1)
+    con = connect(warehouse)
+    runs = con.execute("SELECT run_id, run_name FROM runs ORDER BY 1").fetchall()
+    assert len(runs) == 2 and {name for _, name in runs} == {"again"}
+    doubled = con.execute(
+        "SELECT count(*) FROM (SELECT run_id, request_id, step_idx, layer_id, block_size "
+        "FROM dsa_steps GROUP BY ALL HAVING count(*) > 1)").fetchone()
+    assert doubled == (0,)
+    per_run = con.execute("SELECT run_id, count(*) FROM dsa_steps GROUP BY 1").fetchall()
+    assert sorted(count for _, count in per_run) == [24, 24]
+    status, out, err = cli("-w", warehouse.location, "summary", "--run", "again")
+    assert status == 1 and "2 runs are named 'again'" in err
+    assert all(run_id in err for run_id, _ in runs)
+    status, out, _ = cli("-w", warehouse.location, "summary", "--run", runs[0][0],
+                         "--block-size", "64")
+    assert status == 0 and json.loads(out)["rows"] == 24
