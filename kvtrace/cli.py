@@ -7,8 +7,11 @@ status 1 (``--debug`` shows the traceback instead).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
-from contextlib import contextmanager
+import threading
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -33,7 +36,7 @@ from kvtrace.collectors.collect_options import (
     TurnMode,
 )
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
-from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError
+from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError, Terminated
 from kvtrace.sql import connect
 from kvtrace.sql.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
@@ -221,7 +224,7 @@ def collect_pool(
              "/metrics (Prometheus). Repeat for each worker.")],
     interval: Annotated[float, typer.Option(help="Seconds between polls of a worker.")] = 1.0,
     duration: Annotated[float | None, typer.Option(
-        help="Stop after this many seconds (default: until Ctrl-C).")] = None,
+        help="Stop after this many seconds (default: until Ctrl-C or SIGTERM).")] = None,
     timeout: Annotated[float | None, typer.Option(
         help="Per-poll timeout in seconds (default: half the interval, at most 5).")] = None,
     run_name: Annotated[str | None, typer.Option(help="Run name (default: pool-<time>).")
@@ -231,7 +234,7 @@ def collect_pool(
     """Poll every worker's KV pool and write pool_snapshots in small batches.
 
     A slow, failing or garbled worker gives rows with poll_error and polling goes on;
-    Ctrl-C stops after writing what was polled.
+    Ctrl-C or SIGTERM stops after writing what was polled and closing the run.
 
     Example: kvtrace collect pool --endpoint decode-0=http://127.0.0.1:30000/server_info
     """
@@ -245,9 +248,11 @@ def collect_pool(
             err.print(f"{report.polls:,} polls, {report.errors:,} errors, "
                       f"{report.rows:,} rows written", end="\r")
 
-    report = poll_pool(warehouse, targets, interval_s=interval, duration_s=duration,
-                       timeout_s=timeout, run_name=run_name, experiment=experiment,
-                       on_batch=show)
+    stop = threading.Event()
+    with _stopped_by_sigterm(stop):
+        report = poll_pool(warehouse, targets, interval_s=interval, duration_s=duration,
+                           timeout_s=timeout, run_name=run_name, experiment=experiment,
+                           on_batch=show, stop=stop)
     out.print(f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
               f"with errors, {report.rows:,} rows into run {report.run_id}")
 
@@ -323,6 +328,20 @@ def collect_dsa_command(
               f"{result.new_tokens:,} tokens in {result.seconds:.1f} s "
               f"({result.new_tokens / max(result.seconds, 1e-9):.1f} tokens/s) into run "
               f"{result.run_id}")
+
+
+@contextmanager
+def _stopped_by_sigterm(stop: threading.Event):
+    """For the block, SIGTERM sets ``stop`` (a collector's own way to end: it writes
+    what it has and closes its run) instead of raising `Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_collect(options: DsaCollectOptions):
@@ -752,26 +771,64 @@ def _print_summary_table(result: dict) -> None:
 
 
 def main() -> None:
-    """Entry point: run the app and turn kvtrace errors into one sentence."""
+    """The ``kvtrace`` command: run, then leave the process at once.
+
+    SIGTERM stops a command the way Ctrl-C does (a collector writes what it has and
+    closes its run).  The process ends with ``os._exit`` once its output is flushed:
+    the Delta Lake library's runtime threads can abort an interpreter's ordinary exit
+    ("terminate called without an active exception"), and nothing of kvtrace's is left
+    to do by then.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
+    status = run()
+    _release()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def run() -> int:
+    """Run the app on ``sys.argv`` and turn kvtrace errors into one sentence; returns the
+    exit status."""
     try:
         app()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KvtraceError as exc:
         if options.debug:
             raise
-        _fail(f"Error: {exc}", 1)
+        return _fail(f"Error: {exc}", 1)
+    except Terminated:
+        return _fail("Terminated; nothing was half-written.", 143)
     except KeyboardInterrupt:
-        _fail("Interrupted; nothing was half-written.", 130)
+        return _fail("Interrupted; nothing was half-written.", 130)
     except OSError as exc:
         if options.debug:
             raise
-        _fail(f"Error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), 1)
+        return _fail(f"Error: {exc.strerror or exc}"
+                     + (f": {exc.filename}" if exc.filename else ""), 1)
     except Exception as exc:  # a bug: say so in one line, --debug shows where
         if options.debug:
             raise
-        _fail(f"Error: kvtrace failed unexpectedly ({type(exc).__name__}: {exc}); "
-              "rerun with --debug and report it", 1)
+        return _fail(f"Error: kvtrace failed unexpectedly ({type(exc).__name__}: {exc}); "
+                     "rerun with --debug and report it", 1)
+    return 0
 
 
-def _fail(message: str, status: int) -> None:
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _release() -> None:
+    """Give back what outlives a command: a Ray cluster this process started."""
+    if "ray" in sys.modules:
+        ray = sys.modules["ray"]
+        with suppress(Exception):
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+def _fail(message: str, status: int) -> int:
     sys.stderr.write(message + "\n")
-    sys.exit(status)
+    return status

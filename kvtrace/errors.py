@@ -19,3 +19,11 @@ class QueryError(KvtraceError):
 
 class IngestRejected(KvtraceError):
     """Lines were rejected and the caller asked for a strict ingest."""
+
+
+class Terminated(BaseException):
+    """The process was asked to stop (SIGTERM, as systemd, docker and Kubernetes send).
+
+    A `BaseException`, like `KeyboardInterrupt`, so that no ``except Exception`` on the
+    way swallows it; collectors stop on it as they do on Ctrl-C.
+    """

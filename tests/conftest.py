@@ -106,11 +106,8 @@ def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
     cli_module.options = cli_module.Options()
     if cwd is not None:
         os.chdir(cwd)
-    status = 0
     try:
-        cli_module.main()
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        status = cli_module.run()
     finally:
         for stream in streams:
             stream.flush()
@@ -129,11 +126,7 @@ def cli(capsys, monkeypatch):
     def run(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr("sys.argv", ["kvtrace", *args])
         monkeypatch.setattr(cli_module, "options", cli_module.Options())
-        status = 0
-        try:
-            cli_module.main()
-        except SystemExit as exc:
-            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        status = cli_module.run()
         captured = capsys.readouterr()
         return status, captured.out, captured.err
 

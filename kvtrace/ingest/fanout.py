@@ -7,9 +7,12 @@ were committed before a failure stay committed, and ingesting again skips them.
 from __future__ import annotations
 
 import multiprocessing
+import re
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from pathlib import Path
+
+from deltalake.exceptions import DeltaError
 
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest.commit import commit_file
@@ -22,6 +25,7 @@ from kvtrace.warehouse import Warehouse
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 NOT_READ = "not a trace kvtrace reads"
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions, *,
@@ -45,8 +49,8 @@ def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions,
 
         try:
             reports.append(ingest_file(warehouse, source, options, advance))
-        except KvtraceError as exc:
-            raise _after(exc, reports) from None
+        except Exception as exc:
+            raise _stopped_at(source, exc, reports) from exc
         done += source.size
         advance(0)
     return IngestReport(reports)
@@ -69,13 +73,30 @@ def ingest_file(warehouse: Warehouse, source: SourceFile, options: IngestOptions
     return commit_file(warehouse, probe, family, fmt, options, advance)
 
 
-def _after(exc: KvtraceError, committed: list[FileReport]) -> KvtraceError:
-    """``exc``, saying how many files were committed before it, if any."""
-    done = [r for r in committed if r.status == "ingested"]
-    if not done:
-        return exc
-    return type(exc)(f"{exc} ({len(done)} file(s) before it were ingested and committed; "
-                     "ingesting again skips them)")
+def _stopped_at(source: SourceFile, exc: Exception,
+                committed: list[FileReport]) -> KvtraceError:
+    """One sentence for a file that failed: why, and what was committed before it."""
+    if isinstance(exc, KvtraceError):
+        message = str(exc)
+    elif isinstance(exc, (OSError, DeltaError)):
+        message = f"{source.path.name} could not be written to the warehouse ({_short(exc)})"
+    else:
+        message = (f"kvtrace failed unexpectedly on {source.path.name} "
+                   f"({type(exc).__name__}: {_short(exc)}); rerun with --debug and report it")
+    done = [Path(r.path).name for r in committed if r.status == "ingested"]
+    if done:
+        listed = ", ".join(done[:3]) + (f" and {len(done) - 3} more" if len(done) > 3 else "")
+        message += (f" ({listed} {'was' if len(done) == 1 else 'were'} committed before it; "
+                    "the same command again skips what was committed)")
+    return type(exc)(message) if isinstance(exc, KvtraceError) else KvtraceError(message)
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an error's message, without terminal colours, at most 200
+    characters (storage libraries chain long multi-line messages)."""
+    text = _COLOURS.sub("", str(exc)).strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
+    return first[:200]
 
 
 def _in_parallel(location: str, sources: list[SourceFile], options: IngestOptions,
@@ -84,21 +105,21 @@ def _in_parallel(location: str, sources: list[SourceFile], options: IngestOption
     reports keep the files' order."""
     total, done = sum(s.size for s in sources), 0
     reports: dict[int, FileReport] = {}
-    failure: KvtraceError | None = None
+    failure: tuple[SourceFile, Exception] | None = None
     running = {pool.submit(_in_worker, location, source, options): (n, source)
                for n, source in enumerate(sources)}
     for future in as_completed(running):
         n, source = running[future]
         try:
             reports[n] = future.result()
-        except KvtraceError as exc:
-            failure = failure or exc
+        except Exception as exc:
+            failure = failure or (source, exc)
             continue
         done += source.size
         if progress:
             progress(done, total)
     if failure is not None:
-        raise _after(failure, list(reports.values()))
+        raise _stopped_at(*failure, list(reports.values())) from failure[1]
     return IngestReport([reports[n] for n in sorted(reports)])
 
 

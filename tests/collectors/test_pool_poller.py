@@ -160,3 +160,31 @@ def test_prometheus_labels_with_braces_and_the_token_usage_fallback():
     row = rows_from_prometheus(text.encode(), "decode-0", "decode")[0]
     # labelled samples are summed; capacity = used / usage when kv_used_tokens is absent
     assert row["available_tokens"] == 70000 and row["capacity_tokens"] == 120000
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_sigterm_or_ctrl_c_flushes_the_rows_and_closes_the_run(tmp_path, server, how):
+    """systemd, docker and Kubernetes stop a process with SIGTERM: the poller writes
+    every row it polled and the run row, and exits 0, as it does on Ctrl-C."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import warehouse_at
+
+    location = warehouse_at(tmp_path / "wh")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from kvtrace.cli import main; main()", "-w", location,
+         "collect", "pool", "--endpoint", f"decode-0={server}/ok/server_info",
+         "--interval", "0.2", "--run-name", "stopped"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # about 20 polls, none committed yet (a batch is 10 s)
+    os.kill(process.pid, getattr(signal, how))
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    polled = int(out.split("polled 1 worker(s): ")[1].split(" polls")[0])
+    assert polled >= 5
+    con = connect(location)
+    assert con.execute("SELECT count(*) FROM pool_snapshots").fetchone() == (polled,)
+    assert con.execute("SELECT run_name FROM runs").fetchall() == [("stopped",)]
