@@ -50,7 +50,7 @@ def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions,
         try:
             reports.append(ingest_file(warehouse, source, options, advance))
         except Exception as exc:
-            raise _stopped_at(source, exc, reports) from exc
+            raise _stopped_at(warehouse.location, source, exc, reports) from exc
         done += source.size
         advance(0)
     return IngestReport(reports)
@@ -73,13 +73,14 @@ def ingest_file(warehouse: Warehouse, source: SourceFile, options: IngestOptions
     return commit_file(warehouse, probe, family, fmt, options, advance)
 
 
-def _stopped_at(source: SourceFile, exc: Exception,
+def _stopped_at(location: str, source: SourceFile, exc: Exception,
                 committed: list[FileReport]) -> KvtraceError:
     """One sentence for a file that failed: why, and what was committed before it."""
     if isinstance(exc, KvtraceError):
         message = str(exc)
     elif isinstance(exc, (OSError, DeltaError)):
-        message = f"{source.path.name} could not be written to the warehouse ({_short(exc)})"
+        message = (f"{source.path.name} was not ingested: the warehouse at {location} "
+                   f"failed ({_short(exc)})")
     else:
         message = (f"kvtrace failed unexpectedly on {source.path.name} "
                    f"({type(exc).__name__}: {_short(exc)}); rerun with --debug and report it")
@@ -119,7 +120,7 @@ def _in_parallel(location: str, sources: list[SourceFile], options: IngestOption
         if progress:
             progress(done, total)
     if failure is not None:
-        raise _stopped_at(*failure, list(reports.values())) from failure[1]
+        raise _stopped_at(location, *failure, list(reports.values())) from failure[1]
     return IngestReport([reports[n] for n in sorted(reports)])
 
 
