@@ -19,7 +19,7 @@ from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.maintenance import drop_unfinished, unfinished_files
+from kvtrace.warehouse.maintenance import leftovers, settle
 from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse
 from kvtrace.warehouse.storage import open_storage
 from tests.conftest import warehouse_at
@@ -50,7 +50,7 @@ def test_three_processes_ingesting_one_file_at_once_store_it_once(tmp_path, synt
     assert _count(location, "SELECT count(*) FROM _requests_files") == (3,)
     assert _count(location, "SELECT count(DISTINCT commit_id) FROM warehouse_commits "
                             "WHERE source_path IS NOT NULL") == (1,)
-    assert unfinished_files(Warehouse(location)) == {}
+    assert leftovers(Warehouse(location)) == []
 
 
 def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing(
@@ -78,29 +78,32 @@ def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     warehouse = Warehouse(location)
-    assert set(unfinished_files(warehouse)) >= {"dsa_steps", "requests", "runs"}
+    assert {f.table for f in leftovers(warehouse)} >= {"dsa_steps", "requests", "runs"}
     assert _count(location, "SELECT count(*) FROM _dsa_steps_files") == (0,)
     assert ingest(warehouse, [str(trace)]).rows == 2 * 3 * 4
     assert ingest(warehouse, [str(trace)]).files[0].status == "already ingested"
     assert _count(location, "SELECT count(*) FROM _dsa_steps_files") == (24,)
     # the dead writer's table commits carried the source's transaction id, so the second
     # ingest recorded those files rather than adding its own: nothing is duplicated
-    assert unfinished_files(warehouse) == {}
+    assert leftovers(warehouse) == []
 
 
 def test_dead_commits_are_dropped_from_the_logs_other_engines_read(tmp_path, warehouse):
+    from kvtrace.warehouse.delta_log import add_files
     from kvtrace.warehouse.schema import TABLES
 
     commit = warehouse.begin("orphan")
     warehouse.write_rows(commit, "runs", [{"run_id": "orphan", "run_name": "orphan"}])
-    from kvtrace.warehouse.delta_log import add_files
-
     add_files(warehouse.storage, "runs", TABLES["runs"].schema, commit.files, commit.app_id,
-              commit.commit_id)  # the tables commit, then the process dies
-    assert list(unfinished_files(warehouse)) == ["runs"]
-    assert drop_unfinished(warehouse, older_than_s=3600) == 0  # a writer may still be on it
-    assert drop_unfinished(warehouse, older_than_s=0) == 1
-    assert unfinished_files(warehouse) == {}
+              commit.commit_id)  # the tables commit ...
+    assert [(f.table, f.alive) for f in leftovers(warehouse)] == [("runs", True)]
+    assert settle(warehouse) == []  # its writer is still at it: nothing is dropped
+    commit.hold.release()  # ... then the process dies
+    assert [(f.table, f.alive) for f in leftovers(warehouse)] == [("runs", False)]
+    assert settle(warehouse) == ["dropped 1 file(s) of 1 commit(s) whose writers died "
+                                 "before recording them; ingesting their sources again "
+                                 "commits them"]
+    assert leftovers(warehouse) == []
 
 
 def test_as_of_reproduces_an_earlier_report_apart_from_its_generated_at_line(
@@ -160,7 +163,9 @@ def test_optimize_compacts_without_changing_answers_and_vacuum_frees_old_version
     con.close()
     old = Warehouse(warehouse.location, as_of=before_version)
     assert len(old.files("dsa_steps")) == files_before
-    report = vacuum_warehouse(warehouse, retain_hours=0)
+    with pytest.raises(WarehouseError, match="give --force to vacuum anyway"):
+        vacuum_warehouse(warehouse, retain_hours=0)
+    report = vacuum_warehouse(warehouse, retain_hours=0, force=True)
     assert "dsa_steps" in report.tables
     con = connect(warehouse)
     assert con.execute(query).fetchall() == before  # the newest version keeps its files

@@ -12,6 +12,7 @@ them; per-file statistics let engines skip files instead.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,8 @@ from kvtrace.warehouse.storage import Storage
 
 COMMIT_ID_KEY = "kvtrace.commit_id"
 APP_ID_KEY = "kvtrace.app_id"
+GENERATION_KEY = "kvtrace.generation"
+OPERATION_KEY = "kvtrace.operation"  # a maintenance commit's kind: cleanup, repair
 
 
 @dataclass
@@ -65,14 +68,24 @@ def file_stats(metadata: pq.FileMetaData) -> str:
                        "maxValues": highs, "nullCount": nulls})
 
 
+DAMAGED = ("'kvtrace check' says what is wrong, and 'kvtrace check --repair' mends it")
+
+
 def open_table(storage: Storage, name: str, version: int | None = None) -> DeltaTable | None:
-    """The Delta table ``name`` (at ``version``), or None when it was never created."""
+    """The Delta table ``name`` (at ``version``), or None when it was never created.
+
+    A log that cannot be read is a `WarehouseError` that names ``kvtrace check``.
+    """
     try:
         table = DeltaTable(storage.uri(name), storage_options=storage.storage_options())
+        if version is not None:
+            table.load_as_version(version)
     except TableNotFoundError:
         return None
-    if version is not None:
-        table.load_as_version(version)
+    except (DeltaError, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else repr(exc)
+        raise WarehouseError(f"table {name} of {storage.location} cannot be read "
+                             f"({first}); {DAMAGED}") from None
     return table
 
 
@@ -88,37 +101,39 @@ def create_table(storage: Storage, name: str, schema: pa.Schema) -> None:
 
 
 def add_files(storage: Storage, name: str, schema: pa.Schema, files: list[DataFile],
-              app_id: str, commit_id: str) -> tuple[int, str]:
+              app_id: str, commit_id: str, generation: int = 1) -> tuple[int, str]:
     """Add ``files`` to table ``name`` in one commit unless the table already holds the
-    transaction ``app_id``.
+    transaction ``app_id`` at ``generation`` (`kvtrace.warehouse.journal`).
 
     Returns the table version to read and the id of the commit whose files the table
     holds for ``app_id``: ours, or that of the process that got there first.
     """
+    now_ms = int(time.time() * 1000)  # when the files joined the log (for their age)
     actions: list[AddAction | RemoveAction] = [
-        AddAction(f.path.split("/", 1)[1], f.size, {}, 0, True, f.stats) for f in files]
+        AddAction(f.path.split("/", 1)[1], f.size, {}, now_ms, True, f.stats) for f in files]
     while True:
         table = open_table(storage, name)
         if table is None:
             create_table(storage, name, schema)
             continue
-        if table.transaction_version(app_id) is not None:
-            return table.version(), _committer(table, app_id)
+        if (table.transaction_version(app_id) or 0) >= generation:
+            return table.version(), _committer(table, app_id, generation)
         try:
             table.create_write_transaction(
                 actions, mode="append", schema=schema,
                 commit_properties=CommitProperties(
-                    custom_metadata={COMMIT_ID_KEY: commit_id, APP_ID_KEY: app_id},
-                    app_transactions=[Transaction(app_id, 1)]))
+                    custom_metadata={COMMIT_ID_KEY: commit_id, APP_ID_KEY: app_id,
+                                     GENERATION_KEY: str(generation)},
+                    app_transactions=[Transaction(app_id, generation)]))
         except CommitFailedError:
             continue  # a concurrent commit: look again whether it was this transaction
         return open_table(storage, name).version(), commit_id  # type: ignore[union-attr]
 
 
-def _committer(table: DeltaTable, app_id: str) -> str:
-    """The kvtrace commit id of the table commit that carried ``app_id``."""
+def _committer(table: DeltaTable, app_id: str, generation: int) -> str:
+    """The kvtrace commit id of the table commit that carried ``app_id``'s generation."""
     for entry in table.history():
-        if entry.get(APP_ID_KEY) == app_id:
+        if entry.get(APP_ID_KEY) == app_id and int(entry.get(GENERATION_KEY, 1)) >= generation:
             return str(entry[COMMIT_ID_KEY])
     raise WarehouseError(f"table {table.table_uri} holds transaction {app_id} but not the "
                          "commit that made it")

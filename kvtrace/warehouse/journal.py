@@ -7,12 +7,19 @@ The journal's version is the warehouse's version: a snapshot reads each table at
 newest version the journal names and keeps the files of journaled commits only, so the
 files of a commit that has not reached the journal (still running, or killed) are never
 seen, and ``--as-of VERSION`` reproduces exactly what that version showed.
+
+A maintenance row may take commits back (``retracted``: a cleanup of commits whose
+writer died, a repair of damaged files): a snapshot then leaves those commits out, and
+their sources may be committed again.  The application transaction of a source counts
+its generations: the n-th commit of a source after n - 1 retractions carries version n,
+so the tables and the journal take it although they hold the earlier ones.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -32,9 +39,10 @@ TABLE_COMMIT = pa.struct([
     ("table", pa.string()), ("version", pa.int64()), ("commit_id", pa.string()),
     ("files", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64()),
 ])
+RETRACTION = pa.struct([("commit_id", pa.string()), ("app_id", pa.string())])
 JOURNAL_SCHEMA = pa.schema([
     ("commit_id", pa.string()),
-    ("operation", pa.string()),  # ingest | collect | optimize | migrate
+    ("operation", pa.string()),  # ingest | collect | optimize | cleanup | repair | migrate
     ("run_id", pa.string()),
     ("source_path", pa.string()),
     ("source_sha256", pa.string()),
@@ -42,6 +50,7 @@ JOURNAL_SCHEMA = pa.schema([
     ("kvtrace_version", pa.string()),
     ("created_at", pa.timestamp("us", tz="UTC")),
     ("tables", pa.list_(TABLE_COMMIT)),
+    ("retracted", pa.list_(RETRACTION)),  # commits this row takes back (maintenance rows)
 ])
 FILES_SCHEMA = pa.schema([
     ("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()),
@@ -68,19 +77,23 @@ def create(storage: Storage) -> None:
     create_table(storage, JOURNAL, JOURNAL_SCHEMA)
 
 
-def append(storage: Storage, row: dict[str, Any], app_id: str) -> bool:
-    """Append ``row`` under the transaction ``app_id``; False when the journal already
-    holds it (another process recorded the same source first)."""
+def append(storage: Storage, row: dict[str, Any], app_id: str, generation: int = 1) -> bool:
+    """Append ``row`` under the transaction ``app_id`` (its ``generation``); False when the
+    journal already holds that generation (another process recorded the source first).
+
+    A journal written before rows could retract commits gains the column on the way.
+    """
     data = pa.Table.from_pylist([row], schema=JOURNAL_SCHEMA)
     while True:
         table = open_table(storage, JOURNAL)
         if table is None:
             raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
-        if table.transaction_version(app_id) is not None:
+        if (table.transaction_version(app_id) or 0) >= generation:
             return False
         try:
-            write_deltalake(table, data, mode="append", commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id, 1)]))
+            write_deltalake(table, data, mode="append", schema_mode="merge",
+                            commit_properties=CommitProperties(
+                                app_transactions=[Transaction(app_id, generation)]))
             return True
         except CommitFailedError:
             continue
@@ -96,11 +109,16 @@ class Snapshot:
     """What one version of the warehouse shows."""
 
     version: int
-    commits: pa.Table  # the journal's rows (JOURNAL_SCHEMA)
+    commits: pa.Table  # the journal's rows (JOURNAL_SCHEMA) less retracted commits
     files: pa.Table  # every visible data file (FILES_SCHEMA), path relative to the root
+    retractions: Counter[str]  # application transaction id -> commits of it taken back
 
     def table_files(self, table: str) -> pa.Table:
         return self.files.filter(pc.equal(self.files["table"], table))
+
+    def generation(self, app_id: str) -> int:
+        """The generation a new commit of ``app_id`` carries."""
+        return self.retractions[app_id] + 1
 
 
 def load(storage: Storage, version: int | None = None) -> Snapshot:
@@ -119,24 +137,67 @@ def load(storage: Storage, version: int | None = None) -> Snapshot:
         except DeltaError as exc:
             raise WarehouseError(f"version {version} of the warehouse is no longer "
                                  f"readable (vacuumed?): {exc}") from None
-    commits = _read(journal)
-    return Snapshot(journal.version(), commits, _visible_files(storage, commits))
+    commits, retractions = _standing(_read(journal))
+    return Snapshot(journal.version(), commits, _visible_files(storage, commits), retractions)
 
 
 def _read(journal: DeltaTable) -> pa.Table:
     try:
         data = journal.to_pyarrow_table()
     except (DeltaError, OSError) as exc:
-        raise WarehouseError(f"the journal of the warehouse is unreadable: {exc}") from None
+        raise WarehouseError(f"the journal of the warehouse is unreadable ({exc}); "
+                             "'kvtrace check' says what is wrong") from None
+    for column in JOURNAL_SCHEMA:  # a journal of before a column was added
+        if column.name not in data.column_names:
+            data = data.append_column(column.name, pa.nulls(data.num_rows, column.type))
     return data.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA)
 
 
+def _standing(rows: pa.Table) -> tuple[pa.Table, Counter[str]]:
+    """The journal's rows less the commits later rows took back, and how often each
+    application transaction was taken back."""
+    taken_back = pc.list_flatten(rows["retracted"]).combine_chunks()
+    if len(taken_back) == 0:
+        return rows, Counter()
+    ids = taken_back.field("commit_id")
+    standing = rows.filter(pc.invert(pc.is_in(rows["commit_id"], value_set=ids)))
+    return standing, Counter(taken_back.field("app_id").to_pylist())
+
+
 def newest_commits(storage: Storage) -> tuple[int, pa.Table]:
-    """The journal's newest version and its rows, without listing any table's files."""
+    """The journal's newest version and its standing rows, without listing any table's
+    files."""
     journal = open_table(storage, JOURNAL)
     if journal is None:
         raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
-    return journal.version(), _read(journal)
+    return journal.version(), _standing(_read(journal))[0]
+
+
+def load_rows(storage: Storage, version: int | None = None) -> pa.Table:
+    """The journal's standing rows at ``version`` (the newest when None), without
+    opening any table."""
+    journal = open_table(storage, JOURNAL, version)
+    if journal is None:
+        raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
+    return _standing(_read(journal))[0]
+
+
+def retractions(storage: Storage) -> Counter[str]:
+    """How often the journal took back commits of each application transaction."""
+    journal = open_table(storage, JOURNAL)
+    if journal is None:
+        return Counter()
+    return _standing(_read(journal))[1]
+
+
+def named_versions(commits: pa.Table) -> dict[str, int]:
+    """Per table, the newest version the journal's rows name: the one snapshots read."""
+    entries = pc.list_flatten(commits["tables"]).combine_chunks()
+    newest: dict[str, int] = {}
+    for table, version in zip(entries.field("table").to_pylist(),
+                              entries.field("version").to_pylist(), strict=True):
+        newest[table] = max(version, newest.get(table, -1))
+    return newest
 
 
 def journaled_ids(commits: pa.Table) -> set[str]:
@@ -146,15 +207,9 @@ def journaled_ids(commits: pa.Table) -> set[str]:
 
 
 def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
-    entries = pc.list_flatten(commits["tables"]).combine_chunks()
-    tables = entries.field("table").to_pylist()
-    versions = entries.field("version").to_pylist()
-    newest: dict[str, int] = {}
-    for table, version in zip(tables, versions, strict=True):
-        newest[table] = max(version, newest.get(table, -1))
     journaled = journaled_ids(commits)
     parts = []
-    for table, version in sorted(newest.items()):
+    for table, version in sorted(named_versions(commits).items()):
         delta = open_table(storage, table, version)
         if delta is None:
             raise WarehouseError(f"the journal names table {table}, which "
@@ -164,7 +219,7 @@ def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
         ids = [commit_of(p) for p in paths]
         keep = [i is None or i in journaled for i in ids]
         kept_ids = [i for i, kept in zip(ids, keep, strict=True) if kept]
-        files = files.filter(pa.array(keep))
+        files = files.filter(pa.array(keep, pa.bool_()))
         parts.append(pa.table({
             "table": pa.repeat(pa.scalar(table), files.num_rows),
             "path": pc.binary_join_element_wise(table, files["path"], "/"),

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -28,6 +28,8 @@ from kvtrace.errors import WarehouseError
 
 TMP_DIR = "_tmp"
 LOCK_DIR = "_locks"
+IN_FLIGHT_DIR = "_inflight"  # on an object store: a marker per commit being written
+IN_FLIGHT_S = 3600.0  # an object store's commit silent this long is taken for dead
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 
@@ -126,9 +128,76 @@ class Storage:
         """A context manager holding the exclusive lock ``name`` for its block."""
         raise NotImplementedError
 
+    def dead_holds(self) -> list[str]:
+        """The in-flight marks (paths relative to the root) that outlived their writers."""
+        raise NotImplementedError
+
     def stale_temps(self, older_than_s: float) -> list[Path]:
         """Scratch files left by writers that died more than ``older_than_s`` ago."""
         return []
+
+    def list_files(self, relative: str) -> dict[str, int]:
+        """Every file below ``relative`` (recursively): path relative to the root -> size."""
+        raise NotImplementedError
+
+    def move(self, relative: str, target: str) -> None:
+        """Move the file ``relative`` to ``target`` (both relative to the root)."""
+        raise NotImplementedError
+
+    # -- commits in flight -----------------------------------------------------------------
+
+    def hold_commit(self, commit_id: str) -> CommitHold:
+        """Mark ``commit_id`` as being written until the hold is released: maintenance
+        never takes a file of a commit in flight for a leftover."""
+        raise NotImplementedError
+
+    def commit_alive(self, commit_id: str) -> bool:
+        """Whether the writer of ``commit_id`` is still at it."""
+        raise NotImplementedError
+
+
+class CommitHold:
+    """A commit's mark of being in flight; `release` takes it away (idempotent)."""
+
+    def touch(self) -> None:
+        """Say the writer is still at it (a file of the commit was just published)."""
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+
+class _FileHold(CommitHold):
+    """An advisory lock on a file of its own, held by an open descriptor: the operating
+    system lets it go when the writer dies, however it dies."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: BinaryIO | None = open(path, "a+b")  # noqa: SIM115 (held open)
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.handle is None:
+            return
+        self.path.unlink(missing_ok=True)  # before unlocking: nobody locks a stale file
+        self.handle.close()
+        self.handle = None
+
+
+class _MarkerHold(CommitHold):
+    """A marker object on a store, removed when the commit ends (a writer that died
+    leaves it; it goes stale after `IN_FLIGHT_S`)."""
+
+    def __init__(self, storage: Storage, relative: str) -> None:
+        self.storage, self.relative = storage, relative
+        self.touch()
+
+    def touch(self) -> None:
+        self.storage.write_atomic(self.relative, str(time.time()).encode())
+
+    def release(self) -> None:
+        if self.relative:
+            self.storage.remove(self.relative)
+            self.relative = ""
 
 
 class LocalStorage(Storage):
@@ -198,7 +267,51 @@ class LocalStorage(Storage):
         if not folder.is_dir():
             return []
         cutoff = time.time() - older_than_s
-        return [p for p in folder.iterdir() if p.stat().st_mtime < cutoff]
+        stale = []
+        for path in folder.iterdir():
+            with suppress(FileNotFoundError):  # another writer may take it away at once
+                if path.stat().st_mtime < cutoff:
+                    stale.append(path)
+        return stale
+
+    def list_files(self, relative: str) -> dict[str, int]:
+        top = self.path(relative)
+        found = {}
+        for folder, _, names in os.walk(top):
+            for name in names:
+                with suppress(FileNotFoundError):
+                    path = Path(folder) / name
+                    found[str(path.relative_to(self.root))] = path.stat().st_size
+        return found
+
+    def move(self, relative: str, target: str) -> None:
+        destination = self.path(target)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.path(relative), destination)
+
+    def hold_commit(self, commit_id: str) -> CommitHold:
+        folder = self.root / LOCK_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        return _FileHold(folder / f"commit-{commit_id}.lock")
+
+    def commit_alive(self, commit_id: str) -> bool:
+        try:
+            handle = open(self.root / LOCK_DIR / f"commit-{commit_id}.lock", "r+b")  # noqa: SIM115
+        except FileNotFoundError:
+            return False  # finished (the hold is gone), or written before holds existed
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
+
+    def dead_holds(self) -> list[str]:
+        folder = self.root / LOCK_DIR
+        names = [p.name for p in folder.glob("commit-*.lock")] if folder.is_dir() else []
+        return [f"{LOCK_DIR}/{name}" for name in names
+                if not self.commit_alive(name[len("commit-"):-len(".lock")])]
 
 
 class ObjectStorage(Storage):
@@ -282,3 +395,30 @@ class ObjectStorage(Storage):
 
         with hold(self, name):
             yield
+
+    def list_files(self, relative: str) -> dict[str, int]:
+        selector = pafs.FileSelector(self._key(relative), recursive=True, allow_not_found=True)
+        try:
+            infos = self.filesystem.get_file_info(selector)
+        except OSError as exc:
+            raise WarehouseError(f"cannot list {self.location}: {exc}") from None
+        prefix = len(self.root) + 1
+        return {info.path[prefix:]: info.size for info in infos
+                if info.type == pafs.FileType.File}
+
+    def move(self, relative: str, target: str) -> None:
+        self.filesystem.copy_file(self._key(relative), self._key(target))
+        self.filesystem.delete_file(self._key(relative))
+
+    def hold_commit(self, commit_id: str) -> CommitHold:
+        return _MarkerHold(self, f"{IN_FLIGHT_DIR}/{commit_id}")
+
+    def commit_alive(self, commit_id: str) -> bool:
+        info = self.filesystem.get_file_info(self._key(f"{IN_FLIGHT_DIR}/{commit_id}"))
+        if info.type == pafs.FileType.NotFound or info.mtime is None:
+            return False
+        return time.time() - info.mtime.timestamp() < IN_FLIGHT_S
+
+    def dead_holds(self) -> list[str]:
+        return [f"{IN_FLIGHT_DIR}/{name}" for name in self.listdir(IN_FLIGHT_DIR)
+                if not self.commit_alive(name)]

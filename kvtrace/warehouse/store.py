@@ -29,8 +29,10 @@ from kvtrace.warehouse.delta_log import DataFile, add_files, create_table, file_
 from kvtrace.warehouse.object_lock import LOCK_TABLE
 from kvtrace.warehouse.schema import TABLES, TableSpec
 from kvtrace.warehouse.storage import (
+    IN_FLIGHT_DIR,
     LOCK_DIR,
     TMP_DIR,
+    CommitHold,
     LocalStorage,
     Storage,
     open_storage,
@@ -40,9 +42,11 @@ from kvtrace.warehouse.storage import (
 SCHEMA_DIR = "_schema"
 MARKER = "kvtrace.json"
 FORMAT = 2  # 1: the manifest of kvtrace's own (converted by `kvtrace migrate`)
+COLLECTOR_APP_PREFIX = "kvtrace-commit:"  # the transaction of a commit of no source
 PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
 _LIST_LEAVES = {"selected_pos", "hbm_hit_blocks", "local_pool_hit_blocks", "remote_pool_hit_blocks"}
-_OWN_ENTRIES = {MARKER, SCHEMA_DIR, TMP_DIR, LOCK_DIR, LOCK_TABLE, journal.JOURNAL, *TABLES}
+_OWN_ENTRIES = {MARKER, SCHEMA_DIR, TMP_DIR, LOCK_DIR, IN_FLIGHT_DIR, LOCK_TABLE,
+                journal.JOURNAL, *TABLES}
 
 
 def _now() -> datetime:
@@ -66,13 +70,14 @@ class Commit:
     open_files: list[TableFile] = field(default_factory=list)
     landed: bool = False  # set by `Warehouse.commit`: False when another process's
     # commit of the same source landed first
+    hold: CommitHold | None = None  # marks the commit in flight until it ends
 
     @property
     def app_id(self) -> str:
         """The transaction id that makes the commit land once: one per source and run."""
         if self.source_sha256:
             return f"kvtrace-source:{self.run_id}:{self.source_sha256}"
-        return f"kvtrace-commit:{self.commit_id}"
+        return f"{COLLECTOR_APP_PREFIX}{self.commit_id}"
 
 
 class TableFile:
@@ -204,11 +209,25 @@ class Warehouse:
         if self.as_of is not None:
             if self._snapshot is None:
                 self._snapshot = journal.load(self.storage, self.as_of)
+                self._check_present(self._snapshot)
             return self._snapshot
         newest = journal.open_table(self.storage, journal.JOURNAL)
         if self._snapshot is None or newest is None or newest.version() != self._snapshot.version:
             self._snapshot = journal.load(self.storage)
         return self._snapshot
+
+    def _check_present(self, snapshot: journal.Snapshot) -> None:
+        """An earlier version is readable while vacuum has not deleted its files."""
+        paths = snapshot.files["path"].to_pylist()
+        present: set[str] = set()
+        for table in sorted({p.split("/", 1)[0] for p in paths}):
+            present |= set(self.storage.list_files(table))
+        gone = [p for p in paths if p not in present]
+        if gone:
+            raise WarehouseError(
+                f"version {snapshot.version} of the warehouse is no longer readable "
+                f"(vacuumed?): {len(gone)} of its {len(paths)} files are gone; "
+                "'kvtrace sql \"FROM warehouse_commits\"' lists the versions")
 
     @property
     def version(self) -> int:
@@ -270,8 +289,9 @@ class Warehouse:
         self._writable()
         for stale in self.storage.stale_temps(older_than_s=86_400):
             stale.unlink(missing_ok=True)
-        return Commit(journal.new_commit_id(), run_id, source_path, source_sha256, source_size,
-                      operation)
+        commit_id = journal.new_commit_id()
+        return Commit(commit_id, run_id, source_path, source_sha256, source_size, operation,
+                      hold=self.storage.hold_commit(commit_id))
 
     @contextmanager
     def transaction(self, run_id: str, *, source_path: str | None = None,
@@ -328,6 +348,8 @@ class Warehouse:
                              file_stats(metadata))
         self.storage.publish(temp, relative)
         commit.files.append(data_file)
+        if commit.hold is not None:
+            commit.hold.touch()
 
     def commit(self, commit: Commit) -> bool:
         """Add the files of ``commit`` to their tables and record it in the journal.
@@ -335,13 +357,21 @@ class Warehouse:
         Returns False when the commit's source had already been recorded (by another
         process ingesting the same bytes at once): it then adds nothing.
         """
+        try:
+            return self._record(commit)
+        finally:
+            if commit.hold is not None:
+                commit.hold.release()
+
+    def _record(self, commit: Commit) -> bool:
         by_table: dict[str, list[DataFile]] = {}
         for data_file in commit.files:
             by_table.setdefault(data_file.table, []).append(data_file)
+        generation = self._generation(commit.app_id)
         entries = []
         for table, files in sorted(by_table.items()):
             version, landed = add_files(self.storage, table, TABLES[table].schema, files,
-                                        commit.app_id, commit.commit_id)
+                                        commit.app_id, commit.commit_id, generation)
             if landed != commit.commit_id:  # the table holds another process's files
                 for data_file in files:
                     self.storage.remove(data_file.path)
@@ -352,8 +382,19 @@ class Warehouse:
                "run_id": commit.run_id, "source_path": commit.source_path,
                "source_sha256": commit.source_sha256, "source_size": commit.source_size,
                "kvtrace_version": __version__, "created_at": _now(), "tables": entries}
-        commit.landed = journal.append(self.storage, row, commit.app_id)
+        commit.landed = journal.append(self.storage, row, commit.app_id, generation)
         return commit.landed
+
+    def _generation(self, app_id: str) -> int:
+        """The generation of a new commit of ``app_id``: 1, unless earlier commits of its
+        source were taken back (a collector's batch is never committed twice)."""
+        if app_id.startswith(COLLECTOR_APP_PREFIX):
+            return 1
+        snapshot = self._snapshot
+        table = journal.open_table(self.storage, journal.JOURNAL)
+        if snapshot is not None and table is not None and table.version() == snapshot.version:
+            return snapshot.generation(app_id)  # the journal read for this ingest's checks
+        return journal.retractions(self.storage)[app_id] + 1
 
     def abort(self, commit: Commit) -> None:
         """Remove the files of a commit that will not be recorded."""
@@ -362,6 +403,8 @@ class Warehouse:
         for data_file in commit.files:
             self.storage.remove(data_file.path)
         commit.files.clear()
+        if commit.hold is not None:
+            commit.hold.release()
 
     def _file_path(self, spec: TableSpec, commit: Commit, first: pa.Table,
                    request_range: list[int]) -> str:

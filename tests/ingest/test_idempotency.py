@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
 from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse, dsa_writer
@@ -43,7 +44,7 @@ def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(dsa_writer.DsaWriter, "_write_histograms", fail_after_data)
-    with pytest.raises(OSError):
+    with pytest.raises(KvtraceError, match="No space left on device"):
         ingest(warehouse, [str(trace)])
     assert _counts(warehouse) == {"dsa_steps": 0, "requests": 0, "runs": 0,
                                   "dsa_offset_hist_files": 0}

@@ -7,20 +7,24 @@
 -- @view warehouse_commits
 -- One row per commit and table it wrote, up to the version shown.
 -- @column commit_id         kvtrace commit id (its UTC time, then random hex)
--- @column operation         ingest, collect, optimize or migrate
+-- @column operation         ingest, collect, optimize, settle, cleanup, repair or migrate
 -- @column run_id            the run the commit wrote
 -- @column source_path       the ingested file, for ingests
 -- @column source_sha256     sha256 of the ingested file's bytes
 -- @column source_size       its size in bytes
 -- @column kvtrace_version   kvtrace version that made the commit
 -- @column created_at        when the commit was recorded (UTC)
+-- @column retracted         commits this one took back (a cleanup of commits whose writers
+--                           died, a repair): their rows are not shown, their sources may be
+--                           ingested again
 -- @column table_name        a table the commit wrote (NULL when it wrote none)
 -- @column table_version     that table's Delta version after the commit
 -- @column files             files the commit added to it
 -- @column rows              rows the commit added to it
 -- @column bytes             bytes the commit added to it
 CREATE VIEW warehouse_commits AS
-SELECT c.* EXCLUDE (tables),
+SELECT c.* EXCLUDE (tables, retracted),
+       list_transform(c.retracted, lambda r: r.commit_id) AS retracted,
        t.entry['table'] AS table_name, t.entry['version'] AS table_version,
        t.entry['files'] AS files, t.entry['rows'] AS "rows", t.entry['bytes'] AS bytes
 FROM _warehouse_commits_arrow AS c
