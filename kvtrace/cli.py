@@ -36,7 +36,13 @@ from kvtrace.collectors.collect_options import (
     TurnMode,
 )
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
-from kvtrace.errors import IngestRejected, InputError, KvtraceError, QueryError, Terminated
+from kvtrace.errors import (
+    IngestRejected,
+    InputError,
+    KvtraceError,
+    Terminated,
+    WarehouseDamaged,
+)
 from kvtrace.sql import connect
 from kvtrace.sql.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
@@ -416,7 +422,9 @@ def sql(
                 write_stream(result, fmt, sink)
             err.print(f"wrote {output}")
     except _duckdb_error() as exc:  # raised while streaming rows
-        raise QueryError(str(exc).strip().splitlines()[0]) from None
+        from kvtrace.sql.query import query_error
+
+        raise query_error(exc) from None
     finally:
         con.close()
 
@@ -625,6 +633,8 @@ def optimize(
 
     with _busy("Compacting"):
         report = compact(_open(), target_mb=target_mb)
+    for note in report.notes:
+        err.print(note)
     for table, what in report.tables.items():
         out.print(f"{table}: {what}")
     out.print(f"warehouse version {report.version}"
@@ -634,23 +644,74 @@ def optimize(
 @app.command()
 def vacuum(
     retain_hours: Annotated[float, typer.Option(
-        min=0, help="Keep every file a version of the last N hours needs.")] = 168.0,
+        min=0, help="Keep every file a version of the last N hours needs (under 1 needs "
+                    "--force).")] = 168.0,
+    force: Annotated[bool, typer.Option(
+        help="Vacuum with a retention under 1 hour: a query running now may lose files "
+             "it reads, and --as-of those versions stops working.")] = False,
     dry_run: Annotated[bool, typer.Option(help="List what would go; delete nothing.")] = False,
 ) -> None:
     """Delete files that no recent version needs (Delta Lake's vacuum), and drop the files
     of writers that died before their commit was recorded.
 
-    Versions older than --retain-hours may no longer be readable with --as-of.
+    Never deletes a file of the newest version or of a commit being written.  Versions
+    older than --retain-hours may no longer be readable with --as-of.
 
     Example: kvtrace vacuum --retain-hours 24
     """
     from kvtrace.warehouse.maintenance import vacuum as sweep
 
-    report = sweep(_open(), retain_hours=retain_hours, dry_run=dry_run)
+    report = sweep(_open(), retain_hours=retain_hours, force=force, dry_run=dry_run)
+    for note in report.notes:
+        err.print(note)
     for table, what in report.tables.items():
         out.print(f"{table}: {what}")
     out.print("nothing to delete" if not report.tables else
               f"warehouse version {report.version}")
+
+
+@app.command("check")
+def check_command(
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Return a damaged warehouse to its newest consistent version and "
+                         "list the sources to ingest again.")] = False,
+) -> None:
+    """Verify every table's log, the journal and every file the warehouse shows.
+
+    Prints one line per problem (table, log version, the rows and sources it affects)
+    and exits 1 when anything is wrong.  With --repair, rolls back what cannot be read
+    (moving damaged log entries aside, never deleting a data file) and says which sources
+    to ingest again.
+
+    Example: kvtrace check --repair
+    """
+    from kvtrace.warehouse.integrity import check
+    from kvtrace.warehouse.repair import repair as mend
+
+    warehouse = _open()
+    if repair:
+        with _busy("Repairing"):
+            done = mend(warehouse)
+        for line in done.done:
+            out.print(f"repaired: {line}")
+        if done.sources:
+            out.print("ingest these sources again to restore their rows: "
+                      + ", ".join(done.sources))
+        found = done.after
+    else:
+        with _busy("Checking"):
+            found = check(warehouse)
+    for problem in found.problems:
+        out.print(f"problem: {problem.line()}")
+    for note in found.notes:
+        out.print(f"note: {note}")
+    if found.problems:
+        raise WarehouseDamaged(
+            f"{len(found.problems)} problem(s) in {warehouse.location}"
+            + ("" if repair else "; 'kvtrace check --repair' returns it to its newest "
+                                 "consistent version"))
+    out.print(f"{warehouse.location} is healthy: {len(found.logs)} logs and "
+              f"{found.files_checked:,} data files checked")
 
 
 @app.command()
@@ -660,7 +721,7 @@ def migrate() -> None:
 
     Example: kvtrace -w old-warehouse migrate
     """
-    from kvtrace.warehouse.maintenance import migrate as convert
+    from kvtrace.warehouse.migrate import migrate as convert
 
     with _busy("Converting"):
         report = convert(options.path)
@@ -808,11 +869,15 @@ def run() -> int:
             raise
         return _fail(f"Error: {exc.strerror or exc}"
                      + (f": {exc.filename}" if exc.filename else ""), 1)
-    except Exception as exc:  # a bug: say so in one line, --debug shows where
+    except Exception as exc:
         if options.debug:
             raise
+        if "duckdb" in sys.modules and isinstance(exc, sys.modules["duckdb"].Error):
+            from kvtrace.sql.query import query_error
+
+            return _fail(f"Error: {query_error(exc)}", 1)  # a view read what it could not
         return _fail(f"Error: kvtrace failed unexpectedly ({type(exc).__name__}: {exc}); "
-                     "rerun with --debug and report it", 1)
+                     "rerun with --debug and report it", 1)  # a bug: one line
     return 0
 
 

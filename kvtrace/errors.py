@@ -13,6 +13,10 @@ class WarehouseError(KvtraceError):
     """The warehouse is missing, unreadable or inconsistent."""
 
 
+class WarehouseDamaged(WarehouseError):
+    """``kvtrace check`` found problems (it has printed them)."""
+
+
 class QueryError(KvtraceError):
     """A SQL statement was refused or failed."""
 

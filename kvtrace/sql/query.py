@@ -66,15 +66,27 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.RecordBatchReader:
             con.execute(statement.query).fetchall()  # consumed: the next may run
         return con.sql(statements[-1].query).to_arrow_reader(TABLE_ROW_CAP)
     except duckdb.Error as exc:
-        message = _first_line(exc)
-        own = _OWN_ERROR.match(message)
-        if own:  # a kvtrace function refused its arguments: its sentence alone
-            raise QueryError(own[1]) from None
-        raise QueryError(message + '; "kvtrace views" lists the views') from None
+        raise query_error(exc) from None
+
+
+def query_error(exc: duckdb.Error) -> QueryError:
+    """One sentence for a failed statement: a kvtrace function's own, or DuckDB's with
+    what to do next (a file the warehouse cannot read points to ``kvtrace check``)."""
+    message = _first_line(exc)
+    own = _OWN_ERROR.match(message)
+    if own:  # a kvtrace function refused its arguments: its sentence alone
+        return QueryError(own[1])
+    if isinstance(exc, duckdb.IOException) or (
+            not isinstance(exc, duckdb.CatalogException) and _DAMAGE.search(message)):
+        return QueryError(message + "; the warehouse may be damaged: 'kvtrace check' says "
+                                    "what is wrong")
+    return QueryError(message + '; "kvtrace views" lists the views')
 
 
 _OWN_ERROR = re.compile(r"Invalid Input Error: Python exception occurred while executing "
                         r"the UDF: (?:QueryError|InputError): (.*)")
+_DAMAGE = re.compile(r"No files found|magic bytes|Could not open file|No such file or "
+                     r"directory|Invalid Parquet file|corrupt", re.IGNORECASE)
 
 
 def _first_line(exc: Exception) -> str:

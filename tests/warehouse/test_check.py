@@ -1,0 +1,151 @@
+"""kvtrace check tells a damaged warehouse from a healthy one, and --repair returns it to
+its newest consistent version; ingesting the sources it names restores every row."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.integrity import LOG_DIR
+from kvtrace.warehouse.maintenance import optimize
+from tests.conftest import warehouse_at
+
+
+@pytest.fixture
+def three_ingests(tmp_path, synthetic_trace):
+    """A warehouse of three DSA runs of 8 rows each, ingested one after another."""
+    location = warehouse_at(tmp_path / "wh")
+    warehouse = Warehouse(location, create=True)
+    traces = [synthetic_trace(run_name=f"run{n}", requests=2, steps=2, layers=2, seed=n)
+              for n in range(3)]
+    for trace in traces:
+        ingest(warehouse, [str(trace)])
+    return location, traces
+
+
+def _rows(location: str) -> int:
+    con = connect(Warehouse(location))
+    try:
+        return con.execute("SELECT count(*) FROM dsa_steps").fetchone()[0]
+    finally:
+        con.close()
+
+
+def _log(location: str, table: str) -> list[str]:
+    names = Warehouse(location).storage.listdir(f"{table}/{LOG_DIR}")
+    return sorted(n for n in names if n.endswith(".json"))
+
+
+def _damage_newest_entry(location: str, table: str, content: bytes) -> str:
+    storage = Warehouse(location).storage
+    newest = _log(location, table)[-1]
+    storage.write_atomic(f"{table}/{LOG_DIR}/{newest}", content)
+    return newest
+
+
+def _data_file(location: str, run: str) -> str:
+    con = connect(Warehouse(location))
+    try:
+        return con.execute("SELECT path FROM warehouse_files WHERE table_name = 'dsa_steps' "
+                           "AND run_id LIKE ? || '-%'", [run]).fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_a_healthy_warehouse_checks_clean(three_ingests, cli):
+    location, _ = three_ingests
+    status, out, _ = cli("-w", location, "check")
+    # each DSA ingest writes dsa_steps, requests, runs and the two histograms
+    assert status == 0 and out.strip().endswith("is healthy: 17 logs and 15 data files checked")
+
+
+def _repair_then_ingest_again(cli, location: str, traces, expected_sources: set[str]) -> None:
+    status, out, _ = cli("-w", location, "check", "--repair")
+    assert status == 0, out
+    said = out.split("ingest these sources again to restore their rows: ")
+    sources = set(said[1].splitlines()[0].split(", ")) if len(said) > 1 else set()
+    assert sources == expected_sources
+    assert cli("-w", location, "check")[0] == 0
+    for trace in traces:
+        ingest(Warehouse(location), [str(trace)])
+    assert _rows(location) == 24
+
+
+@pytest.mark.parametrize("damage", [b'{"add": {garbled', b'{"commitInfo": {"timestamp": 1'])
+def test_a_garbled_or_cut_log_entry_is_named_and_rolled_back(three_ingests, cli, damage):
+    location, traces = three_ingests
+    version = int(_damage_newest_entry(location, "dsa_steps", damage)[:20])
+    status, out, err = cli("-w", location, "check")
+    assert status == 1
+    problem = next(line for line in out.splitlines() if line.startswith("problem: "))
+    assert problem.startswith(f"problem: dsa_steps, version {version}: the log entry is "
+                              "garbled")
+    assert "8 row(s) cannot be read" in problem and str(traces[2]) in problem
+    assert "'kvtrace check --repair' returns it to its newest consistent version" in err
+    status, _, err = cli("-w", location, "sql", "SELECT count(*) FROM dsa_steps")
+    assert status == 1 and "kvtrace check" in err and "report it" not in err
+    _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
+
+
+def test_a_missing_version_0_is_written_again_and_loses_nothing(three_ingests, cli):
+    location, _ = three_ingests
+    Warehouse(location).storage.remove(f"runs/{LOG_DIR}/{0:020d}.json")
+    status, out, _ = cli("-w", location, "check")
+    assert status == 1 and "problem: runs, version 0: the log entry is missing" in out
+    status, _, err = cli("-w", location, "sql", "SELECT count(*) FROM runs")
+    assert status == 1 and "kvtrace check" in err
+    status, out, _ = cli("-w", location, "check", "--repair")
+    assert status == 0 and "runs: wrote version 0 of its log again" in out
+    assert "ingest these sources again" not in out
+    assert _rows(location) == 24
+
+
+@pytest.mark.parametrize("how", ["missing", "cut short"])
+def test_a_missing_or_cut_data_file_takes_its_commit_back(three_ingests, cli, how):
+    location, traces = three_ingests
+    path = _data_file(location, "run1")
+    storage = Warehouse(location).storage
+    if how == "missing":
+        storage.remove(path)
+    else:
+        storage.write_atomic(path, (storage.read_bytes(path) or b"")[:100])
+    status, out, _ = cli("-w", location, "check")
+    assert status == 1
+    assert f"data file {path.split('/', 1)[1]}" in out and str(traces[1]) in out
+    status, _, err = cli("-w", location, "sql", "SELECT count(*) FROM dsa_steps")
+    assert status == 1 and "kvtrace check" in err
+    _repair_then_ingest_again(cli, location, traces, {str(traces[1])})
+
+
+def test_an_empty_newest_journal_entry_no_longer_hides_rows_silently(three_ingests, cli):
+    location, traces = three_ingests
+    _damage_newest_entry(location, "_commits", b"")
+    assert _rows(location) == 16  # what Delta Lake shows: the last commit is gone
+    status, out, _ = cli("-w", location, "check")
+    assert status == 1
+    assert "problem: _commits, version" in out and "the log entry is empty" in out
+    _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
+
+
+def test_a_missing_compacted_file_is_replaced_by_the_files_it_was_made_of(three_ingests,
+                                                                          cli):
+    location, _ = three_ingests
+    optimize(Warehouse(location))
+    compacted = _data_file_compacted(location)
+    Warehouse(location).storage.remove(compacted)
+    assert cli("-w", location, "check")[0] == 1
+    status, out, _ = cli("-w", location, "check", "--repair")
+    assert status == 0 and "by the 3 file(s) it was made from" in out
+    assert "ingest these sources again" not in out
+    assert _rows(location) == 24
+
+
+def _data_file_compacted(location: str) -> str:
+    con = connect(Warehouse(location))
+    try:
+        return con.execute("SELECT path FROM warehouse_files WHERE table_name = 'dsa_steps' "
+                           "AND commit_id IS NULL").fetchone()[0]
+    finally:
+        con.close()
