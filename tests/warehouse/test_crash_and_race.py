@@ -1,0 +1,85 @@
+"""Ingests, optimize and vacuum (no retention, forced) run at once and are SIGKILLed at
+random moments, round after round: after every round the warehouse checks clean and
+every committed source's rows are readable exactly once; nothing else is seen."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from kvtrace.ingest import ingest
+from kvtrace.sql import connect
+from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.integrity import check
+from tests.conftest import warehouse_at
+
+ROUNDS = 50
+SEED = 20261124
+SOURCES = 12
+REQUESTS, STEPS, LAYERS = 2, 2, 2
+ROWS_PER_SOURCE = REQUESTS * STEPS * LAYERS
+
+
+def _command(location: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "kvtrace", "-q", "-w", location, *args]
+
+
+def _state(location: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Per source path: the journal's committed sources, and rows per run name."""
+    con = connect(Warehouse(location))
+    try:
+        committed = dict(con.execute(
+            "SELECT DISTINCT source_path, run_id FROM warehouse_commits "
+            "WHERE operation = 'ingest'").fetchall())
+        rows = dict(con.execute("SELECT r.run_name, count(*) FROM dsa_steps s "
+                                "JOIN runs r USING (run_id) GROUP BY 1").fetchall())
+        doubled = con.execute(
+            "SELECT count(*) FROM (SELECT run_id, request_id, step_idx, layer_id, block_size "
+            "FROM dsa_steps GROUP BY ALL HAVING count(*) > 1)").fetchone()[0]
+        assert doubled == 0
+        return committed, rows
+    finally:
+        con.close()
+
+
+def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
+    rng = random.Random(SEED)
+    location = warehouse_at(tmp_path / "wh")
+    Warehouse(location, create=True)
+    traces = {f"src{n}": synthetic_trace(run_name=f"src{n}", requests=REQUESTS, steps=STEPS,
+                                         layers=LAYERS, seed=n) for n in range(SOURCES)}
+    started = time.monotonic()
+    for round_no in range(ROUNDS):
+        names = rng.sample(sorted(traces), rng.randint(1, 3))
+        commands = [_command(location, "ingest", str(traces[name])) for name in names]
+        if rng.random() < 0.7:
+            commands.append(_command(location, "optimize"))
+        if rng.random() < 0.7:
+            commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
+        rng.shuffle(commands)
+        processes = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True) for c in commands]
+        doomed = [p for p in processes if rng.random() < 0.5]
+        time.sleep(rng.uniform(0.2, 2.5))
+        for process in doomed:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+        for process in processes:
+            _, err = process.communicate(timeout=300)
+            if process not in doomed:
+                assert process.returncode == 0, (round_no, process.args, err)
+        found = check(Warehouse(location))
+        assert found.healthy, (round_no, [p.line() for p in found.problems])
+        committed, rows = _state(location)
+        for name, trace in traces.items():
+            expected = ROWS_PER_SOURCE if str(trace) in committed else 0
+            assert rows.get(name, 0) == expected, (round_no, name, rows, committed)
+    assert time.monotonic() - started < 900
+    ingest(Warehouse(location), [str(t) for t in traces.values()])
+    committed, rows = _state(location)
+    assert rows == {name: ROWS_PER_SOURCE for name in traces}
+    assert check(Warehouse(location)).healthy
