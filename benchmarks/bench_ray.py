@@ -35,11 +35,11 @@ import ray
 from bench_warehouse import machine
 from ray.cluster_utils import Cluster
 
+from kvtrace import connect
+from kvtrace.analysis.kv_access.whatif import Tier, whatif
+from kvtrace.analysis.summary import run_summary
 from kvtrace.distributed import ray_engine
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
-from kvtrace.sql.kv_access.whatif import Tier, whatif
-from kvtrace.sql.summary import run_summary
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 

@@ -60,7 +60,7 @@ print(json.dumps({
 KVTRACE_RUN = """
 import json, os, sys
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
+from kvtrace import connect
 from kvtrace.warehouse import Warehouse
 if sys.argv[3] == "ingest":
     ingest(Warehouse(sys.argv[2], create=True), [sys.argv[1]], jobs=os.cpu_count() or 1)

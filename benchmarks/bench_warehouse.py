@@ -31,8 +31,8 @@ import duckdb
 import numpy as np
 
 import kvtrace
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 

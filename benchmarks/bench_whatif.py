@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 from bench_warehouse import machine
 
+from kvtrace import connect
+from kvtrace.analysis.kv_access.stream import read_pieces, run_layouts
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.kernels.cache_sim import LruStack
-from kvtrace.sql import connect
-from kvtrace.sql.kv_access.stream import read_pieces, run_layouts
 from kvtrace.synthetic import dsa_selection
 from kvtrace.warehouse import Warehouse
 

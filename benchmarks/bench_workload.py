@@ -25,8 +25,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 
 HERE = Path(__file__).parent

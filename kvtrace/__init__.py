@@ -17,13 +17,13 @@ from kvtrace.errors import KvtraceError
 
 _LAZY = {
     "Warehouse": "kvtrace.warehouse",
-    "connect": "kvtrace.sql",
+    "connect": "kvtrace.analysis",
     "DsaTracer": "kvtrace.collectors.dsa_tracer",
 }
 
 if TYPE_CHECKING:
+    from kvtrace.analysis import connect
     from kvtrace.collectors.dsa_tracer import DsaTracer
-    from kvtrace.sql import connect
     from kvtrace.warehouse import Warehouse
 
 

@@ -27,6 +27,14 @@ from rich.progress import (
 )
 
 from kvtrace._version import __version__
+from kvtrace.analysis import connect
+from kvtrace.analysis.kv_access import (
+    DEEPSEEK_V32_BYTES_PER_TOKEN,
+    DEFAULT_TIERS,
+    Granularity,
+    Policy,
+    Scope,
+)
 from kvtrace.collectors.collect_options import (
     DatasetName,
     DsaCollectOptions,
@@ -43,19 +51,13 @@ from kvtrace.errors import (
     Terminated,
     WarehouseDamaged,
 )
-from kvtrace.sql import connect
-from kvtrace.sql.kv_access import (
-    DEEPSEEK_V32_BYTES_PER_TOKEN,
-    DEFAULT_TIERS,
-    Granularity,
-    Policy,
-    Scope,
-)
 
 ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload",
                      "timeline"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
+    import duckdb
+
     from kvtrace.ingest import IngestReport
     from kvtrace.warehouse import Warehouse
 
@@ -429,7 +431,7 @@ def sql(
         con.close()
 
 
-def _duckdb_error() -> type[Exception]:
+def _duckdb_error() -> type[duckdb.Error]:
     import duckdb
 
     return duckdb.Error
@@ -497,8 +499,8 @@ def whatif(
 
     Example: kvtrace whatif --tier hbm:2048:3000:0 --tier remote:inf:20:30 --block-size 64
     """
-    from kvtrace.sql.kv_access.whatif import Tier
-    from kvtrace.sql.kv_access.whatif import whatif as run_whatif
+    from kvtrace.analysis.kv_access.whatif import Tier
+    from kvtrace.analysis.kv_access.whatif import whatif as run_whatif
     from kvtrace.sql.query import render
 
     chosen = _output_format(fmt, output)
@@ -598,7 +600,7 @@ def summary(
         with _busy("Counting on the Ray cluster"):
             result = ray_engine.summary_on_ray(warehouse, run, block_size)
     else:
-        from kvtrace.sql.summary import run_summary
+        from kvtrace.analysis.summary import run_summary
 
         con = connect(warehouse)
         try:
@@ -748,7 +750,7 @@ def demo() -> None:
     warehouse = _open()
     con = connect(warehouse)
     try:
-        from kvtrace.sql.summary import run_summary
+        from kvtrace.analysis.summary import run_summary
 
         summary = run_summary(con, result.run_id, 64)
     finally:

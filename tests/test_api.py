@@ -9,8 +9,8 @@ import polars as pl
 import pyarrow as pa
 
 import kvtrace
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from tests.conftest import read_records, warehouse_at
 

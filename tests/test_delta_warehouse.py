@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
+from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.maintenance import leftovers, settle
 from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse

@@ -11,14 +11,17 @@ PACKAGE = Path(kvtrace.__file__).parent
 
 # layer -> kvtrace packages its modules may not import
 FORBIDDEN = {
-    "kernels": {"warehouse", "sql", "ingest", "collectors", "reports", "cli"},
-    "warehouse": {"sql", "ingest", "collectors", "reports", "cli"},
-    "sql": {"ingest", "collectors", "reports", "cli"},
-    "ingest": {"sql", "collectors", "reports", "cli"},
-    "collectors": {"sql", "ingest", "reports", "cli"},
-    "reports": {"ingest", "collectors", "cli"},
+    "kernels": {"warehouse", "sql", "analysis", "ingest", "collectors", "reports",
+                "distributed", "cli"},
+    "warehouse": {"sql", "analysis", "ingest", "collectors", "reports", "distributed", "cli"},
+    "sql": {"analysis", "ingest", "collectors", "reports", "distributed", "cli"},
+    "analysis": {"ingest", "collectors", "reports", "distributed", "cli"},
+    "ingest": {"sql", "analysis", "collectors", "reports", "distributed", "cli"},
+    "collectors": {"sql", "analysis", "ingest", "reports", "distributed", "cli"},
+    "reports": {"ingest", "collectors", "distributed", "cli"},
     "distributed": {"collectors", "reports", "cli"},
-    "synthetic": {"warehouse", "sql", "ingest", "collectors", "reports", "cli"},
+    "synthetic": {"warehouse", "sql", "analysis", "ingest", "collectors", "reports",
+                  "distributed", "cli"},
 }
 TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "cli", "defaults", "errors"}
 
@@ -45,6 +48,23 @@ def test_each_layer_imports_only_the_layers_below_it():
             for target in _kvtrace_imports(path) & forbidden:
                 crossings.append(f"{path.relative_to(PACKAGE)} imports kvtrace.{target}")
     assert crossings == []
+
+
+def _private_names_imported(path: Path, package: str) -> list[str]:
+    """Names starting with ``_`` that ``path`` imports from ``kvtrace.<package>``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                and node.module.startswith(f"kvtrace.{package}")):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return found
+
+
+def test_the_distributed_engine_uses_only_public_names_of_the_analysis_layer():
+    private = [f"{path.relative_to(PACKAGE)}: {name}"
+               for path in sorted((PACKAGE / "distributed").rglob("*.py"))
+               for name in _private_names_imported(path, "analysis")]
+    assert private == []
 
 
 def test_the_top_level_holds_only_the_entry_points_and_shared_basics():

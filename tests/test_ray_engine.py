@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from kvtrace import connect
+from kvtrace.analysis.kv_access.whatif import Tier, whatif
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
-from kvtrace.sql.kv_access.whatif import Tier, whatif
 from kvtrace.warehouse import Warehouse
 from tests.conftest import run_kvtrace, warehouse_at
 
@@ -77,8 +77,8 @@ def test_ingest_on_ray_stores_what_one_machine_stores(cluster, tmp_path, synthet
 
 
 def test_summary_on_ray_equals_one_machine_bit_for_bit(cluster, tmp_path, synthetic_trace):
+    from kvtrace.analysis.summary import run_summary
     from kvtrace.distributed.ray_engine import summary_on_ray
-    from kvtrace.sql.summary import run_summary
 
     root = warehouse_at(tmp_path / "wh")
     warehouse = Warehouse(root, create=True)

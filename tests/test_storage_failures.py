@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import fanout, ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from tests.conftest import seed_record, warehouse_at, write_jsonl
 from tests.s3_server import S3Server

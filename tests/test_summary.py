@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from kvtrace import connect
+from kvtrace.analysis.summary import run_summary
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
-from kvtrace.sql.summary import run_summary
 
 CONFIG = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=2, index_dim=8, rope_dim=4,
                       q_lora_rank=16, index_topk=16, max_seq_len=1024)
@@ -69,14 +69,14 @@ def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
 @pytest.mark.parametrize("tasks", [1, 2, 3, 7])
 def test_any_cut_into_request_shares_merges_into_the_same_summary(warehouse, synthetic_trace,
                                                                     tasks):
-    from kvtrace.distributed.ray_engine import request_shares
-    from kvtrace.sql.summary_shares import (
+    from kvtrace.analysis.summary_shares import (
         StoredTrace,
         merge,
         row_statistics,
         share_counts,
         trace_requests,
     )
+    from kvtrace.distributed.ray_engine import request_shares
 
     ingest(warehouse, [str(synthetic_trace("cut", requests=7, steps=3, layers=4, seed=5))])
     con = connect(warehouse)

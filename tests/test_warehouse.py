@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.storage import partition_value
 from tests.conftest import local_only, seed_record, write_jsonl

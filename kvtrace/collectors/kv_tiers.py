@@ -6,7 +6,7 @@ their latency.  `HbmOnly` (the default) serves everything from HBM.  `LruTiers` 
 an LRU set of blocks in HBM and another in a local pool; a block found in neither comes
 from the remote pool and is then cached.  Write your own by implementing ``fetch``.
 
-`LruTiers` is the what-if's model (`kvtrace.sql.kv_access`) run live: the same access stream
+`LruTiers` is the what-if's model (`kvtrace.analysis.kv_access`) run live: the same access stream
 (scope ``run``, batched step order) and the same stack-distance kernel, so a traced run
 and ``kvtrace whatif --policy lru --scope run`` on it agree block for block.
 """

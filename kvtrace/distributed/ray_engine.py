@@ -12,12 +12,18 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from kvtrace.analysis.kv_access import Granularity, Policy, Scope
+from kvtrace.analysis.kv_access.curves import RunCurve, combine, share_units
+from kvtrace.analysis.kv_access.simulate import UnitOutcome
+from kvtrace.analysis.kv_access.whatif import (
+    Tier,
+    WhatIf,
+    check_tiers,
+    tier_limits,
+    whatif_of_curves,
+)
+from kvtrace.analysis.summary_shares import ShareCounts, StoredTrace, merge, trace_requests
 from kvtrace.errors import KvtraceError
-from kvtrace.sql.kv_access import Granularity, Policy, Scope
-from kvtrace.sql.kv_access.curves import RunCurve, combine, share_units
-from kvtrace.sql.kv_access.simulate import UnitOutcome
-from kvtrace.sql.kv_access.whatif import Tier, WhatIf, check_tiers, tier_limits, whatif_of_curves
-from kvtrace.sql.summary_shares import ShareCounts, StoredTrace, merge, trace_requests
 from kvtrace.warehouse import Warehouse
 
 
@@ -55,7 +61,7 @@ def _pinned(location: str, version: int) -> duckdb.DuckDBPyConnection:
     """A connection to the warehouse at ``version``, kept by the worker process for its
     next tasks: a version never changes, and opening one loads the whole SQL library.
     DuckDB runs on as many threads as Ray gave the task CPUs."""
-    from kvtrace.sql import connect
+    from kvtrace.analysis import connect
 
     con = connect(Warehouse(location, as_of=version))
     cpus = _ray().get_runtime_context().get_assigned_resources().get("CPU", 1)
@@ -99,17 +105,17 @@ def _tasks(ray: Any, tasks: int | None) -> int:
 def _count_share(location: str, version: int, trace: StoredTrace,
                  requests: tuple[int, int]) -> ShareCounts:
     """One task: the summary counts of a share of a stored trace, from the pinned version."""
-    from kvtrace.sql.summary_shares import share_counts
+    from kvtrace.analysis.summary_shares import share_counts
 
     return share_counts(_pinned(location, version), trace, requests)
 
 
 def summary_on_ray(warehouse: Warehouse, run: str, block_size: int | None = None,
                    tasks: int | None = None) -> dict[str, Any]:
-    """`kvtrace.sql.summary.run_summary` with the run's requests cut into shares counted
+    """`kvtrace.analysis.summary.run_summary` with the run's requests cut into shares counted
     as Ray tasks and the counts merged."""
-    from kvtrace.sql import connect
-    from kvtrace.sql.summary import run_summary
+    from kvtrace.analysis import connect
+    from kvtrace.analysis.summary import run_summary
 
     ray = _ray()
     count = ray.remote(_count_share)
@@ -132,9 +138,9 @@ def whatif_on_ray(warehouse: Warehouse, *, block_sizes: Sequence[int], tiers: Se
                   policy: Policy, granularity: Granularity, scope: Scope,
                   bytes_per_token: int, runs: Sequence[str] | None,
                   tasks: int | None = None) -> WhatIf:
-    """`kvtrace.sql.kv_access.whatif.whatif` with each run's requests cut into shares
+    """`kvtrace.analysis.kv_access.whatif.whatif` with each run's requests cut into shares
     simulated as Ray tasks (scope ``run``: one task per run), merged in request order."""
-    from kvtrace.sql import connect
+    from kvtrace.analysis import connect
 
     ray = _ray()
     check_tiers(tiers)

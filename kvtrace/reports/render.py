@@ -8,11 +8,11 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace._version import __version__
+from kvtrace.analysis import connect
 from kvtrace.errors import QueryError
 from kvtrace.reports import charts
 from kvtrace.reports.html import RenderedSection, page
 from kvtrace.reports.model import ReportDefinition, load_queries
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 
 

@@ -7,12 +7,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvtrace.analysis.kv_access import DEFAULT_TIERS
+from kvtrace.analysis.kv_access.whatif import Tier, whatif
 from kvtrace.reports.charts import WIDTH, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 from kvtrace.sql.catalog import cursor_of
-from kvtrace.sql.kv_access import DEFAULT_TIERS
-from kvtrace.sql.kv_access.whatif import Tier, whatif
 
 FINE, COARSE = 16, 64
 

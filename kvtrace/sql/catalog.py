@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -24,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.errors import QueryError
-from kvtrace.sql import functions as udf
+from kvtrace.sql import functions as list_functions
 from kvtrace.warehouse.schema import TABLES
 
 FALLBACK_FILE = "udf_fallback.sql"
@@ -185,8 +186,15 @@ def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
         con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM _{name}_dataset")
 
 
-def open_connection(warehouse) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the warehouse's tables, views and functions."""
+def open_connection(warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection], None]
+                    ) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the warehouse's tables, the library's views and
+    its list functions.
+
+    ``functions`` installs the functions the library's macros call besides those (the
+    analysis layer's, `kvtrace.analysis.functions.register`): DuckDB binds a macro's
+    functions when the macro is created.
+    """
     con = duckdb.connect(":memory:")
     if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
         con.register_filesystem(filesystem)  # for SQL that names warehouse files
@@ -196,7 +204,8 @@ def open_connection(warehouse) -> duckdb.DuckDBPyConnection:
     snapshot = warehouse.snapshot()
     _register(con, "_warehouse_commits_arrow", snapshot.commits)
     _register(con, "_warehouse_files_arrow", snapshot.files)
-    udf.register(con)
+    list_functions.register(con)
+    functions(con)
     for sql_file in library():
         try:
             con.execute(sql_file.text)

@@ -1,13 +1,15 @@
 """DuckDB functions over ``selected_pos`` lists, vectorised on Arrow buffers.
 
+(The functions behind the analyses, ``kvtrace_hit_curve`` and its kin, are the analysis
+layer's: `kvtrace.analysis.functions`.)
+
+
 DuckDB's list lambdas visit one element at a time; these functions hand a whole vector
 of lists to NumPy (`kvtrace.kernels.block_stats`).  A plain ``duckdb`` shell, which cannot load
 Python, gets SQL macros of the same names and results from ``udf_fallback.sql``.
 """
 
 from __future__ import annotations
-
-import weakref
 
 import duckdb
 import numpy as np
@@ -76,82 +78,13 @@ def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) 
     return block_stats.touched_blocks(lists, _numbers(block_size)).to_arrow()
 
 
-def _constant(column: pa.ChunkedArray):
-    return column[0].as_py() if len(column) else None
-
-
-def _access_functions(con: duckdb.DuckDBPyConnection):
-    """The what-if functions; each runs its own query on a cursor of ``con``.
-
-    They hold ``con`` weakly: a connection that referred to itself through its own
-    functions would never be freed.
-    """
-    from kvtrace.sql.kv_access.columns import COST_MODEL, HIT_CURVE, PREFIX_HIT_CURVE, REUSE
-
-    connection = weakref.ref(con)
-
-    def cursor() -> duckdb.DuckDBPyConnection:
-        live = connection()
-        if live is None:
-            raise RuntimeError("the connection of this function was closed")
-        from kvtrace.sql.catalog import cursor_of
-
-        return cursor_of(live)
-
-    def hit_curve(bs, policy, granularity, scope, capacities) -> pa.Array:
-        from kvtrace.sql.kv_access import curves  # the compiled kernels load on first use
-
-        rows = curves.hit_curve_rows(cursor(), _constant(bs), _constant(policy),
-                                     _constant(granularity), _constant(scope),
-                                     _constant(capacities) or [])
-        return pa.array([rows] * len(bs), pa.list_(HIT_CURVE))
-
-    def reuse(bs, granularity, scope) -> pa.Array:
-        from kvtrace.sql.kv_access import curves
-
-        rows = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity),
-                                 _constant(scope))
-        return pa.array([rows] * len(bs), pa.list_(REUSE))
-
-    def prefix_hit_curve(policy, capacities) -> pa.Array:
-        from kvtrace.sql.kv_access import prefix_cache
-
-        rows = prefix_cache.prefix_hit_curve_rows(cursor(), _constant(policy),
-                                                  _constant(capacities) or [])
-        return pa.array([rows] * len(policy), pa.list_(PREFIX_HIT_CURVE))
-
-    def cost_model(source) -> pa.Array:
-        from kvtrace.sql.kv_access import cost_model as model
-
-        rows = model.cost_model_rows(cursor(), _constant(source))
-        return pa.array([rows] * len(source), pa.list_(COST_MODEL))
-
-    return hit_curve, reuse, prefix_hit_curve, cost_model
-
-
 _ARROW = func.PythonUDFType.ARROW
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
-    """Install the vectorised functions on ``con``."""
-    from kvtrace.sql.kv_access.columns import COST_MODEL, HIT_CURVE, PREFIX_HIT_CURVE, REUSE
-
+    """Install the vectorised list functions on ``con``."""
     con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
                         "INTEGER[]", type=_ARROW)
-    hit_curve, reuse, prefix_hit_curve, cost_model = _access_functions(con)
-    con.create_function(
-        "kvtrace_cost_model", cost_model, ["VARCHAR"], f"{duckdb_type(COST_MODEL)}[]",
-        type=_ARROW, side_effects=True)
-    con.create_function(
-        "kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"],
-        f"{duckdb_type(PREFIX_HIT_CURVE)}[]", type=_ARROW, side_effects=True)
-    con.create_function(
-        "kvtrace_hit_curve", hit_curve,
-        ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],
-        f"{duckdb_type(HIT_CURVE)}[]", type=_ARROW, side_effects=True)
-    con.create_function(
-        "kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"],
-        f"{duckdb_type(REUSE)}[]", type=_ARROW, side_effects=True)
     con.create_function(
         "kvtrace_block_stats", block_stats_udf, ["INTEGER[]", "INTEGER", "INTEGER"],
         duckdb_type(BLOCK_STATS), type=_ARROW)
@@ -164,6 +97,7 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def duckdb_type(struct: pa.StructType) -> str:
+    """The DuckDB name of a struct of integers, doubles and text."""
     names = {pa.int32(): "INTEGER", pa.float64(): "DOUBLE", pa.int64(): "BIGINT",
              pa.string(): "VARCHAR"}
     return "STRUCT(" + ", ".join(f"{f.name} {names[f.type]}" for f in struct) + ")"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.collectors.datasets.ruler import NEEDLE, niah_requests
 from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
 from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.errors import InputError
-from kvtrace.sql import connect
 from tests.conftest import warehouse_at
 
 SHAREGPT = Path(__file__).parent.parent / "data" / "sharegpt_format_dummy_conversation.json"
@@ -126,9 +126,9 @@ def test_arrival_traces_read_the_azure_file_fifo():
 def test_replayed_arrivals_record_fifo_latency_and_the_serving_summary(warehouse, tmp_path):
     import numpy as np
 
+    from kvtrace.analysis.summary import run_summary
     from kvtrace.collectors.datasets.burstgpt import load_arrivals
     from kvtrace.collectors.dsa_collect import replay_arrivals
-    from kvtrace.sql.summary import run_summary
 
     trace = tmp_path / "burst.csv"
     trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from kvtrace import connect
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.collectors.dsa_tracer import DsaTracer
-from kvtrace.sql import connect
 
 SMALL = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=3, index_dim=8, rope_dim=4,
                      q_lora_rank=16, index_topk=5, max_seq_len=64)

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+from kvtrace import connect
 from kvtrace.collectors.dsa_tracer import DsaTracer, prefix_hashes
 from kvtrace.errors import InputError, WarehouseError
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at
 

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
+from kvtrace import connect
 from kvtrace.collectors.datasets import DatasetRequest
 from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.hf_adapter import HfCausalLM
 from kvtrace.collectors.tokenizer_file import TokenizerFile
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at
 from tests.test_cli import kvtrace

@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.collectors.pool_poller import Endpoint, poll_pool
 from kvtrace.errors import InputError
-from kvtrace.sql import connect
 
 PROMETHEUS = """# HELP sglang:kv_available_tokens free tokens
 sglang:kv_available_tokens{tp_rank="0"} 70000

@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.collectors.pool_poller import MAX_BODY_BYTES, Endpoint, poll_once, poll_pool
-from kvtrace.sql import connect
 from tests.conftest import warehouse_at
 
 GOOD = json.dumps({"internal_states": [{"session_cache": {

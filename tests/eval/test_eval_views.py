@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import warehouse_at, write_jsonl
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 
 HOSTILE = Path(__file__).parent.parent / "data" / "hostile"
 

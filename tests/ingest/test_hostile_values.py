@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import write_jsonl
 from tests.ingest.test_hostile import HOSTILE
 

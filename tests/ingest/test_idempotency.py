@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse, dsa_writer
 from tests.conftest import local_only, warehouse_at
 

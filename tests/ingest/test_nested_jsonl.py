@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import warehouse_at, write_jsonl
 
 

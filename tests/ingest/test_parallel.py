@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.errors import InputError
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at

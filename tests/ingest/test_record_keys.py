@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import write_jsonl
 from tests.serving.fixtures import pool_rows, request_rows
 

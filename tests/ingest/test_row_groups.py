@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
+from kvtrace import connect
 from kvtrace.ingest import ingest, lines
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse, dsa_writer
 
 

@@ -7,8 +7,8 @@ import shutil
 
 import numpy as np
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import read_records, seed_record, write_jsonl
 
 

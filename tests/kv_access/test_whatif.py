@@ -8,13 +8,13 @@ import io
 import numpy as np
 import pytest
 
+from kvtrace import connect
+from kvtrace.analysis.kv_access.curves import capacity_for, run_curves
+from kvtrace.analysis.kv_access.whatif import Tier, whatif
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.collectors.kv_tiers import LruTiers
 from kvtrace.errors import InputError
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
-from kvtrace.sql.kv_access.curves import capacity_for, run_curves
-from kvtrace.sql.kv_access.whatif import Tier, whatif
 from tests.conftest import write_jsonl
 from tests.queries.test_dsa_access import EXAMPLE
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvtrace.sql import connect
+from kvtrace import connect
 from kvtrace.sql.catalog import documented_objects, library
 
 # Arguments for macros whose parameters have no default.

@@ -8,10 +8,10 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
+from kvtrace import connect
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.errors import QueryError
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests import cache_models
 from tests.conftest import seed_record, write_jsonl
 

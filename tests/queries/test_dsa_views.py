@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import linear_quantile, local_only, read_records
 
 
@@ -121,7 +121,7 @@ def test_dsa_summary_matches_numpy_over_all_positions_and_blocks(loaded):
 def test_summary_json_matches_numpy_with_exact_means(loaded):
     """summary.json's statistics come from merged counts: the quantiles are numpy's and
     each mean is the exact mean of the observations, rounded once."""
-    from kvtrace.sql.summary import run_summary
+    from kvtrace.analysis.summary import run_summary
 
     con, records = loaded
     summary = run_summary(con, "views")

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.serving.fixtures import CAPACITY, write
 
 

@@ -8,8 +8,8 @@ failures give exactly the published counts under both binnings.
 
 from __future__ import annotations
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.serving.fixtures import write
 
 TIME_REQUESTS = [567, 268, 517, 189, 662, 417, 486, 612, 486, 245]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import local_only
 from tests.serving.fixtures import request_rows, write
 

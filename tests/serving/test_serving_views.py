@@ -9,8 +9,8 @@ import statistics
 import numpy as np
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.serving.fixtures import BREAKDOWN, CAPACITY, pool_rows, request_rows, write
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at

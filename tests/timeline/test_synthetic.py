@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.synthetic.timeline import (
     COMPUTE_STREAM,
     TimelineShape,

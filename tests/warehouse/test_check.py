@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.integrity import LOG_DIR
 from kvtrace.warehouse.maintenance import optimize

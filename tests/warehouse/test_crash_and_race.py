@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.integrity import check
 from tests.conftest import warehouse_at

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.integrity import check
 from kvtrace.warehouse.maintenance import leftovers, optimize, vacuum

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+from kvtrace import connect
 from kvtrace.collectors.collect_options import DsaCollectOptions
 from kvtrace.collectors.datasets.workload import block_prompt
 from kvtrace.collectors.dsa_run import run_dsa_collection
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 
 
 def test_shared_leading_hashes_become_shared_prompt_prefixes():

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 
 VLLM = {
     "backend": "vllm", "model_id": "m", "duration": 10.0, "completed": 3,

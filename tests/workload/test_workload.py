@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import connect
 from tests.conftest import warehouse_at
 
 DATA = Path(__file__).parent.parent / "data"

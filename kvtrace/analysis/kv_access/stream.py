@@ -19,8 +19,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from kvtrace.analysis.kv_access import Granularity, Scope
 from kvtrace.errors import QueryError
-from kvtrace.sql.kv_access import Granularity, Scope
 
 _ORDER = {
     "request": "run_id, request_id, step_idx, layer_id",

@@ -9,14 +9,14 @@ from typing import Any
 
 import duckdb
 
-from kvtrace.errors import QueryError
-from kvtrace.sql.summary_shares import (
+from kvtrace.analysis.summary_shares import (
     ShareCounts,
     StoredTrace,
     ingest_histogram_statistics,
     row_statistics,
     share_counts,
 )
+from kvtrace.errors import QueryError
 
 CountsOf = Callable[[StoredTrace], ShareCounts]
 

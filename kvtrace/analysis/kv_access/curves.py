@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from kvtrace.analysis.kv_access import GRANULARITIES, POLICIES, SCOPES, Granularity, Policy, Scope
+from kvtrace.analysis.kv_access.simulate import UnitOutcome, simulate_units
+from kvtrace.analysis.kv_access.stream import read_pieces, run_layouts
 from kvtrace.errors import QueryError
-from kvtrace.sql.kv_access import GRANULARITIES, POLICIES, SCOPES, Granularity, Policy, Scope
-from kvtrace.sql.kv_access.simulate import UnitOutcome, simulate_units
-from kvtrace.sql.kv_access.stream import read_pieces, run_layouts
 
 
 def check_arguments(block_size: int, policy: str, granularity: str, scope: str,

@@ -23,9 +23,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from kvtrace.analysis.kv_access import DEEPSEEK_V32_BYTES_PER_TOKEN, Granularity, Policy, Scope
+from kvtrace.analysis.kv_access.curves import RunCurve, capacity_for, run_curves
 from kvtrace.errors import InputError
-from kvtrace.sql.kv_access import DEEPSEEK_V32_BYTES_PER_TOKEN, Granularity, Policy, Scope
-from kvtrace.sql.kv_access.curves import RunCurve, capacity_for, run_curves
 
 HIT_TARGETS = (0.90, 0.95, 0.99)
 _KEYS = [("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),

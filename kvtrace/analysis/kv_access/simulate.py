@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvtrace.analysis.kv_access import Policy
+from kvtrace.analysis.kv_access.stream import Piece
 from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits
-from kvtrace.sql.kv_access import Policy
-from kvtrace.sql.kv_access.stream import Piece
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""The analysis layer: what kvtrace computes beyond SQL, and the connection that has it all.
+
+- `kv_access`: the access stream of a DSA trace, cache policies over it (hit curves,
+  reuse) and the tier what-if;
+- `prefix_cache`: a prefix cache over a workload's block hashes;
+- `cost_model`: batch times fitted on the work they did;
+- `summary` / `summary_shares`: ``summary.json`` from exact counts of request shares;
+- `functions`: the SQL functions the library's macros call into these;
+- `shares`: the one seam every heavy analysis runs through (plan shares, run each here
+  or on an executor, merge in order).
+
+It stands on the SQL library (`kvtrace.sql`): an analysis reads the library's views
+through a connection, and the library never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from kvtrace.defaults import default_path
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from kvtrace.warehouse import Warehouse
+
+
+def connect(warehouse: Warehouse | str | os.PathLike[str] | None = None
+            ) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every table, view, macro and function of a warehouse.
+
+    ``warehouse`` is an open `Warehouse` or its path (default: `default_path`).
+
+    Examples
+    --------
+    >>> con = kvtrace.connect("kvtrace-warehouse")  # doctest: +SKIP
+    >>> con.sql("SELECT * FROM dsa_summary").pl()  # doctest: +SKIP
+    """
+    from kvtrace.analysis.functions import register
+    from kvtrace.sql.catalog import open_connection
+    from kvtrace.warehouse import Warehouse
+
+    if not isinstance(warehouse, Warehouse):
+        warehouse = Warehouse(warehouse or default_path())
+    return open_connection(warehouse, functions=register)

@@ -1,0 +1,88 @@
+"""The SQL functions behind the analyses: ``kvtrace_hit_curve``, ``kvtrace_reuse``,
+``kvtrace_prefix_hit_curve`` and ``kvtrace_cost_model``.
+
+Each is called with constant arguments from a table macro of the SQL library
+(``dsa_hit_curve``, ``dsa_reuse``, ``workload_prefix_hit_curve``,
+``timing_cost_model``), reads what it needs through a cursor of the calling connection,
+runs the analysis and returns its rows as one list.  The compiled kernels load on the
+first call, not when a connection is opened.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from duckdb import func
+
+from kvtrace.analysis.columns import COST_MODEL, HIT_CURVE, PREFIX_HIT_CURVE, REUSE
+from kvtrace.sql.catalog import cursor_of
+from kvtrace.sql.functions import duckdb_type
+
+_ARROW = func.PythonUDFType.ARROW
+
+
+def _constant(column: pa.ChunkedArray) -> Any:
+    return column[0].as_py() if len(column) else None
+
+
+def register(con: duckdb.DuckDBPyConnection) -> None:
+    """Install the analysis functions on ``con``.
+
+    They hold ``con`` weakly: a connection that referred to itself through its own
+    functions would never be freed.
+    """
+    connection = weakref.ref(con)
+
+    def cursor() -> duckdb.DuckDBPyConnection:
+        live = connection()
+        if live is None:
+            raise RuntimeError("the connection of this function was closed")
+        return cursor_of(live)
+
+    def rows(struct: pa.StructType, found: list[dict], calls: pa.ChunkedArray) -> pa.Array:
+        return pa.array([found] * len(calls), pa.list_(struct))
+
+    def hit_curve(bs: pa.ChunkedArray, policy: pa.ChunkedArray, granularity: pa.ChunkedArray,
+                  scope: pa.ChunkedArray, capacities: pa.ChunkedArray) -> pa.Array:
+        from kvtrace.analysis.kv_access import curves
+
+        found = curves.hit_curve_rows(cursor(), _constant(bs), _constant(policy),
+                                      _constant(granularity), _constant(scope),
+                                      _constant(capacities) or [])
+        return rows(HIT_CURVE, found, bs)
+
+    def reuse(bs: pa.ChunkedArray, granularity: pa.ChunkedArray,
+              scope: pa.ChunkedArray) -> pa.Array:
+        from kvtrace.analysis.kv_access import curves
+
+        found = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity),
+                                  _constant(scope))
+        return rows(REUSE, found, bs)
+
+    def prefix_hit_curve(policy: pa.ChunkedArray, capacities: pa.ChunkedArray) -> pa.Array:
+        from kvtrace.analysis import prefix_cache
+
+        found = prefix_cache.prefix_hit_curve_rows(cursor(), _constant(policy),
+                                                   _constant(capacities) or [])
+        return rows(PREFIX_HIT_CURVE, found, policy)
+
+    def cost_model(source: pa.ChunkedArray) -> pa.Array:
+        from kvtrace.analysis import cost_model as model
+
+        return rows(COST_MODEL, model.cost_model_rows(cursor(), _constant(source)), source)
+
+    functions: list[tuple[str, Callable[..., pa.Array], list[Any], pa.StructType]] = [
+        ("kvtrace_hit_curve", hit_curve,
+         ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"], HIT_CURVE),
+        ("kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"], REUSE),
+        ("kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"],
+         PREFIX_HIT_CURVE),
+        ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
+    ]
+    for name, function, arguments, struct in functions:
+        con.create_function(name, function, arguments, f"{duckdb_type(struct)}[]",
+                            type=_ARROW, side_effects=True)
