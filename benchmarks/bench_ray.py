@@ -23,6 +23,7 @@ timed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -35,35 +36,28 @@ import ray
 from bench_warehouse import machine
 from ray.cluster_utils import Cluster
 
-from kvtrace import connect
-from kvtrace.analysis.kv_access.whatif import Tier, whatif
-from kvtrace.analysis.summary import run_summary
+from kvtrace.analysis.kv_access.whatif import Tier, WhatIfAnalysis, WhatIfSpec
+from kvtrace.analysis.shares import run_analysis
+from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec
 from kvtrace.distributed import ray_engine
 from kvtrace.ingest import ingest
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
-TIERS = [Tier.parse("hbm:512:3000:0"), Tier.parse("local:4096:50:5"),
-         Tier.parse("remote:inf:20:30")]
-SETTINGS = {"block_sizes": [64], "tiers": TIERS, "policy": "lru", "granularity": "block",
-            "scope": "request", "bytes_per_token": 656, "runs": None}
-
-
-JOBS = ("whatif", "summary")
+TIERS = (Tier.parse("hbm:512:3000:0"), Tier.parse("local:4096:50:5"),
+         Tier.parse("remote:inf:20:30"))
+SPEC = WhatIfSpec(block_sizes=(64,), tiers=TIERS, policy="lru", granularity="block",
+                  scope="request", bytes_per_token=656)
+ANALYSES = {"whatif": WhatIfAnalysis(SPEC), "summary": SummaryAnalysis(SummarySpec("bench"))}
+JOBS = tuple(ANALYSES)
 
 
 def _local(job: str, warehouse: Warehouse) -> Any:
-    con = connect(warehouse)
-    try:
-        return whatif(con, **SETTINGS) if job == "whatif" else run_summary(con, "bench")
-    finally:
-        con.close()
+    return run_analysis(ANALYSES[job], warehouse)
 
 
 def _on_ray(job: str, warehouse: Warehouse, tasks: int) -> Any:
-    if job == "whatif":
-        return ray_engine.whatif_on_ray(warehouse, tasks=tasks, **SETTINGS)
-    return ray_engine.summary_on_ray(warehouse, "bench", tasks=tasks)
+    return run_analysis(ANALYSES[job], warehouse, ray_engine.RayExecutor(), tasks=tasks)
 
 
 def _timed(run: Callable[[str], Any], rounds: int) -> dict[str, tuple[list[float], Any]]:
@@ -110,7 +104,7 @@ def main() -> None:
     parser.add_argument("--granularity", choices=["block", "layer_block"], default="block",
                         help="layer_block: 16x the accesses, simulation-bound")
     args = parser.parse_args()
-    SETTINGS["granularity"] = args.granularity
+    ANALYSES["whatif"] = WhatIfAnalysis(dataclasses.replace(SPEC, granularity=args.granularity))
     with tempfile.TemporaryDirectory() as scratch:
         trace = Path(scratch) / "bench" / "block64" / "trace.jsonl"
         trace.parent.mkdir(parents=True)

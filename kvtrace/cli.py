@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -46,7 +46,6 @@ from kvtrace.collectors.collect_options import (
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
 from kvtrace.errors import (
     IngestRejected,
-    InputError,
     KvtraceError,
     Terminated,
     WarehouseDamaged,
@@ -56,6 +55,8 @@ ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "wor
                      "timeline"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
+    from concurrent.futures import Executor
+
     import duckdb
 
     from kvtrace.ingest import IngestReport
@@ -168,7 +169,7 @@ def ingest(
     report = _with_progress("ingesting", lambda hook: ingest_paths(
         warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
         kind=kind, experiment=experiment, columns=mapping, progress=hook, jobs=jobs,
-        executor=_ray_executor(address) if engine == "ray" else None))
+        executor=_executor(engine, address)))
     _print_ingest(report)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
@@ -499,55 +500,32 @@ def whatif(
 
     Example: kvtrace whatif --tier hbm:2048:3000:0 --tier remote:inf:20:30 --block-size 64
     """
-    from kvtrace.analysis.kv_access.whatif import Tier
-    from kvtrace.analysis.kv_access.whatif import whatif as run_whatif
+    from kvtrace.analysis.kv_access.whatif import Tier, WhatIfAnalysis, WhatIfSpec
+    from kvtrace.analysis.shares import run_analysis
     from kvtrace.sql.query import render
 
     chosen = _output_format(fmt, output)
-    tiers = [Tier.parse(text) for text in (tier or DEFAULT_TIERS)]
-    warehouse = _open()
-    con = connect(warehouse)
-    try:
-        run_ids = _dsa_run_ids(con, run) if run else None
-        settings: dict[str, Any] = {
-                    "block_sizes": block_size or [DEFAULT_BLOCK_SIZE], "tiers": tiers,
-                    "policy": policy, "granularity": granularity, "scope": scope,
-                    "bytes_per_token": bytes_per_token, "runs": run_ids}
-        with _busy("Simulating the tiers"):
-            if engine == "ray":
-                from kvtrace.distributed import ray_engine
-
-                ray_engine.start(address)
-                result = ray_engine.whatif_on_ray(warehouse, **settings)
-            else:
-                result = run_whatif(con, **settings)
-    finally:
-        con.close()  # a connection left open at exit makes DuckDB print leak warnings
+    spec = WhatIfSpec(
+        block_sizes=tuple(block_size or [DEFAULT_BLOCK_SIZE]),
+        tiers=tuple(Tier.parse(text) for text in (tier or DEFAULT_TIERS)), policy=policy,
+        granularity=granularity, scope=scope, bytes_per_token=bytes_per_token,
+        runs=tuple(run) if run else None)
+    with _busy("Simulating the tiers"):
+        result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
     if chosen == "table" and output is None:
         _emit(render(result.tiers, "table") + b"\n" + render(result.runs, "table"), None)
     else:
         _emit(render(result.combined(), chosen), output)
 
 
-def _ray_executor(address: str | None):
+def _executor(engine: str, address: str | None) -> Executor | None:
+    """Where the work of a command runs: here (None), or on a Ray cluster."""
+    if engine != "ray":
+        return None
     from kvtrace.distributed import ray_engine
 
     ray_engine.start(address)
     return ray_engine.RayExecutor()
-
-
-def _dsa_run_ids(con, selectors: list[str]) -> list[str]:
-    """Run ids of DSA runs named by id or name; one sentence for a selector with none."""
-    ids = []
-    for selector in selectors:
-        found = [row[0] for row in con.execute(
-            "SELECT DISTINCT run_id FROM dsa_steps WHERE run_id = $s OR run_id IN "
-            "(SELECT run_id FROM runs WHERE run_name = $s)", {"s": selector}).fetchall()]
-        if not found:
-            raise InputError(f"no DSA rows for run {selector!r}; "
-                             "kvtrace sql \"SELECT run_id, run_name FROM runs\" lists the runs")
-        ids += found
-    return ids
 
 
 @contextmanager
@@ -573,6 +551,8 @@ def views() -> None:
             continue
         out.print(f"[bold]{obj.signature}[/bold]  ({obj.kind}, {obj.file})")
         out.print(f"  {obj.description}")
+        if obj.aliases:
+            out.print(f"  (former name {', '.join(obj.aliases)}: kept for one release)")
         for column, text in obj.columns.items():
             out.print(f"    {column:<28} {text}")
         out.print()
@@ -592,21 +572,12 @@ def summary(
 
     Example: kvtrace summary --run ruler_1771772829 --output summary.json
     """
-    warehouse = _open(as_of=as_of)
-    if engine == "ray":
-        from kvtrace.distributed import ray_engine
+    from kvtrace.analysis.shares import run_analysis
+    from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec
 
-        ray_engine.start(address)
-        with _busy("Counting on the Ray cluster"):
-            result = ray_engine.summary_on_ray(warehouse, run, block_size)
-    else:
-        from kvtrace.analysis.summary import run_summary
-
-        con = connect(warehouse)
-        try:
-            result = run_summary(con, run, block_size)
-        finally:
-            con.close()
+    with _busy("Counting"):
+        result = run_analysis(SummaryAnalysis(SummarySpec(run, block_size)),
+                              _open(as_of=as_of), _executor(engine, address))
     _emit((json.dumps(result, indent=2) + "\n").encode(), output)
 
 

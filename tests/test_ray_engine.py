@@ -8,14 +8,15 @@ import json
 import pytest
 
 from kvtrace import connect
-from kvtrace.analysis.kv_access.whatif import Tier, whatif
+from kvtrace.analysis.kv_access.whatif import Tier, WhatIfAnalysis, WhatIfSpec, whatif
+from kvtrace.analysis.shares import run_analysis
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
 from tests.conftest import run_kvtrace, warehouse_at
 
 ray = pytest.importorskip("ray")
-TIERS = [Tier.parse("hbm:24:3000:0"), Tier.parse("local:64:50:5"),
-         Tier.parse("remote:inf:20:30")]
+TIERS = (Tier.parse("hbm:24:3000:0"), Tier.parse("local:64:50:5"),
+         Tier.parse("remote:inf:20:30"))
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +43,17 @@ def _tables_equal(a, b) -> None:
                                           ("lru", "run"), ("pin_prefix", "request")])
 def test_whatif_on_ray_equals_one_machine_bit_for_bit(cluster, tmp_path_factory,
                                                        synthetic_trace, policy, scope):
-    from kvtrace.distributed.ray_engine import whatif_on_ray
+    from kvtrace.distributed.ray_engine import RayExecutor
 
     warehouse = Warehouse(warehouse_at(tmp_path_factory.mktemp("ray") / "wh"), create=True)
     for n in range(2):
         ingest(warehouse, [str(synthetic_trace(run_name=f"r{n}", requests=5, steps=6,
                                                layers=4, seed=n))])
-    settings = {"block_sizes": [16, 64], "tiers": TIERS, "policy": policy,
-                "granularity": "block", "scope": scope, "bytes_per_token": 656, "runs": None}
+    spec = WhatIfSpec(block_sizes=(16, 64), tiers=TIERS, policy=policy, scope=scope)
     con = connect(warehouse)
-    alone = whatif(con, **settings)
+    alone = whatif(con, spec)
     con.close()
-    spread = whatif_on_ray(warehouse, tasks=3, **settings)
+    spread = run_analysis(WhatIfAnalysis(spec), warehouse, RayExecutor(), tasks=3)
     _tables_equal(alone.tiers, spread.tiers)
     _tables_equal(alone.runs, spread.runs)
 
@@ -77,8 +77,8 @@ def test_ingest_on_ray_stores_what_one_machine_stores(cluster, tmp_path, synthet
 
 
 def test_summary_on_ray_equals_one_machine_bit_for_bit(cluster, tmp_path, synthetic_trace):
-    from kvtrace.analysis.summary import run_summary
-    from kvtrace.distributed.ray_engine import summary_on_ray
+    from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec, run_summary
+    from kvtrace.distributed.ray_engine import RayExecutor
 
     root = warehouse_at(tmp_path / "wh")
     warehouse = Warehouse(root, create=True)
@@ -87,7 +87,9 @@ def test_summary_on_ray_equals_one_machine_bit_for_bit(cluster, tmp_path, synthe
     con = connect(warehouse)
     alone = run_summary(con, "s")
     con.close()
-    assert summary_on_ray(warehouse, "s", tasks=3) == alone  # floats compared exactly
+    spread = run_analysis(SummaryAnalysis(SummarySpec("s")), warehouse, RayExecutor(),
+                          tasks=3)
+    assert spread == alone  # floats compared exactly
     result = run_kvtrace("-w", root, "summary", "--run", "s", "--engine", "ray")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == alone

@@ -69,23 +69,16 @@ def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
 @pytest.mark.parametrize("tasks", [1, 2, 3, 7])
 def test_any_cut_into_request_shares_merges_into_the_same_summary(warehouse, synthetic_trace,
                                                                     tasks):
-    from kvtrace.analysis.summary_shares import (
-        StoredTrace,
-        merge,
-        row_statistics,
-        share_counts,
-        trace_requests,
-    )
-    from kvtrace.distributed.ray_engine import request_shares
+    from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec
+    from kvtrace.analysis.summary_shares import merge, row_statistics
 
     ingest(warehouse, [str(synthetic_trace("cut", requests=7, steps=3, layers=4, seed=5))])
     con = connect(warehouse)
-    trace = StoredTrace(con.execute("SELECT any_value(run_id) FROM runs").fetchone()[0],
-                        "synthetic-ruler", 64)
-    shares = request_shares(trace_requests(con, trace), tasks)
+    analysis = SummaryAnalysis(SummarySpec("cut"))
+    shares = analysis.plan(con, tasks)
     assert len(shares) == tasks
-    merged = merge([share_counts(con, trace, share) for share in shares])
+    parts = [analysis.run(con, share) for share in shares]
     whole = run_summary(con, "cut")
-    assert run_summary(con, "cut", counts=lambda _: merged) == whole  # floats exactly
-    assert row_statistics(merged)["rows"] == 7 * 3 * 4
+    assert analysis.merge(con, shares, parts) == whole  # floats exactly
+    assert row_statistics(merge(parts))["rows"] == 7 * 3 * 4
     assert len(whole["prefix_hot_blocks"]) == 7

@@ -4,21 +4,22 @@ worked out from exact counts so that shares of a run read apart merge exactly.""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
+from kvtrace.analysis.shares import request_shares, run_here
 from kvtrace.analysis.summary_shares import (
     ShareCounts,
     StoredTrace,
     ingest_histogram_statistics,
+    merge,
     row_statistics,
     share_counts,
+    trace_requests,
 )
 from kvtrace.errors import QueryError
-
-CountsOf = Callable[[StoredTrace], ShareCounts]
 
 # The run settings summary.json's config carries, as the collector recorded them.
 _SETTINGS = {"topk": "topk", "sample_rate": "sample_rate", "temperature": "temperature",
@@ -28,17 +29,56 @@ _SETTINGS = {"topk": "topk", "sample_rate": "sample_rate", "temperature": "tempe
              "phase": "phase", "block_sizes": "block_sizes"}
 
 
-def run_summary(con: duckdb.DuckDBPyConnection, run: str, block_size: int | None = None,
-                counts: CountsOf | None = None) -> dict[str, Any]:
-    """The summary of ``run`` (a run id or run name) at a stored block size.
+@dataclass(frozen=True)
+class SummarySpec:
+    """Which summary: a run (id or name) at a stored block size (None: its only one)."""
+
+    run: str
+    block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class SummaryShare:
+    """The requests of a stored trace with ids in a closed range (None: all of them), and
+    the run's row (name and settings) the summary reports."""
+
+    trace: StoredTrace
+    requests: tuple[int, int] | None
+    run: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SummaryAnalysis:
+    """``summary.json`` in shares (`kvtrace.analysis.shares`): a share counts some of the
+    run's requests, and the statistics are worked out once from the added counts."""
+
+    spec: SummarySpec
+
+    def plan(self, con: duckdb.DuckDBPyConnection, tasks: int) -> list[SummaryShare]:
+        row = _stored_trace(con, self.spec.run, self.spec.block_size)
+        trace = StoredTrace(row["run_id"], row["dataset"], row["block_size"])
+        shares = request_shares(trace_requests(con, trace), tasks) if tasks > 1 else [None]
+        return [SummaryShare(trace, share, row) for share in shares]
+
+    def run(self, con: duckdb.DuckDBPyConnection, share: SummaryShare) -> ShareCounts:
+        return share_counts(con, share.trace, share.requests)
+
+    def merge(self, con: duckdb.DuckDBPyConnection, shares: list[SummaryShare],
+              parts: list[ShareCounts]) -> dict[str, Any]:
+        return _summary(con, shares[0].run, shares[0].trace, row_statistics(merge(parts)))
+
+
+def run_summary(con: duckdb.DuckDBPyConnection, run: str,
+                block_size: int | None = None) -> dict[str, Any]:
+    """The summary of ``run`` (a run id or run name) at a stored block size, on ``con``.
 
     ``block_size`` may be left out when the run was stored at one block size only.
-    ``counts`` reads a stored trace's row counts (`share_counts` over all of it unless
-    given; the Ray engine spreads the reading over its workers).
     """
-    row = _stored_trace(con, run, block_size)
-    trace = StoredTrace(row["run_id"], row["dataset"], row["block_size"])
-    per_row = row_statistics(counts(trace) if counts else share_counts(con, trace))
+    return run_here(SummaryAnalysis(SummarySpec(run, block_size)), con)
+
+
+def _summary(con: duckdb.DuckDBPyConnection, row: dict[str, Any], trace: StoredTrace,
+             per_row: dict[str, Any]) -> dict[str, Any]:
     collector = json.loads(row["collector_config"] or "{}")
     summary: dict[str, Any] = {
         "run_name": row["run_name"],
@@ -67,7 +107,8 @@ def _stored_trace(con: duckdb.DuckDBPyConnection, run: str,
         "SELECT r.run_name, r.collector_config, r.dataset_variant, t.* "
         "FROM (SELECT DISTINCT run_id, dataset, block_size FROM dsa_steps) AS t "
         "JOIN (SELECT DISTINCT ON (run_id) * FROM runs) AS r USING (run_id) "
-        "WHERE t.run_id = $run OR r.run_name = $run ORDER BY t.block_size, t.dataset",
+        "WHERE t.run_id IN (SELECT run_id FROM runs_named([$run])) "
+        "ORDER BY t.block_size, t.dataset",
         {"run": run},
     ).fetchall()
     names = [d[0] for d in con.description]

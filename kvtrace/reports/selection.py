@@ -21,8 +21,7 @@ def select_runs(con: duckdb.DuckDBPyConnection, candidates_sql: str, *, runs: li
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {table} AS
         SELECT DISTINCT run_id, run_name, experiment FROM ({candidates_sql})
-        WHERE (len($runs) = 0 OR run_id IN (SELECT unnest($runs))
-               OR run_name IN (SELECT unnest($runs)))
+        WHERE (len($runs) = 0 OR run_id IN (SELECT run_id FROM runs_named($runs)))
           AND (len($experiments) = 0 OR experiment IN (SELECT unnest($experiments)))
     """, {"runs": runs, "experiments": experiments})
     chosen = con.execute(f"SELECT run_id, run_name, experiment FROM {table} ORDER BY ALL"

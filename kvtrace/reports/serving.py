@@ -56,7 +56,7 @@ REPORT = ReportDefinition(
                 empty="No session saw an error."),
         Section("modes", "Execution-mode mix", chart=_modes),
         Section("latency_cdf", "Latency CDF per execution mode", chart=_latency),
-        Section("latency_summary", "Latency percentiles per execution mode"),
+        Section("request_latency_by_mode", "Latency percentiles per execution mode"),
         Section("error_types", "Error types", empty="No failed requests."),
         Section("turn_profile", "Turn profile of failing sessions"),
         Section("recurrence", "Sessions failing again across reruns",

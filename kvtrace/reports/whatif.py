@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.analysis.kv_access import DEFAULT_TIERS
-from kvtrace.analysis.kv_access.whatif import Tier, whatif
+from kvtrace.analysis.kv_access.whatif import WhatIfSpec, whatif
 from kvtrace.reports.charts import WIDTH, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
@@ -23,9 +23,9 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
                              "FROM dsa_steps s LEFT JOIN runs r USING (run_id)",
                         runs=runs, experiments=experiments, what="DSA runs")
     chosen = [row[0] for row in con.execute("SELECT run_id FROM report_runs").fetchall()]
-    tiers = [Tier.parse(text) for text in DEFAULT_TIERS]
-    result = whatif(cursor_of(con), block_sizes=[FINE, COARSE], tiers=tiers, runs=chosen)
-    order = {t.name: i for i, t in enumerate(tiers)}
+    spec = WhatIfSpec(block_sizes=(FINE, COARSE), runs=tuple(chosen))
+    result = whatif(cursor_of(con), spec)
+    order = {t.name: i for i, t in enumerate(spec.tiers)}
     table = result.tiers.append_column(
         "tier_order", pa.array([order[name] for name in result.tiers["tier"].to_pylist()]))
     con.register("_report_whatif_arrow", table)

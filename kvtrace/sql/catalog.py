@@ -6,8 +6,12 @@ Each file opens with comments that document its objects::
     -- What the object answers.
     -- @column offset_p50   median offset (linear interpolation)
 
-Files are loaded in dependency order: a file that mentions an object another file
-creates is loaded after it.
+A file names the files whose objects it uses in its header, as Perfetto's standard
+library includes its modules::
+
+    -- @requires dsa_steps.sql
+
+and is loaded after them (a test checks each declaration against what the file uses).
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from kvtrace.warehouse.schema import TABLES
 FALLBACK_FILE = "udf_fallback.sql"
 _OBJECT = re.compile(r"^--\s*@(view|macro)\s+([A-Za-z_][\w]*)(\([^)]*\))?\s*$")
 _COLUMN = re.compile(r"^--\s*@column\s+(\w+)\s+(.*)$")
+_ALIAS = re.compile(r"^--\s*@alias\s+(\w+)\s*$")
 _CREATES = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
+_REQUIRES = re.compile(r"^--\s*@requires\s+(\S+)\s*$", re.MULTILINE)
 
 
 @dataclass
@@ -44,6 +50,7 @@ class SqlObject:
     description: str
     columns: dict[str, str] = field(default_factory=dict)
     file: str = ""
+    aliases: list[str] = field(default_factory=list)  # former names, kept one release
 
     @property
     def public(self) -> bool:
@@ -56,6 +63,7 @@ class SqlFile:
     text: str
     creates: list[str]
     objects: list[SqlObject]
+    requires: tuple[str, ...] = ()  # files it uses objects of (its @requires lines)
 
 
 def quote_literal(value: str) -> str:
@@ -77,6 +85,8 @@ def parse_docs(name: str, text: str) -> list[SqlObject]:
             objects.append(current)
         elif current is not None and (match := _COLUMN.match(stripped)):
             current.columns[match[1]] = match[2].strip()
+        elif current is not None and (match := _ALIAS.match(stripped)):
+            current.aliases.append(match[1])
         elif current is not None and not current.columns:
             text_line = stripped[2:].strip()
             current.description = " ".join(filter(None, [current.description, text_line]))
@@ -93,17 +103,18 @@ def _read_files() -> tuple[SqlFile, ...]:
             continue
         text = entry.read_text()
         files.append(SqlFile(entry.name, text, _CREATES.findall(text),
-                             parse_docs(entry.name, text)))
+                             parse_docs(entry.name, text), tuple(_REQUIRES.findall(text))))
     return tuple(files)
 
 
 def _dependency_order(files: list[SqlFile]) -> list[SqlFile]:
-    creator = {obj: f.name for f in files for obj in f.creates}
-    words = {f.name: set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", f.text))) for f in files}
-    needs = {
-        f.name: {creator[o] for o in creator if creator[o] != f.name and o in words[f.name]}
-        for f in files
-    }
+    """``files`` ordered so that each comes after the files it requires."""
+    known = {f.name for f in files}
+    for f in files:
+        if unknown := set(f.requires) - known:
+            raise QueryError(f"{f.name} requires {', '.join(sorted(unknown))}, which the "
+                             "SQL library lacks")
+    needs = {f.name: set(f.requires) for f in files}
     ordered: list[SqlFile] = []
     done: set[str] = set()
     pending = list(files)
@@ -128,6 +139,27 @@ def library() -> tuple[SqlFile, ...]:
 
 def documented_objects() -> list[SqlObject]:
     return [obj for f in library() for obj in f.objects]
+
+
+def alias_sql(sql_file: SqlFile) -> str:
+    """The statements that create the former names of ``sql_file``'s objects: a view or
+    a macro of the same parameters over the object of the new name."""
+    statements = []
+    for obj in sql_file.objects:
+        for alias in obj.aliases:
+            if obj.kind == "view":
+                statements.append(f"CREATE VIEW {alias} AS SELECT * FROM {obj.name};")
+                continue
+            match = re.search(rf"CREATE\s+MACRO\s+{obj.name}\s*\(([^)]*)\)", sql_file.text)
+            if match is None:
+                raise QueryError(f"{sql_file.name}: no CREATE MACRO {obj.name} for its alias")
+            parameters = match[1]
+            arguments = ", ".join(
+                (f"{name} := {name}" if ":=" in part else name)
+                for part in parameters.split(",") if (name := part.split(":=")[0].strip()))
+            statements.append(f"CREATE MACRO {alias}({parameters}) AS TABLE "
+                              f"SELECT * FROM {obj.name}({arguments});")
+    return "\n".join(statements)
 
 
 def table_sources(warehouse) -> dict[str, list[str]]:
@@ -209,6 +241,8 @@ def open_connection(warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection
     for sql_file in library():
         try:
             con.execute(sql_file.text)
+            if aliases := alias_sql(sql_file):
+                con.execute(aliases)
         except duckdb.Error as exc:
             raise QueryError(f"loading {sql_file.name} failed: {exc}") from exc
     return con
@@ -260,6 +294,6 @@ def shell_init_sql(warehouse) -> str:
         literal_table_sql("_warehouse_commits_arrow", warehouse.snapshot().commits),
         literal_table_sql("_warehouse_files_arrow", warehouse.snapshot().files),
         fallback.text,
-        *(f.text for f in library()),
+        *(text for f in library() for text in (f.text, alias_sql(f)) if text),
     ]
     return "\n\n".join(parts) + "\n"

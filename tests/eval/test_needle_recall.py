@@ -29,14 +29,14 @@ def test_recall_counts_needle_tokens_and_blocks_the_selection_held(warehouse):
     rows = con.execute(
         "SELECT layer_id, needle_tokens, needle_tokens_selected, needle_token_recall, "
         "needle_blocks, needle_blocks_selected, needle_block_recall, score "
-        "FROM dsa_needle_recall(4)").fetchall()
+        "FROM eval_needle_recall(4)").fetchall()
     assert rows == [(0, 6, 2, pytest.approx(1 / 3), 3, 2, pytest.approx(2 / 3), 0.0),
                     (1, 6, 6, 1.0, 3, 3, 1.0, 0.0)]
     by_layer = con.execute("SELECT layer_id, answer, needle_block_recall, full_block_recall "
-                           "FROM dsa_needle_recall_by_layer(4)").fetchall()
+                           "FROM eval_needle_recall_by_layer(4)").fetchall()
     assert by_layer == [(0, "wrong", pytest.approx(2 / 3), 0.0), (1, "wrong", 1.0, 1.0)]
     # at B = 16 the needle sits in block 0 only, which layer 0 touches
-    assert con.execute("SELECT min(needle_block_recall) FROM dsa_needle_recall(16)"
+    assert con.execute("SELECT min(needle_block_recall) FROM eval_needle_recall(16)"
                        ).fetchone() == (1.0,)
     sample = con.execute("SELECT request_id, context_length, error_class FROM eval_samples"
                          ).fetchone()
@@ -76,7 +76,7 @@ def test_a_collected_ruler_run_scores_answers_and_links_them_to_requests(warehou
     assert samples == [(r.request_id, "niah_single", [r.answer], "string_match_all",
                         len(tokenizer.encode(r.prompt))) for r in requests]
     recall = con.execute("SELECT count(DISTINCT request_id), count(*), "
-                         "min(needle_tokens) FROM dsa_needle_recall(16)").fetchone()
+                         "min(needle_tokens) FROM eval_needle_recall(16)").fetchone()
     traced = con.execute("SELECT count(*) FROM dsa_steps").fetchone()[0]
     assert recall[0] == 2 and recall[1] == traced > 0  # every traced row has its needle
     assert recall[2] == min(len(r.meta["key"]) + len(r.answer) for r in requests)

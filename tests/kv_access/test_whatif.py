@@ -10,7 +10,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.analysis.kv_access.curves import capacity_for, run_curves
-from kvtrace.analysis.kv_access.whatif import Tier, whatif
+from kvtrace.analysis.kv_access.whatif import Tier, WhatIfSpec, whatif
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.collectors.kv_tiers import LruTiers
 from kvtrace.errors import InputError
@@ -30,8 +30,9 @@ def test_bytes_and_fetch_time_per_step_of_the_worked_example(example):
     # the second access of block 2 only.  A block item carries 16 tokens x 2 layers x
     # 1000 bytes = 32,000 bytes.  Step 100 reads 3 items remotely, step 101 one from
     # each tier.
-    result = whatif(connect(example), block_sizes=[16], bytes_per_token=1000,
-                    tiers=[Tier.parse("hbm:2:1:0"), Tier.parse("remote:inf:1:10")])
+    result = whatif(connect(example), WhatIfSpec(
+        block_sizes=(16,), bytes_per_token=1000,
+        tiers=(Tier.parse("hbm:2:1:0"), Tier.parse("remote:inf:1:10"))))
     tiers = {row["tier"]: row for row in result.tiers.to_pylist()}
     assert tiers["hbm"]["accesses_served"] == 1 and tiers["remote"]["accesses_served"] == 4
     assert tiers["hbm"]["hit_rate"] == 0.2
@@ -75,9 +76,10 @@ def _traced_with_lru_tiers(warehouse, granularity: str):
     for request in (4, 1, 9):
         tracer.end_request(request)
     tracer.close()
-    return whatif(connect(warehouse), block_sizes=[16], granularity=granularity, scope="run",
-                  tiers=[Tier.parse(f"hbm:{hbm}:100:0"), Tier.parse(f"local:{local}:10:1"),
-                         Tier.parse("remote:inf:1:10")])
+    return whatif(connect(warehouse), WhatIfSpec(
+        block_sizes=(16,), granularity=granularity, scope="run",
+        tiers=(Tier.parse(f"hbm:{hbm}:100:0"), Tier.parse(f"local:{local}:10:1"),
+               Tier.parse("remote:inf:1:10"))))
 
 
 def test_live_lru_tiers_serve_exactly_what_the_whatif_serves_per_layer(warehouse):

@@ -125,7 +125,7 @@ def test_the_eval_report_diffs_the_two_runs_it_was_given(root, tmp_path):
     samples, fixed, broken = result.stdout.splitlines()[1].split(",")
     assert int(samples) == 2
     assert f"<td>{samples}</td><td>{fixed}</td><td>{broken}</td>" in html
-    assert html.count("<section ") == 5 and "FROM dsa_needle_recall_by_layer(" in html
+    assert html.count("<section ") == 5 and "FROM eval_needle_recall_by_layer(" in html
 
 
 def test_the_workload_report_holds_the_fidelity_of_the_simulation(root, tmp_path):

@@ -136,11 +136,11 @@ def test_sessions_sort_naturally_and_show_their_turn_profile(warehouse, tmp_path
             for i, s in enumerate(["sess-10", "sess-9", "sess-10", "sess-9", "sess-2"])]
     ingest(warehouse, [str(write(tmp_path / "t_metrics.jsonl", rows))])
     con = connect(warehouse)
-    order = [r[0] for r in con.execute("SELECT session_id FROM session_errors "
+    order = [r[0] for r in con.execute("SELECT session_id FROM request_session_errors "
                                        "WHERE errors = 0").fetchall()]
     assert order == ["sess-2", "sess-10"]  # not 'sess-10' < 'sess-2' by characters
     profile = con.execute("SELECT session_id, failing, requests, max_turn_id, "
-                          "first_error_turn FROM session_turn_profile").fetchall()
+                          "first_error_turn FROM request_session_turns").fetchall()
     assert profile == [("sess-9", True, 2, 3, 3), ("sess-2", False, 1, 4, None),
                        ("sess-10", False, 2, 2, None)]
 
@@ -152,7 +152,7 @@ def test_sessions_that_fail_in_every_rerun_are_marked(warehouse, tmp_path):
                experiment="exp2")
     got = connect(warehouse).execute(
         "SELECT session_id, runs, runs_with_errors, fails_every_run "
-        "FROM session_failure_recurrence").fetchall()
+        "FROM request_session_failure_recurrence").fetchall()
     assert got == [("s1", 3, 3, True), ("s2", 3, 1, False), ("s3", 3, 1, False)]
 
 
@@ -165,7 +165,7 @@ def test_execution_modes_and_truncation_compared_between_experiments(warehouse, 
     ingest(warehouse, [str(write(tmp_path / "poll_metrics.jsonl", polled))], experiment="poll")
     got = {row[0]: row[1:] for row in connect(warehouse).execute(
         "SELECT execution_mode, left_share, right_share, share_delta, single_run "
-        "FROM execution_mode_compare('base', 'poll')").fetchall()}
+        "FROM request_execution_mode_compare('base', 'poll')").fetchall()}
     assert got["direct"] == pytest.approx((0.75, 0.25, -0.5, True))
     assert got["fallback"] == pytest.approx((0.25, 0.75, 0.5, True))
     assert got["truncated"] == pytest.approx((0.25, 0.0, -0.25, True))
@@ -181,7 +181,7 @@ def test_failures_join_pool_files_of_the_same_experiment_ingested_apart(warehous
            experiment="exp9", kind="requests")
     got = connect(warehouse).execute(
         "SELECT request_id, snapshot_t_s, snapshot_age_s, other_tokens "
-        "FROM errors_with_pool_state() ORDER BY request_id").fetchall()
+        "FROM request_errors_with_pool_state() ORDER BY request_id").fetchall()
     assert got == [("r0", 4.0, pytest.approx(0.7), 4000), ("r1", 9.0, 3.5, None)]
 
 

@@ -111,11 +111,11 @@ def test_error_deciles_show_equal_time_and_equal_count_side_by_side(serving):
 def test_worker_and_session_errors(serving):
     rows = request_rows()
     workers = dict((w, (n, e)) for w, n, e in serving.execute(
-        "SELECT decode_worker, requests, errors FROM worker_error_rates").fetchall())
+        "SELECT decode_worker, requests, errors FROM request_worker_error_rates").fetchall())
     for worker in {r["decode_worker"] for r in rows}:
         mine = [r for r in rows if r["decode_worker"] == worker]
         assert workers[worker] == (len(mine), sum(r["status"] == "failed" for r in mine))
-    top = serving.execute("SELECT session_id, errors, pinned_worker FROM session_errors "
+    top = serving.execute("SELECT session_id, errors, pinned_worker FROM request_session_errors "
                           "LIMIT 2").fetchall()
     expected = sorted(((s, sum(r["status"] == "failed" for r in rows if r["session_id"] == s))
                        for s in ("sess-3", "sess-7")), key=lambda x: (-x[1], x[0]))
@@ -127,13 +127,13 @@ def test_worker_and_session_errors(serving):
 def test_mode_mix_and_latency_summary(serving):
     rows = request_rows()
     mix = dict(serving.execute(
-        "SELECT execution_mode, share FROM execution_mode_mix").fetchall())
+        "SELECT execution_mode, share FROM request_execution_mode_mix").fetchall())
     for mode in {r["execution_mode"] for r in rows}:
         assert mix[mode] == pytest.approx(
             sum(r["execution_mode"] == mode for r in rows) / len(rows))
     ok = [r["latency_s"] for r in rows if r["status"] == "ok"]
     got = serving.execute("SELECT requests, latency_mean_s, latency_p50_s, latency_p99_s "
-                          "FROM latency_summary WHERE execution_mode IS NULL").fetchone()
+                          "FROM request_latency_by_mode WHERE execution_mode IS NULL").fetchone()
     assert got == pytest.approx((len(ok), np.mean(ok), np.quantile(ok, 0.5),
                                  np.quantile(ok, 0.99)))
 
@@ -141,7 +141,7 @@ def test_mode_mix_and_latency_summary(serving):
 def test_errors_join_the_pool_snapshot_of_their_worker_at_that_moment(serving):
     pool = [r for r in pool_rows() if r["worker_role"] == "decode" and _other(r) is not None]
     got = serving.execute("SELECT request_id, snapshot_t_s, snapshot_age_s, other_tokens "
-                          "FROM errors_with_pool_state()").fetchall()
+                          "FROM request_errors_with_pool_state()").fetchall()
     failed = [r for r in request_rows() if r["status"] == "failed"]
     assert len(got) == len(failed)
     by_id = {r["request_id"]: r for r in failed}

@@ -46,7 +46,7 @@ def results(warehouse, tmp_path):
 
 def test_latency_percentiles_leave_failed_requests_out(results):
     rows = {metric: (origin, n, p50) for origin, metric, n, p50 in results.execute(
-        "SELECT origin, metric, requests, p50_s FROM request_latency_summary s "
+        "SELECT origin, metric, requests, p50_s FROM timing_latency_summary s "
         "JOIN runs r USING (run_id) WHERE r.run_name = 'vllm-run'").fetchall()}
     assert rows["ttft"] == ("measured", 3, pytest.approx(0.2))  # of 0.1, 0.2, 0.4
     assert rows["tpot"] == ("measured", 3, pytest.approx(0.02))  # of 0.02, 0.02, 0.05
@@ -56,11 +56,11 @@ def test_latency_percentiles_leave_failed_requests_out(results):
 def test_slo_attainment_and_goodput(results):
     row = results.execute(
         "SELECT requests, failed, met, attainment, span_s, goodput_per_s "
-        "FROM slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := 0.03) s "
+        "FROM timing_slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := 0.03) s "
         "JOIN runs r USING (run_id) WHERE r.run_name = 'vllm-run'").fetchone()
     assert row == (4, 1, 2, 0.5, 10.0, pytest.approx(0.2))
     simulated = results.execute(
-        "SELECT met, span_s FROM slo_attainment(e2e_slo_s := 0.5) s JOIN runs r "
+        "SELECT met, span_s FROM timing_slo_attainment(e2e_slo_s := 0.5) s JOIN runs r "
         "USING (run_id) WHERE r.run_name = 'request_metrics'").fetchone()
     assert simulated == (2, pytest.approx(1.5 + 0.7))  # last completion 2.2, first arrival 0
 
@@ -99,7 +99,7 @@ def test_the_cost_model_recovers_known_coefficients(warehouse, tmp_path):
     ingest(warehouse, [str(tmp_path / "batch_metrics.csv")])
     row = connect(warehouse).execute(
         "SELECT observations, intercept_s, per_prefill_token_s, per_decode_token_s, "
-        "per_kv_token_s, r2, residual_p99_s FROM batch_cost_model()").fetchone()
+        "per_kv_token_s, r2, residual_p99_s FROM timing_cost_model()").fetchone()
     assert row[0] == 200
     assert row[1:4] == (pytest.approx(0.004), pytest.approx(2e-6), pytest.approx(1.5e-4))
     assert row[4] is None and row[5] == pytest.approx(1.0)
@@ -121,7 +121,7 @@ def test_the_cost_model_of_traced_dsa_steps(warehouse):
                 tracer.record_topk(0, picks)
     row = connect(warehouse).execute(
         "SELECT observations, per_decode_token_s IS NOT NULL, per_kv_token_s IS NOT NULL, "
-        "per_prefill_token_s FROM batch_cost_model('dsa')").fetchone()
+        "per_prefill_token_s FROM timing_cost_model('dsa')").fetchone()
     assert row == (12, True, True, None)
 
 
@@ -169,11 +169,11 @@ def test_the_readme_examples_agree_with_numpy(warehouse):
     e2e = np.array([document["ttfts"][i] + sum(document["itls"][i]) for i in ok])
     con = connect(warehouse)
     rows = dict(con.execute(
-        "SELECT metric, p90_s FROM request_latency_summary s JOIN runs r USING (run_id) "
+        "SELECT metric, p90_s FROM timing_latency_summary s JOIN runs r USING (run_id) "
         "WHERE r.run_name = 'vllm_bench_example'").fetchall())
     assert rows["ttft"] == pytest.approx(np.percentile(ttft, 90))
     assert rows["e2e"] == pytest.approx(np.percentile(e2e, 90))
-    met = con.execute("SELECT met FROM slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := "
+    met = con.execute("SELECT met FROM timing_slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := "
                       "0.025) s JOIN runs r USING (run_id) WHERE r.run_name = "
                       "'vllm_bench_example'").fetchone()[0]
     tpot = [np.mean(document["itls"][i]) for i in ok]

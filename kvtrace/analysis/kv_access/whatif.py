@@ -15,17 +15,33 @@ traced layers at granularity ``block`` (all layers of a block move together).
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from kvtrace.analysis.kv_access import DEEPSEEK_V32_BYTES_PER_TOKEN, Granularity, Policy, Scope
-from kvtrace.analysis.kv_access.curves import RunCurve, capacity_for, run_curves
+from kvtrace.analysis.kv_access import (
+    DEEPSEEK_V32_BYTES_PER_TOKEN,
+    DEFAULT_TIERS,
+    Granularity,
+    Policy,
+    Scope,
+)
+from kvtrace.analysis.kv_access.curves import (
+    RunCurve,
+    capacity_for,
+    check_arguments,
+    combine,
+    share_units,
+)
+from kvtrace.analysis.kv_access.simulate import UnitOutcome
+from kvtrace.analysis.shares import request_shares, run_here
 from kvtrace.errors import InputError
+from kvtrace.sql.runs import run_ids
 
 HIT_TARGETS = (0.90, 0.95, 0.99)
 _KEYS = [("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),
@@ -111,19 +127,91 @@ class WhatIf:
         return joined.sort_by([("run_id", "ascending"), ("block_size", "ascending")])
 
 
-def whatif(con: duckdb.DuckDBPyConnection, *, block_sizes: Sequence[int],
-           tiers: Sequence[Tier], policy: Policy = "lru", granularity: Granularity = "block",
-           scope: Scope = "request", bytes_per_token: int = DEEPSEEK_V32_BYTES_PER_TOKEN,
-           runs: Sequence[str] | None = None) -> WhatIf:
-    """Serve every run's access stream from ``tiers`` (see the module docstring)."""
-    check_tiers(tiers)
-    if bytes_per_token < 1:
-        raise InputError(f"bytes per token must be positive, got {bytes_per_token}")
-    curves = ((block_size, curve) for block_size in block_sizes
-              for curve in run_curves(con, block_size, policy, granularity, scope,
-                                      tier_limits=tier_limits(tiers), runs=runs))
-    return whatif_of_curves(curves, tiers=tiers, policy=policy, granularity=granularity,
-                            scope=scope, bytes_per_token=bytes_per_token, selected=runs)
+@dataclass(frozen=True)
+class WhatIfSpec:
+    """What to simulate: block sizes, tiers (fastest first), policy, granularity, scope,
+    KV bytes per token and layer, and the runs by id or name (None: every DSA run)."""
+
+    block_sizes: tuple[int, ...] = (64,)
+    tiers: tuple[Tier, ...] = tuple(Tier.parse(text) for text in DEFAULT_TIERS)
+    policy: Policy = "lru"
+    granularity: Granularity = "block"
+    scope: Scope = "request"
+    bytes_per_token: int = DEEPSEEK_V32_BYTES_PER_TOKEN
+    runs: tuple[str, ...] | None = None
+
+    def check(self) -> None:
+        """One sentence for a setting the what-if cannot use."""
+        check_tiers(self.tiers)
+        if self.bytes_per_token < 1:
+            raise InputError(f"bytes per token must be positive, got {self.bytes_per_token}")
+        for block_size in self.block_sizes:
+            check_arguments(block_size, self.policy, self.granularity, self.scope)
+
+
+@dataclass(frozen=True)
+class WhatIfShare:
+    """The requests of one run (ids in a closed range; None: all) at one block size."""
+
+    block_size: int
+    run_id: str
+    requests: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class WhatIfAnalysis:
+    """The what-if in shares (`kvtrace.analysis.shares`): a share is some requests of a
+    run at a block size (scope ``run``: the whole run), simulated apart and merged in
+    request order into each run's curve."""
+
+    spec: WhatIfSpec
+
+    def plan(self, con: duckdb.DuckDBPyConnection, tasks: int) -> list[WhatIfShare]:
+        self.spec.check()
+        requests = dict(con.execute(
+            "SELECT run_id, list(DISTINCT request_id ORDER BY request_id) "
+            "FROM _dsa_access_rows GROUP BY run_id ORDER BY run_id").fetchall())
+        named = None if self.spec.runs is None else set(run_ids(
+            con, self.spec.runs, having="dsa_steps", what="DSA rows"))
+        chosen = [r for r in requests if named is None or r in named]
+        if not chosen:
+            raise InputError("no DSA rows to simulate"
+                             + (" in the selected runs" if self.spec.runs else ""))
+        return [WhatIfShare(block_size, run_id, share)
+                for block_size in self.spec.block_sizes for run_id in chosen
+                for share in ([None] if self.spec.scope == "run"
+                              else request_shares(requests[run_id], tasks))]
+
+    def run(self, con: duckdb.DuckDBPyConnection,
+            share: WhatIfShare) -> tuple[list[UnitOutcome], int]:
+        spec = self.spec
+        return share_units(con, share.block_size, spec.policy, spec.granularity, spec.scope,
+                           tier_limits(spec.tiers), share.run_id, share.requests)
+
+    def merge(self, con: duckdb.DuckDBPyConnection, shares: list[WhatIfShare],
+              parts: list[tuple[list[UnitOutcome], int]]) -> WhatIf:
+        spec = self.spec
+        return whatif_of_curves(_curves(shares, parts), tiers=spec.tiers, policy=spec.policy,
+                                granularity=spec.granularity, scope=spec.scope,
+                                bytes_per_token=spec.bytes_per_token, selected=spec.runs)
+
+
+def _curves(shares: list[WhatIfShare], parts: list[tuple[list[UnitOutcome], int]]
+            ) -> Iterator[tuple[int, RunCurve]]:
+    """Each (block size, run)'s curve from its shares' units, in plan order."""
+    for (block_size, _), group in itertools.groupby(
+            zip(shares, parts, strict=True), key=lambda pair: (pair[0].block_size,
+                                                               pair[0].run_id)):
+        grouped = list(group)
+        units = [unit for _, (part_units, _) in grouped for unit in part_units]
+        if units:
+            yield block_size, combine(units, np.zeros(0, np.int64), grouped[0][1][1])
+
+
+def whatif(con: duckdb.DuckDBPyConnection, spec: WhatIfSpec) -> WhatIf:
+    """Serve every run's access stream from the spec's tiers, on ``con`` (see the module
+    docstring; `kvtrace.analysis.shares.run_analysis` spreads it over an executor)."""
+    return run_here(WhatIfAnalysis(spec), con)
 
 
 def tier_limits(tiers: Sequence[Tier]) -> list[int]:

@@ -47,5 +47,5 @@ ORDER BY metric;
 -- sections 6.4, 8.10): mean share per side, the runs behind each and the difference.
 SELECT execution_mode, left_share, left_runs, right_share, right_runs, share_delta,
        single_run
-FROM execution_mode_compare(getvariable('left_side'), getvariable('right_side'))
+FROM request_execution_mode_compare(getvariable('left_side'), getvariable('right_side'))
 WHERE getvariable('mode') = 'experiments';

@@ -41,6 +41,6 @@ WHERE getvariable('run_b') IS NOT NULL;
 -- run, layer_id, answer, requests, needle_block_recall, needle_token_recall.
 SELECT r.run_name AS run, n.layer_id, n.answer, n.requests, n.needle_block_recall,
        n.needle_token_recall
-FROM dsa_needle_recall_by_layer(getvariable('block_size')) AS n
+FROM eval_needle_recall_by_layer(getvariable('block_size')) AS n
 JOIN report_runs AS r USING (run_id)
 ORDER BY run, n.layer_id, n.answer;

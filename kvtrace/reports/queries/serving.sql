@@ -14,20 +14,20 @@ ORDER BY ALL;
 -- @query workers
 -- Errors per decode worker: requests, errors, error rate and the sessions it served.
 SELECT run_id, decode_worker, requests, errors, error_rate, sessions
-FROM worker_error_rates WHERE run_id IN (SELECT run_id FROM report_runs)
+FROM request_worker_error_rates WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY run_id, decode_worker;
 
 -- @query sessions
 -- The 30 sessions with the most errors: their requests, errors, decode workers and
 -- whether they stayed pinned to one worker.
 SELECT run_id, session_id, requests, errors, error_rate, decode_workers, pinned_worker
-FROM session_errors WHERE run_id IN (SELECT run_id FROM report_runs) AND errors > 0
+FROM request_session_errors WHERE run_id IN (SELECT run_id FROM report_runs) AND errors > 0
 ORDER BY errors DESC, run_id, _natural_sort_key(session_id) LIMIT 30;
 
 -- @query modes
 -- Execution-mode mix: requests, share of the run and errors per mode.
 SELECT run_id, coalesce(execution_mode, '(none)') AS execution_mode, requests, share, errors
-FROM execution_mode_mix WHERE run_id IN (SELECT run_id FROM report_runs)
+FROM request_execution_mode_mix WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY ALL;
 
 -- @query latency_cdf
@@ -43,11 +43,11 @@ WITH r AS (
 SELECT mode, max(latency_s) AS latency_s, max(share) AS share
 FROM r GROUP BY mode, ceil(share * 200) ORDER BY mode, share;
 
--- @query latency_summary
+-- @query request_latency_by_mode
 -- Latency and TTFT percentiles per execution mode (successful requests, linear).
 SELECT run_id, execution_mode, requests, latency_mean_s, latency_p50_s, latency_p90_s,
        latency_p99_s, ttft_p50_s, ttft_p99_s
-FROM latency_summary WHERE run_id IN (SELECT run_id FROM report_runs)
+FROM request_latency_by_mode WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY ALL;
 
 -- @query error_types
@@ -64,14 +64,14 @@ ORDER BY run_id, errors DESC;
 SELECT run_id, failing, count(*) AS sessions, median(max_turn_id) AS max_turn_p50,
        median(first_error_turn) AS first_error_turn_p50,
        avg(input_tokens_mean) AS input_tokens_mean
-FROM session_turn_profile WHERE run_id IN (SELECT run_id FROM report_runs)
+FROM request_session_turns WHERE run_id IN (SELECT run_id FROM report_runs)
 GROUP BY ALL ORDER BY run_id, failing DESC;
 
 -- @query recurrence
 -- Sessions that failed in more than one run of the same experiment (reruns): a session
 -- failing in every rerun points at its workload (seed 001_* hypothesis H3).
 SELECT experiment, session_id, runs, runs_with_errors, errors, fails_every_run
-FROM session_failure_recurrence
+FROM request_session_failure_recurrence
 WHERE experiment IN (SELECT experiment FROM report_runs) AND runs_with_errors > 1
 ORDER BY experiment, runs_with_errors DESC LIMIT 50;
 
@@ -80,5 +80,5 @@ ORDER BY experiment, runs_with_errors DESC LIMIT 50;
 -- (at most two poll intervals old); stale polls show only their age.
 SELECT run_id, request_id, session_id, decode_worker, error_type, failed_at_s,
        snapshot_age_s, held_tokens, available_tokens, other_tokens, session_count
-FROM errors_with_pool_state() WHERE run_id IN (SELECT run_id FROM report_runs)
+FROM request_errors_with_pool_state() WHERE run_id IN (SELECT run_id FROM report_runs)
 ORDER BY run_id, failed_at_s LIMIT 200;

@@ -53,7 +53,7 @@ ORDER BY run, l.metric, l.seconds;
 -- SLO attainment and goodput per run at the report's TTFT and TPOT SLOs.
 SELECT r.run_name AS run, s.requests, s.failed, s.met, s.attainment, s.span_s,
        s.goodput_per_s
-FROM slo_attainment(ttft_slo_s := getvariable('ttft_slo_s'),
+FROM timing_slo_attainment(ttft_slo_s := getvariable('ttft_slo_s'),
                     tpot_slo_s := getvariable('tpot_slo_s')) AS s
 JOIN report_runs AS r USING (run_id)
 ORDER BY run;

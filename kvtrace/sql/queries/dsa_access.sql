@@ -17,6 +17,9 @@
 -- LRU stack distances: 0, 1, 2 are first touches; block 0 at step 101 has distance 2
 -- (blocks 1 and 2 were touched since), block 2 then has distance 1 (block 0 since).
 -- An LRU cache of 2 blocks hits 1 of the 5 accesses, one of 3 blocks hits 2.
+--
+-- @requires dsa_steps.sql
+-- @requires tables.sql
 
 -- @view _dsa_access_rows
 -- The DSA rows the access stream reads: each run at its smallest stored block size.

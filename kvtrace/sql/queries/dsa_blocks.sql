@@ -6,6 +6,8 @@
 -- Example: selected_pos [1, 2, 3, 17, 18, 40], seq_len 50, block size 16: blocks 0, 1, 2
 -- hold 3, 2 and 1 positions; unique_blocks 3, total_blocks_in_use 4, ratio 0.75,
 -- tokens per block mean 2, p50 2, p95 2.9.
+--
+-- @requires dsa_steps.sql
 
 -- @macro dsa_blocks(bs)
 -- Every stored row re-binned at block size `bs` (tokens).  A run stored at several block

@@ -3,6 +3,8 @@
 -- Each stored row carries, per tier (hbm, local_pool, remote_pool), the blocks it read,
 -- the bytes, the read operations and the latency (kv_fetch of seed 000_* section 3.3).
 -- A run stored at several block sizes is counted at each.
+--
+-- @requires dsa_steps.sql
 
 -- @view dsa_kv_fetch
 -- Per run, stored block size and tier: totals and per-row statistics.  Latency

@@ -1,4 +1,6 @@
 -- Per-layer profile of DSA selections, at the stored block size.
+--
+-- @requires dsa_steps.sql
 
 -- @view dsa_layer_profile
 -- One row per (run, dataset, stored block size, layer): averages over that layer's rows.

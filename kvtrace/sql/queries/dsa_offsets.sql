@@ -2,6 +2,8 @@
 --
 -- offset = (seq_len - 1) - pos; 0 is the token being decoded.  within_W is the share of a
 -- selection whose offset is below W tokens (recency).  Percentiles are linear-interpolated.
+--
+-- @requires dsa_steps.sql
 
 -- @view dsa_offsets
 -- Offset statistics of every stored row.

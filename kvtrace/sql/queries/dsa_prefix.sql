@@ -11,6 +11,9 @@
 -- Example: a hit with 100 cached tokens, block size 64 -> region blocks 0 and 1 (ceil),
 -- one reusable full block (block 0); a selection touching blocks {0, 1, 7, 9} has
 -- intersection_blocks [0, 1], ratio 0.5, and cached_prefix_ratio 0.25.
+--
+-- @requires dsa_steps.sql
+-- @requires tables.sql
 
 -- @macro dsa_prefix(bs)
 -- Every stored row, with its intersection with the request's prefix region at block size `bs`.

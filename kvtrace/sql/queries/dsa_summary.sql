@@ -10,6 +10,10 @@
 -- tokens_per_touched_block and offsets come from histograms written at ingest and the
 -- prefix intersection from the prefix_blocks column, so the summary is exact without
 -- decoding a single position list.
+--
+-- @requires dsa_steps.sql
+-- @requires stats.sql
+-- @requires tables.sql
 
 CREATE VIEW _dsa_offset_hist_values AS
 SELECT run_id, dataset, block_size, "offset" AS value, n FROM _dsa_offset_hist_files;

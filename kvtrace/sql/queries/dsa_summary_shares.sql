@@ -7,6 +7,8 @@
 -- to last_request; every macro takes the same five arguments.
 --   share_run, share_dataset, share_block_size   which stored trace
 --   first_request, last_request                   which requests (inclusive)
+--
+-- @requires dsa_steps.sql
 
 -- @macro _dsa_share_rows(share_run, share_dataset, share_block_size, first_request, last_request)
 -- The dsa_steps rows of one share.

@@ -15,6 +15,9 @@
 -- key tokens 4..5, so the needle tokens are {4, 5, 10, 11, 12, 13} and the needle blocks
 -- {1, 2, 3}.  A selection {0, 5, 11, 30} holds 2 of the 6 needle tokens (recall 0.333)
 -- and touches blocks {0, 1, 2, 7}: 2 of the 3 needle blocks (block recall 0.667).
+--
+-- @requires dsa_access.sql
+-- @requires tables.sql
 
 -- @view eval_samples
 -- One scored evaluation sample per row (one row per run, task and sample index).
@@ -51,9 +54,8 @@ SELECT DISTINCT * FROM _needle_spans_files;
 -- @macro _eval_run(name_or_id)
 -- The run id a name or id stands for: the id itself, else the latest run of that name.
 CREATE MACRO _eval_run(name_or_id) AS (
-    SELECT run_id FROM runs
-    WHERE run_id = name_or_id OR run_name = name_or_id
-    ORDER BY run_id = name_or_id DESC, started_at DESC NULLS LAST
+    SELECT run_id FROM runs_named([name_or_id])
+    ORDER BY by_id DESC, started_at DESC NULLS LAST
     LIMIT 1
 );
 
@@ -173,7 +175,8 @@ SELECT samples, fixed, broken, still_wrong, still_right,
        _mcnemar_exact_p(fixed, broken) AS mcnemar_p
 FROM counts;
 
--- @macro dsa_needle_recall(bs)
+-- @macro eval_needle_recall(bs)
+-- @alias dsa_needle_recall
 -- Per traced (request, step, layer): how much of the needle the top-k selection held,
 -- as tokens and as blocks of bs tokens, beside the sample's score.  Runs stored at
 -- several block sizes are read once, at the smallest.
@@ -188,7 +191,7 @@ FROM counts;
 -- @column needle_blocks_selected   of those, blocks the selection touches
 -- @column needle_block_recall      needle_blocks_selected / needle_blocks
 -- @column score                    the sample's score (NULL when it was not scored)
-CREATE MACRO dsa_needle_recall(bs) AS TABLE
+CREATE MACRO eval_needle_recall(bs) AS TABLE
 WITH needles AS (
     SELECT run_id, request_id, _dsa_checked_block_size(bs) AS block_size,
            list_distinct(flatten(list(range(token_start, token_end)))) AS positions
@@ -220,7 +223,8 @@ FROM counted AS c
 LEFT JOIN eval_samples AS e USING (run_id, request_id)
 ORDER BY c.run_id, c.request_id, c.step_idx, c.layer_id;
 
--- @macro dsa_needle_recall_by_layer(bs)
+-- @macro eval_needle_recall_by_layer(bs)
+-- @alias dsa_needle_recall_by_layer
 -- Needle recall per layer, for right answers (score 1) and wrong ones apart: did the
 -- wrong answers see less of the needle, and at which layers?
 -- @column run_id               the run
@@ -231,7 +235,7 @@ ORDER BY c.run_id, c.request_id, c.step_idx, c.layer_id;
 -- @column needle_token_recall  mean share of needle tokens selected
 -- @column needle_block_recall  mean share of needle blocks touched
 -- @column full_block_recall    share of steps whose selection touched every needle block
-CREATE MACRO dsa_needle_recall_by_layer(bs) AS TABLE
+CREATE MACRO eval_needle_recall_by_layer(bs) AS TABLE
 SELECT
     run_id, layer_id,
     CASE WHEN score IS NULL THEN 'unscored' WHEN score >= 1 THEN 'right'
@@ -241,6 +245,6 @@ SELECT
     avg(needle_token_recall) AS needle_token_recall,
     avg(needle_block_recall) AS needle_block_recall,
     avg((needle_block_recall = 1)::INTEGER) AS full_block_recall
-FROM dsa_needle_recall(bs)
+FROM eval_needle_recall(bs)
 GROUP BY run_id, layer_id, answer
 ORDER BY run_id, layer_id, answer;

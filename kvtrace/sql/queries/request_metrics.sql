@@ -4,6 +4,10 @@
 -- and a request with an error_type but no status to it).  Time-bucketed error rates are
 -- always shown with equal-time and equal-count bins side by side: a small last
 -- equal-time bin can fake a "recovery".  Percentiles are linear-interpolated.
+--
+-- @requires pool_other.sql
+-- @requires stats.sql
+-- @requires tables.sql
 
 -- @view request_metrics
 -- One row per replayed request.
@@ -79,9 +83,10 @@ LEFT JOIN by_time AS t USING (run_id, decile)
 LEFT JOIN by_count AS c USING (run_id, decile)
 ORDER BY b.run_id, b.decile;
 
--- @view worker_error_rates
+-- @view request_worker_error_rates
+-- @alias worker_error_rates
 -- Errors per decode worker.  Sessions are pinned to one worker, so a worker's rate mostly
--- says where the failing sessions were routed; read it with session_errors.
+-- says where the failing sessions were routed; read it with request_session_errors.
 -- @column run_id         the run
 -- @column experiment     experiment label
 -- @column decode_worker  decode worker
@@ -89,7 +94,7 @@ ORDER BY b.run_id, b.decile;
 -- @column errors         errors among them
 -- @column error_rate     errors / requests
 -- @column sessions       distinct sessions it served
-CREATE VIEW worker_error_rates AS
+CREATE VIEW request_worker_error_rates AS
 SELECT
     run_id, experiment, decode_worker,
     count(*) AS requests,
@@ -100,7 +105,8 @@ FROM request_metrics
 GROUP BY ALL
 ORDER BY run_id, decode_worker;
 
--- @view session_errors
+-- @view request_session_errors
+-- @alias session_errors
 -- Errors per session and the decode worker(s) it was pinned to, most errors first.
 -- @column run_id          the run
 -- @column experiment      experiment label
@@ -111,7 +117,7 @@ ORDER BY run_id, decode_worker;
 -- @column decode_workers  distinct decode workers that served it, sorted
 -- @column pinned_worker   the one decode worker when there was exactly one, else NULL
 -- @column max_turn_id     highest turn of the session
-CREATE VIEW session_errors AS
+CREATE VIEW request_session_errors AS
 SELECT
     run_id, experiment, session_id,
     count(*) AS requests,
@@ -124,7 +130,8 @@ FROM request_metrics
 GROUP BY run_id, experiment, session_id
 ORDER BY run_id, errors DESC, _natural_sort_key(session_id);
 
--- @view execution_mode_mix
+-- @view request_execution_mode_mix
+-- @alias execution_mode_mix
 -- How requests were served: share of each execution mode, with its errors.
 -- @column run_id          the run
 -- @column experiment      experiment label
@@ -132,7 +139,7 @@ ORDER BY run_id, errors DESC, _natural_sort_key(session_id);
 -- @column requests        requests served that way
 -- @column share           requests / all requests of the run
 -- @column errors          errors among them
-CREATE VIEW execution_mode_mix AS
+CREATE VIEW request_execution_mode_mix AS
 SELECT
     run_id, experiment, execution_mode,
     count(*) AS requests,
@@ -142,7 +149,8 @@ FROM request_metrics
 GROUP BY run_id, experiment, execution_mode
 ORDER BY run_id, requests DESC;
 
--- @view latency_summary
+-- @view request_latency_by_mode
+-- @alias latency_summary
 -- Latency and time to first token of successful requests per run and execution mode
 -- (execution_mode NULL: all modes).  Failed requests are left out: they end early and
 -- would make a run that fails more look faster.
@@ -156,7 +164,7 @@ ORDER BY run_id, requests DESC;
 -- @column latency_p99_s   99th percentile latency, seconds
 -- @column ttft_p50_s      median time to first token, seconds
 -- @column ttft_p99_s      99th percentile time to first token, seconds
-CREATE VIEW latency_summary AS
+CREATE VIEW request_latency_by_mode AS
 SELECT
     run_id, experiment, execution_mode,
     count(*) AS requests,
@@ -171,7 +179,8 @@ WHERE NOT is_error AND latency_s IS NOT NULL
 GROUP BY GROUPING SETS ((run_id, experiment, execution_mode), (run_id, experiment))
 ORDER BY run_id, execution_mode NULLS FIRST;
 
--- @macro errors_with_pool_state(max_age_s)
+-- @macro request_errors_with_pool_state(max_age_s)
+-- @alias errors_with_pool_state
 -- Each failed request beside the last *successful* poll of its decode worker at the
 -- moment it failed (arrival_s + latency_s, or + ttft_s, or arrival_s).  Pool and request
 -- files join by experiment (they may have been ingested as separate runs; without an
@@ -192,7 +201,7 @@ ORDER BY run_id, execution_mode NULLS FIRST;
 -- @column available_tokens  available at that poll (NULL when older than max_age_s)
 -- @column other_tokens      other at that poll (NULL when older than max_age_s)
 -- @column session_count     sessions at that poll (NULL when older than max_age_s)
-CREATE MACRO errors_with_pool_state(max_age_s := NULL) AS TABLE
+CREATE MACRO request_errors_with_pool_state(max_age_s := NULL) AS TABLE
 WITH failed AS (
     SELECT *, arrival_s + coalesce(latency_s, ttft_s, 0) AS failed_at_s,
            coalesce(experiment, run_id) AS joins
@@ -253,7 +262,8 @@ WHERE is_error
 GROUP BY run_id, experiment, error_type
 ORDER BY run_id, errors DESC, error_type;
 
--- @view session_turn_profile
+-- @view request_session_turns
+-- @alias session_turn_profile
 -- Per session: its turns and where in them it failed, to compare failing sessions with
 -- the others (seed 001_* hypothesis H3: the failing sessions are the long ones).
 -- @column run_id             the run
@@ -265,7 +275,7 @@ ORDER BY run_id, errors DESC, error_type;
 -- @column max_turn_id        its highest turn
 -- @column first_error_turn   turn of its first failure (NULL: none)
 -- @column input_tokens_mean  mean input tokens of its requests
-CREATE VIEW session_turn_profile AS
+CREATE VIEW request_session_turns AS
 SELECT
     run_id, experiment, session_id,
     bool_or(is_error) AS failing,
@@ -278,7 +288,8 @@ FROM request_metrics
 GROUP BY run_id, experiment, session_id
 ORDER BY run_id, failing DESC, _natural_sort_key(session_id);
 
--- @view session_failure_recurrence
+-- @view request_session_failure_recurrence
+-- @alias session_failure_recurrence
 -- Per experiment and session: in how many of the experiment's runs it failed.  A session
 -- that fails in every rerun points at its workload, not at chance (seed 001_* H3).
 -- @column experiment         experiment label
@@ -287,7 +298,7 @@ ORDER BY run_id, failing DESC, _natural_sort_key(session_id);
 -- @column runs_with_errors   runs in which it failed at least once
 -- @column errors             its failed requests over all runs
 -- @column fails_every_run    runs_with_errors = runs (and more than one run)
-CREATE VIEW session_failure_recurrence AS
+CREATE VIEW request_session_failure_recurrence AS
 WITH per_run AS (
     SELECT experiment, session_id, run_id, count(*) FILTER (WHERE is_error) AS errors
     FROM request_metrics
@@ -303,7 +314,8 @@ FROM per_run
 GROUP BY experiment, session_id
 ORDER BY experiment, runs_with_errors DESC, _natural_sort_key(session_id);
 
--- @macro execution_mode_compare(left_experiment, right_experiment)
+-- @macro request_execution_mode_compare(left_experiment, right_experiment)
+-- @alias execution_mode_compare
 -- How each execution mode's share, and the truncated requests, moved between two
 -- experiments (seed 001_* sections 6.4, 8.10): means over each side's runs, with the runs
 -- behind each; the row execution_mode = 'truncated' counts truncated requests.
@@ -316,7 +328,7 @@ ORDER BY experiment, runs_with_errors DESC, _natural_sort_key(session_id);
 -- @column right_runs      runs behind the right side
 -- @column share_delta     right_share - left_share
 -- @column single_run      true when either side rests on a single run
-CREATE MACRO execution_mode_compare(left_experiment, right_experiment) AS TABLE
+CREATE MACRO request_execution_mode_compare(left_experiment, right_experiment) AS TABLE
 WITH modes AS (
     SELECT experiment, run_id, execution_mode, count(*) AS requests
     FROM request_metrics

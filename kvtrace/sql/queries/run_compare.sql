@@ -4,6 +4,10 @@
 -- per run, then averaged per side with their sample standard deviation (NULL for one
 -- run).  A single run on either side is flagged: its difference is within single-run
 -- variance and is no evidence of an improvement.
+--
+-- @requires pool_other.sql
+-- @requires request_metrics.sql
+-- @requires tables.sql
 
 -- @macro run_compare(left_experiment, right_experiment, warmup_fraction)
 -- Per metric: both sides, the runs behind each, the difference right - left.  Decode

@@ -29,6 +29,24 @@ FROM (
 )
 WHERE _row = 1;
 
+-- @macro runs_named(selectors)
+-- The runs a list of run ids or run names stands for: every run whose id or name is one
+-- of them (a name may stand for several runs: each collection under it is one).  The one
+-- place kvtrace resolves a --run value.
+-- Example: runs_named(['demo']) -> both runs named demo; runs_named(['demo-1a2b3c4d'])
+-- -> that run alone, by_id true.
+-- @column selector    the id or name given
+-- @column run_id      a run it stands for
+-- @column run_name    that run's name
+-- @column started_at  when the run started (UTC), when known
+-- @column by_id       whether the selector is the run's id (not its name)
+CREATE MACRO runs_named(selectors) AS TABLE
+SELECT s.selector, r.run_id, r.run_name, r.started_at, r.run_id = s.selector AS by_id
+FROM (SELECT unnest(selectors::VARCHAR[]) AS selector) AS s
+JOIN (SELECT run_id, any_value(run_name) AS run_name, min(started_at) AS started_at
+      FROM runs GROUP BY run_id) AS r
+    ON r.run_id = s.selector OR r.run_name = s.selector;
+
 -- @view requests
 -- One row per request of a run.
 -- @column run_id                the run

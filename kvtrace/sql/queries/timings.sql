@@ -11,6 +11,9 @@
 --
 -- Worked example of fidelity: a measured TTFT p50 of 0.20 s against a simulated 0.25 s
 -- is a relative error of (0.25 - 0.20) / 0.20 = +25 %.
+--
+-- @requires eval.sql
+-- @requires tables.sql
 
 -- @view request_timings
 -- One row per request of a benchmark or simulator run.
@@ -53,7 +56,8 @@ UNPIVOT (SELECT run_id, request_idx, ttft_s AS ttft, tpot_s AS tpot, e2e_s AS e2
          FROM request_timings WHERE error IS NULL)
 ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
 
--- @view request_latency_summary
+-- @view timing_latency_summary
+-- @alias request_latency_summary
 -- Latency percentiles per run and metric (successful requests).
 -- @column run_id    the run
 -- @column origin    measured or simulated
@@ -63,7 +67,7 @@ ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
 -- @column p50_s     median
 -- @column p90_s     90th percentile
 -- @column p99_s     99th percentile
-CREATE VIEW request_latency_summary AS
+CREATE VIEW timing_latency_summary AS
 SELECT l.run_id, any_value(t.origin) AS origin, l.metric, count(*) AS requests,
        avg(l.seconds) AS mean_s, quantile_cont(l.seconds, 0.5) AS p50_s,
        quantile_cont(l.seconds, 0.9) AS p90_s, quantile_cont(l.seconds, 0.99) AS p99_s
@@ -72,7 +76,8 @@ JOIN (SELECT DISTINCT run_id, origin FROM request_timings) AS t USING (run_id)
 GROUP BY l.run_id, l.metric
 ORDER BY l.run_id, l.metric;
 
--- @macro slo_attainment(ttft_slo_s, tpot_slo_s, e2e_slo_s)
+-- @macro timing_slo_attainment(ttft_slo_s, tpot_slo_s, e2e_slo_s)
+-- @alias slo_attainment
 -- Per run: the share of requests meeting every given SLO (seconds; NULL skips one) and
 -- goodput, those requests per second of the run.
 -- @column run_id        the run
@@ -82,7 +87,7 @@ ORDER BY l.run_id, l.metric;
 -- @column attainment    met / requests
 -- @column span_s        the run's span: its recorded duration, else first arrival to last completion
 -- @column goodput_per_s met / span_s
-CREATE MACRO slo_attainment(ttft_slo_s := NULL, tpot_slo_s := NULL, e2e_slo_s := NULL)
+CREATE MACRO timing_slo_attainment(ttft_slo_s := NULL, tpot_slo_s := NULL, e2e_slo_s := NULL)
 AS TABLE
 WITH judged AS (
     SELECT run_id, arrival_s, e2e_s, error IS NOT NULL AS failed,
@@ -120,10 +125,10 @@ ORDER BY j.run_id;
 -- @column rel_error    (simulated - measured) / measured
 CREATE MACRO timing_fidelity(measured, simulated) AS TABLE
 WITH picked AS (
-    SELECT 'measured' AS side, * FROM request_latency_summary
+    SELECT 'measured' AS side, * FROM timing_latency_summary
     WHERE run_id = _eval_run(measured)
     UNION ALL
-    SELECT 'simulated' AS side, * FROM request_latency_summary
+    SELECT 'simulated' AS side, * FROM timing_latency_summary
     WHERE run_id = _eval_run(simulated)
 ), long AS (
     UNPIVOT (SELECT side, metric, p50_s AS p50, p90_s AS p90, p99_s AS p99 FROM picked)
@@ -136,7 +141,8 @@ JOIN long AS s USING (metric, percentile)
 WHERE m.side = 'measured' AND s.side = 'simulated'
 ORDER BY m.metric, m.percentile;
 
--- @macro batch_cost_model(source)
+-- @macro timing_cost_model(source)
+-- @alias batch_cost_model
 -- Per run: batch (or step) time fitted by least squares on the work it did, as
 -- intercept + per-token costs (kvtrace/sql/kv_access/cost_model.py).  source 'batches'
 -- (the default) fits simulator batches on prefill and decode tokens; 'dsa' fits traced
@@ -153,5 +159,5 @@ ORDER BY m.metric, m.percentile;
 -- @column residual_p50_s       median residual (observed - fitted)
 -- @column residual_p90_s       90th percentile of the residuals
 -- @column residual_p99_s       99th percentile of the residuals
-CREATE MACRO batch_cost_model(source := 'batches') AS TABLE
+CREATE MACRO timing_cost_model(source := 'batches') AS TABLE
 SELECT unnest(kvtrace_cost_model(source), recursive := true);

@@ -78,7 +78,7 @@ CREATE MACRO kvtrace_prefix_hit_curve(policy, capacities) AS
 -- @macro kvtrace_cost_model(source)
 -- Least-squares fitting runs in Python: not available in a plain shell.
 CREATE MACRO kvtrace_cost_model(source) AS
-    CAST(error('batch_cost_model fits in Python: use "kvtrace sql" or kvtrace.connect()')
+    CAST(error('timing_cost_model fits in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, source VARCHAR, observations BIGINT, intercept_s DOUBLE,
                    per_prefill_token_s DOUBLE, per_decode_token_s DOUBLE,
                    per_kv_token_s DOUBLE, r2 DOUBLE, residual_p50_s DOUBLE,
