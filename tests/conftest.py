@@ -17,6 +17,7 @@ import pytest
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
+DATA = Path(__file__).parent / "data"  # real and hostile inputs (see its README)
 ON_S3 = os.environ.get("KVTRACE_TEST_STORAGE") == "s3"
 S3_BUCKET = "kvtrace-tests"
 local_only = pytest.mark.skipif(ON_S3, reason="needs the warehouse on local disk")

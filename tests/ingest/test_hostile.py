@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
+from tests.conftest import DATA
 
-HOSTILE = Path(__file__).parent.parent / "data" / "hostile"
+HOSTILE = DATA / "hostile"
 
 
 def _quarantined(warehouse) -> list[tuple[int, str]]:

@@ -6,16 +6,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
-from tests.conftest import write_jsonl
+from tests.conftest import DATA, write_jsonl
 from tests.serving.fixtures import pool_rows, request_rows
-
-DATA = Path(__file__).parent.parent / "data"
 
 
 def _count(warehouse, table: str) -> int:

@@ -11,9 +11,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
-from tests.conftest import warehouse_at
-
-DATA = Path(__file__).parent.parent / "data"
+from tests.conftest import DATA, warehouse_at
 
 
 def _event(cat: str, name: str, ts: float, dur: float, stream: int | None = None,

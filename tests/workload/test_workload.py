@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
-from tests.conftest import warehouse_at
+from tests.conftest import DATA, warehouse_at
 
-DATA = Path(__file__).parent.parent / "data"
 MOONCAKE = DATA / "mooncake_conversation_trace.jsonl"
 AZURE = DATA / "azure_llm_inference_code.csv"
 

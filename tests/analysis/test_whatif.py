@@ -16,7 +16,7 @@ from kvtrace.collectors.kv_tiers import LruTiers
 from kvtrace.errors import InputError
 from kvtrace.ingest import ingest
 from tests.conftest import write_jsonl
-from tests.queries.test_dsa_access import EXAMPLE
+from tests.sql.test_dsa_access import EXAMPLE
 
 
 @pytest.fixture

@@ -5,18 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import fanout, ingest
 from kvtrace.warehouse import Warehouse
-from tests.conftest import seed_record, warehouse_at, write_jsonl
+from tests.conftest import DATA, seed_record, warehouse_at, write_jsonl
 from tests.s3_server import S3Server
 from tests.tcp_proxy import TcpProxy
-
-DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -22,9 +21,9 @@ from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.maintenance import leftovers, settle
 from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse
 from kvtrace.warehouse.storage import open_storage
-from tests.conftest import warehouse_at
+from tests.conftest import DATA, warehouse_at
 
-LEGACY = Path(__file__).parent / "data" / "legacy_warehouse"
+LEGACY = DATA / "legacy_warehouse"
 
 
 def _count(location: str, sql: str) -> tuple:
@@ -190,7 +189,7 @@ def test_migrate_converts_a_warehouse_of_the_former_manifest(tmp_path, cli):
     assert not storage.exists("_manifest")
     status, _, err = cli("-w", location, "migrate")
     assert status == 1 and "already made of Delta tables" in err
-    azure = Path(__file__).parent / "data" / "azure_llm_inference_code.csv"
+    azure = DATA / "azure_llm_inference_code.csv"
     status, out, _ = cli("-w", location, "ingest", str(azure))
     assert status == 0 and "already ingested" in out
 
