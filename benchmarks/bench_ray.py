@@ -44,10 +44,19 @@ from kvtrace.ingest import ingest
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
-TIERS = (Tier.parse("hbm:512:3000:0"), Tier.parse("local:4096:50:5"),
-         Tier.parse("remote:inf:20:30"))
-SPEC = WhatIfSpec(block_sizes=(64,), tiers=TIERS, policy="lru", granularity="block",
-                  scope="request", bytes_per_token=656)
+TIERS = (
+    Tier.parse("hbm:512:3000:0"),
+    Tier.parse("local:4096:50:5"),
+    Tier.parse("remote:inf:20:30"),
+)
+SPEC = WhatIfSpec(
+    block_sizes=(64,),
+    tiers=TIERS,
+    policy="lru",
+    granularity="block",
+    scope="request",
+    bytes_per_token=656,
+)
 ANALYSES = {"whatif": WhatIfAnalysis(SPEC), "summary": SummaryAnalysis(SummarySpec("bench"))}
 JOBS = tuple(ANALYSES)
 
@@ -74,10 +83,12 @@ def _timed(run: Callable[[str], Any], rounds: int) -> dict[str, tuple[list[float
     return figures
 
 
-def _on_cluster(workers: int, warehouse: Warehouse,
-                rounds: int) -> dict[str, tuple[list[float], Any]]:
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
-                                                          "include_dashboard": False})
+def _on_cluster(
+    workers: int, warehouse: Warehouse, rounds: int
+) -> dict[str, tuple[list[float], Any]]:
+    nodes = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
     for _ in range(workers - 1):
         nodes.add_node(num_cpus=1)
     ray_engine.start(nodes.address)
@@ -91,8 +102,7 @@ def _on_cluster(workers: int, warehouse: Warehouse,
 def _same(job: str, a: Any, b: Any) -> bool:
     if job == "summary":
         return a == b  # floats compared exactly
-    return (a.tiers.to_pylist() == b.tiers.to_pylist()
-            and a.runs.to_pylist() == b.runs.to_pylist())
+    return a.tiers.to_pylist() == b.tiers.to_pylist() and a.runs.to_pylist() == b.runs.to_pylist()
 
 
 def main() -> None:
@@ -101,30 +111,49 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--granularity", choices=["block", "layer_block"], default="block",
-                        help="layer_block: 16x the accesses, simulation-bound")
+    parser.add_argument(
+        "--granularity",
+        choices=["block", "layer_block"],
+        default="block",
+        help="layer_block: 16x the accesses, simulation-bound",
+    )
     args = parser.parse_args()
     ANALYSES["whatif"] = WhatIfAnalysis(dataclasses.replace(SPEC, granularity=args.granularity))
     with tempfile.TemporaryDirectory() as scratch:
         trace = Path(scratch) / "bench" / "block64" / "trace.jsonl"
         trace.parent.mkdir(parents=True)
-        write_seed_trace(trace, requests=args.requests, steps=args.steps, layers=args.layers,
-                         prompt_tokens=16_000, run_name="bench")
+        write_seed_trace(
+            trace,
+            requests=args.requests,
+            steps=args.steps,
+            layers=args.layers,
+            prompt_tokens=16_000,
+            run_name="bench",
+        )
         warehouse = Warehouse(Path(scratch) / "wh", create=True)
         ingest(warehouse, [str(trace)])
         local = _timed(lambda job: _local(job, warehouse), args.rounds)
         one = _on_cluster(1, warehouse, args.rounds)
         two = _on_cluster(2, warehouse, args.rounds)
     figures: dict[str, Any] = {
-        "machine": machine(), "requests": args.requests, "steps": args.steps,
-        "layers": args.layers, "rounds": args.rounds, "granularity": args.granularity,
+        "machine": machine(),
+        "requests": args.requests,
+        "steps": args.steps,
+        "layers": args.layers,
+        "rounds": args.rounds,
+        "granularity": args.granularity,
     }
     for job in JOBS:
         expected = local[job][1]
         assert _same(job, one[job][1], expected) and _same(job, two[job][1], expected), job
-        times = {name: statistics.median(engine[job][0])
-                 for name, engine in (("local_s", local), ("ray_1_worker_s", one),
-                                      ("ray_2_workers_s", two))}
+        times = {
+            name: statistics.median(engine[job][0])
+            for name, engine in (
+                ("local_s", local),
+                ("ray_1_worker_s", one),
+                ("ray_2_workers_s", two),
+            )
+        }
         times["speedup_1_to_2_workers"] = times["ray_1_worker_s"] / times["ray_2_workers_s"]
         times["ray_2_workers_vs_local"] = times["local_s"] / times["ray_2_workers_s"]
         figures[job] = times

@@ -80,8 +80,9 @@ print(json.dumps({
 def measured(code: str, *args: str) -> tuple[float, float, dict]:
     """Run ``code`` in a fresh Python; (seconds, peak MB of the process tree, its JSON)."""
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True
+    )
     peak = 0
     done = threading.Event()
 
@@ -109,8 +110,11 @@ def measured(code: str, *args: str) -> tuple[float, float, dict]:
 
 def _median(results: list[tuple[float, float, dict]]) -> tuple[float, float, dict]:
     """Median seconds and median peak memory over the rounds, with the last answers."""
-    return (statistics.median(r[0] for r in results), statistics.median(r[1] for r in results),
-            results[-1][2])
+    return (
+        statistics.median(r[0] for r in results),
+        statistics.median(r[1] for r in results),
+        results[-1][2],
+    )
 
 
 def _same_rows(ours: list[list], theirs: list[list]) -> bool:
@@ -119,8 +123,10 @@ def _same_rows(ours: list[list], theirs: list[list]) -> bool:
     flat_theirs = [value for row in theirs for value in [*row, None]]
     if len(flat_ours) != len(flat_theirs):
         return False
-    return all(x == y if None in (x, y) or isinstance(x, str) else abs(x - y) <= 0.01
-               for x, y in zip(flat_ours, flat_theirs, strict=True))
+    return all(
+        x == y if None in (x, y) or isinstance(x, str) else abs(x - y) <= 0.01
+        for x, y in zip(flat_ours, flat_theirs, strict=True)
+    )
 
 
 def main() -> None:
@@ -133,14 +139,21 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-hta-"))
     traces = work / "traces"
-    shape = TimelineShape(iterations=args.iterations, layers=args.layers, kernels_per_layer=4,
-                          compute_us=240, comm_us=40, comm_hidden_us=32,
-                          gpu_annotations=False)
+    shape = TimelineShape(
+        iterations=args.iterations,
+        layers=args.layers,
+        kernels_per_layer=4,
+        compute_us=240,
+        comm_us=40,
+        comm_hidden_us=32,
+        gpu_annotations=False,
+    )
     if not traces.exists():
         traces.mkdir(parents=True)
         for rank in range(args.ranks):
-            write_timeline_trace(traces / f"rank{rank}.pt.trace.json", shape, rank=rank,
-                                 world_size=args.ranks)
+            write_timeline_trace(
+                traces / f"rank{rank}.pt.trace.json", shape, rank=rank, world_size=args.ranks
+            )
     megabytes = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
     print(f"{args.ranks} ranks, {megabytes:.0f} MB of traces")
 
@@ -150,33 +163,44 @@ def main() -> None:
         shutil.rmtree(work / "wh", ignore_errors=True)
         runs["kvtrace"].append(measured(KVTRACE_RUN, str(traces), str(work / "wh"), "ingest"))
         runs["queries"].append(measured(KVTRACE_RUN, str(traces), str(work / "wh"), "query"))
-        print(f"round {round_no + 1}: " + ", ".join(
-            f"{name} {r[-1][0]:.1f} s {r[-1][1]:.0f} MB" for name, r in runs.items()))
+        print(
+            f"round {round_no + 1}: "
+            + ", ".join(f"{name} {r[-1][0]:.1f} s {r[-1][1]:.0f} MB" for name, r in runs.items())
+        )
     hta, kvtrace, queries = (_median(runs[name]) for name in ("hta", "kvtrace", "queries"))
     ratios = [h[0] / k[0] for h, k in zip(runs["hta"], runs["kvtrace"], strict=True)]
-    agree = all(_same_rows(hta[2][key], kvtrace[2][key])
-                for key in ("temporal", "overlap_pctg", "kernel_us"))
+    agree = all(
+        _same_rows(hta[2][key], kvtrace[2][key])
+        for key in ("temporal", "overlap_pctg", "kernel_us")
+    )
     figures = {
-        "ranks": args.ranks, "trace_mb": megabytes, "cores": os.cpu_count(),
-        "shape": shape.__dict__, "answers_agree": agree,
+        "ranks": args.ranks,
+        "trace_mb": megabytes,
+        "cores": os.cpu_count(),
+        "shape": shape.__dict__,
+        "answers_agree": agree,
         "hta": {"seconds": hta[0], "peak_mb": hta[1]},
         "kvtrace_ingest_and_analyses": {"seconds": kvtrace[0], "peak_mb": kvtrace[1]},
         "kvtrace_analyses": {"seconds": queries[0], "peak_mb": queries[1]},
-        "rounds": args.rounds, "speedup_per_round": ratios,
-        "speedup": hta[0] / kvtrace[0], "memory_ratio": hta[1] / kvtrace[1],
+        "rounds": args.rounds,
+        "speedup_per_round": ratios,
+        "speedup": hta[0] / kvtrace[0],
+        "memory_ratio": hta[1] / kvtrace[1],
         "speedup_analyses_only": hta[0] / queries[0],
     }
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "bench_timeline_hta.json").write_text(json.dumps(figures, indent=2))
-    print(f"\nanswers agree: {agree}\n\n"
-          f"| {args.ranks} ranks, {megabytes:.0f} MB | time | peak memory |\n|---|---|---|\n"
-          f"| HTA load + 3 analyses | {hta[0]:.1f} s | {hta[1]:.0f} MB |\n"
-          f"| kvtrace ingest + 3 analyses | {kvtrace[0]:.1f} s ({figures['speedup']:.1f}x; "
-          f"rounds {min(ratios):.1f}-{max(ratios):.1f}x) | "
-          f"{kvtrace[1]:.0f} MB (1/{figures['memory_ratio']:.1f}) |\n"
-          f"| kvtrace 3 analyses on the warehouse | {queries[0]:.1f} s "
-          f"({figures['speedup_analyses_only']:.0f}x) | {queries[1]:.0f} MB |")
+    print(
+        f"\nanswers agree: {agree}\n\n"
+        f"| {args.ranks} ranks, {megabytes:.0f} MB | time | peak memory |\n|---|---|---|\n"
+        f"| HTA load + 3 analyses | {hta[0]:.1f} s | {hta[1]:.0f} MB |\n"
+        f"| kvtrace ingest + 3 analyses | {kvtrace[0]:.1f} s ({figures['speedup']:.1f}x; "
+        f"rounds {min(ratios):.1f}-{max(ratios):.1f}x) | "
+        f"{kvtrace[1]:.0f} MB (1/{figures['memory_ratio']:.1f}) |\n"
+        f"| kvtrace 3 analyses on the warehouse | {queries[0]:.1f} s "
+        f"({figures['speedup_analyses_only']:.0f}x) | {queries[1]:.0f} MB |"
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 
-SHAPE = TimelineShape(layers=61, kernels_per_layer=4, compute_us=240, comm_us=40,
-                      comm_hidden_us=32)
+SHAPE = TimelineShape(layers=61, kernels_per_layer=4, compute_us=240, comm_us=40, comm_hidden_us=32)
 
 
 def write_trace(path: Path, megabytes: float) -> None:
@@ -38,21 +37,29 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-timeline-"))
     work.mkdir(parents=True, exist_ok=True)
-    script = ("import re, sys; from kvtrace.ingest import ingest; "
-              "from kvtrace.warehouse import Warehouse; "
-              "r = ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]]); "
-              "print(r.rows, re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])")
+    script = (
+        "import re, sys; from kvtrace.ingest import ingest; "
+        "from kvtrace.warehouse import Warehouse; "
+        "r = ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]]); "
+        "print(r.rows, re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])"
+    )
     print("| trace | rows | ingest | peak RSS |\n|---|---|---|---|")
     for megabytes in args.mb:
         trace = work / f"trace_{int(megabytes)}.pt.trace.json"
         write_trace(trace, megabytes)
         start = time.perf_counter()
-        child = subprocess.run([sys.executable, "-c", script, str(work / f"wh{megabytes}"),
-                                str(trace)], check=True, capture_output=True, text=True)
+        child = subprocess.run(
+            [sys.executable, "-c", script, str(work / f"wh{megabytes}"), str(trace)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - start
         rows, peak_kb = child.stdout.split()[-2:]
-        print(f"| {trace.stat().st_size / 1e6:,.0f} MB | {int(rows):,} | "
-              f"{seconds:.0f} s | {int(peak_kb) / 1024:,.0f} MB |")
+        print(
+            f"| {trace.stat().st_size / 1e6:,.0f} MB | {int(rows):,} | "
+            f"{seconds:.0f} s | {int(peak_kb) / 1024:,.0f} MB |"
+        )
         trace.unlink()
         subprocess.run(["rm", "-rf", str(work / f"wh{megabytes}")], check=True)
 

@@ -53,15 +53,27 @@ class NaiveTracer:
         per_block = [sum(1 for p in positions if p // self.block_size == b) for b in blocks]
         values = scores.tolist() if scores is not None else []
         record = {
-            "event": "dsa_topk", "request_id": 0, "layer_id": layer_id,
-            "step_idx": self.start_pos, "seq_len_current": seq_len,
-            "selected_token_pos": positions, "unique_token_pos_count": len(positions),
-            "offset_min": offsets[0], "offset_p50": statistics.median(offsets),
-            "offset_max": offsets[-1], "block_size_tokens": self.block_size,
-            "selected_block_ids": blocks, "unique_blocks": len(blocks),
+            "event": "dsa_topk",
+            "request_id": 0,
+            "layer_id": layer_id,
+            "step_idx": self.start_pos,
+            "seq_len_current": seq_len,
+            "selected_token_pos": positions,
+            "unique_token_pos_count": len(positions),
+            "offset_min": offsets[0],
+            "offset_p50": statistics.median(offsets),
+            "offset_max": offsets[-1],
+            "block_size_tokens": self.block_size,
+            "selected_block_ids": blocks,
+            "unique_blocks": len(blocks),
             "tokens_per_touched_block": {"mean": statistics.mean(per_block)},
-            "scores_stats": {"min": min(values), "mean": statistics.mean(values),
-                             "max": max(values)} if values else None,
+            "scores_stats": {
+                "min": min(values),
+                "mean": statistics.mean(values),
+                "max": max(values),
+            }
+            if values
+            else None,
         }
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
@@ -85,8 +97,7 @@ def decode(model: DsaRef, prompt: list[int], steps: int, tracer) -> float:
             logits = model.decode_step(token, rows, torch.tensor([position]), cache)
         else:
             with tracer.step({0: position}):
-                logits = model.decode_step(token, rows, torch.tensor([position]), cache,
-                                           tracer)
+                logits = model.decode_step(token, rows, torch.tensor([position]), cache, tracer)
         position += 1
     return time.perf_counter() - started
 
@@ -104,12 +115,20 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=8000)
     parser.add_argument("--steps", type=int, default=48)
     parser.add_argument("--topk", type=int, default=2048)
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="Rounds; each runs untraced, kvtrace and naive in turn")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="Rounds; each runs untraced, kvtrace and naive in turn",
+    )
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
-    config = DsaRefConfig(dim=args.dim, n_layers=args.layers, index_topk=args.topk,
-                          max_seq_len=args.prompt + args.steps + 2)
+    config = DsaRefConfig(
+        dim=args.dim,
+        n_layers=args.layers,
+        index_topk=args.topk,
+        max_seq_len=args.prompt + args.steps + 2,
+    )
     model = DsaRef(config, seed=0)
     prompt = [(i * 7919) % 256 for i in range(args.prompt)]
     work = Path(tempfile.mkdtemp(prefix="kvtrace-tracer-"))
@@ -117,8 +136,12 @@ def main() -> None:
     flush = []
     for run in range(args.rounds):  # interleaved: a noisy stretch hits every variant
         times["untraced"].append(decode(model, prompt, args.steps, None))
-        tracer = DsaTracer(Warehouse(work / f"wh{run}", create=True), run_name=f"bench-{run}",
-                           dataset="bench", topk=args.topk)
+        tracer = DsaTracer(
+            Warehouse(work / f"wh{run}", create=True),
+            run_name=f"bench-{run}",
+            dataset="bench",
+            topk=args.topk,
+        )
         tracer.begin_request(0, prompt)
         times["kvtrace"].append(decode(model, prompt, args.steps, tracer))
         flush.append(closing(tracer))
@@ -127,14 +150,19 @@ def main() -> None:
         naive.close()
     median = {name: statistics.median(values) for name, values in times.items()}
     # each round's ratio to the untraced decode of the same round, then their median
-    ratios = {name: sorted(t / u for t, u in zip(times[name], times["untraced"], strict=True))
-              for name in ("kvtrace", "naive")}
+    ratios = {
+        name: sorted(t / u for t, u in zip(times[name], times["untraced"], strict=True))
+        for name in ("kvtrace", "naive")
+    }
     records = args.steps * args.layers
-    per_record = {name: (median[name] - median["untraced"]) / records * 1e6
-                  for name in ("kvtrace", "naive")}
-    print(f"dsa-ref {args.layers} layers, dim {args.dim}, top-k {args.topk}, prompt "
-          f"{args.prompt} tokens, {args.steps} decode steps ({records} records), "
-          f"{args.rounds} interleaved rounds, median (min-max), prefill untimed\n")
+    per_record = {
+        name: (median[name] - median["untraced"]) / records * 1e6 for name in ("kvtrace", "naive")
+    }
+    print(
+        f"dsa-ref {args.layers} layers, dim {args.dim}, top-k {args.topk}, prompt "
+        f"{args.prompt} tokens, {args.steps} decode steps ({records} records), "
+        f"{args.rounds} interleaved rounds, median (min-max), prefill untimed\n"
+    )
     print("| decode | seconds | vs untraced (same round) | added per record |")
     print("|---|---|---|---|")
     for name in ("untraced", "kvtrace", "naive"):
@@ -142,13 +170,17 @@ def main() -> None:
         if name == "untraced":
             print(f"| {name} | {spread} | 1.000x | |")
             continue
-        ratio = (f"{statistics.median(ratios[name]):.3f}x "
-                 f"({ratios[name][0]:.3f}-{ratios[name][-1]:.3f})")
+        ratio = (
+            f"{statistics.median(ratios[name]):.3f}x ({ratios[name][0]:.3f}-{ratios[name][-1]:.3f})"
+        )
         print(f"| {name} | {spread} | {ratio} | {per_record[name]:.0f} us |")
     overhead = 100 * (statistics.median(ratios["kvtrace"]) - 1)
-    print(f"\nkvtrace adds {overhead:.1f} % to decode (median of the rounds' ratios); per "
-          f"record it costs 1/{per_record['naive'] / max(per_record['kvtrace'], 1e-9):.1f} "
-          f"of the naive tracer; its final flush took {statistics.median(flush):.2f} s")
+    print(
+        f"\nkvtrace adds {overhead:.1f} % to decode (median of the rounds' ratios); per "
+        f"record it costs 1/{per_record['naive'] / max(per_record['kvtrace'], 1e-9):.1f} "
+        f"of the naive tracer; its final flush took {statistics.median(flush):.2f} s"
+    )
+
 
 if __name__ == "__main__":
     main()

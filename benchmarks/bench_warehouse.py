@@ -50,9 +50,11 @@ def machine() -> str:
     except OSError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB RAM, Python "
-            f"{platform.python_version()}, DuckDB {duckdb.__version__}, kvtrace "
-            f"{kvtrace.__version__}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB RAM, Python "
+        f"{platform.python_version()}, DuckDB {duckdb.__version__}, kvtrace "
+        f"{kvtrace.__version__}"
+    )
 
 
 def timed(work) -> tuple[float, object]:
@@ -68,10 +70,18 @@ def best_of(runs: int, work) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=300, help="JSONL size to generate (MB)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="Interleaved COPY / ingest rounds (medians are reported)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="Folder for the trace and the warehouses (default: a new temp)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="Interleaved COPY / ingest rounds (medians are reported)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="Folder for the trace and the warehouses (default: a new temp)",
+    )
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-"))
     trace = work / "bench" / "block64" / "trace_steps_0_n.jsonl"
@@ -86,9 +96,18 @@ def main() -> None:
     if trace.exists() and trace.read_bytes().count(b"\n") == rows:
         print(f"reusing {trace}")
     else:
-        gen_s, _ = timed(lambda: write_seed_trace(
-            trace, requests=requests, steps=steps, layers=61, topk=2048, prompt_tokens=12000,
-            run_name="bench", dataset="synthetic-bench"))
+        gen_s, _ = timed(
+            lambda: write_seed_trace(
+                trace,
+                requests=requests,
+                steps=steps,
+                layers=61,
+                topk=2048,
+                prompt_tokens=12000,
+                run_name="bench",
+                dataset="synthetic-bench",
+            )
+        )
         print(f"generated {rows:,} rows in {gen_s:.0f} s")
     jsonl_bytes = trace.stat().st_size
     positions = rows * 2048
@@ -98,8 +117,13 @@ def main() -> None:
     duck_parquet = work / "duckdb_copy.parquet"
     copy_times, ingest_times = [], []
     for round_no in range(args.rounds):
-        copy_times.append(timed(lambda: duckdb.connect().execute(
-            f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"))[0])
+        copy_times.append(
+            timed(
+                lambda: duckdb.connect().execute(
+                    f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"
+                )
+            )[0]
+        )
         shutil.rmtree(work / "wh", ignore_errors=True)
         warehouse = Warehouse(work / "wh", create=True)
         seconds, report = timed(lambda wh=warehouse: ingest(wh, [str(trace)]))
@@ -109,12 +133,18 @@ def main() -> None:
     ratios = [c / i for c, i in zip(copy_times, ingest_times, strict=True)]
     copy_s, ingest_s = float(np.median(copy_times)), float(np.median(ingest_times))
     # peak memory of the same ingest in a fresh process
-    rss_script = ("import re, sys; from kvtrace.ingest import ingest; "
-                  "from kvtrace.warehouse import Warehouse; "
-                  "ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]]); "
-                  "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])")
-    child = subprocess.run([sys.executable, "-c", rss_script, str(work / "wh-rss"), str(trace)],
-                           check=True, capture_output=True, text=True)
+    rss_script = (
+        "import re, sys; from kvtrace.ingest import ingest; "
+        "from kvtrace.warehouse import Warehouse; "
+        "ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]]); "
+        "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", rss_script, str(work / "wh-rss"), str(trace)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     shutil.rmtree(work / "wh-rss")
     ingest_peak_rss_mb = int(child.stdout.split()[-1]) / 1024
 
@@ -125,32 +155,48 @@ def main() -> None:
     con = connect(warehouse)
     summary_s = best_of(3, lambda: con.execute("SELECT * FROM dsa_summary").fetchall())
     baseline = duckdb.connect()
-    baseline.execute("CREATE MACRO _s(x) AS {'count': count(x), 'min': min(x), "
-                     "'p50': quantile_cont(x, 0.5), 'p95': quantile_cont(x, 0.95), "
-                     "'max': max(x), 'mean': avg(x)}")
+    baseline.execute(
+        "CREATE MACRO _s(x) AS {'count': count(x), 'min': min(x), "
+        "'p50': quantile_cont(x, 0.5), 'p95': quantile_cont(x, 0.95), "
+        "'max': max(x), 'mean': avg(x)}"
+    )
     summary_sql = (HERE / "summary_over_jsonl.sql").read_text()
     jsonl_summary_s, jsonl_summary = timed(
-        lambda: baseline.execute(summary_sql, [str(trace)]).fetchone())
-    ours = con.execute("SELECT unique_blocks, touched_block_ratio, tokens_per_touched_block, "
-                       "offsets, prefix_intersection_ratio FROM dsa_summary").fetchone()
+        lambda: baseline.execute(summary_sql, [str(trace)]).fetchone()
+    )
+    ours = con.execute(
+        "SELECT unique_blocks, touched_block_ratio, tokens_per_touched_block, "
+        "offsets, prefix_intersection_ratio FROM dsa_summary"
+    ).fetchone()
     for a, b in zip(ours, jsonl_summary, strict=True):
         for key in a:
             assert np.isclose(float(a[key]), float(b[key]), rtol=1e-9), (key, a, b)
 
     # 4. re-binning, one thread each
     con.execute("SET threads = 1")
-    rebin_s = best_of(3, lambda: con.execute(
-        "SELECT sum(unique_blocks), avg(tokens_per_block_p95) FROM dsa_blocks(16)").fetchall())
+    rebin_s = best_of(
+        3,
+        lambda: con.execute(
+            "SELECT sum(unique_blocks), avg(tokens_per_block_p95) FROM dsa_blocks(16)"
+        ).fetchall(),
+    )
     lambda_con = duckdb.connect()
     lambda_con.execute("SET threads = 1")
     steps_files = [warehouse.uri(p) for p in warehouse.files("dsa_steps")]
-    lambda_s = best_of(1, lambda: lambda_con.execute(
-        "SELECT sum(len(list_distinct(list_transform(selected_pos, lambda p: p // 16)))) "
-        "FROM read_parquet(?)", [steps_files]).fetchall())
+    lambda_s = best_of(
+        1,
+        lambda: lambda_con.execute(
+            "SELECT sum(len(list_distinct(list_transform(selected_pos, lambda p: p // 16)))) "
+            "FROM read_parquet(?)",
+            [steps_files],
+        ).fetchall(),
+    )
 
     figures = {
         "machine": machine(),
-        "rows": rows, "positions": positions, "jsonl_mb": jsonl_bytes / 1e6,
+        "rows": rows,
+        "positions": positions,
+        "jsonl_mb": jsonl_bytes / 1e6,
         "ingest_mb_s": jsonl_bytes / 1e6 / ingest_s,
         "duckdb_copy_mb_s": jsonl_bytes / 1e6 / copy_s,
         "ingest_vs_copy": float(np.median(ratios)),
@@ -160,7 +206,8 @@ def main() -> None:
         "warehouse_mb": warehouse_bytes / 1e6,
         "duckdb_copy_parquet_mb": duck_parquet.stat().st_size / 1e6,
         "warehouse_fraction_of_jsonl": warehouse_bytes / jsonl_bytes,
-        "summary_s": summary_s, "summary_over_jsonl_s": jsonl_summary_s,
+        "summary_s": summary_s,
+        "summary_over_jsonl_s": jsonl_summary_s,
         "summary_speedup": jsonl_summary_s / summary_s,
         "rebin16_mpos_s_one_core": positions / rebin_s / 1e6,
         "lambda_rebin16_mpos_s_one_core": positions / lambda_s / 1e6,
@@ -173,18 +220,26 @@ def main() -> None:
     print(f"Trace: {rows:,} rows x 2048 positions, {figures['jsonl_mb']:.0f} MB of JSONL\n")
     print("| measure | kvtrace | baseline (DuckDB on the JSONL) | ratio |")
     print("|---|---|---|---|")
-    print(f"| ingest | {figures['ingest_mb_s']:.0f} MB/s | COPY to Parquet "
-          f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x "
-          f"(median of {args.rounds} interleaved rounds, {min(ratios):.2f}-{max(ratios):.2f}) |")
+    print(
+        f"| ingest | {figures['ingest_mb_s']:.0f} MB/s | COPY to Parquet "
+        f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x "
+        f"(median of {args.rounds} interleaved rounds, {min(ratios):.2f}-{max(ratios):.2f}) |"
+    )
     print(f"| ingest peak memory | {ingest_peak_rss_mb:.0f} MB RSS | | |")
-    print(f"| storage | {figures['warehouse_mb']:.1f} MB | JSONL {figures['jsonl_mb']:.0f} MB "
-          f"(DuckDB's Parquet {figures['duckdb_copy_parquet_mb']:.0f} MB) | "
-          f"1/{1 / figures['warehouse_fraction_of_jsonl']:.1f} |")
-    print(f"| dsa_summary | {summary_s * 1000:.0f} ms | {jsonl_summary_s:.1f} s | "
-          f"{figures['summary_speedup']:.0f}x |")
-    print(f"| re-bin to 16, 1 thread | {figures['rebin16_mpos_s_one_core']:.0f} M pos/s | "
-          f"list lambdas {figures['lambda_rebin16_mpos_s_one_core']:.0f} M pos/s | "
-          f"{figures['rebin_speedup']:.1f}x |")
+    print(
+        f"| storage | {figures['warehouse_mb']:.1f} MB | JSONL {figures['jsonl_mb']:.0f} MB "
+        f"(DuckDB's Parquet {figures['duckdb_copy_parquet_mb']:.0f} MB) | "
+        f"1/{1 / figures['warehouse_fraction_of_jsonl']:.1f} |"
+    )
+    print(
+        f"| dsa_summary | {summary_s * 1000:.0f} ms | {jsonl_summary_s:.1f} s | "
+        f"{figures['summary_speedup']:.0f}x |"
+    )
+    print(
+        f"| re-bin to 16, 1 thread | {figures['rebin16_mpos_s_one_core']:.0f} M pos/s | "
+        f"list lambdas {figures['lambda_rebin16_mpos_s_one_core']:.0f} M pos/s | "
+        f"{figures['rebin_speedup']:.1f}x |"
+    )
 
 
 if __name__ == "__main__":

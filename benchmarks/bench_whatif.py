@@ -46,17 +46,24 @@ CAPACITIES = [16, 24, 32, 48, 64, 96, 128, 160, 192, 208, 224, 232, 240, 248, 25
 def trace(root: Path, requests: int, steps: int, layers: int, prompt: int) -> Warehouse:
     warehouse = Warehouse(root, create=True)
     rng = np.random.default_rng(0)
-    with DsaTracer(warehouse, run_name="bench-whatif", dataset="synthetic-bench",
-                   block_sizes=(BLOCK_SIZE,), topk=2048) as tracer:
+    with DsaTracer(
+        warehouse,
+        run_name="bench-whatif",
+        dataset="synthetic-bench",
+        block_sizes=(BLOCK_SIZE,),
+        topk=2048,
+    ) as tracer:
         for request in range(requests):
             tracer.begin_request(request, list(range(prompt)))
-            segments = [(int(rng.integers(0, prompt)), int(rng.integers(16, 200)))
-                        for _ in range(4)]
+            segments = [
+                (int(rng.integers(0, prompt)), int(rng.integers(16, 200))) for _ in range(4)
+            ]
             for step in range(prompt, prompt + steps):
                 with tracer.step(step):
                     for layer in range(layers):
-                        tracer.record_topk(layer, dsa_selection(rng, step + 1, 2048, layer,
-                                                                segments))
+                        tracer.record_topk(
+                            layer, dsa_selection(rng, step + 1, 2048, layer, segments)
+                        )
             tracer.end_request(request, new_tokens=steps)
     return warehouse
 
@@ -115,36 +122,50 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=16000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warehouse", type=Path, default=None,
-                        help="Reuse the warehouse an earlier run traced (its sizes win)")
+    parser.add_argument(
+        "--warehouse",
+        type=Path,
+        default=None,
+        help="Reuse the warehouse an earlier run traced (its sizes win)",
+    )
     args = parser.parse_args()
     if args.warehouse is not None and args.warehouse.exists():
         trace_s, warehouse = 0.0, Warehouse(args.warehouse)
     else:
         root = args.warehouse or Path(tempfile.mkdtemp(prefix="kvtrace-bench-whatif-")) / "wh"
-        trace_s, warehouse = timed(lambda: trace(root, args.requests, args.steps, args.layers,
-                                                 args.prompt))
+        trace_s, warehouse = timed(
+            lambda: trace(root, args.requests, args.steps, args.layers, args.prompt)
+        )
     con = connect(warehouse)
     blocks = streams(con, "block")
     layer_blocks = streams(con, "layer_block")
     as_lists = [keys.tolist() for keys in blocks]
     accesses = sum(len(k) for k in blocks)
     layer_accesses = sum(len(k) for k in layer_blocks)
-    print(f"traced {args.requests} requests x {args.steps} steps x {args.layers} layers in "
-          f"{trace_s:.0f} s: {accesses:,} block accesses, {layer_accesses:,} layer-block "
-          "accesses")
+    print(
+        f"traced {args.requests} requests x {args.steps} steps x {args.layers} layers in "
+        f"{trace_s:.0f} s: {accesses:,} block accesses, {layer_accesses:,} layer-block "
+        "accesses"
+    )
     kvtrace_sweep(blocks[:1])  # compile (numba caches the machine code on disk)
 
-    sql = (f"SELECT capacity_blocks, hits FROM dsa_hit_curve({BLOCK_SIZE}, 'lru', "
-           f"capacities := {CAPACITIES}) WHERE list_contains({CAPACITIES}, capacity_blocks) "
-           "ORDER BY capacity_blocks")
-    times: dict[str, list[float]] = {"pass_block": [], "pass_layer_block": [],
-                                     "kvtrace_sweep": [], "ordered_dict_sweep": [],
-                                     "hit_curve_query": []}
+    sql = (
+        f"SELECT capacity_blocks, hits FROM dsa_hit_curve({BLOCK_SIZE}, 'lru', "
+        f"capacities := {CAPACITIES}) WHERE list_contains({CAPACITIES}, capacity_blocks) "
+        "ORDER BY capacity_blocks"
+    )
+    times: dict[str, list[float]] = {
+        "pass_block": [],
+        "pass_layer_block": [],
+        "kvtrace_sweep": [],
+        "ordered_dict_sweep": [],
+        "hit_curve_query": [],
+    }
     for _ in range(args.rounds):  # interleaved, so a noisy stretch hits every variant
         times["pass_block"].append(timed(lambda: [LruStack().distances(k) for k in blocks])[0])
         times["pass_layer_block"].append(
-            timed(lambda: [LruStack().distances(k) for k in layer_blocks])[0])
+            timed(lambda: [LruStack().distances(k) for k in layer_blocks])[0]
+        )
         seconds, ours = timed(lambda: kvtrace_sweep(blocks))
         times["kvtrace_sweep"].append(seconds)
         seconds, theirs = timed(lambda: ordered_dict_sweep(as_lists))
@@ -155,27 +176,40 @@ def main() -> None:
 
     median = {name: statistics.median(values) for name, values in times.items()}
     figures = {
-        "machine": machine(), "accesses": accesses, "layer_block_accesses": layer_accesses,
-        "capacities": CAPACITIES, "seconds": times,
+        "machine": machine(),
+        "accesses": accesses,
+        "layer_block_accesses": layer_accesses,
+        "capacities": CAPACITIES,
+        "seconds": times,
         "pass_block_maccesses_per_s": accesses / median["pass_block"] / 1e6,
         "pass_layer_block_maccesses_per_s": layer_accesses / median["pass_layer_block"] / 1e6,
         "sweep_speedup": median["ordered_dict_sweep"] / median["kvtrace_sweep"],
         "query_speedup": median["ordered_dict_sweep"] / median["hit_curve_query"],
     }
     print(f"\nMachine: {machine()}\n")
-    print(f"| measure ({args.rounds} interleaved rounds, median (min-max)) | kvtrace | "
-          "baseline | ratio |\n|---|---|---|---|")
-    print(f"| stack-distance pass, {accesses:,} block accesses | {spread(times['pass_block'])}"
-          f" = {figures['pass_block_maccesses_per_s']:.1f} M accesses/s | | |")
-    print(f"| stack-distance pass, {layer_accesses:,} layer-block accesses | "
-          f"{spread(times['pass_layer_block'])} = "
-          f"{figures['pass_layer_block_maccesses_per_s']:.1f} M accesses/s | | |")
-    print(f"| 16-capacity LRU sweep | {spread(times['kvtrace_sweep'])} | OrderedDict per "
-          f"capacity: {spread(times['ordered_dict_sweep'])} | "
-          f"{figures['sweep_speedup']:.0f}x |")
-    print(f"| the same sweep as `dsa_hit_curve` (reads the trace) | "
-          f"{spread(times['hit_curve_query'])} | the OrderedDict sweep alone | "
-          f"{figures['query_speedup']:.0f}x |")
+    print(
+        f"| measure ({args.rounds} interleaved rounds, median (min-max)) | kvtrace | "
+        "baseline | ratio |\n|---|---|---|---|"
+    )
+    print(
+        f"| stack-distance pass, {accesses:,} block accesses | {spread(times['pass_block'])}"
+        f" = {figures['pass_block_maccesses_per_s']:.1f} M accesses/s | | |"
+    )
+    print(
+        f"| stack-distance pass, {layer_accesses:,} layer-block accesses | "
+        f"{spread(times['pass_layer_block'])} = "
+        f"{figures['pass_layer_block_maccesses_per_s']:.1f} M accesses/s | | |"
+    )
+    print(
+        f"| 16-capacity LRU sweep | {spread(times['kvtrace_sweep'])} | OrderedDict per "
+        f"capacity: {spread(times['ordered_dict_sweep'])} | "
+        f"{figures['sweep_speedup']:.0f}x |"
+    )
+    print(
+        f"| the same sweep as `dsa_hit_curve` (reads the trace) | "
+        f"{spread(times['hit_curve_query'])} | the OrderedDict sweep alone | "
+        f"{figures['query_speedup']:.0f}x |"
+    )
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "whatif.json").write_text(json.dumps(figures, indent=2))

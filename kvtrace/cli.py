@@ -51,8 +51,7 @@ from kvtrace.errors import (
     WarehouseDamaged,
 )
 
-ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload",
-                     "timeline"]
+ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload", "timeline"]
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from concurrent.futures import Executor
@@ -86,28 +85,45 @@ class Options:
 
 options = Options()
 
-AsOfOption = Annotated[int | None, typer.Option(
-    "--as-of", min=0, help="Read the warehouse as it was at this version (see the "
-                          "warehouse_commits view; default: the newest).")]
-EngineOption = Annotated[Literal["local", "ray"], typer.Option(
-    "--engine", help="local, or ray: spread the work over a Ray cluster's workers.")]
-AddressOption = Annotated[str | None, typer.Option(
-    "--address", help="The Ray cluster to join (e.g. 10.0.0.1:6379, or auto) [default: "
-                      "start one on this machine].")]
+AsOfOption = Annotated[
+    int | None,
+    typer.Option(
+        "--as-of",
+        min=0,
+        help="Read the warehouse as it was at this version (see the "
+        "warehouse_commits view; default: the newest).",
+    ),
+]
+EngineOption = Annotated[
+    Literal["local", "ray"],
+    typer.Option("--engine", help="local, or ray: spread the work over a Ray cluster's workers."),
+]
+AddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        help="The Ray cluster to join (e.g. 10.0.0.1:6379, or auto) [default: "
+        "start one on this machine].",
+    ),
+]
 OutputOption = Annotated[
     Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
 ]
-FormatOption = Annotated[
-    str, typer.Option("--format", "-f", help="table, csv, json or parquet.")
-]
+FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")]
 
 
 @app.callback()
 def _global(
-    warehouse: Annotated[str | None, typer.Option(
-        "--warehouse", "-w", envvar="KVTRACE_WAREHOUSE",
-        help="Warehouse folder, or object-store URI such as s3://bucket/prefix "
-             "[default: ./kvtrace-warehouse].")] = None,
+    warehouse: Annotated[
+        str | None,
+        typer.Option(
+            "--warehouse",
+            "-w",
+            envvar="KVTRACE_WAREHOUSE",
+            help="Warehouse folder, or object-store URI such as s3://bucket/prefix "
+            "[default: ./kvtrace-warehouse].",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
@@ -126,26 +142,39 @@ def _open(create: bool = False, as_of: int | None = None) -> Warehouse:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[str], typer.Argument(
-        help="Trace files, folders of them, or glob patterns (quoted).")],
+    paths: Annotated[
+        list[str], typer.Argument(help="Trace files, folders of them, or glob patterns (quoted).")
+    ],
     dataset: Annotated[str | None, typer.Option(help="Dataset label for every record.")] = None,
-    run_name: Annotated[str | None, typer.Option(help="Run name (default: the records', "
-                                                 "else the trace folder's).")] = None,
-    block_size: Annotated[int, typer.Option(
-        help="Block size for records that do not state theirs.")] = DEFAULT_BLOCK_SIZE,
-    kind: Annotated[Kind | None, typer.Option(
-        help="Read every file as dsa, pool, requests, eval, workload, benchmark, timeline "
-             "or summary (default: told by each file's content).")] = None,
-    experiment: Annotated[str | None, typer.Option(
-        help="Label for serving runs, e.g. exp2_2p6d (default: the run name).")] = None,
-    strict: Annotated[bool, typer.Option(
-        help="Exit non-zero when any line was rejected.")] = False,
-    columns: Annotated[str | None, typer.Option(
-        help="A CSV arrival trace of another layout: arrival=COL,input_tokens=COL,"
-             "output_tokens=COL[,model=COL,log_type=COL,arrival_unit=s|ms|us|datetime]."
-    )] = None,
-    jobs: Annotated[int, typer.Option(
-        "--jobs", "-j", min=1, help="Files read at once, each in its own process.")] = 1,
+    run_name: Annotated[
+        str | None, typer.Option(help="Run name (default: the records', else the trace folder's).")
+    ] = None,
+    block_size: Annotated[
+        int, typer.Option(help="Block size for records that do not state theirs.")
+    ] = DEFAULT_BLOCK_SIZE,
+    kind: Annotated[
+        Kind | None,
+        typer.Option(
+            help="Read every file as dsa, pool, requests, eval, workload, benchmark, timeline "
+            "or summary (default: told by each file's content)."
+        ),
+    ] = None,
+    experiment: Annotated[
+        str | None,
+        typer.Option(help="Label for serving runs, e.g. exp2_2p6d (default: the run name)."),
+    ] = None,
+    strict: Annotated[bool, typer.Option(help="Exit non-zero when any line was rejected.")] = False,
+    columns: Annotated[
+        str | None,
+        typer.Option(
+            help="A CSV arrival trace of another layout: arrival=COL,input_tokens=COL,"
+            "output_tokens=COL[,model=COL,log_type=COL,arrival_unit=s|ms|us|datetime]."
+        ),
+    ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", min=1, help="Files read at once, each in its own process."),
+    ] = 1,
     engine: EngineOption = "local",
     address: AddressOption = None,
 ) -> None:
@@ -166,10 +195,22 @@ def ingest(
     from kvtrace.ingest.workload import parse_column_mapping
 
     mapping = parse_column_mapping(columns) if columns is not None else None
-    report = _with_progress("ingesting", lambda hook: ingest_paths(
-        warehouse, paths, dataset=dataset, run_name=run_name, block_size=block_size,
-        kind=kind, experiment=experiment, columns=mapping, progress=hook, jobs=jobs,
-        executor=_executor(engine, address)))
+    report = _with_progress(
+        "ingesting",
+        lambda hook: ingest_paths(
+            warehouse,
+            paths,
+            dataset=dataset,
+            run_name=run_name,
+            block_size=block_size,
+            kind=kind,
+            experiment=experiment,
+            columns=mapping,
+            progress=hook,
+            jobs=jobs,
+            executor=_executor(engine, address),
+        ),
+    )
     _print_ingest(report)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
@@ -178,8 +219,13 @@ def ingest(
 def _with_progress(label: str, work):
     if options.quiet or not err.is_terminal:
         return work(None)
-    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-               TransferSpeedColumn(), TimeRemainingColumn())
+    columns = (
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task(label, total=None)
         return work(lambda done, total: bar.update(task, completed=done, total=total))
@@ -203,41 +249,55 @@ def _print_ingest(report: IngestReport) -> None:
             out.print(f"  skipped {count:,} {reason}")
         for stat, tally in item.disagreements.items():
             if tally.first_line is None:  # a file-wide figure, e.g. RULER's summary.csv
-                out.print(f"  {stat}: the source says {tally.source_value:g}, kvtrace "
-                          f"recomputes {tally.recomputed:g}; the samples are stored")
+                out.print(
+                    f"  {stat}: the source says {tally.source_value:g}, kvtrace "
+                    f"recomputes {tally.recomputed:g}; the samples are stored"
+                )
                 continue
             out.print(
                 f"  source {stat.removeprefix('src_')} disagreed with the recomputed value "
                 f"on {tally.disagreeing:,} of {tally.checked:,} rows (line {tally.first_line}: "
                 f"{tally.source_value:g} vs {tally.recomputed:g}); the recomputed values are "
-                "stored")
+                "stored"
+            )
     if skipped := skipped_files(report):
-        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5
-                                          else "")
+        shown = ", ".join(skipped[:5]) + (
+            f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        )
         out.print(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
-    out.print(f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected "
-              f"into {options.path}")
+    out.print(
+        f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected into {options.path}"
+    )
 
 
 collect_app = typer.Typer(
-    no_args_is_help=True, rich_markup_mode=None,
+    no_args_is_help=True,
+    rich_markup_mode=None,
     help="Collect traces straight into the warehouse.\n\n"
-         "Example: kvtrace collect pool --endpoint decode-0=http://10.0.0.5:30000/server_info")
+    "Example: kvtrace collect pool --endpoint decode-0=http://10.0.0.5:30000/server_info",
+)
 app.add_typer(collect_app, name="collect")
 
 
 @collect_app.command("pool")
 def collect_pool(
-    endpoint: Annotated[list[str], typer.Option(
-        help="Worker to poll: NAME=URL or URL; /server_info (instrumented JSON) or "
-             "/metrics (Prometheus). Repeat for each worker.")],
+    endpoint: Annotated[
+        list[str],
+        typer.Option(
+            help="Worker to poll: NAME=URL or URL; /server_info (instrumented JSON) or "
+            "/metrics (Prometheus). Repeat for each worker."
+        ),
+    ],
     interval: Annotated[float, typer.Option(help="Seconds between polls of a worker.")] = 1.0,
-    duration: Annotated[float | None, typer.Option(
-        help="Stop after this many seconds (default: until Ctrl-C or SIGTERM).")] = None,
-    timeout: Annotated[float | None, typer.Option(
-        help="Per-poll timeout in seconds (default: half the interval, at most 5).")] = None,
-    run_name: Annotated[str | None, typer.Option(help="Run name (default: pool-<time>).")
-                        ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Per-poll timeout in seconds (default: half the interval, at most 5)."),
+    ] = None,
+    run_name: Annotated[str | None, typer.Option(help="Run name (default: pool-<time>).")] = None,
     experiment: Annotated[str | None, typer.Option(help="Experiment label.")] = None,
 ) -> None:
     """Poll every worker's KV pool and write pool_snapshots in small batches.
@@ -254,68 +314,110 @@ def collect_pool(
 
     def show(report) -> None:
         if not options.quiet and err.is_terminal:
-            err.print(f"{report.polls:,} polls, {report.errors:,} errors, "
-                      f"{report.rows:,} rows written", end="\r")
+            err.print(
+                f"{report.polls:,} polls, {report.errors:,} errors, {report.rows:,} rows written",
+                end="\r",
+            )
 
     stop = threading.Event()
     with _stopped_by_sigterm(stop):
-        report = poll_pool(warehouse, targets, interval_s=interval, duration_s=duration,
-                           timeout_s=timeout, run_name=run_name, experiment=experiment,
-                           on_batch=show, stop=stop)
-    out.print(f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
-              f"with errors, {report.rows:,} rows into run {report.run_id}")
+        report = poll_pool(
+            warehouse,
+            targets,
+            interval_s=interval,
+            duration_s=duration,
+            timeout_s=timeout,
+            run_name=run_name,
+            experiment=experiment,
+            on_batch=show,
+            stop=stop,
+        )
+    out.print(
+        f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
+        f"with errors, {report.rows:,} rows into run {report.run_id}"
+    )
 
 
 @collect_app.command("dsa")
 def collect_dsa_command(
-    model: Annotated[str, typer.Option(
-        help="dsa-ref, or the folder of a local Hugging Face causal LM (traced with the "
-             "top-k of its attention).")] = "dsa-ref",
-    tokenizer: Annotated[Path | None, typer.Option(
-        help="A tokenizer.json to encode prompts with [default: bytes for dsa-ref, the "
-             "model's own for a Hugging Face folder].")] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            help="dsa-ref, or the folder of a local Hugging Face causal LM (traced with the "
+            "top-k of its attention)."
+        ),
+    ] = "dsa-ref",
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            help="A tokenizer.json to encode prompts with [default: bytes for dsa-ref, the "
+            "model's own for a Hugging Face folder]."
+        ),
+    ] = None,
     dataset: Annotated[DatasetName, typer.Option(help="Dataset runner.")] = "ruler",
-    data_file: Annotated[Path | None, typer.Option(
-        help="Local dataset file (ruler: RULER .jsonl or .tgz; sharegpt: the ShareGPT "
-             "JSON; longbench-v2: data.json; burstgpt: the CSV).")] = None,
-    hf_dataset: Annotated[str | None, typer.Option(
-        help="ruler, sharegpt, longbench-v2: a Hugging Face dataset id (online) or a "
-             "local folder, read with the datasets library.")] = None,
+    data_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Local dataset file (ruler: RULER .jsonl or .tgz; sharegpt: the ShareGPT "
+            "JSON; longbench-v2: data.json; burstgpt: the CSV)."
+        ),
+    ] = None,
+    hf_dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="ruler, sharegpt, longbench-v2: a Hugging Face dataset id (online) or a "
+            "local folder, read with the datasets library."
+        ),
+    ] = None,
     hf_split: Annotated[str, typer.Option(help="Split of --hf-dataset.")] = "train",
-    hf_revision: Annotated[str | None, typer.Option(
-        help="Revision (branch, tag or commit) of --hf-dataset.")] = None,
-    length: Annotated[str | None, typer.Option(
-        help="longbench-v2 length classes, comma-separated: short,medium,long.")] = None,
-    batch_size: Annotated[int, typer.Option(
-        help="Requests decoded together (burstgpt: at most this many that have arrived).")
+    hf_revision: Annotated[
+        str | None, typer.Option(help="Revision (branch, tag or commit) of --hf-dataset.")
+    ] = None,
+    length: Annotated[
+        str | None,
+        typer.Option(help="longbench-v2 length classes, comma-separated: short,medium,long."),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            help="Requests decoded together (burstgpt: at most this many that have arrived)."
+        ),
     ] = 1,
-    time_scale: Annotated[float, typer.Option(
-        help="burstgpt, workload: divide recorded arrival times by this.")] = 1.0,
-    workload: Annotated[str | None, typer.Option(
-        help="--dataset workload: an ingested arrival trace (run name or id) to replay; "
-             "block hashes become shared prompt prefixes.")] = None,
-    turn_mode: Annotated[TurnMode, typer.Option(
-        help="sharegpt: full or per_user_turn.")] = "full",
+    time_scale: Annotated[
+        float, typer.Option(help="burstgpt, workload: divide recorded arrival times by this.")
+    ] = 1.0,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="--dataset workload: an ingested arrival trace (run name or id) to replay; "
+            "block hashes become shared prompt prefixes."
+        ),
+    ] = None,
+    turn_mode: Annotated[TurnMode, typer.Option(help="sharegpt: full or per_user_turn.")] = "full",
     limit: Annotated[int, typer.Option(help="Requests to run.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(
-        help="Tokens to generate per request (0: until EOS or max_seq_len).")] = 16,
-    max_prompt_tokens: Annotated[int, typer.Option(
-        help="Longer prompts are skipped and recorded with a skip reason.")] = 16384,
+    max_new_tokens: Annotated[
+        int, typer.Option(help="Tokens to generate per request (0: until EOS or max_seq_len).")
+    ] = 16,
+    max_prompt_tokens: Annotated[
+        int, typer.Option(help="Longer prompts are skipped and recorded with a skip reason.")
+    ] = 16384,
     ruler_length: Annotated[int, typer.Option(help="RULER prompt length in tokens.")] = 4096,
-    ruler_variant: Annotated[RulerVariant, typer.Option(help="RULER NIAH: single or multikey.")
-                             ] = "single",
-    block_size: Annotated[list[int] | None, typer.Option(
-        help="Block size to store (repeatable) [default: 64].")] = None,
+    ruler_variant: Annotated[
+        RulerVariant, typer.Option(help="RULER NIAH: single or multikey.")
+    ] = "single",
+    block_size: Annotated[
+        list[int] | None, typer.Option(help="Block size to store (repeatable) [default: 64].")
+    ] = None,
     sample_rate: Annotated[float, typer.Option(help="Share of records kept.")] = 1.0,
     temperature: Annotated[float, typer.Option(help="0 decodes greedily.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of weights, data and sampling.")] = 0,
     layers: Annotated[int, typer.Option(help="dsa-ref layers.")] = 4,
     topk: Annotated[int, typer.Option(help="dsa-ref index top-k.")] = 2048,
-    weights: Annotated[Path | None, typer.Option(help="dsa-ref weights (safetensors).")
-                       ] = None,
+    weights: Annotated[Path | None, typer.Option(help="dsa-ref weights (safetensors).")] = None,
     scores: Annotated[Scores, typer.Option(help="stats or full index scores.")] = "stats",
-    run_name: Annotated[str | None, typer.Option(help="Run name [default: <dataset>-<model>-"
-                                                 "<seed>].")] = None,
+    run_name: Annotated[
+        str | None, typer.Option(help="Run name [default: <dataset>-<model>-<seed>].")
+    ] = None,
 ) -> None:
     """Run a dataset through a DSA model and trace its top-k selections into the warehouse.
 
@@ -323,20 +425,40 @@ def collect_dsa_command(
     """
     if data_file is not None and hf_dataset is not None:
         raise KvtraceError("give --data-file or --hf-dataset, not both")
-    result = _run_collect(DsaCollectOptions(
-        model=model, tokenizer_file=tokenizer, layers=layers, topk=topk, weights=weights,
-        dataset=dataset, data_file=data_file,
-        hub=HubDataset(hf_dataset, hf_split, hf_revision) if hf_dataset else None,
-        turn_mode=turn_mode, length_filter=length, ruler_length=ruler_length,
-        ruler_variant=ruler_variant, limit=limit, batch_size=batch_size,
-        time_scale=time_scale, workload=workload, max_new_tokens=max_new_tokens,
-        max_prompt_tokens=max_prompt_tokens, block_sizes=tuple(block_size or (64,)),
-        sample_rate=sample_rate, temperature=temperature, seed=seed, scores=scores,
-        run_name=run_name))
-    out.print(f"{result.requests} request(s) traced, {result.skipped} skipped, "
-              f"{result.new_tokens:,} tokens in {result.seconds:.1f} s "
-              f"({result.new_tokens / max(result.seconds, 1e-9):.1f} tokens/s) into run "
-              f"{result.run_id}")
+    result = _run_collect(
+        DsaCollectOptions(
+            model=model,
+            tokenizer_file=tokenizer,
+            layers=layers,
+            topk=topk,
+            weights=weights,
+            dataset=dataset,
+            data_file=data_file,
+            hub=HubDataset(hf_dataset, hf_split, hf_revision) if hf_dataset else None,
+            turn_mode=turn_mode,
+            length_filter=length,
+            ruler_length=ruler_length,
+            ruler_variant=ruler_variant,
+            limit=limit,
+            batch_size=batch_size,
+            time_scale=time_scale,
+            workload=workload,
+            max_new_tokens=max_new_tokens,
+            max_prompt_tokens=max_prompt_tokens,
+            block_sizes=tuple(block_size or (64,)),
+            sample_rate=sample_rate,
+            temperature=temperature,
+            seed=seed,
+            scores=scores,
+            run_name=run_name,
+        )
+    )
+    out.print(
+        f"{result.requests} request(s) traced, {result.skipped} skipped, "
+        f"{result.new_tokens:,} tokens in {result.seconds:.1f} s "
+        f"({result.new_tokens / max(result.seconds, 1e-9):.1f} tokens/s) into run "
+        f"{result.run_id}"
+    )
 
 
 @contextmanager
@@ -365,15 +487,22 @@ def _request_progress(total: int):
     if options.quiet or not err.is_terminal:
         yield None
         return
-    with Progress("[progress.description]{task.description}", BarColumn(),
-                  "{task.completed}/{task.total} requests", "{task.fields[rate]}",
-                  TimeRemainingColumn(), console=err, transient=True) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        "{task.completed}/{task.total} requests",
+        "{task.fields[rate]}",
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
         task = bar.add_task("collecting", total=total, rate="")
 
         def advance(report) -> None:
             rate = report.new_tokens / max(report.seconds, 1e-9)
-            bar.update(task, completed=report.requests + report.skipped,
-                       rate=f"{rate:.1f} tokens/s")
+            bar.update(
+                task, completed=report.requests + report.skipped, rate=f"{rate:.1f} tokens/s"
+            )
 
         yield advance
 
@@ -384,10 +513,14 @@ def sql(
     file: Annotated[Path | None, typer.Option("--file", help="Read the SQL from a file.")] = None,
     fmt: FormatOption = "table",
     output: OutputOption = None,
-    no_external_access: Annotated[bool, typer.Option(
-        "--no-external-access",
-        help="Read no file outside the warehouse and change no setting: for SQL that "
-             "someone else wrote.")] = False,
+    no_external_access: Annotated[
+        bool,
+        typer.Option(
+            "--no-external-access",
+            help="Read no file outside the warehouse and change no setting: for SQL that "
+            "someone else wrote.",
+        ),
+    ] = False,
     as_of: AsOfOption = None,
 ) -> None:
     """Run read-only SQL against the warehouse's views.
@@ -447,8 +580,7 @@ def _read_text(path: Path) -> str:
 
 def _output_format(fmt: str, output: Path | None) -> OutputFormat:
     if fmt not in OUTPUT_FORMATS:
-        raise KvtraceError(f"expected one of {', '.join(OUTPUT_FORMATS)} for --format, "
-                           f"got {fmt!r}")
+        raise KvtraceError(f"expected one of {', '.join(OUTPUT_FORMATS)} for --format, got {fmt!r}")
     if fmt == "parquet" and output is None:
         raise KvtraceError("--format parquet needs --output FILE")
     return fmt  # type: ignore[return-value]
@@ -467,27 +599,47 @@ def _emit(data: bytes, output: Path | None) -> None:
 
 @app.command()
 def whatif(
-    run: Annotated[list[str] | None, typer.Option(
-        help="Run id or run name (repeatable) [default: every DSA run].")] = None,
-    block_size: Annotated[list[int] | None, typer.Option(
-        help="Block size in tokens to re-bin at (repeatable) [default: 64].")] = None,
-    tier: Annotated[list[str] | None, typer.Option(
-        help="NAME:CAPACITY:GBPS:LATENCY_US, fastest first (repeatable); CAPACITY in "
-             "blocks (items of the granularity), the last tier inf; GB/s = 10^9 bytes/s; "
-             "microseconds per read [default: hbm:4096:3000:0 host:65536:50:5 "
-             "remote:inf:20:30].")] = None,
-    policy: Annotated[Policy, typer.Option(
-        help="lru, opt (Belady, the ceiling), fifo or pin_prefix.")] = "lru",
-    granularity: Annotated[Granularity, typer.Option(
-        help="block: (request, block), all layers move together; layer_block: (request, "
-             "layer, block).")] = "block",
-    scope: Annotated[Scope, typer.Option(
-        help="request: a cache per request; run: one cache shared by a run's requests.")
+    run: Annotated[
+        list[str] | None,
+        typer.Option(help="Run id or run name (repeatable) [default: every DSA run]."),
+    ] = None,
+    block_size: Annotated[
+        list[int] | None,
+        typer.Option(help="Block size in tokens to re-bin at (repeatable) [default: 64]."),
+    ] = None,
+    tier: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME:CAPACITY:GBPS:LATENCY_US, fastest first (repeatable); CAPACITY in "
+            "blocks (items of the granularity), the last tier inf; GB/s = 10^9 bytes/s; "
+            "microseconds per read [default: hbm:4096:3000:0 host:65536:50:5 "
+            "remote:inf:20:30]."
+        ),
+    ] = None,
+    policy: Annotated[
+        Policy, typer.Option(help="lru, opt (Belady, the ceiling), fifo or pin_prefix.")
+    ] = "lru",
+    granularity: Annotated[
+        Granularity,
+        typer.Option(
+            help="block: (request, block), all layers move together; layer_block: (request, "
+            "layer, block)."
+        ),
+    ] = "block",
+    scope: Annotated[
+        Scope,
+        typer.Option(
+            help="request: a cache per request; run: one cache shared by a run's requests."
+        ),
     ] = "request",
-    bytes_per_token: Annotated[int, typer.Option(
-        help="KV bytes per token and layer [default: 656, DeepSeek-V3.2's FP8 sparse-MLA "
-             "cache (FlashMLA): 512 B FP8 latent + 16 B scales + 128 B BF16 RoPE; the "
-             "seed tracer's BF16 estimate is 1152].")] = DEEPSEEK_V32_BYTES_PER_TOKEN,
+    bytes_per_token: Annotated[
+        int,
+        typer.Option(
+            help="KV bytes per token and layer [default: 656, DeepSeek-V3.2's FP8 sparse-MLA "
+            "cache (FlashMLA): 512 B FP8 latent + 16 B scales + 128 B BF16 RoPE; the "
+            "seed tracer's BF16 estimate is 1152]."
+        ),
+    ] = DEEPSEEK_V32_BYTES_PER_TOKEN,
     fmt: FormatOption = "table",
     output: OutputOption = None,
     engine: EngineOption = "local",
@@ -507,9 +659,13 @@ def whatif(
     chosen = _output_format(fmt, output)
     spec = WhatIfSpec(
         block_sizes=tuple(block_size or [DEFAULT_BLOCK_SIZE]),
-        tiers=tuple(Tier.parse(text) for text in (tier or DEFAULT_TIERS)), policy=policy,
-        granularity=granularity, scope=scope, bytes_per_token=bytes_per_token,
-        runs=tuple(run) if run else None)
+        tiers=tuple(Tier.parse(text) for text in (tier or DEFAULT_TIERS)),
+        policy=policy,
+        granularity=granularity,
+        scope=scope,
+        bytes_per_token=bytes_per_token,
+        runs=tuple(run) if run else None,
+    )
     with _busy("Simulating the tiers"):
         result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
     if chosen == "table" and output is None:
@@ -561,8 +717,9 @@ def views() -> None:
 @app.command()
 def summary(
     run: Annotated[str, typer.Option(help="Run id or run name.")],
-    block_size: Annotated[int | None, typer.Option(
-        help="Stored block size (needed when the run has several).")] = None,
+    block_size: Annotated[
+        int | None, typer.Option(help="Stored block size (needed when the run has several).")
+    ] = None,
     output: OutputOption = None,
     as_of: AsOfOption = None,
     engine: EngineOption = "local",
@@ -576,8 +733,11 @@ def summary(
     from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec
 
     with _busy("Counting"):
-        result = run_analysis(SummaryAnalysis(SummarySpec(run, block_size)),
-                              _open(as_of=as_of), _executor(engine, address))
+        result = run_analysis(
+            SummaryAnalysis(SummarySpec(run, block_size)),
+            _open(as_of=as_of),
+            _executor(engine, address),
+        )
     _emit((json.dumps(result, indent=2) + "\n").encode(), output)
 
 
@@ -610,18 +770,27 @@ def optimize(
         err.print(note)
     for table, what in report.tables.items():
         out.print(f"{table}: {what}")
-    out.print(f"warehouse version {report.version}"
-              + ("" if report.tables else " (nothing to compact)"))
+    out.print(
+        f"warehouse version {report.version}" + ("" if report.tables else " (nothing to compact)")
+    )
 
 
 @app.command()
 def vacuum(
-    retain_hours: Annotated[float, typer.Option(
-        min=0, help="Keep every file a version of the last N hours needs (under 1 needs "
-                    "--force).")] = 168.0,
-    force: Annotated[bool, typer.Option(
-        help="Vacuum with a retention under 1 hour: a query running now may lose files "
-             "it reads, and --as-of those versions stops working.")] = False,
+    retain_hours: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Keep every file a version of the last N hours needs (under 1 needs --force).",
+        ),
+    ] = 168.0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Vacuum with a retention under 1 hour: a query running now may lose files "
+            "it reads, and --as-of those versions stops working."
+        ),
+    ] = False,
     dry_run: Annotated[bool, typer.Option(help="List what would go; delete nothing.")] = False,
 ) -> None:
     """Delete files that no recent version needs (Delta Lake's vacuum), and drop the files
@@ -639,15 +808,19 @@ def vacuum(
         err.print(note)
     for table, what in report.tables.items():
         out.print(f"{table}: {what}")
-    out.print("nothing to delete" if not report.tables else
-              f"warehouse version {report.version}")
+    out.print("nothing to delete" if not report.tables else f"warehouse version {report.version}")
 
 
 @app.command("check")
 def check_command(
-    repair: Annotated[bool, typer.Option(
-        "--repair", help="Return a damaged warehouse to its newest consistent version and "
-                         "list the sources to ingest again.")] = False,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Return a damaged warehouse to its newest consistent version and "
+            "list the sources to ingest again.",
+        ),
+    ] = False,
 ) -> None:
     """Verify every table's log, the journal and every file the warehouse shows.
 
@@ -668,8 +841,9 @@ def check_command(
         for line in done.done:
             out.print(f"repaired: {line}")
         if done.sources:
-            out.print("ingest these sources again to restore their rows: "
-                      + ", ".join(done.sources))
+            out.print(
+                "ingest these sources again to restore their rows: " + ", ".join(done.sources)
+            )
         found = done.after
     else:
         with _busy("Checking"):
@@ -681,10 +855,16 @@ def check_command(
     if found.problems:
         raise WarehouseDamaged(
             f"{len(found.problems)} problem(s) in {warehouse.location}"
-            + ("" if repair else "; 'kvtrace check --repair' returns it to its newest "
-                                 "consistent version"))
-    out.print(f"{warehouse.location} is healthy: {len(found.logs)} logs and "
-              f"{found.files_checked:,} data files checked")
+            + (
+                ""
+                if repair
+                else "; 'kvtrace check --repair' returns it to its newest consistent version"
+            )
+        )
+    out.print(
+        f"{warehouse.location} is healthy: {len(found.logs)} logs and "
+        f"{found.files_checked:,} data files checked"
+    )
 
 
 @app.command()
@@ -713,11 +893,21 @@ def demo() -> None:
 
     Example: kvtrace demo
     """
-    result = _run_collect(DsaCollectOptions(
-        dataset="ruler", limit=6, max_new_tokens=16, ruler_length=3000, block_sizes=(64, 16),
-        topk=256, run_name="demo-ruler-dsa-ref"))
-    out.print(f"traced {result.requests} requests ({result.new_tokens} tokens, "
-              f"{result.seconds:.1f} s) into run {result.run_id}")
+    result = _run_collect(
+        DsaCollectOptions(
+            dataset="ruler",
+            limit=6,
+            max_new_tokens=16,
+            ruler_length=3000,
+            block_sizes=(64, 16),
+            topk=256,
+            run_name="demo-ruler-dsa-ref",
+        )
+    )
+    out.print(
+        f"traced {result.requests} requests ({result.new_tokens} tokens, "
+        f"{result.seconds:.1f} s) into run {result.run_id}"
+    )
     warehouse = _open()
     con = connect(warehouse)
     try:
@@ -731,20 +921,28 @@ def demo() -> None:
     if warehouse.root is not None:
         report = warehouse.root.parent / report.name
     _write_report(warehouse, "dsa", runs=[result.run_id], experiments=[], output=report)
-    out.print(f"\nWarehouse: {warehouse.location}\nReport:    {report}\nNext: kvtrace -w "
-              f'{warehouse.location} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '
-              "lists the views)")
+    out.print(
+        f"\nWarehouse: {warehouse.location}\nReport:    {report}\nNext: kvtrace -w "
+        f'{warehouse.location} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '
+        "lists the views)"
+    )
 
 
 @app.command("report")
 def report_command(
     name: Annotated[ReportName, typer.Argument(help="The report.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
-    run: Annotated[list[str] | None, typer.Option(
-        help="Run id or run name to cover (repeatable) [default: every run of the kind]; "
-             "compare: the two sides; eval: the first two are diffed.")] = None,
-    experiment: Annotated[list[str] | None, typer.Option(
-        help="Experiment label to cover (repeatable); compare: the two sides.")] = None,
+    run: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Run id or run name to cover (repeatable) [default: every run of the kind]; "
+            "compare: the two sides; eval: the first two are diffed."
+        ),
+    ] = None,
+    experiment: Annotated[
+        list[str] | None,
+        typer.Option(help="Experiment label to cover (repeatable); compare: the two sides."),
+    ] = None,
     as_of: AsOfOption = None,
 ) -> None:
     """Render a self-contained HTML report (charts and tables, with their SQL).
@@ -754,13 +952,15 @@ def report_command(
 
     Example: kvtrace report dsa --run demo-ruler-dsa-ref --output dsa.html
     """
-    _write_report(_open(as_of=as_of), name, runs=run or [], experiments=experiment or [],
-                  output=output)
+    _write_report(
+        _open(as_of=as_of), name, runs=run or [], experiments=experiment or [], output=output
+    )
     out.print(f"wrote {output}")
 
 
-def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
-                  experiments: list[str], output: Path) -> None:
+def _write_report(
+    warehouse: Warehouse, name: str, *, runs: list[str], experiments: list[str], output: Path
+) -> None:
     """Render report ``name`` to ``output``; its command line is the one that makes it
     again (the warehouse version pinned)."""
     import shlex
@@ -773,10 +973,23 @@ def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
         raise KvtraceError(f"expected {', '.join(known)} for the report, got {name!r}")
     selection = [arg for run in runs for arg in ("--run", run)]
     selection += [arg for label in experiments for arg in ("--experiment", label)]
-    command_line = shlex.join(["kvtrace", "-w", warehouse.location, "report", name, *selection,
-                               "--as-of", str(warehouse.version), "--output", output.name])
-    html = render_report(warehouse, known[name], runs=runs, experiments=experiments,
-                         command_line=command_line)
+    command_line = shlex.join(
+        [
+            "kvtrace",
+            "-w",
+            warehouse.location,
+            "report",
+            name,
+            *selection,
+            "--as-of",
+            str(warehouse.version),
+            "--output",
+            output.name,
+        ]
+    )
+    html = render_report(
+        warehouse, known[name], runs=runs, experiments=experiments, command_line=command_line
+    )
     output.parent.mkdir(parents=True, exist_ok=True)
     from kvtrace.sql.query import write_output
 
@@ -786,17 +999,28 @@ def _write_report(warehouse: Warehouse, name: str, *, runs: list[str],
 def _print_summary_table(result: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"DSA summary of {result['run_name']} ({result['dataset']}, "
-                  f"block size {result['config']['kv_block_size_tokens']})")
+    table = Table(
+        title=f"DSA summary of {result['run_name']} ({result['dataset']}, "
+        f"block size {result['config']['kv_block_size_tokens']})"
+    )
     table.add_column("statistic", no_wrap=True)
     for name in ("count", "min", "p50", "p95", "max", "mean"):
         table.add_column(name, justify="right")
-    for name in ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block", "offsets",
-                 "prefix_intersection_ratio"):
+    for name in (
+        "unique_blocks",
+        "touched_block_ratio",
+        "tokens_per_touched_block",
+        "offsets",
+        "prefix_intersection_ratio",
+    ):
         stats = result[name]
-        table.add_row(name, *(f"{stats[k]:,}" if k == "count" else
-                              "-" if stats[k] is None else f"{stats[k]:.4g}"
-                              for k in ("count", "min", "p50", "p95", "max", "mean")))
+        table.add_row(
+            name,
+            *(
+                f"{stats[k]:,}" if k == "count" else "-" if stats[k] is None else f"{stats[k]:.4g}"
+                for k in ("count", "min", "p50", "p95", "max", "mean")
+            ),
+        )
     out.print(table)
     hot = result["prefix_hot_blocks"]
     for request, blocks in list(hot.items())[:3]:
@@ -840,8 +1064,9 @@ def run() -> int:
     except OSError as exc:
         if options.debug:
             raise
-        return _fail(f"Error: {exc.strerror or exc}"
-                     + (f": {exc.filename}" if exc.filename else ""), 1)
+        return _fail(
+            f"Error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), 1
+        )
     except Exception as exc:
         if options.debug:
             raise
@@ -849,8 +1074,11 @@ def run() -> int:
             from kvtrace.sql.query import query_error
 
             return _fail(f"Error: {query_error(exc)}", 1)  # a view read what it could not
-        return _fail(f"Error: kvtrace failed unexpectedly ({type(exc).__name__}: {exc}); "
-                     "rerun with --debug and report it", 1)  # a bug: one line
+        return _fail(
+            f"Error: kvtrace failed unexpectedly ({type(exc).__name__}: {exc}); "
+            "rerun with --debug and report it",
+            1,
+        )  # a bug: one line
     return 0
 
 

@@ -12,8 +12,7 @@ from typing import Literal
 DEFAULT_PATH = "kvtrace-warehouse"
 DEFAULT_BLOCK_SIZE = 64  # tokens, for DSA records that do not state theirs
 
-Kind = Literal["dsa", "pool", "requests", "eval", "workload", "benchmark", "timeline",
-               "summary"]
+Kind = Literal["dsa", "pool", "requests", "eval", "workload", "benchmark", "timeline", "summary"]
 
 OutputFormat = Literal["table", "csv", "json", "parquet"]
 OUTPUT_FORMATS: tuple[str, ...] = ("table", "csv", "json", "parquet")

@@ -45,11 +45,13 @@ def opt_hits(stream: list, capacity: int) -> list[bool]:
             continue
         hits.append(False)
         if len(cache) == capacity:
+
             def next_use(other, start=i):
                 for j in range(start + 1, len(stream)):
                     if stream[j] == other:
                         return j
                 return len(stream) + 1
+
             cache.remove(max(cache, key=next_use))
         cache.add(item)
     return hits
@@ -60,5 +62,5 @@ def stack_distance(stream: list) -> list[int]:
     out = []
     for i, item in enumerate(stream):
         previous = max((j for j in range(i) if stream[j] == item), default=None)
-        out.append(-1 if previous is None else len(set(stream[previous + 1:i])))
+        out.append(-1 if previous is None else len(set(stream[previous + 1 : i])))
     return out

@@ -51,13 +51,21 @@ def warehouse(tmp_path: Path) -> Warehouse:
     return Warehouse(warehouse_at(tmp_path / "wh"), create=True)
 
 
-def seed_record(request_id: int, layer: int, step: int, positions: list[int], *,
-                block_size: int = 16, **extra) -> dict:
+def seed_record(
+    request_id: int, layer: int, step: int, positions: list[int], *, block_size: int = 16, **extra
+) -> dict:
     """A flat tracer record with only the fields ingest needs, plus ``extra``."""
     return {
-        "event": "dsa_topk", "run_name": "hand", "dataset": "unit", "request_id": request_id,
-        "layer_id": layer, "step_idx": step, "seq_len_current": step + 1,
-        "block_size_tokens": block_size, "selected_token_pos": positions, **extra,
+        "event": "dsa_topk",
+        "run_name": "hand",
+        "dataset": "unit",
+        "request_id": request_id,
+        "layer_id": layer,
+        "step_idx": step,
+        "seq_len_current": step + 1,
+        "block_size_tokens": block_size,
+        "selected_token_pos": positions,
+        **extra,
     }
 
 
@@ -100,8 +108,10 @@ def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
 
     out, err = io.BytesIO(), io.BytesIO()
     saved = (sys.stdout, sys.stderr, sys.argv, os.getcwd(), cli_module.options)
-    streams = (io.TextIOWrapper(out, encoding="utf-8", write_through=True),
-               io.TextIOWrapper(err, encoding="utf-8", write_through=True))
+    streams = (
+        io.TextIOWrapper(out, encoding="utf-8", write_through=True),
+        io.TextIOWrapper(err, encoding="utf-8", write_through=True),
+    )
     sys.stdout, sys.stderr = streams
     sys.argv = ["kvtrace", *args]
     cli_module.options = cli_module.Options()
@@ -115,8 +125,9 @@ def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
             stream.detach()  # the captured bytes stay readable
         sys.stdout, sys.stderr, sys.argv, cwd_before, cli_module.options = saved
         os.chdir(cwd_before)
-    return subprocess.CompletedProcess(["kvtrace", *args], status,
-                                       out.getvalue().decode(), err.getvalue().decode())
+    return subprocess.CompletedProcess(
+        ["kvtrace", *args], status, out.getvalue().decode(), err.getvalue().decode()
+    )
 
 
 @pytest.fixture

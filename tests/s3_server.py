@@ -10,8 +10,14 @@ import sys
 import time
 import urllib.request
 
-ENVIRONMENT = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL",
-               "AWS_ALLOW_HTTP", "AWS_EC2_METADATA_DISABLED")
+ENVIRONMENT = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ALLOW_HTTP",
+    "AWS_EC2_METADATA_DISABLED",
+)
 
 
 def _free_port() -> int:
@@ -34,7 +40,9 @@ class S3Server:
         self.endpoint = f"http://127.0.0.1:{port}"
         self._process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while True:
             try:

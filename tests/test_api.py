@@ -33,14 +33,20 @@ def test_two_processes_ingesting_at_once_lose_nothing(tmp_path, synthetic_trace)
     second = synthetic_trace("rank1", requests=2, steps=3, layers=61, seed=1)
     root = warehouse_at(tmp_path / "wh")
     Warehouse(root, create=True)
-    script = ("import sys; from kvtrace.ingest import ingest; "
-              "from kvtrace.warehouse import Warehouse; "
-              "ingest(Warehouse(sys.argv[1]), [sys.argv[2]])")
-    workers = [subprocess.Popen([sys.executable, "-c", script, str(root), str(path)])
-               for path in (first, second)]
+    script = (
+        "import sys; from kvtrace.ingest import ingest; "
+        "from kvtrace.warehouse import Warehouse; "
+        "ingest(Warehouse(sys.argv[1]), [sys.argv[2]])"
+    )
+    workers = [
+        subprocess.Popen([sys.executable, "-c", script, str(root), str(path)])
+        for path in (first, second)
+    ]
     assert [w.wait() for w in workers] == [0, 0]
     con = connect(Warehouse(root))
-    counts = dict(con.execute(
-        "SELECT r.run_name, count(*) FROM dsa_steps JOIN runs AS r USING (run_id) GROUP BY 1"
-    ).fetchall())
+    counts = dict(
+        con.execute(
+            "SELECT r.run_name, count(*) FROM dsa_steps JOIN runs AS r USING (run_id) GROUP BY 1"
+        ).fetchall()
+    )
     assert counts == {"rank0": len(read_records(first)), "rank1": len(read_records(second))}

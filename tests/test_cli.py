@@ -44,12 +44,15 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
     assert strict.stderr.strip() == "Error: 1 line(s) were rejected (--strict)"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["ingest", "missing.jsonl"], "Error: missing.jsonl does not exist"),
-    (["ingest", "other.jsonl"], "Error: "),
-    (["ingest", "--block-size", "x", "other.jsonl"], "Usage:"),
-    (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ingest", "missing.jsonl"], "Error: missing.jsonl does not exist"),
+        (["ingest", "other.jsonl"], "Error: "),
+        (["ingest", "--block-size", "x", "other.jsonl"], "Usage:"),
+        (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
+    ],
+)
 def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
     (tmp_path / "other.jsonl").write_text('{"hello": "world"}\n')
     result = kvtrace("-w", warehouse_at(tmp_path / "wh"), *args, cwd=tmp_path)
@@ -63,8 +66,12 @@ def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
 
 def test_sql_refuses_statements_that_write(loaded, tmp_path):
     target = tmp_path / "out.csv"
-    for statement in (f"COPY (SELECT 1) TO '{target}'", "CREATE TABLE t AS SELECT 1",
-                      "SELECT 1; DROP VIEW dsa_steps", f"ATTACH '{tmp_path / 'x.db'}'"):
+    for statement in (
+        f"COPY (SELECT 1) TO '{target}'",
+        "CREATE TABLE t AS SELECT 1",
+        "SELECT 1; DROP VIEW dsa_steps",
+        f"ATTACH '{tmp_path / 'x.db'}'",
+    ):
         result = kvtrace("-w", str(loaded), "sql", statement)
         assert result.returncode == 1 and "read-only" in result.stderr, statement
     assert not target.exists()
@@ -94,8 +101,13 @@ def test_summary_writes_the_tracers_summary_json(loaded, tmp_path):
     result = kvtrace("-w", str(loaded), "summary", "--run", "cli", "--output", str(out))
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())
-    for field in ("unique_blocks", "tokens_per_touched_block", "offsets",
-                  "touched_block_ratio", "prefix_intersection_ratio"):
+    for field in (
+        "unique_blocks",
+        "tokens_per_touched_block",
+        "offsets",
+        "touched_block_ratio",
+        "prefix_intersection_ratio",
+    ):
         assert set(summary[field]) == {"count", "min", "p50", "p95", "max", "mean"}
     assert summary["config"]["kv_block_size_tokens"] == 64
     assert summary["unique_blocks"]["count"] == 12
@@ -120,48 +132,121 @@ def test_collect_pool_polls_and_reports(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "pool", "--endpoint",
-                     f"decode-0=http://127.0.0.1:{port}/server_info", "--interval", "0.2",
-                     "--duration", "0.5", "--run-name", "cli-poll")
+    result = kvtrace(
+        "-w",
+        warehouse_at(tmp_path / "wh"),
+        "collect",
+        "pool",
+        "--endpoint",
+        f"decode-0=http://127.0.0.1:{port}/server_info",
+        "--interval",
+        "0.2",
+        "--duration",
+        "0.5",
+        "--run-name",
+        "cli-poll",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("polled 1 worker(s): ")
-    refused = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "pool", "--endpoint",
-                      "http://127.0.0.1:1/x", "--interval", "1", "--timeout", "2")
+    refused = kvtrace(
+        "-w",
+        warehouse_at(tmp_path / "wh"),
+        "collect",
+        "pool",
+        "--endpoint",
+        "http://127.0.0.1:1/x",
+        "--interval",
+        "1",
+        "--timeout",
+        "2",
+    )
     assert refused.returncode == 1 and "below the interval" in refused.stderr
 
 
 def test_collect_dsa_traces_a_small_ruler_run(tmp_path):
-    result = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--limit", "2",
-                     "--ruler-length", "600", "--max-new-tokens", "3", "--layers", "2",
-                     "--topk", "64", "--block-size", "16", "--run-name", "cli-dsa")
+    result = kvtrace(
+        "-w",
+        warehouse_at(tmp_path / "wh"),
+        "collect",
+        "dsa",
+        "--limit",
+        "2",
+        "--ruler-length",
+        "600",
+        "--max-new-tokens",
+        "3",
+        "--layers",
+        "2",
+        "--topk",
+        "64",
+        "--block-size",
+        "16",
+        "--run-name",
+        "cli-dsa",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("2 request(s) traced, 0 skipped, 6 tokens")
-    rows = kvtrace("-w", warehouse_at(tmp_path / "wh"), "sql",
-                   "SELECT count(*) AS n, max(len(selected_pos)) AS k FROM dsa_steps",
-                   "-f", "csv").stdout
+    rows = kvtrace(
+        "-w",
+        warehouse_at(tmp_path / "wh"),
+        "sql",
+        "SELECT count(*) AS n, max(len(selected_pos)) AS k FROM dsa_steps",
+        "-f",
+        "csv",
+    ).stdout
     assert rows.splitlines()[1] == "8,64"  # 2 requests x 2 decode steps x 2 layers
     bad = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
     assert bad.returncode == 2 and "'mmlu' is not one of 'ruler', 'sharegpt'" in bad.stderr
-    chat = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--dataset", "sharegpt",
-                   "--data-file", "tests/data/sharegpt_format_dummy_conversation.json",
-                   "--turn-mode", "per_user_turn", "--limit", "3", "--max-new-tokens", "2",
-                   "--layers", "1", "--topk", "32", "--run-name", "cli-chat",
-                   cwd=Path(__file__).parent.parent)
+    chat = kvtrace(
+        "-w",
+        warehouse_at(tmp_path / "wh"),
+        "collect",
+        "dsa",
+        "--dataset",
+        "sharegpt",
+        "--data-file",
+        "tests/data/sharegpt_format_dummy_conversation.json",
+        "--turn-mode",
+        "per_user_turn",
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "2",
+        "--layers",
+        "1",
+        "--topk",
+        "32",
+        "--run-name",
+        "cli-chat",
+        cwd=Path(__file__).parent.parent,
+    )
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.startswith("3 request(s) traced")
-    variant = kvtrace("-w", warehouse_at(tmp_path / "wh"), "sql",
-                      "SELECT dataset_variant FROM runs WHERE run_name = 'cli-chat'",
-                      "-f", "csv").stdout.splitlines()[1].strip('"')
+    variant = (
+        kvtrace(
+            "-w",
+            warehouse_at(tmp_path / "wh"),
+            "sql",
+            "SELECT dataset_variant FROM runs WHERE run_name = 'cli-chat'",
+            "-f",
+            "csv",
+        )
+        .stdout.splitlines()[1]
+        .strip('"')
+    )
     assert variant.startswith("sharegpt_format_dummy_conversation.json (sha256 ")
 
 
 def test_collecting_without_torch_says_how_to_install_it(tmp_path):
-    script = ("import sys; sys.modules['torch'] = None; from kvtrace.cli import main; "
-              f"sys.argv = ['kvtrace', '-w', {str(tmp_path / 'wh')!r}, 'demo']; main()")
+    script = (
+        "import sys; sys.modules['torch'] = None; from kvtrace.cli import main; "
+        f"sys.argv = ['kvtrace', '-w', {str(tmp_path / 'wh')!r}, 'demo']; main()"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 1
-    assert result.stderr == ("Error: collecting DSA traces needs torch; install it with "
-                             "pip install 'kvtrace[collect]'\n")
+    assert result.stderr == (
+        "Error: collecting DSA traces needs torch; install it with pip install 'kvtrace[collect]'\n"
+    )
 
 
 def test_views_lists_documented_objects():
@@ -179,9 +264,11 @@ def test_every_command_has_help_with_an_example_and_appears_in_the_readme():
 
 
 def test_importing_the_cli_loads_no_heavy_module():
-    code = ("import sys, kvtrace, kvtrace.cli; "
-            "print(sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'torch', 'numba', "
-            "'polars', 'altair') if m in sys.modules))")
+    code = (
+        "import sys, kvtrace, kvtrace.cli; "
+        "print(sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'torch', 'numba', "
+        "'polars', 'altair') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

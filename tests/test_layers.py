@@ -11,8 +11,16 @@ PACKAGE = Path(kvtrace.__file__).parent
 
 # layer -> kvtrace packages its modules may not import
 FORBIDDEN = {
-    "kernels": {"warehouse", "sql", "analysis", "ingest", "collectors", "reports",
-                "distributed", "cli"},
+    "kernels": {
+        "warehouse",
+        "sql",
+        "analysis",
+        "ingest",
+        "collectors",
+        "reports",
+        "distributed",
+        "cli",
+    },
     "warehouse": {"sql", "analysis", "ingest", "collectors", "reports", "distributed", "cli"},
     "sql": {"analysis", "ingest", "collectors", "reports", "distributed", "cli"},
     "analysis": {"ingest", "collectors", "reports", "distributed", "cli"},
@@ -20,8 +28,16 @@ FORBIDDEN = {
     "collectors": {"sql", "analysis", "ingest", "reports", "distributed", "cli"},
     "reports": {"ingest", "collectors", "distributed", "cli"},
     "distributed": {"collectors", "reports", "cli"},
-    "synthetic": {"warehouse", "sql", "analysis", "ingest", "collectors", "reports",
-                  "distributed", "cli"},
+    "synthetic": {
+        "warehouse",
+        "sql",
+        "analysis",
+        "ingest",
+        "collectors",
+        "reports",
+        "distributed",
+        "cli",
+    },
 }
 TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "cli", "defaults", "errors"}
 
@@ -54,16 +70,22 @@ def _private_names_imported(path: Path, package: str) -> list[str]:
     """Names starting with ``_`` that ``path`` imports from ``kvtrace.<package>``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
-                and node.module.startswith(f"kvtrace.{package}")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith(f"kvtrace.{package}")
+        ):
             found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     return found
 
 
 def test_the_distributed_engine_uses_only_public_names_of_the_analysis_layer():
-    private = [f"{path.relative_to(PACKAGE)}: {name}"
-               for path in sorted((PACKAGE / "distributed").rglob("*.py"))
-               for name in _private_names_imported(path, "analysis")]
+    private = [
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in sorted((PACKAGE / "distributed").rglob("*.py"))
+        for name in _private_names_imported(path, "analysis")
+    ]
     assert private == []
 
 

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from kvtrace.warehouse import Warehouse
 
 
-def connect(warehouse: Warehouse | str | os.PathLike[str] | None = None
-            ) -> duckdb.DuckDBPyConnection:
+def connect(
+    warehouse: Warehouse | str | os.PathLike[str] | None = None,
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table, view, macro and function of a warehouse.
 
     ``warehouse`` is an open `Warehouse` or its path (default: `default_path`).

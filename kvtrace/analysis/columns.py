@@ -5,24 +5,52 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-HIT_CURVE = pa.struct([
-    ("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),
-    ("granularity", pa.string()), ("scope", pa.string()), ("capacity_blocks", pa.int64()),
-    ("accesses", pa.int64()), ("hits", pa.int64()), ("hit_rate", pa.float64()),
-    ("missed_blocks", pa.int64()),
-])
-REUSE = pa.struct([
-    ("run_id", pa.string()), ("block_size", pa.int32()), ("granularity", pa.string()),
-    ("scope", pa.string()), ("distance", pa.int64()), ("accesses", pa.int64()),
-])
-PREFIX_HIT_CURVE = pa.struct([
-    ("run_id", pa.string()), ("policy", pa.string()), ("capacity_blocks", pa.int64()),
-    ("accesses", pa.int64()), ("hits", pa.int64()), ("hit_rate", pa.float64()),
-])
-COST_MODEL = pa.struct([
-    ("run_id", pa.string()), ("source", pa.string()), ("observations", pa.int64()),
-    ("intercept_s", pa.float64()), ("per_prefill_token_s", pa.float64()),
-    ("per_decode_token_s", pa.float64()), ("per_kv_token_s", pa.float64()),
-    ("r2", pa.float64()), ("residual_p50_s", pa.float64()),
-    ("residual_p90_s", pa.float64()), ("residual_p99_s", pa.float64()),
-])
+HIT_CURVE = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("block_size", pa.int32()),
+        ("policy", pa.string()),
+        ("granularity", pa.string()),
+        ("scope", pa.string()),
+        ("capacity_blocks", pa.int64()),
+        ("accesses", pa.int64()),
+        ("hits", pa.int64()),
+        ("hit_rate", pa.float64()),
+        ("missed_blocks", pa.int64()),
+    ]
+)
+REUSE = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("block_size", pa.int32()),
+        ("granularity", pa.string()),
+        ("scope", pa.string()),
+        ("distance", pa.int64()),
+        ("accesses", pa.int64()),
+    ]
+)
+PREFIX_HIT_CURVE = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("policy", pa.string()),
+        ("capacity_blocks", pa.int64()),
+        ("accesses", pa.int64()),
+        ("hits", pa.int64()),
+        ("hit_rate", pa.float64()),
+    ]
+)
+COST_MODEL = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("source", pa.string()),
+        ("observations", pa.int64()),
+        ("intercept_s", pa.float64()),
+        ("per_prefill_token_s", pa.float64()),
+        ("per_decode_token_s", pa.float64()),
+        ("per_kv_token_s", pa.float64()),
+        ("r2", pa.float64()),
+        ("residual_p50_s", pa.float64()),
+        ("residual_p90_s", pa.float64()),
+        ("residual_p99_s", pa.float64()),
+    ]
+)

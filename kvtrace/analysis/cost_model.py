@@ -43,16 +43,18 @@ _QUERIES = {
 def cost_model_rows(con: duckdb.DuckDBPyConnection, source: str) -> list[dict]:
     """One fitted model per run of ``source``."""
     if source not in COST_SOURCES:
-        raise QueryError(f"expected one of {', '.join(COST_SOURCES)} for the source, got "
-                         f"{source!r}")
+        raise QueryError(
+            f"expected one of {', '.join(COST_SOURCES)} for the source, got {source!r}"
+        )
     table = con.sql(_QUERIES[source]).to_arrow_table()
     runs = table["run_id"].to_numpy(zero_copy_only=False)
     rows = []
     for run_id in dict.fromkeys(runs):
         chosen = runs == run_id
         y = np.asarray(table["seconds"].to_numpy(zero_copy_only=False), float)[chosen]
-        features = {t: np.asarray(table[t].to_numpy(zero_copy_only=False), float)[chosen]
-                    for t in _TERMS}
+        features = {
+            t: np.asarray(table[t].to_numpy(zero_copy_only=False), float)[chosen] for t in _TERMS
+        }
         rows.append(_fit(str(run_id), source, y, features))
     return rows
 
@@ -65,9 +67,11 @@ def _fit(run_id: str, source: str, y: np.ndarray, features: dict[str, np.ndarray
     total = float(((y - y.mean()) ** 2).sum())
     fitted = dict(zip(used, coefficients[1:], strict=True))
     return {
-        "run_id": run_id, "source": source, "observations": len(y),
+        "run_id": run_id,
+        "source": source,
+        "observations": len(y),
         "intercept_s": float(coefficients[0]),
         **{f"per_{t[:-1]}_s": (float(fitted[t]) if t in fitted else None) for t in _TERMS},
-        "r2": 1 - float((residuals ** 2).sum()) / total if total > 0 else None,
+        "r2": 1 - float((residuals**2).sum()) / total if total > 0 else None,
         **{f"residual_p{q}_s": float(np.percentile(residuals, q)) for q in (50, 90, 99)},
     }

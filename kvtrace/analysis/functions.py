@@ -46,28 +46,39 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     def rows(struct: pa.StructType, found: list[dict], calls: pa.ChunkedArray) -> pa.Array:
         return pa.array([found] * len(calls), pa.list_(struct))
 
-    def hit_curve(bs: pa.ChunkedArray, policy: pa.ChunkedArray, granularity: pa.ChunkedArray,
-                  scope: pa.ChunkedArray, capacities: pa.ChunkedArray) -> pa.Array:
+    def hit_curve(
+        bs: pa.ChunkedArray,
+        policy: pa.ChunkedArray,
+        granularity: pa.ChunkedArray,
+        scope: pa.ChunkedArray,
+        capacities: pa.ChunkedArray,
+    ) -> pa.Array:
         from kvtrace.analysis.kv_access import curves
 
-        found = curves.hit_curve_rows(cursor(), _constant(bs), _constant(policy),
-                                      _constant(granularity), _constant(scope),
-                                      _constant(capacities) or [])
+        found = curves.hit_curve_rows(
+            cursor(),
+            _constant(bs),
+            _constant(policy),
+            _constant(granularity),
+            _constant(scope),
+            _constant(capacities) or [],
+        )
         return rows(HIT_CURVE, found, bs)
 
-    def reuse(bs: pa.ChunkedArray, granularity: pa.ChunkedArray,
-              scope: pa.ChunkedArray) -> pa.Array:
+    def reuse(
+        bs: pa.ChunkedArray, granularity: pa.ChunkedArray, scope: pa.ChunkedArray
+    ) -> pa.Array:
         from kvtrace.analysis.kv_access import curves
 
-        found = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity),
-                                  _constant(scope))
+        found = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity), _constant(scope))
         return rows(REUSE, found, bs)
 
     def prefix_hit_curve(policy: pa.ChunkedArray, capacities: pa.ChunkedArray) -> pa.Array:
         from kvtrace.analysis import prefix_cache
 
-        found = prefix_cache.prefix_hit_curve_rows(cursor(), _constant(policy),
-                                                   _constant(capacities) or [])
+        found = prefix_cache.prefix_hit_curve_rows(
+            cursor(), _constant(policy), _constant(capacities) or []
+        )
         return rows(PREFIX_HIT_CURVE, found, policy)
 
     def cost_model(source: pa.ChunkedArray) -> pa.Array:
@@ -76,13 +87,17 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         return rows(COST_MODEL, model.cost_model_rows(cursor(), _constant(source)), source)
 
     functions: list[tuple[str, Callable[..., pa.Array], list[Any], pa.StructType]] = [
-        ("kvtrace_hit_curve", hit_curve,
-         ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"], HIT_CURVE),
+        (
+            "kvtrace_hit_curve",
+            hit_curve,
+            ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],
+            HIT_CURVE,
+        ),
         ("kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"], REUSE),
-        ("kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"],
-         PREFIX_HIT_CURVE),
+        ("kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"], PREFIX_HIT_CURVE),
         ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
     ]
     for name, function, arguments, struct in functions:
-        con.create_function(name, function, arguments, f"{duckdb_type(struct)}[]",
-                            type=_ARROW, side_effects=True)
+        con.create_function(
+            name, function, arguments, f"{duckdb_type(struct)}[]", type=_ARROW, side_effects=True
+        )

@@ -55,8 +55,12 @@ def run_here(analysis: ShareAnalysis[Any, Any, R], con: duckdb.DuckDBPyConnectio
     return analysis.merge(con, shares, [analysis.run(con, share) for share in shares])
 
 
-def run_analysis(analysis: ShareAnalysis[Any, Any, R], warehouse: Warehouse,
-                 executor: Executor | None = None, tasks: int | None = None) -> R:
+def run_analysis(
+    analysis: ShareAnalysis[Any, Any, R],
+    warehouse: Warehouse,
+    executor: Executor | None = None,
+    tasks: int | None = None,
+) -> R:
     """The analysis over ``warehouse``: here, or with each share a task of ``executor``
     (about ``tasks`` shares; by default as many as the executor has workers)."""
     from kvtrace.analysis import connect
@@ -67,21 +71,25 @@ def run_analysis(analysis: ShareAnalysis[Any, Any, R], warehouse: Warehouse,
             return run_here(analysis, con)
         finally:
             con.close()
-    pinned = warehouse if warehouse.as_of is not None else Warehouse(
-        warehouse.location, as_of=warehouse.version)
+    pinned = (
+        warehouse
+        if warehouse.as_of is not None
+        else Warehouse(warehouse.location, as_of=warehouse.version)
+    )
     con = connect(pinned)
     try:
         workers: int = tasks or getattr(executor, "workers", None) or os.cpu_count() or 1
         shares = analysis.plan(con, workers)
-        futures = [executor.submit(run_share, pinned.location, pinned.version, analysis, share)
-                   for share in shares]
+        futures = [
+            executor.submit(run_share, pinned.location, pinned.version, analysis, share)
+            for share in shares
+        ]
         return analysis.merge(con, shares, [future.result() for future in futures])
     finally:
         con.close()
 
 
-def run_share(location: str, version: int, analysis: ShareAnalysis[S, P, Any],
-              share: S) -> P:
+def run_share(location: str, version: int, analysis: ShareAnalysis[S, P, Any], share: S) -> P:
     """One task: a share of ``analysis``, read from the pinned version."""
     return analysis.run(pinned_connection(location, version), share)
 

@@ -22,11 +22,20 @@ from kvtrace.analysis.summary_shares import (
 from kvtrace.errors import QueryError
 
 # The run settings summary.json's config carries, as the collector recorded them.
-_SETTINGS = {"topk": "topk", "sample_rate": "sample_rate", "temperature": "temperature",
-             "seed": "seed", "prefix_tokens": "prefix_key_tokens",
-             "max_new_tokens": "max_new_tokens", "max_prompt_tokens": "max_prompt_tokens",
-             "batch_size": "batch_size", "layers": "layers", "scores": "scores",
-             "phase": "phase", "block_sizes": "block_sizes"}
+_SETTINGS = {
+    "topk": "topk",
+    "sample_rate": "sample_rate",
+    "temperature": "temperature",
+    "seed": "seed",
+    "prefix_tokens": "prefix_key_tokens",
+    "max_new_tokens": "max_new_tokens",
+    "max_prompt_tokens": "max_prompt_tokens",
+    "batch_size": "batch_size",
+    "layers": "layers",
+    "scores": "scores",
+    "phase": "phase",
+    "block_sizes": "block_sizes",
+}
 
 
 @dataclass(frozen=True)
@@ -63,13 +72,15 @@ class SummaryAnalysis:
     def run(self, con: duckdb.DuckDBPyConnection, share: SummaryShare) -> ShareCounts:
         return share_counts(con, share.trace, share.requests)
 
-    def merge(self, con: duckdb.DuckDBPyConnection, shares: list[SummaryShare],
-              parts: list[ShareCounts]) -> dict[str, Any]:
+    def merge(
+        self, con: duckdb.DuckDBPyConnection, shares: list[SummaryShare], parts: list[ShareCounts]
+    ) -> dict[str, Any]:
         return _summary(con, shares[0].run, shares[0].trace, row_statistics(merge(parts)))
 
 
-def run_summary(con: duckdb.DuckDBPyConnection, run: str,
-                block_size: int | None = None) -> dict[str, Any]:
+def run_summary(
+    con: duckdb.DuckDBPyConnection, run: str, block_size: int | None = None
+) -> dict[str, Any]:
     """The summary of ``run`` (a run id or run name) at a stored block size, on ``con``.
 
     ``block_size`` may be left out when the run was stored at one block size only.
@@ -77,8 +88,9 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str,
     return run_here(SummaryAnalysis(SummarySpec(run, block_size)), con)
 
 
-def _summary(con: duckdb.DuckDBPyConnection, row: dict[str, Any], trace: StoredTrace,
-             per_row: dict[str, Any]) -> dict[str, Any]:
+def _summary(
+    con: duckdb.DuckDBPyConnection, row: dict[str, Any], trace: StoredTrace, per_row: dict[str, Any]
+) -> dict[str, Any]:
     collector = json.loads(row["collector_config"] or "{}")
     summary: dict[str, Any] = {
         "run_name": row["run_name"],
@@ -90,7 +102,8 @@ def _summary(con: duckdb.DuckDBPyConnection, row: dict[str, Any], trace: StoredT
         "unique_blocks": per_row["unique_blocks"],
         "touched_block_ratio": per_row["touched_block_ratio"],
         "tokens_per_touched_block": ingest_histogram_statistics(
-            con, "_dsa_fill_hist_values", trace),
+            con, "_dsa_fill_hist_values", trace
+        ),
         "offsets": ingest_histogram_statistics(con, "_dsa_offset_hist_values", trace),
         "prefix_intersection_ratio": per_row["prefix_intersection_ratio"],
         "prefix_hot_blocks": per_row["prefix_hot_blocks"],
@@ -100,8 +113,9 @@ def _summary(con: duckdb.DuckDBPyConnection, row: dict[str, Any], trace: StoredT
     return summary
 
 
-def _stored_trace(con: duckdb.DuckDBPyConnection, run: str,
-                  block_size: int | None) -> dict[str, Any]:
+def _stored_trace(
+    con: duckdb.DuckDBPyConnection, run: str, block_size: int | None
+) -> dict[str, Any]:
     """The one stored trace ``run`` names at ``block_size``, with the run's settings."""
     rows = con.execute(
         "SELECT r.run_name, r.collector_config, r.dataset_variant, t.* "
@@ -120,20 +134,25 @@ def _stored_trace(con: duckdb.DuckDBPyConnection, run: str,
         )
     sizes = sorted({row["block_size"] for row in found})
     if block_size is None and len(sizes) > 1:
-        raise QueryError(f"run {run!r} is stored at block sizes {sizes}; choose one with "
-                         "--block-size")
+        raise QueryError(
+            f"run {run!r} is stored at block sizes {sizes}; choose one with --block-size"
+        )
     chosen = [row for row in found if block_size in (None, row["block_size"])]
     if not chosen:
-        raise QueryError(f"run {run!r} is stored at block sizes {sizes}, not {block_size}; "
-                         "dsa_blocks(B) re-bins it at any size")
+        raise QueryError(
+            f"run {run!r} is stored at block sizes {sizes}, not {block_size}; "
+            "dsa_blocks(B) re-bins it at any size"
+        )
     if len(ids := sorted({row["run_id"] for row in chosen})) > 1:
-        raise QueryError(f"{len(ids)} runs are named {run!r} ({', '.join(ids)}); give one "
-                         "of their ids")
+        raise QueryError(
+            f"{len(ids)} runs are named {run!r} ({', '.join(ids)}); give one of their ids"
+        )
     if len(chosen) > 1:
-        raise QueryError(f"run {run!r} holds several datasets "
-                         f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary")
+        raise QueryError(
+            f"run {run!r} holds several datasets "
+            f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary"
+        )
     return chosen[0]
-
 
 
 def _config(collector: dict, block_size: int, dataset_variant: str | None) -> dict[str, Any]:
@@ -147,8 +166,9 @@ def _config(collector: dict, block_size: int, dataset_variant: str | None) -> di
 
 def _serving(con: duckdb.DuckDBPyConnection, run_id: str, collector: dict) -> dict[str, Any]:
     """Seed section 5.3's serving block of an arrival-trace run (BurstGPT replays)."""
-    latency = con.execute("SELECT * FROM dsa_request_latency WHERE run_id = $run",
-                          {"run": run_id}).fetchone()
+    latency = con.execute(
+        "SELECT * FROM dsa_request_latency WHERE run_id = $run", {"run": run_id}
+    ).fetchone()
     values = latency[2:] if latency is not None else (None,) * 4
     return {
         "requests": latency[1] if latency is not None else 0,

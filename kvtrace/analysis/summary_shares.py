@@ -47,14 +47,19 @@ class ShareCounts:
     touches: pa.Table
 
 
-def share_counts(con: duckdb.DuckDBPyConnection, trace: StoredTrace,
-                 requests: tuple[int, int] | None = None) -> ShareCounts:
+def share_counts(
+    con: duckdb.DuckDBPyConnection, trace: StoredTrace, requests: tuple[int, int] | None = None
+) -> ShareCounts:
     """The counts of ``trace``'s requests with ids in ``requests`` (inclusive), or of all."""
     cursor = cursor_of(con)
     try:
-        parts = {part: cursor.sql(
-            f"FROM _dsa_share_{part}($run, $dataset, $block_size, $first, $last)",
-            params=_share(trace, requests)).to_arrow_table() for part in _PARTS}
+        parts = {
+            part: cursor.sql(
+                f"FROM _dsa_share_{part}($run, $dataset, $block_size, $first, $last)",
+                params=_share(trace, requests),
+            ).to_arrow_table()
+            for part in _PARTS
+        }
     finally:
         cursor.close()
     return ShareCounts(**parts)
@@ -62,27 +67,43 @@ def share_counts(con: duckdb.DuckDBPyConnection, trace: StoredTrace,
 
 def trace_requests(con: duckdb.DuckDBPyConnection, trace: StoredTrace) -> list[int]:
     """The request ids of ``trace``, ascending."""
-    return [row[0] for row in con.execute(
-        "SELECT DISTINCT request_id FROM _dsa_share_rows($run, $dataset, $block_size, "
-        "$first, $last) ORDER BY request_id", _share(trace, None)).fetchall()]
+    return [
+        row[0]
+        for row in con.execute(
+            "SELECT DISTINCT request_id FROM _dsa_share_rows($run, $dataset, $block_size, "
+            "$first, $last) ORDER BY request_id",
+            _share(trace, None),
+        ).fetchall()
+    ]
 
 
-def ingest_histogram_statistics(con: duckdb.DuckDBPyConnection, histogram: str,
-                                trace: StoredTrace) -> dict[str, Any]:
+def ingest_histogram_statistics(
+    con: duckdb.DuckDBPyConnection, histogram: str, trace: StoredTrace
+) -> dict[str, Any]:
     """Statistics of a histogram ingest wrote for ``trace`` (``_dsa_fill_hist_values`` or
     ``_dsa_offset_hist_values``), its files' counts added."""
-    table = con.sql("FROM _dsa_trace_histogram($histogram, $run, $dataset, $block_size)",
-                    params={"histogram": histogram, "run": trace.run_id,
-                            "dataset": trace.dataset, "block_size": trace.block_size},
-                    ).to_arrow_table()
+    table = con.sql(
+        "FROM _dsa_trace_histogram($histogram, $run, $dataset, $block_size)",
+        params={
+            "histogram": histogram,
+            "run": trace.run_id,
+            "dataset": trace.dataset,
+            "block_size": trace.block_size,
+        },
+    ).to_arrow_table()
     return histogram_statistics(*_columns(table, "value"))
 
 
 def _share(trace: StoredTrace, requests: tuple[int, int] | None) -> dict[str, Any]:
     """The arguments of the ``_dsa_share_*`` macros for a share of ``trace``."""
     first, last = requests or _ALL_REQUESTS
-    return {"run": trace.run_id, "dataset": trace.dataset, "block_size": trace.block_size,
-            "first": first, "last": last}
+    return {
+        "run": trace.run_id,
+        "dataset": trace.dataset,
+        "block_size": trace.block_size,
+        "first": first,
+        "last": last,
+    }
 
 
 def merge(shares: Sequence[ShareCounts]) -> ShareCounts:
@@ -121,8 +142,9 @@ def histogram_statistics(values: np.ndarray, counts: np.ndarray) -> dict[str, An
     return _statistics(values.astype(np.float64), counts, total, sum_of_values / total)
 
 
-def ratio_statistics(numerators: np.ndarray, denominators: np.ndarray,
-                     counts: np.ndarray) -> dict[str, Any]:
+def ratio_statistics(
+    numerators: np.ndarray, denominators: np.ndarray, counts: np.ndarray
+) -> dict[str, Any]:
     """{count, min, p50, p95, max, mean} of observations ``numerators[i] /
     denominators[i]``, each seen ``counts[i]`` times; a zero denominator is no observation
     (SQL's NULL).  The mean is exact, correctly rounded."""
@@ -132,8 +154,9 @@ def ratio_statistics(numerators: np.ndarray, denominators: np.ndarray,
     if total == 0:
         return _empty()
     per_denominator: dict[int, int] = {}
-    for num, den, n in zip(numerators.tolist(), denominators.tolist(), counts.tolist(),
-                           strict=True):
+    for num, den, n in zip(
+        numerators.tolist(), denominators.tolist(), counts.tolist(), strict=True
+    ):
         per_denominator[den] = per_denominator.get(den, 0) + num * n
     exact = sum((Fraction(part, den) for den, part in per_denominator.items()), Fraction(0))
     mean = float(exact / total)
@@ -141,8 +164,7 @@ def ratio_statistics(numerators: np.ndarray, denominators: np.ndarray,
     return _statistics(values, counts, total, mean)
 
 
-def _statistics(values: np.ndarray, counts: np.ndarray, total: int,
-                mean: float) -> dict[str, Any]:
+def _statistics(values: np.ndarray, counts: np.ndarray, total: int, mean: float) -> dict[str, Any]:
     order = np.argsort(values, kind="stable")
     values, ends = values[order], np.cumsum(counts[order])
 
@@ -156,8 +178,14 @@ def _statistics(values: np.ndarray, counts: np.ndarray, total: int,
         low, high = at_rank(below), at_rank(min(below + 1, total - 1))
         return low if position == below else low + (position - below) * (high - low)
 
-    return {"count": total, "min": float(values[0]), "p50": quantile(0.5),
-            "p95": quantile(0.95), "max": float(values[-1]), "mean": mean}
+    return {
+        "count": total,
+        "min": float(values[0]),
+        "p50": quantile(0.5),
+        "p95": quantile(0.95),
+        "max": float(values[-1]),
+        "mean": mean,
+    }
 
 
 def _empty() -> dict[str, Any]:
@@ -169,8 +197,9 @@ def _hot_blocks(touches: pa.Table) -> dict[str, list[dict[str, int]]]:
     request, block, n = _columns(touches, "request_id", "block_id")
     order = np.lexsort((block, -n, request))
     hot: dict[str, list[dict[str, int]]] = {}
-    for r, b, count in zip(request[order].tolist(), block[order].tolist(),
-                           n[order].tolist(), strict=True):
+    for r, b, count in zip(
+        request[order].tolist(), block[order].tolist(), n[order].tolist(), strict=True
+    ):
         blocks = hot.setdefault(str(r), [])
         if len(blocks) < _HOT_BLOCKS:
             blocks.append({"block_id": b, "touch_count": count})

@@ -30,9 +30,17 @@ class TracedModel(Protocol):
 
     def config_dict(self) -> dict[str, Any]: ...
 
-    def generate(self, prompt: list[int], max_new_tokens: int, *, request_id: int,
-                 tracer: Any, temperature: float, eos_id: int | None, seed: int
-                 ) -> list[int]: ...
+    def generate(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        *,
+        request_id: int,
+        tracer: Any,
+        temperature: float,
+        eos_id: int | None,
+        seed: int,
+    ) -> list[int]: ...
 
 
 class Tokenizer(Protocol):
@@ -67,14 +75,25 @@ class _Job:
 Progress = Callable[[CollectReport], None]
 
 
-def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *,
-                model: TracedModel, tokenizer: Tokenizer, run_name: str, dataset: str,
-                dataset_variant: str | None = None, block_sizes: tuple[int, ...] = (64,),
-                sample_rate: float = 1.0, max_new_tokens: int = 16,
-                max_prompt_tokens: int = 16384, batch_size: int = 1,
-                temperature: float = 0.0, seed: int = 0,
-                scores: Literal["stats", "full"] = "stats",
-                progress: Progress | None = None) -> CollectReport:
+def collect_dsa(
+    warehouse: Warehouse,
+    requests: Iterable[DatasetRequest],
+    *,
+    model: TracedModel,
+    tokenizer: Tokenizer,
+    run_name: str,
+    dataset: str,
+    dataset_variant: str | None = None,
+    block_sizes: tuple[int, ...] = (64,),
+    sample_rate: float = 1.0,
+    max_new_tokens: int = 16,
+    max_prompt_tokens: int = 16384,
+    batch_size: int = 1,
+    temperature: float = 0.0,
+    seed: int = 0,
+    scores: Literal["stats", "full"] = "stats",
+    progress: Progress | None = None,
+) -> CollectReport:
     """Decode every request with ``model``, tracing its DSA selections into ``warehouse``.
 
     Requests are decoded ``batch_size`` at a time (one batched decode step for all of
@@ -84,25 +103,50 @@ def collect_dsa(warehouse: Warehouse, requests: Iterable[DatasetRequest], *,
     """
     _check_batching(model, batch_size)
     tracer = DsaTracer(
-        warehouse, run_name=run_name, dataset=dataset, block_sizes=block_sizes,
-        topk=model.index_topk, sample_rate=sample_rate, seed=seed, scores=scores,
-        model=model.name, model_config=model.config_dict(), dataset_variant=dataset_variant,
-        collector_config={"max_new_tokens": max_new_tokens, "temperature": temperature,
-                          "max_prompt_tokens": max_prompt_tokens, "batch_size": batch_size})
+        warehouse,
+        run_name=run_name,
+        dataset=dataset,
+        block_sizes=block_sizes,
+        topk=model.index_topk,
+        sample_rate=sample_rate,
+        seed=seed,
+        scores=scores,
+        model=model.name,
+        model_config=model.config_dict(),
+        dataset_variant=dataset_variant,
+        collector_config={
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "max_prompt_tokens": max_prompt_tokens,
+            "batch_size": batch_size,
+        },
+    )
     report = CollectReport(tracer.run_id)
     started = time.perf_counter()
     limit = _prompt_limit(model, max_prompt_tokens)
-    decoding: dict[str, Any] = dict(model=model, tokenizer=tokenizer, report=report,
-                                    temperature=temperature,
-                                    eos_id=tokenizer.eos_id, seed=seed)
+    decoding: dict[str, Any] = dict(
+        model=model,
+        tokenizer=tokenizer,
+        report=report,
+        temperature=temperature,
+        eos_id=tokenizer.eos_id,
+        seed=seed,
+    )
     batch: list[_Job] = []
     try:
         for request in requests:
             prompt = tokenizer.encode(request.prompt)
             if _skipped(tracer, report, request.request_id, len(prompt), limit):
                 continue
-            batch.append(_Job(request.request_id, prompt, max_new_tokens,
-                              time.perf_counter() - started, request))
+            batch.append(
+                _Job(
+                    request.request_id,
+                    prompt,
+                    max_new_tokens,
+                    time.perf_counter() - started,
+                    request,
+                )
+            )
             if len(batch) == batch_size:
                 _decode(tracer, batch, clock_s=time.perf_counter() - started, **decoding)
                 batch = []
@@ -130,20 +174,31 @@ def _prompt_limit(model: TracedModel, max_prompt_tokens: int) -> int:
     return min(max_prompt_tokens, model.max_seq_len - 1)
 
 
-def _skipped(tracer: DsaTracer, report: CollectReport, request_id: int, prompt_tokens: int,
-             limit: int) -> bool:
+def _skipped(
+    tracer: DsaTracer, report: CollectReport, request_id: int, prompt_tokens: int, limit: int
+) -> bool:
     """Record a request whose prompt is too long as skipped; say whether it was."""
     if prompt_tokens <= limit:
         return False
-    tracer.skip_request(request_id, prompt_tokens,
-                        f"prompt of {prompt_tokens} tokens is longer than {limit}")
+    tracer.skip_request(
+        request_id, prompt_tokens, f"prompt of {prompt_tokens} tokens is longer than {limit}"
+    )
     report.skipped += 1
     return True
 
 
-def _decode(tracer: DsaTracer, batch: list[_Job], *, model: TracedModel,
-            tokenizer: Tokenizer, report: CollectReport, clock_s: float, temperature: float,
-            eos_id: int | None, seed: int) -> float:
+def _decode(
+    tracer: DsaTracer,
+    batch: list[_Job],
+    *,
+    model: TracedModel,
+    tokenizer: Tokenizer,
+    report: CollectReport,
+    clock_s: float,
+    temperature: float,
+    eos_id: int | None,
+    seed: int,
+) -> float:
     """Decode a batch of requests with the tracer on; returns the time the last one
     finished on the caller's clock (``clock_s`` plus the seconds decoding took)."""
     for job in batch:
@@ -156,42 +211,72 @@ def _decode(tracer: DsaTracer, batch: list[_Job], *, model: TracedModel,
 
     if len(batch) == 1:
         job = batch[0]
-        outs = [model.generate(job.prompt, job.budget, request_id=job.request_id,
-                               tracer=tracer, temperature=temperature, eos_id=eos_id,
-                               seed=seed + job.request_id)]
+        outs = [
+            model.generate(
+                job.prompt,
+                job.budget,
+                request_id=job.request_id,
+                tracer=tracer,
+                temperature=temperature,
+                eos_id=eos_id,
+                seed=seed + job.request_id,
+            )
+        ]
         finish(0)
     else:
         # _check_batching made sure that the model has generate_batch
         outs = model.generate_batch(  # type: ignore[attr-defined]
-            [job.prompt for job in batch], [job.budget for job in batch],
-            request_ids=[job.request_id for job in batch], tracer=tracer,
-            temperature=temperature, eos_id=eos_id,
-            seeds=[seed + job.request_id for job in batch], on_finish=finish)
+            [job.prompt for job in batch],
+            [job.budget for job in batch],
+            request_ids=[job.request_id for job in batch],
+            tracer=tracer,
+            temperature=temperature,
+            eos_id=eos_id,
+            seeds=[seed + job.request_id for job in batch],
+            on_finish=finish,
+        )
     for row, (job, out) in enumerate(zip(batch, outs, strict=True)):
         if job.source is not None and job.source.references:
             _record_answer(tracer, tokenizer, job.source, out)
-        tracer.end_request(job.request_id, new_tokens=len(out), arrival_s=job.arrival_s,
-                           finish_s=finished[row])
+        tracer.end_request(
+            job.request_id, new_tokens=len(out), arrival_s=job.arrival_s, finish_s=finished[row]
+        )
         report.requests += 1
         report.new_tokens += len(out)
     return max(finished.values())
 
 
-def _record_answer(tracer: DsaTracer, tokenizer: Tokenizer, request: DatasetRequest,
-                   out: list[int]) -> None:
+def _record_answer(
+    tracer: DsaTracer, tokenizer: Tokenizer, request: DatasetRequest, out: list[int]
+) -> None:
     """Score the generated answer and note where the prompt hid the needle."""
     tracer.record_answer(
-        request.request_id, task=request.task or "ruler", sample_index=request.request_id,
-        prediction=tokenizer.decode(out), references=request.references,
-        needle_spans=needle_spans(request, tokenizer.encode))
+        request.request_id,
+        task=request.task or "ruler",
+        sample_index=request.request_id,
+        prediction=tokenizer.decode(out),
+        references=request.references,
+        needle_spans=needle_spans(request, tokenizer.encode),
+    )
 
 
-def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedModel,
-                    tokenizer: Tokenizer, run_name: str, dataset: str,
-                    dataset_variant: str | None = None, batch_size: int = 1,
-                    time_scale: float = 1.0, block_sizes: tuple[int, ...] = (64,),
-                    max_new_tokens: int = 16, max_prompt_tokens: int = 16384,
-                    seed: int = 0, progress: Progress | None = None) -> CollectReport:
+def replay_arrivals(
+    warehouse: Warehouse,
+    arrivals: Iterable,
+    *,
+    model: TracedModel,
+    tokenizer: Tokenizer,
+    run_name: str,
+    dataset: str,
+    dataset_variant: str | None = None,
+    batch_size: int = 1,
+    time_scale: float = 1.0,
+    block_sizes: tuple[int, ...] = (64,),
+    max_new_tokens: int = 16,
+    max_prompt_tokens: int = 16384,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> CollectReport:
     """Serve recorded arrivals FIFO on a simulated clock, tracing DSA selections.
 
     The clock starts at the first arrival (times divided by ``time_scale``).  When the
@@ -207,12 +292,23 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedMo
     if time_scale <= 0:
         raise InputError("the time scale must be positive")
     tracer = DsaTracer(
-        warehouse, run_name=run_name, dataset=dataset, block_sizes=block_sizes,
-        topk=model.index_topk, seed=seed, model=model.name,
-        model_config=model.config_dict(), dataset_variant=dataset_variant,
-        collector_config={"arrival_trace": True, "batch_size": batch_size,
-                          "time_scale": time_scale, "max_new_tokens_cap": max_new_tokens,
-                          "max_prompt_tokens": max_prompt_tokens})
+        warehouse,
+        run_name=run_name,
+        dataset=dataset,
+        block_sizes=block_sizes,
+        topk=model.index_topk,
+        seed=seed,
+        model=model.name,
+        model_config=model.config_dict(),
+        dataset_variant=dataset_variant,
+        collector_config={
+            "arrival_trace": True,
+            "batch_size": batch_size,
+            "time_scale": time_scale,
+            "max_new_tokens_cap": max_new_tokens,
+            "max_prompt_tokens": max_prompt_tokens,
+        },
+    )
     report = CollectReport(tracer.run_id)
     pending = deque(sorted(arrivals, key=lambda a: a.arrival_s))
     clock = 0.0
@@ -222,21 +318,34 @@ def replay_arrivals(warehouse: Warehouse, arrivals: Iterable, *, model: TracedMo
         while pending:
             clock = max(clock, pending[0].arrival_s / time_scale)
             batch: list = []
-            while pending and len(batch) < batch_size and (
-                    pending[0].arrival_s / time_scale <= clock):
+            while (
+                pending and len(batch) < batch_size and (pending[0].arrival_s / time_scale <= clock)
+            ):
                 arrival = pending.popleft()
                 if _skipped(tracer, report, arrival.request_id, arrival.prompt_tokens, limit):
                     continue
                 wanted = max(arrival.response_tokens, 1)
                 text = arrival.prompt or filler_prompt(arrival.prompt_tokens)
-                batch.append(_Job(
-                    arrival.request_id, tokenizer.encode(text),
-                    min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted,
-                    arrival.arrival_s / time_scale))
+                batch.append(
+                    _Job(
+                        arrival.request_id,
+                        tokenizer.encode(text),
+                        min(wanted, max_new_tokens) if max_new_tokens > 0 else wanted,
+                        arrival.arrival_s / time_scale,
+                    )
+                )
             if batch:
-                clock = _decode(tracer, batch, model=model, tokenizer=tokenizer, report=report,
-                                clock_s=clock,
-                                temperature=0.0, eos_id=None, seed=seed)
+                clock = _decode(
+                    tracer,
+                    batch,
+                    model=model,
+                    tokenizer=tokenizer,
+                    report=report,
+                    clock_s=clock,
+                    temperature=0.0,
+                    eos_id=None,
+                    seed=seed,
+                )
             report.seconds = time.perf_counter() - started
             if progress:
                 progress(report)

@@ -69,23 +69,22 @@ class LightningIndexer(nn.Module):
         self.config = config
         self.wq_a = nn.Linear(config.dim, config.q_lora_rank, bias=False)
         self.q_norm = nn.LayerNorm(config.q_lora_rank)
-        self.wq_b = nn.Linear(config.q_lora_rank, config.index_heads * config.index_dim,
-                              bias=False)
+        self.wq_b = nn.Linear(config.q_lora_rank, config.index_heads * config.index_dim, bias=False)
         self.wk = nn.Linear(config.dim, config.index_dim, bias=False)
         self.k_norm = nn.LayerNorm(config.index_dim)
         self.w_proj = nn.Linear(config.dim, config.index_heads, bias=False)
 
     def _rotate_front(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         r = self.config.rope_dim
-        return torch.cat((rope(x[..., :r], positions, self.config.rope_theta), x[..., r:]),
-                         dim=-1)
+        return torch.cat((rope(x[..., :r], positions, self.config.rope_theta), x[..., r:]), dim=-1)
 
     def keys(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The shared index key of each token: [T, D]."""
         return self._rotate_front(self.k_norm(self.wk(x)), positions)
 
-    def scores(self, x: torch.Tensor, positions: torch.Tensor,
-               cached_keys: torch.Tensor) -> torch.Tensor:
+    def scores(
+        self, x: torch.Tensor, positions: torch.Tensor, cached_keys: torch.Tensor
+    ) -> torch.Tensor:
         """I[t, s] for the queries ``x`` [T, dim] against ``cached_keys``: [S, D] shared
         by every query, or [T, S, D] with keys of its own per query (a batch of requests)."""
         c = self.config
@@ -107,8 +106,9 @@ class Block(nn.Module):
         self.wo = nn.Linear(config.dim, config.dim, bias=False)
         self.indexer = LightningIndexer(config)
         self.mlp_norm = nn.LayerNorm(config.dim)
-        self.mlp = nn.Sequential(nn.Linear(config.dim, 4 * config.dim), nn.GELU(),
-                                 nn.Linear(4 * config.dim, config.dim))
+        self.mlp = nn.Sequential(
+            nn.Linear(config.dim, 4 * config.dim), nn.GELU(), nn.Linear(4 * config.dim, config.dim)
+        )
 
     def prefill(self, x: torch.Tensor, cache: dict) -> torch.Tensor:
         """Dense causal attention over one prompt ``x`` [T, dim], filling ``cache``."""
@@ -127,8 +127,15 @@ class Block(nn.Module):
         x = x + self.wo(out)
         return x + self.mlp(self.mlp_norm(x))
 
-    def decode(self, x: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-               cache: dict, layer_id: int, tracer: Any) -> torch.Tensor:
+    def decode(
+        self,
+        x: torch.Tensor,
+        rows: torch.Tensor,
+        positions: torch.Tensor,
+        cache: dict,
+        layer_id: int,
+        tracer: Any,
+    ) -> torch.Tensor:
         """One sparse decode step for a batch: ``x`` [B, dim] is the new token of cache
         row ``rows[b]`` at position ``positions[b]``; each row attends to the indexer's
         top k of its own positions (rows shorter than k pad with -1)."""
@@ -147,8 +154,9 @@ class Block(nn.Module):
         padding = top.values == float("-inf")
         selected = top.indices.masked_fill(padding, -1)
         if tracer is not None:
-            tracer.record_topk(layer_id, selected if b > 1 else selected[0],
-                               top.values if b > 1 else top.values[0])
+            tracer.record_topk(
+                layer_id, selected if b > 1 else selected[0], top.values if b > 1 else top.values[0]
+            )
         gather = top.indices.masked_fill(padding, 0)
         keys, values = cache["k"][rows[:, None], gather], cache["v"][rows[:, None], gather]
         attn = torch.einsum("bhd,bkhd->bhk", q, keys) / math.sqrt(self.head_dim)
@@ -163,10 +171,15 @@ class DsaRef(nn.Module):
 
     def __init__(self, config: DsaRefConfig, *, seed: int = 0) -> None:
         super().__init__()
-        if config.dim % config.n_heads or config.rope_dim % 2 or (
-                config.rope_dim > config.index_dim):
-            raise InputError("dsa-ref needs dim divisible by n_heads and an even rope_dim "
-                             "no larger than index_dim")
+        if (
+            config.dim % config.n_heads
+            or config.rope_dim % 2
+            or (config.rope_dim > config.index_dim)
+        ):
+            raise InputError(
+                "dsa-ref needs dim divisible by n_heads and an even rope_dim "
+                "no larger than index_dim"
+            )
         self.config = config
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
@@ -194,8 +207,9 @@ class DsaRef(nn.Module):
         try:
             from safetensors.torch import load_file
         except ImportError:
-            raise InputError("loading weights needs the safetensors package "
-                             "(pip install 'kvtrace[collect]')") from None
+            raise InputError(
+                "loading weights needs the safetensors package (pip install 'kvtrace[collect]')"
+            ) from None
         model = cls(config)
         try:
             model.load_state_dict(load_file(str(path)))
@@ -207,9 +221,14 @@ class DsaRef(nn.Module):
         """Empty KV and index-key caches for ``rows`` requests of up to ``length`` tokens."""
         c = self.config
         head_dim = c.dim // c.n_heads
-        return [{"k": torch.zeros(rows, length, c.n_heads, head_dim),
-                 "v": torch.zeros(rows, length, c.n_heads, head_dim),
-                 "ik": torch.zeros(rows, length, c.index_dim)} for _ in self.blocks]
+        return [
+            {
+                "k": torch.zeros(rows, length, c.n_heads, head_dim),
+                "v": torch.zeros(rows, length, c.n_heads, head_dim),
+                "ik": torch.zeros(rows, length, c.index_dim),
+            }
+            for _ in self.blocks
+        ]
 
     def _layers(self) -> list[Block]:
         """The blocks, typed (a ModuleList yields plain Modules to a type checker)."""
@@ -218,25 +237,49 @@ class DsaRef(nn.Module):
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) @ self.embed.weight.T
 
-    def generate(self, prompt: list[int], max_new_tokens: int, *, request_id: int = 0,
-                 tracer: Any = None, temperature: float = 0.0, eos_id: int | None = None,
-                 seed: int = 0) -> list[int]:
+    def generate(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        *,
+        request_id: int = 0,
+        tracer: Any = None,
+        temperature: float = 0.0,
+        eos_id: int | None = None,
+        seed: int = 0,
+    ) -> list[int]:
         """Decode up to ``max_new_tokens`` after ``prompt`` (0: until EOS or max_seq_len)."""
-        return self.generate_batch([prompt], [max_new_tokens], request_ids=[request_id],
-                                   tracer=tracer, temperature=temperature, eos_id=eos_id,
-                                   seeds=[seed])[0]
+        return self.generate_batch(
+            [prompt],
+            [max_new_tokens],
+            request_ids=[request_id],
+            tracer=tracer,
+            temperature=temperature,
+            eos_id=eos_id,
+            seeds=[seed],
+        )[0]
 
     @torch.inference_mode()
-    def generate_batch(self, prompts: list[list[int]], max_new_tokens: list[int], *,
-                       request_ids: list[int], tracer: Any = None, temperature: float = 0.0,
-                       eos_id: int | None = None, seeds: list[int],
-                       on_finish: Callable[[int], None] | None = None) -> list[list[int]]:
+    def generate_batch(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: list[int],
+        *,
+        request_ids: list[int],
+        tracer: Any = None,
+        temperature: float = 0.0,
+        eos_id: int | None = None,
+        seeds: list[int],
+        on_finish: Callable[[int], None] | None = None,
+    ) -> list[list[int]]:
         """Decode several requests together: each prompt is prefilled on its own, then
         every decode step runs the unfinished requests as one batch (one tracer step
         with a row per request).  Budgets of 0 mean until EOS or max_seq_len.
         ``on_finish(i)`` is called as soon as request ``i`` is done."""
-        budgets = [decode_budget(len(prompt), wanted, self.config.max_seq_len)
-                   for prompt, wanted in zip(prompts, max_new_tokens, strict=True)]
+        budgets = [
+            decode_budget(len(prompt), wanted, self.config.max_seq_len)
+            for prompt, wanted in zip(prompts, max_new_tokens, strict=True)
+        ]
         length = max(len(p) + n for p, n in zip(prompts, budgets, strict=True))
         cache = self.new_cache(len(prompts), length)
         generators = [torch.Generator().manual_seed(seed) for seed in seeds]
@@ -263,8 +306,7 @@ class DsaRef(nn.Module):
             else:
                 step = {request_ids[r]: int(p) for r, p in zip(active, positions, strict=True)}
                 with tracer.step(step):
-                    last_logits = list(self.decode_step(tokens, rows, positions, cache,
-                                                        tracer))
+                    last_logits = list(self.decode_step(tokens, rows, positions, cache, tracer))
 
     def prefill(self, prompt: list[int], cache: list[dict], row: int = 0) -> torch.Tensor:
         """Dense causal prefill of one prompt into cache row ``row``; the last logits."""
@@ -273,8 +315,14 @@ class DsaRef(nn.Module):
             x = block.prefill(x, {name: part[row] for name, part in layer_cache.items()})
         return self._logits(x[-1])
 
-    def decode_step(self, tokens: list[int], rows: torch.Tensor, positions: torch.Tensor,
-                    cache: list[dict], tracer: Any = None) -> torch.Tensor:
+    def decode_step(
+        self,
+        tokens: list[int],
+        rows: torch.Tensor,
+        positions: torch.Tensor,
+        cache: list[dict],
+        tracer: Any = None,
+    ) -> torch.Tensor:
         """One sparse decode step of a batch (token b goes to cache row ``rows[b]`` at
         ``positions[b]``), reporting each layer's top-k to ``tracer``; logits [B, vocab]."""
         x = self.embed(torch.tensor(tokens))
@@ -287,8 +335,7 @@ def decode_budget(prompt_tokens: int, max_new_tokens: int, max_seq_len: int) -> 
     """Tokens a request may generate: ``max_new_tokens`` (0: all the room left) within
     ``max_seq_len``; a prompt that is empty or leaves no room is refused."""
     if not 0 < prompt_tokens < max_seq_len:
-        raise InputError(f"the prompt must have 1 to {max_seq_len - 1} tokens, "
-                         f"got {prompt_tokens}")
+        raise InputError(f"the prompt must have 1 to {max_seq_len - 1} tokens, got {prompt_tokens}")
     room = max_seq_len - prompt_tokens
     return room if max_new_tokens <= 0 else min(max_new_tokens, room)
 

@@ -16,8 +16,9 @@ from kvtrace.collectors.models import load_model
 from kvtrace.warehouse import Warehouse
 
 
-def run_dsa_collection(warehouse: Warehouse, options: DsaCollectOptions, *,
-                       progress: Progress | None = None) -> CollectReport:
+def run_dsa_collection(
+    warehouse: Warehouse, options: DsaCollectOptions, *, progress: Progress | None = None
+) -> CollectReport:
     """Trace ``options.dataset`` through ``options.model`` into ``warehouse``.
 
     The run is named ``options.run_name``, else ``<dataset>-<model>-<seed>``.
@@ -27,11 +28,25 @@ def run_dsa_collection(warehouse: Warehouse, options: DsaCollectOptions, *,
     model_name = net.name.removeprefix("hf:")
     name = options.run_name or f"{options.dataset}-{model_name}-{options.seed}"
     common: dict[str, Any] = dict(
-        model=net, tokenizer=tokenizer, run_name=name, dataset=options.dataset,
-        dataset_variant=variant, block_sizes=options.block_sizes,
-        batch_size=options.batch_size, max_new_tokens=options.max_new_tokens,
-        max_prompt_tokens=options.max_prompt_tokens, seed=options.seed, progress=progress)
+        model=net,
+        tokenizer=tokenizer,
+        run_name=name,
+        dataset=options.dataset,
+        dataset_variant=variant,
+        block_sizes=options.block_sizes,
+        batch_size=options.batch_size,
+        max_new_tokens=options.max_new_tokens,
+        max_prompt_tokens=options.max_prompt_tokens,
+        seed=options.seed,
+        progress=progress,
+    )
     if options.dataset in REPLAYED:
         return replay_arrivals(warehouse, requests, time_scale=options.time_scale, **common)
-    return collect_dsa(warehouse, requests, sample_rate=options.sample_rate,
-                       temperature=options.temperature, scores=options.scores, **common)
+    return collect_dsa(
+        warehouse,
+        requests,
+        sample_rate=options.sample_rate,
+        temperature=options.temperature,
+        scores=options.scores,
+        **common,
+    )

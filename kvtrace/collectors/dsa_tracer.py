@@ -109,17 +109,29 @@ class DsaTracer:
         How often the background writer makes its files visible.
     """
 
-    def __init__(self, warehouse: Warehouse, *, run_name: str, dataset: str,
-                 block_sizes: Sequence[int] = (64,), topk: int | None = None,
-                 sample_rate: float = 1.0, layers: Sequence[int] | None = None,
-                 scores: Literal["stats", "full"] = "stats",
-                 phase: Literal["decode", "all"] = "decode", prefix_tokens: int = 256,
-                 rank: int | None = None, world_size: int | None = None, seed: int = 0,
-                 model: str | None = None, model_config: Mapping[str, Any] | None = None,
-                 dataset_variant: str | None = None,
-                 collector_config: Mapping[str, Any] | None = None,
-                 tier_model: TierModel | None = None,
-                 commit_every_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        *,
+        run_name: str,
+        dataset: str,
+        block_sizes: Sequence[int] = (64,),
+        topk: int | None = None,
+        sample_rate: float = 1.0,
+        layers: Sequence[int] | None = None,
+        scores: Literal["stats", "full"] = "stats",
+        phase: Literal["decode", "all"] = "decode",
+        prefix_tokens: int = 256,
+        rank: int | None = None,
+        world_size: int | None = None,
+        seed: int = 0,
+        model: str | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        dataset_variant: str | None = None,
+        collector_config: Mapping[str, Any] | None = None,
+        tier_model: TierModel | None = None,
+        commit_every_s: float = 30.0,
+    ) -> None:
         if not block_sizes or any(b <= 0 for b in block_sizes):
             raise InputError("block sizes must be positive")
         if not 0 < sample_rate <= 1:
@@ -134,7 +146,8 @@ class DsaTracer:
         # (its own run id, runs row and request ids); they share the run name, so grouping
         # by it joins the ranks.
         self.run_id = collection_run_id(
-            run_name if world_size == 1 else f"{run_name}/rank{rank}-of-{world_size}")
+            run_name if world_size == 1 else f"{run_name}/rank{rank}-of-{world_size}"
+        )
         self.block_sizes = tuple(block_sizes)
         self.topk, self.sample_rate = topk, sample_rate
         self.layers = None if layers is None else frozenset(layers)
@@ -157,17 +170,32 @@ class DsaTracer:
         self._error: BaseException | None = None
         self._run_written = False
         self._run_row = run_row(
-            self.run_id, run_name, "dsa", source="collect", dataset=dataset,
-            dataset_variant=dataset_variant, model=model,
+            self.run_id,
+            run_name,
+            "dsa",
+            source="collect",
+            dataset=dataset,
+            dataset_variant=dataset_variant,
+            model=model,
             model_config=dict(model_config) if model_config else None,
             collector_config={
-                "block_sizes": list(self.block_sizes), "topk": topk,
-                "sample_rate": sample_rate, "layers": sorted(self.layers or []) or None,
-                "scores": scores, "phase": phase, "prefix_tokens": prefix_tokens,
-                "seed": seed, **(collector_config or {})},
-            rank=rank, world_size=world_size, started_at=datetime.now(timezone.utc))
-        self._writer_thread = threading.Thread(target=self._write_loop, name="kvtrace-writer",
-                                               args=(commit_every_s,), daemon=True)
+                "block_sizes": list(self.block_sizes),
+                "topk": topk,
+                "sample_rate": sample_rate,
+                "layers": sorted(self.layers or []) or None,
+                "scores": scores,
+                "phase": phase,
+                "prefix_tokens": prefix_tokens,
+                "seed": seed,
+                **(collector_config or {}),
+            },
+            rank=rank,
+            world_size=world_size,
+            started_at=datetime.now(timezone.utc),
+        )
+        self._writer_thread = threading.Thread(
+            target=self._write_loop, name="kvtrace-writer", args=(commit_every_s,), daemon=True
+        )
         self._writer_thread.start()
 
     # -- requests ------------------------------------------------------------------------
@@ -181,53 +209,92 @@ class DsaTracer:
             self._seen_prefixes.update(hashes.values())
         longest = max(hashes, default=None)
         self._requests[request_id] = _Request(
-            request_id, len(prompt_token_ids), hashes.get(longest) if longest else None,
-            cached > 0, cached, longest or 0)
+            request_id,
+            len(prompt_token_ids),
+            hashes.get(longest) if longest else None,
+            cached > 0,
+            cached,
+            longest or 0,
+        )
 
     def skip_request(self, request_id: int, prompt_tokens: int, reason: str) -> None:
         """Record a request that was not run (e.g. a prompt longer than allowed)."""
         self._finished[request_id] = {
-            "request_id": request_id, "prompt_tokens": prompt_tokens, "status": "skipped",
-            "skip_reason": reason}
+            "request_id": request_id,
+            "prompt_tokens": prompt_tokens,
+            "status": "skipped",
+            "skip_reason": reason,
+        }
 
-    def end_request(self, request_id: int, *, new_tokens: int | None = None,
-                    status: str = "ok", arrival_s: float | None = None,
-                    finish_s: float | None = None) -> None:
+    def end_request(
+        self,
+        request_id: int,
+        *,
+        new_tokens: int | None = None,
+        status: str = "ok",
+        arrival_s: float | None = None,
+        finish_s: float | None = None,
+    ) -> None:
         """Close a request and record what became of it."""
         request = self._requests.pop(request_id, None)
         if request is None:
             raise InputError(f"request {request_id} was never begun")
-        latency = None if arrival_s is None or finish_s is None else (
-            (finish_s - arrival_s) * 1000)
+        latency = None if arrival_s is None or finish_s is None else ((finish_s - arrival_s) * 1000)
         self._finished[request_id] = {
-            "request_id": request_id, "prompt_tokens": request.prompt_tokens,
-            "new_tokens": new_tokens, "prefix_key": request.prefix_key,
+            "request_id": request_id,
+            "prompt_tokens": request.prompt_tokens,
+            "new_tokens": new_tokens,
+            "prefix_key": request.prefix_key,
             "prefix_cache_hit": request.prefix_hit,
             "prefix_cached_tokens": request.cached_tokens,
-            "prefix_region_tokens": request.cached_tokens if request.prefix_hit
-            else request.key_tokens, "arrival_s": arrival_s,
-            "finish_s": finish_s, "latency_ms": latency, "status": status}
+            "prefix_region_tokens": request.cached_tokens
+            if request.prefix_hit
+            else request.key_tokens,
+            "arrival_s": arrival_s,
+            "finish_s": finish_s,
+            "latency_ms": latency,
+            "status": status,
+        }
 
-    def record_answer(self, request_id: int, *, task: str, sample_index: int,
-                      prediction: str | None, references: list[str],
-                      needle_spans: Sequence[tuple[str, str, int, int]] = ()) -> None:
+    def record_answer(
+        self,
+        request_id: int,
+        *,
+        task: str,
+        sample_index: int,
+        prediction: str | None,
+        references: list[str],
+        needle_spans: Sequence[tuple[str, str, int, int]] = (),
+    ) -> None:
         """Score a request's answer the RULER way into ``eval_samples`` and keep where its
         prompt hid the needle: ``(part, text, token_start, token_end)`` spans."""
         request = self._requests.get(request_id)
-        row = eval_row(run_id=self.run_id, task=task, sample_index=sample_index,
-                       prediction=prediction, references=references,
-                       context_length=request.prompt_tokens if request else None,
-                       request_id=request_id)
-        spans = [{"run_id": self.run_id, "request_id": request_id, "part": part,
-                  "text": text, "token_start": start, "token_end": end}
-                 for part, text, start, end in needle_spans]
+        row = eval_row(
+            run_id=self.run_id,
+            task=task,
+            sample_index=sample_index,
+            prediction=prediction,
+            references=references,
+            context_length=request.prompt_tokens if request else None,
+            request_id=request_id,
+        )
+        spans = [
+            {
+                "run_id": self.run_id,
+                "request_id": request_id,
+                "part": part,
+                "text": text,
+                "token_start": start,
+                "token_end": end,
+            }
+            for part, text, start, end in needle_spans
+        ]
         self._answers.append((row, spans))
 
     # -- steps -----------------------------------------------------------------------------
 
     @contextmanager
-    def step(self, positions: Mapping[int, int] | int, query_tokens: int = 1
-             ) -> Iterator[None]:
+    def step(self, positions: Mapping[int, int] | int, query_tokens: int = 1) -> Iterator[None]:
         """One forward step: ``{request_id: start_pos}`` in batch-row order.
 
         A bare ``start_pos`` means the only open request.  The step's wall time covers
@@ -238,8 +305,9 @@ class DsaTracer:
             raise WriterFailed(f"the trace writer stopped: {self._error}") from self._error
         if isinstance(positions, int):
             if len(self._requests) != 1:
-                raise InputError("step(start_pos) needs exactly one open request; "
-                                 "pass {request_id: start_pos}")
+                raise InputError(
+                    "step(start_pos) needs exactly one open request; pass {request_id: start_pos}"
+                )
             positions = {next(iter(self._requests)): positions}
         traced = self.enabled and (self.phase == "all" or query_tokens == 1)
         self._step = dict(positions) if traced else None
@@ -293,11 +361,22 @@ class DsaTracer:
             indices = indices[:, None, :]
             values = values[:, None, :] if values is not None else None
         if indices.shape[1] != len(request_ids):
-            raise InputError(f"record_topk got {indices.shape[1]} batch rows for a step of "
-                             f"{len(request_ids)} requests")
-        self._queue.put((layers, indices, values, request_ids,
-                         [positions[r] for r in request_ids], latency_us,
-                         {r: self._requests.get(r) for r in request_ids}, self._batch_step))
+            raise InputError(
+                f"record_topk got {indices.shape[1]} batch rows for a step of "
+                f"{len(request_ids)} requests"
+            )
+        self._queue.put(
+            (
+                layers,
+                indices,
+                values,
+                request_ids,
+                [positions[r] for r in request_ids],
+                latency_us,
+                {r: self._requests.get(r) for r in request_ids},
+                self._batch_step,
+            )
+        )
         self._batch_step += 1
 
     # -- background writer -------------------------------------------------------------------
@@ -359,9 +438,15 @@ class DsaTracer:
         return steps, False
 
     def _new_writer(self, commit, request_keys: dict[str, int]) -> DsaWriter:
-        return DsaWriter(self.warehouse, commit, string_ids=False, dataset=self.dataset,
-                         dataset_override=True, block_size=self.block_sizes[0],
-                         request_ids=request_keys)
+        return DsaWriter(
+            self.warehouse,
+            commit,
+            string_ids=False,
+            dataset=self.dataset,
+            dataset_override=True,
+            block_size=self.block_sizes[0],
+            request_ids=request_keys,
+        )
 
     def _commit(self, writer: DsaWriter | None, commit) -> None:
         result = writer.finish() if writer is not None else None
@@ -369,15 +454,22 @@ class DsaTracer:
         answers, self._answers = self._answers, []
         if answers:
             self.warehouse.write_rows(commit, "eval_samples", [row for row, _ in answers])
-            self.warehouse.write_rows(commit, "needle_spans",
-                                      [span for _, spans in answers for span in spans])
+            self.warehouse.write_rows(
+                commit, "needle_spans", [span for _, spans in answers for span in spans]
+            )
         if finished:
-            self.warehouse.write_rows(commit, "requests", [
-                {"run_id": self.run_id, "dataset": self.dataset, **row}
-                for row in finished.values()])
+            self.warehouse.write_rows(
+                commit,
+                "requests",
+                [
+                    {"run_id": self.run_id, "dataset": self.dataset, **row}
+                    for row in finished.values()
+                ],
+            )
         if result is not None and result.rejected:
-            self.warehouse.write_rows(commit, "quarantine", quarantine_rows(
-                self.run_id, "collect", None, result.rejected))
+            self.warehouse.write_rows(
+                commit, "quarantine", quarantine_rows(self.run_id, "collect", None, result.rejected)
+            )
         if not self._run_written:
             self.warehouse.write_rows(commit, "runs", [self._run_row])
             self._run_written = True
@@ -394,46 +486,52 @@ class DsaTracer:
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         lists = block_stats.PositionLists(flat_positions, offsets)
         rows = len(lengths)
-        positions = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                             pa.array(flat_positions))
+        positions = pa.ListArray.from_arrays(
+            pa.array(offsets.astype(np.int32)), pa.array(flat_positions)
+        )
         request_of_row = np.concatenate([p["request"] for p in parts])
         start_of_row = np.concatenate([p["start"] for p in parts])
         layer_of_row = np.concatenate([p["layer"] for p in parts])
         latency = np.concatenate([p["latency"] for p in parts])
         batch_step = np.concatenate([p["batch_step"] for p in parts])
-        score_cols = _score_columns([p["scores"] for p in parts], offsets, rows,
-                                    self.full_scores)
+        score_cols = _score_columns([p["scores"] for p in parts], offsets, rows, self.full_scores)
         info = [q for p in parts for q in p["info"]]
         hit = pa.array([bool(q and q.prefix_hit) for q in info])
-        region = np.array([(q.cached_tokens if q.prefix_hit else q.key_tokens) if q else 0
-                           for q in info], dtype=np.int64)
+        region = np.array(
+            [(q.cached_tokens if q.prefix_hit else q.key_tokens) if q else 0 for q in info],
+            dtype=np.int64,
+        )
         keys = pa.array([q.prefix_key if q else None for q in info], pa.string())
         lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
         self._record_no += rows
         for block_size in self.block_sizes:
             distinct = block_stats.touched_blocks(lists, block_size)
             touched = np.split(distinct.values.astype(np.int64), distinct.offsets[1:-1])
-            fetched = self._tiers[block_size].fetch(batch_step, request_of_row, layer_of_row,
-                                                    touched, block_size)
-            yield {
-                **_tier_columns(fetched),
-                "run_name": pa.array([self.run_name] * rows),
-                "dataset": pa.array([self.dataset] * rows),
-                "layer_id": pa.array(layer_of_row),
-                "topk": pa.array([self.topk] * rows, pa.int64()),
-                "prefix_hit": hit,
-                "prefix_cached_blocks": pa.array(-(-region // block_size)),
-                "prefix_region_tokens": pa.array(region),
-                "prefix_key": keys,
-                "request_id": pa.array(request_of_row),
-                "step_idx": pa.array(start_of_row),
-                "seq_len": pa.array(start_of_row + 1),
-                "positions": positions,
-                "block_size": pa.array([block_size] * rows, pa.int64()),
-                "step_latency_us": pa.array(latency, pa.float64()),
-                "batch_step": pa.array(batch_step, pa.int64()),
-                **score_cols,
-            }, lines
+            fetched = self._tiers[block_size].fetch(
+                batch_step, request_of_row, layer_of_row, touched, block_size
+            )
+            yield (
+                {
+                    **_tier_columns(fetched),
+                    "run_name": pa.array([self.run_name] * rows),
+                    "dataset": pa.array([self.dataset] * rows),
+                    "layer_id": pa.array(layer_of_row),
+                    "topk": pa.array([self.topk] * rows, pa.int64()),
+                    "prefix_hit": hit,
+                    "prefix_cached_blocks": pa.array(-(-region // block_size)),
+                    "prefix_region_tokens": pa.array(region),
+                    "prefix_key": keys,
+                    "request_id": pa.array(request_of_row),
+                    "step_idx": pa.array(start_of_row),
+                    "seq_len": pa.array(start_of_row + 1),
+                    "positions": positions,
+                    "block_size": pa.array([block_size] * rows, pa.int64()),
+                    "step_latency_us": pa.array(latency, pa.float64()),
+                    "batch_step": pa.array(batch_step, pa.int64()),
+                    **score_cols,
+                },
+                lines,
+            )
 
 
 def _yield_to_the_model(niceness: int = 10) -> None:
@@ -451,16 +549,26 @@ def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
         values = np.concatenate(fetch.hit_blocks) if len(counts) else np.zeros(0, np.int64)
         columns[f"{tier}_hit_blocks"] = pa.ListArray.from_arrays(
             pa.array(np.concatenate(([0], np.cumsum(counts))).astype(np.int32)),
-            pa.array(values, pa.int64()))
+            pa.array(values, pa.int64()),
+        )
         columns[f"{tier}_bytes_read"] = pa.array(fetch.bytes_read, pa.int64())
         columns[f"{tier}_read_ops"] = pa.array(fetch.read_ops, pa.int64())
-        columns[f"{tier}_latency_us"] = pa.array(fetch.latency_us, pa.float64(),
-                                                 from_pandas=True)
+        columns[f"{tier}_latency_us"] = pa.array(fetch.latency_us, pa.float64(), from_pandas=True)
     return columns
 
 
-def _step_rows(layers, indices, values, request_ids, starts, latency_us, requests,
-               batch_step, *, full_scores: bool) -> dict:
+def _step_rows(
+    layers,
+    indices,
+    values,
+    request_ids,
+    starts,
+    latency_us,
+    requests,
+    batch_step,
+    *,
+    full_scores: bool,
+) -> dict:
     """Row-level arrays of one step: rows run layer by layer, batch row by batch row.
 
     Positions come out ascending within each row (so the writer only checks that they
@@ -496,15 +604,19 @@ def _step_rows(layers, indices, values, request_ids, starts, latency_us, request
     }
 
 
-def _score_columns(parts: list, offsets: np.ndarray, rows: int,
-                   full: bool) -> dict[str, pa.Array]:
+def _score_columns(parts: list, offsets: np.ndarray, rows: int, full: bool) -> dict[str, pa.Array]:
     """Score statistics (and, when ``full``, the scores) of every row; NULL without scores."""
     nulls = pa.nulls(rows, pa.float64())
     if all(p is None for p in parts):
-        return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
-                "score_mean": nulls, "score_max": nulls}
-    stats: dict[str, list[np.ndarray]] = {name: [] for name in ("score_min", "score_mean",
-                                                                 "score_max")}
+        return {
+            "scores": pa.nulls(rows, pa.list_(pa.float32())),
+            "score_min": nulls,
+            "score_mean": nulls,
+            "score_max": nulls,
+        }
+    stats: dict[str, list[np.ndarray]] = {
+        name: [] for name in ("score_min", "score_mean", "score_max")
+    }
     kept, has = [], []
     for part in parts:
         if part is None:
@@ -524,14 +636,26 @@ def _score_columns(parts: list, offsets: np.ndarray, rows: int,
             kept.append(values[keep])
         has.append(len(values))
     if sum(has) != rows:  # some steps came without scores: keep the columns NULL
-        return {"scores": pa.nulls(rows, pa.list_(pa.float32())), "score_min": nulls,
-                "score_mean": nulls, "score_max": nulls}
-    scores = (pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                       pa.array(np.concatenate(kept), pa.float32()))
-              if full else pa.nulls(rows, pa.list_(pa.float32())))
-    return {"scores": scores, **{name: pa.array(np.concatenate(v), pa.float64(),
-                                                from_pandas=True)
-                                 for name, v in stats.items()}}
+        return {
+            "scores": pa.nulls(rows, pa.list_(pa.float32())),
+            "score_min": nulls,
+            "score_mean": nulls,
+            "score_max": nulls,
+        }
+    scores = (
+        pa.ListArray.from_arrays(
+            pa.array(offsets.astype(np.int32)), pa.array(np.concatenate(kept), pa.float32())
+        )
+        if full
+        else pa.nulls(rows, pa.list_(pa.float32()))
+    )
+    return {
+        "scores": scores,
+        **{
+            name: pa.array(np.concatenate(v), pa.float64(), from_pandas=True)
+            for name, v in stats.items()
+        },
+    }
 
 
 @contextmanager
@@ -558,4 +682,3 @@ def _to_numpy(items: list) -> np.ndarray:
 
         return torch.stack([torch.as_tensor(x) for x in items]).cpu().numpy()
     return np.stack([np.asarray(x) for x in items])
-

@@ -21,20 +21,22 @@ from kvtrace.errors import InputError
 class HfCausalLM:
     """A local ``transformers`` causal LM behind the collectors' model interface."""
 
-    def __init__(self, path: Path, *, index_topk: int = 2048, max_seq_len: int | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, path: Path, *, index_topk: int = 2048, max_seq_len: int | None = None, seed: int = 0
+    ) -> None:
         try:
             from transformers import AutoModelForCausalLM
         except ImportError:
-            raise InputError("--model PATH needs the transformers package "
-                             "(pip install 'kvtrace[hf]')") from None
+            raise InputError(
+                "--model PATH needs the transformers package (pip install 'kvtrace[hf]')"
+            ) from None
         if not Path(path, "config.json").is_file():
             raise InputError(f"{path} is not a model folder (it has no config.json)")
         torch.manual_seed(seed)
         try:
             self.model = AutoModelForCausalLM.from_pretrained(
-                str(path), attn_implementation="eager", local_files_only=True,
-                dtype=torch.float32)
+                str(path), attn_implementation="eager", local_files_only=True, dtype=torch.float32
+            )
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot load the model in {path}: {exc}") from None
         self.model.eval()
@@ -47,18 +49,29 @@ class HfCausalLM:
     def config_dict(self) -> dict[str, Any]:
         config = self.model.config
         architectures = list(config.architectures or [])
-        return {"path": str(self.path),
-                "architecture": architectures[0] if architectures else None,
-                "num_hidden_layers": config.num_hidden_layers,
-                "num_attention_heads": config.num_attention_heads,
-                "hidden_size": config.hidden_size, "index_topk": self.index_topk,
-                "max_seq_len": self.max_seq_len, "selection": "attention of the last query "
-                                                               "summed over heads"}
+        return {
+            "path": str(self.path),
+            "architecture": architectures[0] if architectures else None,
+            "num_hidden_layers": config.num_hidden_layers,
+            "num_attention_heads": config.num_attention_heads,
+            "hidden_size": config.hidden_size,
+            "index_topk": self.index_topk,
+            "max_seq_len": self.max_seq_len,
+            "selection": "attention of the last query summed over heads",
+        }
 
     @torch.inference_mode()
-    def generate(self, prompt: list[int], max_new_tokens: int, *, request_id: int = 0,
-                 tracer: Any = None, temperature: float = 0.0, eos_id: int | None = None,
-                 seed: int = 0) -> list[int]:
+    def generate(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        *,
+        request_id: int = 0,
+        tracer: Any = None,
+        temperature: float = 0.0,
+        eos_id: int | None = None,
+        seed: int = 0,
+    ) -> list[int]:
         """Decode up to ``max_new_tokens`` after ``prompt`` (0: until EOS or max_seq_len)."""
         budget = decode_budget(len(prompt), max_new_tokens, self.max_seq_len)
         generator = torch.Generator().manual_seed(seed)
@@ -72,12 +85,17 @@ class HfCausalLM:
                 return out
             step = torch.tensor([[token]])
             if tracer is None:
-                output = self.model(input_ids=step, past_key_values=output.past_key_values,
-                                    use_cache=True)
+                output = self.model(
+                    input_ids=step, past_key_values=output.past_key_values, use_cache=True
+                )
             else:
                 with tracer.step({request_id: position}):
-                    output = self.model(input_ids=step, past_key_values=output.past_key_values,
-                                        use_cache=True, output_attentions=True)
+                    output = self.model(
+                        input_ids=step,
+                        past_key_values=output.past_key_values,
+                        use_cache=True,
+                        output_attentions=True,
+                    )
                     for layer_id, weights in enumerate(output.attentions):
                         summed = weights[0, :, -1, :].sum(dim=0)  # [kv_len]
                         top = summed.topk(min(self.index_topk, summed.shape[0]))

@@ -35,8 +35,14 @@ class TierFetch:
 
 
 class TierModel(Protocol):
-    def fetch(self, batch_steps: np.ndarray, request_ids: np.ndarray, layer_ids: np.ndarray,
-              blocks: list[np.ndarray], block_size: int) -> dict[str, TierFetch]:
+    def fetch(
+        self,
+        batch_steps: np.ndarray,
+        request_ids: np.ndarray,
+        layer_ids: np.ndarray,
+        blocks: list[np.ndarray],
+        block_size: int,
+    ) -> dict[str, TierFetch]:
         """Split each row's touched ``blocks`` over the tiers (keys of `TIERS`).
 
         Rows come with their batched step number, request and layer, in any order.
@@ -52,12 +58,16 @@ class TierCost:
     block_latency_us: float = 0.0
 
 
-def _fetch(hits: list[np.ndarray], block_size: int, bytes_per_token: int,
-           cost: TierCost | None) -> TierFetch:
+def _fetch(
+    hits: list[np.ndarray], block_size: int, bytes_per_token: int, cost: TierCost | None
+) -> TierFetch:
     counts = np.array([len(h) for h in hits], dtype=np.int64)
     ops = (counts > 0).astype(np.int64)
-    latency = (np.full(len(hits), np.nan) if cost is None
-               else ops * cost.op_latency_us + counts * cost.block_latency_us)
+    latency = (
+        np.full(len(hits), np.nan)
+        if cost is None
+        else ops * cost.op_latency_us + counts * cost.block_latency_us
+    )
     return TierFetch(hits, counts * block_size * bytes_per_token, ops, latency)
 
 
@@ -67,8 +77,14 @@ class HbmOnly:
 
     bytes_per_token: int = 0
 
-    def fetch(self, batch_steps: np.ndarray, request_ids: np.ndarray, layer_ids: np.ndarray,
-              blocks: list[np.ndarray], block_size: int) -> dict[str, TierFetch]:
+    def fetch(
+        self,
+        batch_steps: np.ndarray,
+        request_ids: np.ndarray,
+        layer_ids: np.ndarray,
+        blocks: list[np.ndarray],
+        block_size: int,
+    ) -> dict[str, TierFetch]:
         empty = [np.zeros(0, dtype=np.int64)] * len(blocks)
         return {
             "hbm": _fetch(blocks, block_size, self.bytes_per_token, None),
@@ -91,9 +107,15 @@ class LruTiers:
     under the tier that served them at that step.
     """
 
-    def __init__(self, hbm_blocks: int, local_blocks: int, *, bytes_per_token: int = 0,
-                 costs: dict[str, TierCost] | None = None,
-                 granularity: Granularity = "block") -> None:
+    def __init__(
+        self,
+        hbm_blocks: int,
+        local_blocks: int,
+        *,
+        bytes_per_token: int = 0,
+        costs: dict[str, TierCost] | None = None,
+        granularity: Granularity = "block",
+    ) -> None:
         self.limits = np.array([hbm_blocks, hbm_blocks + local_blocks], dtype=np.int64)
         self.bytes_per_token = bytes_per_token
         self.costs = costs or {}
@@ -101,36 +123,47 @@ class LruTiers:
         self._stack = LruStack()
         self._request_rank: dict[int, int] = {}
 
-    def fetch(self, batch_steps: np.ndarray, request_ids: np.ndarray, layer_ids: np.ndarray,
-              blocks: list[np.ndarray], block_size: int) -> dict[str, TierFetch]:
+    def fetch(
+        self,
+        batch_steps: np.ndarray,
+        request_ids: np.ndarray,
+        layer_ids: np.ndarray,
+        blocks: list[np.ndarray],
+        block_size: int,
+    ) -> dict[str, TierFetch]:
         for request in request_ids.tolist():
             self._request_rank.setdefault(request, len(self._request_rank))
         rank = np.array([self._request_rank[r] for r in request_ids.tolist()], dtype=np.int64)
         lengths = np.array([len(b) for b in blocks], dtype=np.int64)
         values = (np.concatenate(blocks) if len(blocks) else np.zeros(0)).astype(np.int64)
         row_of = np.repeat(np.arange(len(blocks)), lengths)
-        layer = (layer_ids.astype(np.int64) if self.granularity == "layer_block"
-                 else np.zeros(len(blocks), dtype=np.int64))
+        layer = (
+            layer_ids.astype(np.int64)
+            if self.granularity == "layer_block"
+            else np.zeros(len(blocks), dtype=np.int64)
+        )
         # one sort key per (row, block) that orders the stream and names its item
         item = (rank[row_of] << 47) | (layer[row_of] << 32) | values
-        order_key = np.stack([values, layer[row_of], request_ids[row_of],
-                              batch_steps[row_of]])
+        order_key = np.stack([values, layer[row_of], request_ids[row_of], batch_steps[row_of]])
         order = np.lexsort(order_key)
         stream_keys = np.stack([batch_steps[row_of][order], item[order]])
         first = np.ones(len(order), dtype=bool)  # an item once per step
         first[1:] = (stream_keys[:, 1:] != stream_keys[:, :-1]).any(axis=0)
         distances = self._stack.distances(item[order][first])
-        tier_of_access = np.where(distances < 0, 2,
-                                  np.searchsorted(self.limits, distances, side="right"))
+        tier_of_access = np.where(
+            distances < 0, 2, np.searchsorted(self.limits, distances, side="right")
+        )
         tier_sorted = tier_of_access[np.cumsum(first) - 1]
         tier = np.empty(len(order), dtype=np.int64)
         tier[order] = tier_sorted
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         served: dict[str, list[np.ndarray]] = {name: [] for name in TIERS}
         for row in range(len(blocks)):
-            row_blocks = values[offsets[row]:offsets[row + 1]]
-            row_tier = tier[offsets[row]:offsets[row + 1]]
+            row_blocks = values[offsets[row] : offsets[row + 1]]
+            row_tier = tier[offsets[row] : offsets[row + 1]]
             for index, name in enumerate(TIERS):
                 served[name].append(row_blocks[row_tier == index])
-        return {name: _fetch(served[name], block_size, self.bytes_per_token,
-                             self.costs.get(name)) for name in TIERS}
+        return {
+            name: _fetch(served[name], block_size, self.bytes_per_token, self.costs.get(name))
+            for name in TIERS
+        }

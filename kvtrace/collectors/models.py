@@ -23,15 +23,20 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
         from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 
         tokenizer: Tokenizer = given or ByteTokenizer()
-        config = DsaRefConfig(n_layers=options.layers, index_topk=options.topk,
-                              vocab_size=max(getattr(tokenizer, "vocab_size", 2), 2))
-        net = (DsaRef.from_safetensors(options.weights, config) if options.weights
-               else DsaRef(config, seed=options.seed))
+        config = DsaRefConfig(
+            n_layers=options.layers,
+            index_topk=options.topk,
+            vocab_size=max(getattr(tokenizer, "vocab_size", 2), 2),
+        )
+        net = (
+            DsaRef.from_safetensors(options.weights, config)
+            if options.weights
+            else DsaRef(config, seed=options.seed)
+        )
         return net, tokenizer
     folder = Path(options.model)
     if not folder.is_dir():
-        raise InputError(f"expected dsa-ref or a model folder for --model, got "
-                         f"{options.model!r}")
+        raise InputError(f"expected dsa-ref or a model folder for --model, got {options.model!r}")
     from kvtrace.collectors.hf_adapter import HfCausalLM
 
     if given is None:
@@ -45,5 +50,6 @@ def _require_torch() -> None:
     try:
         import torch  # noqa: F401
     except ModuleNotFoundError:
-        raise InputError("collecting DSA traces needs torch; install it with "
-                         "pip install 'kvtrace[collect]'") from None
+        raise InputError(
+            "collecting DSA traces needs torch; install it with pip install 'kvtrace[collect]'"
+        ) from None

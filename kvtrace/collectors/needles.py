@@ -31,8 +31,10 @@ def needle_spans(request: DatasetRequest, encode: Callable[[str], list[int]]) ->
     else:
         for reference in request.references:
             chars += [("value", reference, at) for at in _occurrences(prompt, reference)]
-    return [(part, text, len(encode(prompt[:at])), len(encode(prompt[:at + len(text)])))
-            for part, text, at in sorted(chars, key=lambda c: c[2])]
+    return [
+        (part, text, len(encode(prompt[:at])), len(encode(prompt[: at + len(text)])))
+        for part, text, at in sorted(chars, key=lambda c: c[2])
+    ]
 
 
 def _occurrences(text: str, piece: str) -> list[int]:

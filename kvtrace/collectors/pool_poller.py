@@ -57,8 +57,11 @@ class Endpoint:
         return cls(name, url, role)
 
     def parse_rows(self, body: bytes) -> list[dict]:
-        parse = rows_from_prometheus if self.url.rstrip("/").endswith("/metrics") else (
-            rows_from_server_info)
+        parse = (
+            rows_from_prometheus
+            if self.url.rstrip("/").endswith("/metrics")
+            else (rows_from_server_info)
+        )
         return parse(body, self.name, self.role)
 
 
@@ -112,8 +115,9 @@ def _fetch(url: str, timeout_s: float) -> tuple[int, str, bytes]:
     whole request is due, which ends any read in progress.
     """
     parts = urllib.parse.urlsplit(url)
-    connection_class = (http.client.HTTPSConnection if parts.scheme == "https"
-                        else http.client.HTTPConnection)
+    connection_class = (
+        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    )
     connection = connection_class(parts.hostname or "", parts.port, timeout=timeout_s)
     expired = threading.Event()
 
@@ -150,11 +154,19 @@ def _error_row(endpoint: Endpoint, message: str) -> dict:
     return {"worker_id": endpoint.name, "worker_role": endpoint.role, "poll_error": message}
 
 
-def poll_pool(warehouse: Warehouse, endpoints: list[Endpoint], *, interval_s: float = 1.0,
-              duration_s: float | None = None, timeout_s: float | None = None,
-              run_name: str | None = None, experiment: str | None = None,
-              batch_s: float = 10.0, stop: threading.Event | None = None,
-              on_batch: Callable[[PollReport], None] | None = None) -> PollReport:
+def poll_pool(
+    warehouse: Warehouse,
+    endpoints: list[Endpoint],
+    *,
+    interval_s: float = 1.0,
+    duration_s: float | None = None,
+    timeout_s: float | None = None,
+    run_name: str | None = None,
+    experiment: str | None = None,
+    batch_s: float = 10.0,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[PollReport], None] | None = None,
+) -> PollReport:
     """Poll ``endpoints`` every ``interval_s`` until ``duration_s`` passes, ``stop`` is set
     or the user presses Ctrl-C.
 
@@ -164,8 +176,10 @@ def poll_pool(warehouse: Warehouse, endpoints: list[Endpoint], *, interval_s: fl
         raise InputError("the interval must be positive")
     timeout = timeout_s if timeout_s is not None else min(interval_s / 2, 5.0)
     if not 0 < timeout < interval_s:
-        raise InputError(f"the timeout ({timeout:g} s) must be positive and below the "
-                         f"interval ({interval_s:g} s), or polls would overlap")
+        raise InputError(
+            f"the timeout ({timeout:g} s) must be positive and below the "
+            f"interval ({interval_s:g} s), or polls would overlap"
+        )
     if not endpoints:
         raise InputError("give at least one --endpoint")
     started_at = datetime.now(timezone.utc)
@@ -177,20 +191,44 @@ def poll_pool(warehouse: Warehouse, endpoints: list[Endpoint], *, interval_s: fl
     origin = time.monotonic()
     deadline = origin + duration_s if duration_s is not None else None
     workers = [
-        threading.Thread(target=_poll_worker, daemon=True, name=f"poll-{e.name}",
-                         args=(e, i / len(endpoints) * interval_s / 2, interval_s, timeout,
-                               origin, deadline, stop, rows, started_at))
+        threading.Thread(
+            target=_poll_worker,
+            daemon=True,
+            name=f"poll-{e.name}",
+            args=(
+                e,
+                i / len(endpoints) * interval_s / 2,
+                interval_s,
+                timeout,
+                origin,
+                deadline,
+                stop,
+                rows,
+                started_at,
+            ),
+        )
         for i, e in enumerate(endpoints)
     ]
     for worker in workers:
         worker.start()
-    writer = _BatchWriter(warehouse, report, name, label, started_at, {
-        "collector": "pool", "endpoints": [e.url for e in endpoints],
-        "interval_s": interval_s, "timeout_s": timeout})
+    writer = _BatchWriter(
+        warehouse,
+        report,
+        name,
+        label,
+        started_at,
+        {
+            "collector": "pool",
+            "endpoints": [e.url for e in endpoints],
+            "interval_s": interval_s,
+            "timeout_s": timeout,
+        },
+    )
     try:
         while not stop.is_set():
-            wait = batch_s if deadline is None else max(0.0, min(batch_s,
-                                                                  deadline - time.monotonic()))
+            wait = (
+                batch_s if deadline is None else max(0.0, min(batch_s, deadline - time.monotonic()))
+            )
             if stop.wait(wait) or (deadline is not None and time.monotonic() >= deadline):
                 break
             writer.flush(rows)
@@ -206,9 +244,17 @@ def poll_pool(warehouse: Warehouse, endpoints: list[Endpoint], *, interval_s: fl
     return report
 
 
-def _poll_worker(endpoint: Endpoint, phase: float, interval: float, timeout: float,
-                 origin: float, deadline: float | None, stop: threading.Event,
-                 out: queue.Queue, started_at: datetime) -> None:
+def _poll_worker(
+    endpoint: Endpoint,
+    phase: float,
+    interval: float,
+    timeout: float,
+    origin: float,
+    deadline: float | None,
+    stop: threading.Event,
+    out: queue.Queue,
+    started_at: datetime,
+) -> None:
     tick = 0
     failures = 0
     while not stop.is_set():
@@ -236,11 +282,22 @@ def _poll_worker(endpoint: Endpoint, phase: float, interval: float, timeout: flo
 class _BatchWriter:
     """Commits what the polling threads queued; the first commit also records the run."""
 
-    def __init__(self, warehouse: Warehouse, report: PollReport, run_name: str, label: str,
-                 started_at: datetime, config: dict) -> None:
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        report: PollReport,
+        run_name: str,
+        label: str,
+        started_at: datetime,
+        config: dict,
+    ) -> None:
         self.warehouse, self.report = warehouse, report
         self.run_name, self.label, self.started_at, self.config = (
-            run_name, label, started_at, config)
+            run_name,
+            label,
+            started_at,
+            config,
+        )
 
     def flush(self, rows: queue.Queue) -> None:
         batch = []
@@ -258,18 +315,24 @@ class _BatchWriter:
         with self.warehouse.transaction(self.report.run_id) as commit:
             if batch:
                 table = pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
-                self.warehouse.write(commit, "pool_snapshots", table.sort_by(
-                    [("worker_id", "ascending"), ("t_s", "ascending")]))
+                self.warehouse.write(
+                    commit,
+                    "pool_snapshots",
+                    table.sort_by([("worker_id", "ascending"), ("t_s", "ascending")]),
+                )
             if first:
                 self.warehouse.write_rows(commit, "runs", [self._run_row()])
         self.report.commits += 1
         self.report.rows += len(batch)
         self.report.errors += sum(1 for row in batch if row.get("poll_error"))
-        self.report.polls += len({(row["worker_id"].split("#")[0], row["t_s"])
-                                  for row in batch})
+        self.report.polls += len({(row["worker_id"].split("#")[0], row["t_s"]) for row in batch})
 
     def _run_row(self) -> dict:
-        return run_row(self.report.run_id, self.run_name, "serving", source="collect",
-                       collector_config={**self.config, "experiment": self.label},
-                       started_at=self.started_at)
-
+        return run_row(
+            self.report.run_id,
+            self.run_name,
+            "serving",
+            source="collect",
+            collector_config={**self.config, "experiment": self.label},
+            started_at=self.started_at,
+        )

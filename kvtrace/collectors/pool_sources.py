@@ -87,8 +87,9 @@ def rows_from_prometheus(body: bytes, worker_id: str, role: str | None) -> list[
     if "sglang:kv_used_tokens" in sums and available is not None:
         record["capacity_tokens"] = int(sums["sglang:kv_used_tokens"] + available)
     elif sums.get("sglang:token_usage") and "sglang:num_used_tokens" in sums:
-        record["capacity_tokens"] = round(sums["sglang:num_used_tokens"]
-                                          / sums["sglang:token_usage"])
+        record["capacity_tokens"] = round(
+            sums["sglang:num_used_tokens"] / sums["sglang:token_usage"]
+        )
     try:
         return [pool_row(record)]
     except FieldError as exc:

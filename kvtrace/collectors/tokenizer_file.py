@@ -22,8 +22,9 @@ class TokenizerFile:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise InputError("--tokenizer needs the tokenizers package "
-                             "(pip install 'kvtrace[collect]')") from None
+            raise InputError(
+                "--tokenizer needs the tokenizers package (pip install 'kvtrace[collect]')"
+            ) from None
         try:
             self._tokenizer = Tokenizer.from_file(str(path))
         except Exception as exc:  # the library raises a bare Exception for bad files

@@ -31,8 +31,12 @@ def start(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False,
-                 include_dashboard=False if address is None else None)
+        ray.init(
+            address=address,
+            logging_level="ERROR",
+            log_to_driver=False,
+            include_dashboard=False if address is None else None,
+        )
     except ConnectionError as exc:
         raise KvtraceError(f"cannot reach the Ray cluster at {address}: {exc}") from None
 

@@ -18,12 +18,20 @@ from kvtrace.ingest.workload import ColumnMapping
 from kvtrace.warehouse import Warehouse
 
 
-def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None,
-           run_name: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-           kind: Kind | None = None, experiment: str | None = None,
-           columns: ColumnMapping | None = None,
-           progress: Progress | None = None, jobs: int = 1,
-           executor: Executor | None = None) -> IngestReport:
+def ingest(
+    warehouse: Warehouse,
+    paths: list[str],
+    *,
+    dataset: str | None = None,
+    run_name: str | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    kind: Kind | None = None,
+    experiment: str | None = None,
+    columns: ColumnMapping | None = None,
+    progress: Progress | None = None,
+    jobs: int = 1,
+    executor: Executor | None = None,
+) -> IngestReport:
     """Ingest every trace file named by ``paths`` (files, folders or glob patterns).
 
     Parameters
@@ -50,8 +58,7 @@ def ingest(warehouse: Warehouse, paths: list[str], *, dataset: str | None = None
         `kvtrace.distributed`); its workers must reach the warehouse.
     """
     options = IngestOptions(dataset, run_name, block_size, kind, experiment, columns)
-    return ingest_paths(warehouse, paths, options, progress=progress, jobs=jobs,
-                        executor=executor)
+    return ingest_paths(warehouse, paths, options, progress=progress, jobs=jobs, executor=executor)
 
 
 __all__ = ["FileReport", "IngestReport", "ingest"]

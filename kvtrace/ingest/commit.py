@@ -19,8 +19,14 @@ from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
 
 
-def commit_file(warehouse: Warehouse, probe: Probe, family: Family, fmt: str,
-                options: IngestOptions, advance: Advance) -> FileReport:
+def commit_file(
+    warehouse: Warehouse,
+    probe: Probe,
+    family: Family,
+    fmt: str,
+    options: IngestOptions,
+    advance: Advance,
+) -> FileReport:
     """Ingest one file that ``family`` reads as ``fmt``, in one commit."""
     source = probe.source
     name = family.run_name(probe, fmt, options)
@@ -32,23 +38,32 @@ def commit_file(warehouse: Warehouse, probe: Probe, family: Family, fmt: str,
         if (done := _already_ingested(warehouse, source, run_id, fmt, advance)) is not None:
             done.family = family.name
             return done
-        with warehouse.transaction(run_id, source_path=str(source.path),
-                                   source_size=source.size) as commit:
+        with warehouse.transaction(
+            run_id, source_path=str(source.path), source_size=source.size
+        ) as commit:
             sink = FileSink(warehouse, commit)
             rows = family.read(probe, fmt, sink, options, advance)
             commit.source_sha256 = source.sha256()  # hashed alongside the read
             _write_bookkeeping(sink, source, name, fmt, rows)
     advance(source.size)
     if not commit.landed:  # another process committed the same bytes first
-        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt,
-                          family=family.name)
-    return FileReport(str(source.path), run_id, "ingested", rows=rows.rows,
-                      rejected=len(rows.rejected), skipped=dict(rows.skipped + sink.skipped),
-                      disagreements=rows.checks, fmt=fmt, family=family.name)
+        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt, family=family.name)
+    return FileReport(
+        str(source.path),
+        run_id,
+        "ingested",
+        rows=rows.rows,
+        rejected=len(rows.rejected),
+        skipped=dict(rows.skipped + sink.skipped),
+        disagreements=rows.checks,
+        fmt=fmt,
+        family=family.name,
+    )
 
 
-def _already_ingested(warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str,
-                      advance: Advance) -> FileReport | None:
+def _already_ingested(
+    warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str, advance: Advance
+) -> FileReport | None:
     """The report to return at once when ``source``'s bytes are already in ``run_id``.
 
     When the run holds no source of the same size, the bytes are new: they are hashed
@@ -64,29 +79,57 @@ def _already_ingested(warehouse: Warehouse, source: SourceFile, run_id: str, fmt
     return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
 
 
-def _write_bookkeeping(sink: FileSink, source: SourceFile, run_name: str, fmt: str,
-                       rows: FileRows) -> None:
+def _write_bookkeeping(
+    sink: FileSink, source: SourceFile, run_name: str, fmt: str, rows: FileRows
+) -> None:
     """The ``runs`` row, the quarantine and the source checks of one file."""
     commit = sink.commit
     sidecar = source.sidecar
-    sink.write_rows("runs", [run_row(
-        commit.run_id, run_name, rows.kind, source="ingest",
-        collector_config={"format": fmt, "source_sha256": commit.source_sha256,
-                          **rows.config},
-        dataset=rows.dataset, dataset_variant=sidecar.get("dataset_variant"),
-        model=sidecar.get("model"), model_config=sidecar.get("model_config"),
-        rank=rows.rank, world_size=rows.world_size,
-        started_at=_parse_time(sidecar.get("started_at")))])
+    sink.write_rows(
+        "runs",
+        [
+            run_row(
+                commit.run_id,
+                run_name,
+                rows.kind,
+                source="ingest",
+                collector_config={
+                    "format": fmt,
+                    "source_sha256": commit.source_sha256,
+                    **rows.config,
+                },
+                dataset=rows.dataset,
+                dataset_variant=sidecar.get("dataset_variant"),
+                model=sidecar.get("model"),
+                model_config=sidecar.get("model_config"),
+                rank=rows.rank,
+                world_size=rows.world_size,
+                started_at=_parse_time(sidecar.get("started_at")),
+            )
+        ],
+    )
     if rows.rejected:
-        sink.write_rows("quarantine", quarantine_rows(
-            commit.run_id, str(source.path), commit.source_sha256, rows.rejected))
+        sink.write_rows(
+            "quarantine",
+            quarantine_rows(commit.run_id, str(source.path), commit.source_sha256, rows.rejected),
+        )
     if rows.checks:
-        sink.write_rows("ingest_checks", [
-            {"run_id": commit.run_id, "source_path": str(source.path), "statistic": name,
-             "rows_checked": tally.checked, "rows_disagreeing": tally.disagreeing,
-             "first_line": tally.first_line, "source_value": tally.source_value,
-             "recomputed_value": tally.recomputed}
-            for name, tally in sorted(rows.checks.items())])
+        sink.write_rows(
+            "ingest_checks",
+            [
+                {
+                    "run_id": commit.run_id,
+                    "source_path": str(source.path),
+                    "statistic": name,
+                    "rows_checked": tally.checked,
+                    "rows_disagreeing": tally.disagreeing,
+                    "first_line": tally.first_line,
+                    "source_value": tally.source_value,
+                    "recomputed_value": tally.recomputed,
+                }
+                for name, tally in sorted(rows.checks.items())
+            ],
+        )
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -59,8 +59,9 @@ class CsvColumns:
         return raw_text(self._lines.get(int(self.line_no[row]), b""))
 
 
-def read_csv_columns(path: Path, columns: list[str],
-                     types: dict[str, pa.DataType] | None = None) -> CsvColumns:
+def read_csv_columns(
+    path: Path, columns: list[str], types: dict[str, pa.DataType] | None = None
+) -> CsvColumns:
     """The named columns of a CSV file, as ``types`` when every value converts (the fast
     path a clean file takes), else every value as text, to be checked row by row; rows
     of the wrong width are left out and listed."""
@@ -93,16 +94,27 @@ def _read_ragged(path: Path, convert: pa_csv.ConvertOptions) -> CsvColumns:
     bad: list[BadLine] = []
 
     def note(row: pa_csv.InvalidRow) -> str:
-        bad.append(BadLine(row.number, f"{row.actual_columns} fields where the header has "
-                           f"{row.expected_columns}", raw_text(row.text.encode())))
+        bad.append(
+            BadLine(
+                row.number,
+                f"{row.actual_columns} fields where the header has {row.expected_columns}",
+                raw_text(row.text.encode()),
+            )
+        )
         return "skip"
 
-    table = pa_csv.read_csv(_stream(path), read_options=pa_csv.ReadOptions(use_threads=False),
-                            parse_options=pa_csv.ParseOptions(invalid_row_handler=note),
-                            convert_options=convert)
+    table = pa_csv.read_csv(
+        _stream(path),
+        read_options=pa_csv.ReadOptions(use_threads=False),
+        parse_options=pa_csv.ParseOptions(invalid_row_handler=note),
+        convert_options=convert,
+    )
     skipped = {b.line_no for b in bad}
-    line_no = np.fromiter((n for n in range(2, table.num_rows + len(bad) + 2)
-                           if n not in skipped), dtype=np.int64, count=table.num_rows)
+    line_no = np.fromiter(
+        (n for n in range(2, table.num_rows + len(bad) + 2) if n not in skipped),
+        dtype=np.int64,
+        count=table.num_rows,
+    )
     return CsvColumns(path, table, line_no, bad)
 
 
@@ -134,8 +146,9 @@ class RowReasons:
         return self.texts[self.codes[row]]
 
 
-def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
-            kind: pa.DataType) -> np.ndarray:
+def numbers(
+    column: pa.ChunkedArray, name: str, reasons: RowReasons, kind: pa.DataType
+) -> np.ndarray:
     """``column`` as numbers (NaN where unusable, with a reason).
 
     A clean column is cast in one go; only a column that fails is matched row by row.
@@ -147,8 +160,9 @@ def numbers(column: pa.ChunkedArray, name: str, reasons: RowReasons,
         values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
     else:
         try:
-            values = np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False),
-                                dtype=np.float64)
+            values = np.asarray(
+                pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
+            )
         except pa.ArrowInvalid:
             pattern = _INTEGER if whole else _NUMBER
             ok = np.asarray(pc.fill_null(pc.match_substring_regex(column, pattern), False))

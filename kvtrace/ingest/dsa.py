@@ -22,8 +22,9 @@ from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.dsa_writer import DsaFileResult, DsaWriter
 
 
-def read_dsa_file(writer: DsaWriter, path: Path, fmt: Format,
-                  progress: Callable[[int], None] | None = None) -> DsaFileResult:
+def read_dsa_file(
+    writer: DsaWriter, path: Path, fmt: Format, progress: Callable[[int], None] | None = None
+) -> DsaFileResult:
     """Feed every line of ``path`` to ``writer`` and finish it."""
     schema = SCHEMAS[fmt]
     with ThreadPoolExecutor(max_workers=1) as parser:
@@ -38,8 +39,13 @@ def read_dsa_file(writer: DsaWriter, path: Path, fmt: Format,
     return writer.finish()
 
 
-def _consume(writer: DsaWriter, fmt: Format, chunk: Chunk, parsed: ParsedChunk,
-             progress: Callable[[int], None] | None) -> None:
+def _consume(
+    writer: DsaWriter,
+    fmt: Format,
+    chunk: Chunk,
+    parsed: ParsedChunk,
+    progress: Callable[[int], None] | None,
+) -> None:
     writer.result.rejected.extend(parsed.bad)
     if (note := chunk.truncation_note()) is not None:
         writer.result.rejected.append(note)
@@ -81,34 +87,56 @@ class DsaFamily:
 
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         record = probe.first_record or {}
-        return str(options.run_name or record.get("run_name")
-                   or probe.source.sidecar.get("run_name") or probe.source.default_run_name())
+        return str(
+            options.run_name
+            or record.get("run_name")
+            or probe.source.sidecar.get("run_name")
+            or probe.source.default_run_name()
+        )
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         sidecar = probe.source.sidecar
         record = probe.first_record or {}
         dataset = options.dataset or record.get("dataset") or sidecar.get("dataset")
         writer = DsaWriter(
-            sink.warehouse, sink.commit, string_ids=fmt == "nested",
-            dataset=str(dataset or "unknown"), dataset_override=options.dataset is not None,
-            block_size=int(sidecar.get("config", {}).get("kv_block_size_tokens")
-                           or options.block_size),
-            request_ids=_known_request_keys(sink.warehouse, sink.run_id), skip_stored=True)
+            sink.warehouse,
+            sink.commit,
+            string_ids=fmt == "nested",
+            dataset=str(dataset or "unknown"),
+            dataset_override=options.dataset is not None,
+            block_size=int(
+                sidecar.get("config", {}).get("kv_block_size_tokens") or options.block_size
+            ),
+            request_ids=_known_request_keys(sink.warehouse, sink.run_id),
+            skip_stored=True,
+        )
         result = read_dsa_file(writer, probe.path, fmt, advance)  # type: ignore[arg-type]
         datasets = sorted(result.datasets)
         for name in datasets:
-            sink.write_rows("requests", [
-                {"run_id": sink.run_id, "request_id": rid, **vars(info)}
-                for rid, info in sorted(result.requests.items()) if info.dataset == name])
+            sink.write_rows(
+                "requests",
+                [
+                    {"run_id": sink.run_id, "request_id": rid, **vars(info)}
+                    for rid, info in sorted(result.requests.items())
+                    if info.dataset == name
+                ],
+            )
         return FileRows(
-            "dsa", rows=result.rows, rejected=result.rejected, skipped=result.skipped,
+            "dsa",
+            rows=result.rows,
+            rejected=result.rejected,
+            skipped=result.skipped,
             checks=result.checks.disagreements(),
-            config={"block_sizes": sorted(result.block_sizes),
-                    **({"config": sidecar["config"]} if "config" in sidecar else {})},
+            config={
+                "block_sizes": sorted(result.block_sizes),
+                **({"config": sidecar["config"]} if "config" in sidecar else {}),
+            },
             dataset=datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
             rank=result.first_record.get("rank"),
-            world_size=result.first_record.get("world_size"))
+            world_size=result.first_record.get("world_size"),
+        )
 
 
 def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
@@ -117,10 +145,10 @@ def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:
     if not files:
         return {}
     table = warehouse.read_files(files, columns=["run_id", "request_id", "request_key"])
-    table = table.filter(pc.and_(pc.equal(table["run_id"], run_id),
-                                 pc.is_valid(table["request_key"])))
-    return dict(zip(table["request_key"].to_pylist(), table["request_id"].to_pylist(),
-                    strict=True))
+    table = table.filter(
+        pc.and_(pc.equal(table["run_id"], run_id), pc.is_valid(table["request_key"]))
+    )
+    return dict(zip(table["request_key"].to_pylist(), table["request_id"].to_pylist(), strict=True))
 
 
 DSA = DsaFamily()

@@ -120,6 +120,7 @@ NESTED_SCHEMA = pa.schema(
 
 SCHEMAS: dict[Format, pa.Schema] = {"seed": SEED_SCHEMA, "nested": NESTED_SCHEMA}
 
+
 def detect_format(first_line: bytes, source: str) -> Format:
     """Tell the layout of a DSA trace from its first record."""
     try:

@@ -40,8 +40,9 @@ class EvalFileResult:
     rejected: list[BadLine] = field(default_factory=list)
 
 
-def read_eval_file(path: Path, run_id: str,
-                   progress: Callable[[int], None] | None = None) -> EvalFileResult:
+def read_eval_file(
+    path: Path, run_id: str, progress: Callable[[int], None] | None = None
+) -> EvalFileResult:
     """Score every sample of a RULER prediction file."""
     task = task_name(path)
     result = EvalFileResult()
@@ -71,8 +72,14 @@ def _row(record: object, run_id: str, task: str, line_no: int) -> dict:
     index = whole_number("index", record.get("index", line_no - 1), minimum=None)
     length = record.get("length")
     length = None if length is None else whole_number("length", length)
-    return eval_row(run_id=run_id, task=task, sample_index=index, prediction=prediction,
-                    references=[str(o) for o in outputs], context_length=length)
+    return eval_row(
+        run_id=run_id,
+        task=task,
+        sample_index=index,
+        prediction=prediction,
+        references=[str(o) for o in outputs],
+        context_length=length,
+    )
 
 
 def ruler_summary_scores(folder: Path) -> dict[str, float]:
@@ -84,8 +91,11 @@ def ruler_summary_scores(folder: Path) -> dict[str, float]:
     import csv
 
     try:
-        rows = {row[0]: row[1:] for row in csv.reader(
-            (folder / "summary.csv").read_text().splitlines()) if row}
+        rows = {
+            row[0]: row[1:]
+            for row in csv.reader((folder / "summary.csv").read_text().splitlines())
+            if row
+        }
     except (OSError, UnicodeDecodeError):
         return {}
     scores = {}
@@ -105,8 +115,13 @@ def summary_check(rows: list[dict], task: str, folder: Path) -> StatCheck | None
         return None
     recomputed = round(sum(row["score"] for row in rows) / len(rows) * 100, 2)
     disagrees = abs(recomputed - stated) > 0.01
-    return StatCheck(checked=1, disagreeing=int(disagrees), first_line=None,
-                     source_value=stated, recomputed=recomputed)
+    return StatCheck(
+        checked=1,
+        disagreeing=int(disagrees),
+        first_line=None,
+        source_value=stated,
+        recomputed=recomputed,
+    )
 
 
 class EvalFamily:
@@ -124,15 +139,20 @@ class EvalFamily:
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or probe.source.default_run_name()
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         result = read_eval_file(probe.path, sink.run_id, advance)
         task = task_name(probe.path)
         check = summary_check(result.rows, task, probe.path.parent)
         stored = sink.write_rows("eval_samples", result.rows)
-        return FileRows("eval", rows=stored, rejected=result.rejected, dataset="ruler",
-                        checks={f"ruler_score:{task}": check}
-                        if check and check.disagreeing else {})
+        return FileRows(
+            "eval",
+            rows=stored,
+            rejected=result.rejected,
+            dataset="ruler",
+            checks={f"ruler_score:{task}": check} if check and check.disagreeing else {},
+        )
 
 
 EVAL = EvalFamily()

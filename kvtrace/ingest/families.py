@@ -19,8 +19,16 @@ from kvtrace.ingest.run_summary import RUN_SUMMARY
 from kvtrace.ingest.serving import POOL, REQUESTS
 from kvtrace.ingest.workload import WORKLOAD
 
-FAMILIES: tuple[Family, ...] = (TIMELINE, BENCHMARK, POOL, REQUESTS, EVAL, WORKLOAD, DSA,
-                                RUN_SUMMARY)
+FAMILIES: tuple[Family, ...] = (
+    TIMELINE,
+    BENCHMARK,
+    POOL,
+    REQUESTS,
+    EVAL,
+    WORKLOAD,
+    DSA,
+    RUN_SUMMARY,
+)
 BY_NAME: dict[str, Family] = {family.name: family for family in FAMILIES}
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
 KINETO_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")  # what PyTorch's profiler names
@@ -55,7 +63,8 @@ def unknown(probe: Probe) -> InputError:
             f"{path} is not a CSV file kvtrace knows: its header ({header}) has the columns "
             "of none of the Azure, BurstGPT or Splitwise/Vidur arrival traces, nor of "
             "Vidur's request or batch metrics; --columns names the columns of another "
-            "arrival trace")
+            "arrival trace"
+        )
     if probe.first_record is None and path.name.endswith(JSONL_SUFFIXES):
         return InputError(f"{path}: the first line is not JSON")
     return InputError(
@@ -64,4 +73,5 @@ def unknown(probe: Probe) -> InputError:
         "(execution_mode, latency_s), RULER predictions (pred, outputs), arrival traces "
         "(Mooncake JSONL; Azure, BurstGPT, Splitwise CSV), benchmark results (vLLM, "
         "AIPerf, Vidur), Kineto profiler traces (traceEvents) and serving run summaries "
-        "(*_summary.json); --kind forces one")
+        "(*_summary.json); --kind forces one"
+    )

@@ -75,7 +75,8 @@ class Family(Protocol):
         """The name of the run the file belongs to."""
         ...
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         """Read the file into ``sink``'s tables; bad records go to ``FileRows.rejected``."""
         ...

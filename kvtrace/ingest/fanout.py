@@ -28,9 +28,15 @@ NOT_READ = "not a trace kvtrace reads"
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions, *,
-                 progress: Progress | None = None, jobs: int = 1,
-                 executor: Executor | None = None) -> IngestReport:
+def ingest_paths(
+    warehouse: Warehouse,
+    paths: list[str],
+    options: IngestOptions,
+    *,
+    progress: Progress | None = None,
+    jobs: int = 1,
+    executor: Executor | None = None,
+) -> IngestReport:
     """Ingest every file named by ``paths`` (files, folders or glob patterns)."""
     sources = expand(paths)
     if executor is not None:
@@ -43,6 +49,7 @@ def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions,
     done = 0
     reports: list[FileReport] = []
     for source in sources:
+
         def advance(offset: int, base: int = done) -> None:
             if progress:
                 progress(base + offset, total)
@@ -56,8 +63,9 @@ def ingest_paths(warehouse: Warehouse, paths: list[str], options: IngestOptions,
     return IngestReport(reports)
 
 
-def ingest_file(warehouse: Warehouse, source: SourceFile, options: IngestOptions,
-                advance: Advance) -> FileReport:
+def ingest_file(
+    warehouse: Warehouse, source: SourceFile, options: IngestOptions, advance: Advance
+) -> FileReport:
     """Ingest one file with the family that reads it."""
     probe = Probe.of(source)
     chosen = choose(probe, options)
@@ -73,22 +81,29 @@ def ingest_file(warehouse: Warehouse, source: SourceFile, options: IngestOptions
     return commit_file(warehouse, probe, family, fmt, options, advance)
 
 
-def _stopped_at(location: str, source: SourceFile, exc: Exception,
-                committed: list[FileReport]) -> KvtraceError:
+def _stopped_at(
+    location: str, source: SourceFile, exc: Exception, committed: list[FileReport]
+) -> KvtraceError:
     """One sentence for a file that failed: why, and what was committed before it."""
     if isinstance(exc, KvtraceError):
         message = str(exc)
     elif isinstance(exc, (OSError, DeltaError)):
-        message = (f"{source.path.name} was not ingested: the warehouse at {location} "
-                   f"failed ({_short(exc)})")
+        message = (
+            f"{source.path.name} was not ingested: the warehouse at {location} "
+            f"failed ({_short(exc)})"
+        )
     else:
-        message = (f"kvtrace failed unexpectedly on {source.path.name} "
-                   f"({type(exc).__name__}: {_short(exc)}); rerun with --debug and report it")
+        message = (
+            f"kvtrace failed unexpectedly on {source.path.name} "
+            f"({type(exc).__name__}: {_short(exc)}); rerun with --debug and report it"
+        )
     done = [Path(r.path).name for r in committed if r.status == "ingested"]
     if done:
         listed = ", ".join(done[:3]) + (f" and {len(done) - 3} more" if len(done) > 3 else "")
-        message += (f" ({listed} {'was' if len(done) == 1 else 'were'} committed before it; "
-                    "the same command again skips what was committed)")
+        message += (
+            f" ({listed} {'was' if len(done) == 1 else 'were'} committed before it; "
+            "the same command again skips what was committed)"
+        )
     return type(exc)(message) if isinstance(exc, KvtraceError) else KvtraceError(message)
 
 
@@ -100,15 +115,22 @@ def _short(exc: BaseException) -> str:
     return first[:200]
 
 
-def _in_parallel(location: str, sources: list[SourceFile], options: IngestOptions,
-                 progress: Progress | None, pool: Executor) -> IngestReport:
+def _in_parallel(
+    location: str,
+    sources: list[SourceFile],
+    options: IngestOptions,
+    progress: Progress | None,
+    pool: Executor,
+) -> IngestReport:
     """One task per file on ``pool``; progress advances as whole files finish, and the
     reports keep the files' order."""
     total, done = sum(s.size for s in sources), 0
     reports: dict[int, FileReport] = {}
     failure: tuple[SourceFile, Exception] | None = None
-    running = {pool.submit(_in_worker, location, source, options): (n, source)
-               for n, source in enumerate(sources)}
+    running = {
+        pool.submit(_in_worker, location, source, options): (n, source)
+        for n, source in enumerate(sources)
+    }
     for future in as_completed(running):
         n, source = running[future]
         try:

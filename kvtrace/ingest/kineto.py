@@ -75,10 +75,16 @@ class KinetoReader:
         others: dict = {}
         index = 0
         for run in _event_runs(self.path, others, progress):
-            kept += [(i, event) for i, event in enumerate(run, index)
-                     if type(event) is dict and event.get("ph") == "X"]
-            self.rejected += [BadLine(i + 1, NESTED_TOO_DEEPLY, "")
-                              for i, event in enumerate(run, index) if event is TOO_DEEP]
+            kept += [
+                (i, event)
+                for i, event in enumerate(run, index)
+                if type(event) is dict and event.get("ph") == "X"
+            ]
+            self.rejected += [
+                BadLine(i + 1, NESTED_TOO_DEEPLY, "")
+                for i, event in enumerate(run, index)
+                if event is TOO_DEEP
+            ]
             index += len(run)
             while len(kept) >= BATCH_EVENTS:
                 yield self._table(kept[:BATCH_EVENTS], others)
@@ -100,8 +106,11 @@ class KinetoReader:
                     if _is_number(value):
                         whole_number(f"args.{key}", value, minimum=None)
             except BadValue as exc:
-                self.rejected.append(BadLine(index + 1, f"an X event needs numeric ts and "
-                                             f"dur >= 0: {exc}", _raw(event)))
+                self.rejected.append(
+                    BadLine(
+                        index + 1, f"an X event needs numeric ts and dur >= 0: {exc}", _raw(event)
+                    )
+                )
                 continue
             good.append((index, event))
         return good
@@ -120,8 +129,7 @@ class KinetoReader:
             ts = [event["ts"] for event in events]
             dur = [event["dur"] for event in events]
             args = [a if type(a := event.get("args")) is dict else {} for event in events]
-            integers = {column: _integers([a.get(key) for a in args])
-                        for key, column in _INT_ARGS}
+            integers = {column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS}
         category = [str(event.get("cat", "")) for event in events]
         name = [str(event.get("name", "")) for event in events]
         copy_names = {n for c, n in zip(category, name, strict=True) if c == "gpu_memcpy"}
@@ -136,8 +144,13 @@ class KinetoReader:
             "name": pa.array(name, pa.string()),
             "ts_us": pa.array(ts, pa.float64()),
             "dur_us": pa.array(dur, pa.float64()),
-            "copy_kind": pa.array([kinds[n] if c == "gpu_memcpy" else None
-                                   for c, n in zip(category, name, strict=True)], pa.string()),
+            "copy_kind": pa.array(
+                [
+                    kinds[n] if c == "gpu_memcpy" else None
+                    for c, n in zip(category, name, strict=True)
+                ],
+                pa.string(),
+            ),
             **integers,
         }
         return pa.table(columns, schema=TIMELINE_EVENTS.schema)
@@ -147,9 +160,14 @@ class KinetoReader:
         info = info if isinstance(info, dict) else {}
         self.header.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
         self.header.run_config = {
-            "schema_version": others.get("schemaVersion"), "distributed_info": info,
-            **({"device_properties": others["deviceProperties"]}
-               if "deviceProperties" in others else {})}
+            "schema_version": others.get("schemaVersion"),
+            "distributed_info": info,
+            **(
+                {"device_properties": others["deviceProperties"]}
+                if "deviceProperties" in others
+                else {}
+            ),
+        }
 
 
 def _blocks(path: Path) -> Iterator[str]:
@@ -162,8 +180,7 @@ def _blocks(path: Path) -> Iterator[str]:
         raise InputError(f"{path} is not a readable trace: {exc}") from None
 
 
-def _event_runs(path: Path, others: dict,
-                progress: Callable[[int], None] | None) -> Iterator[list]:
+def _event_runs(path: Path, others: dict, progress: Callable[[int], None] | None) -> Iterator[list]:
     """The elements of the top-level ``traceEvents`` array, in order, in runs (lists);
     the other top-level values go into ``others``."""
     blocks = _blocks(path)
@@ -200,8 +217,10 @@ def _event_runs(path: Path, others: dict,
                 return TOO_DEEP
             except json.JSONDecodeError as exc:
                 if not refill():
-                    raise InputError(f"{path} is cut short or not JSON: {exc.msg} at "
-                                     f"character {read - len(buffer) + exc.pos}") from None
+                    raise InputError(
+                        f"{path} is cut short or not JSON: {exc.msg} at "
+                        f"character {read - len(buffer) + exc.pos}"
+                    ) from None
 
     def skip_nested() -> None:
         """Move past one value too deeply nested to decode, counting brackets."""
@@ -226,16 +245,15 @@ def _event_runs(path: Path, others: dict,
                         return
             at = len(buffer)
             if not refill():
-                raise InputError(f"{path} is cut short inside a value nested too deeply "
-                                 "to read")
+                raise InputError(f"{path} is cut short inside a value nested too deeply to read")
 
     skip(_WHITESPACE)
-    if buffer[at:at + 1] != "{":
+    if buffer[at : at + 1] != "{":
         raise InputError(f"{path} holds no JSON object; a Chrome trace is one")
     at += 1
     while True:
         skip(_SPACE)
-        if buffer[at:at + 1] == "}":
+        if buffer[at : at + 1] == "}":
             return
         key = value()
         skip(_COLON)
@@ -243,12 +261,12 @@ def _event_runs(path: Path, others: dict,
             others[str(key)] = value()
             continue
         skip(_WHITESPACE)
-        if buffer[at:at + 1] != "[":
+        if buffer[at : at + 1] != "[":
             raise InputError(f"{path}: traceEvents is not a list")
         at += 1
         while True:
             skip(_SPACE)
-            if buffer[at:at + 1] == "]":
+            if buffer[at : at + 1] == "]":
                 at += 1
                 break
             run, at = _whole_events(buffer, at)
@@ -268,7 +286,7 @@ def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
     if last is None or last.start() <= at:
         return None, at
     try:
-        return json.loads("[" + buffer[at:last.start() + 1] + "]"), last.start() + 1
+        return json.loads("[" + buffer[at : last.start() + 1] + "]"), last.start() + 1
     except (ValueError, RecursionError):
         return None, at
 
@@ -280,8 +298,13 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return type(value) in _NUMBERS
 
 
-_INT_ARGS = (("stream", "stream"), ("device", "device"), ("correlation", "correlation"),
-             ("External id", "external_id"), ("bytes", "bytes"))
+_INT_ARGS = (
+    ("stream", "stream"),
+    ("device", "device"),
+    ("correlation", "correlation"),
+    ("External id", "external_id"),
+    ("bytes", "bytes"),
+)
 
 
 def _integers(values: list) -> pa.Array | None:
@@ -292,8 +315,9 @@ def _integers(values: list) -> pa.Array | None:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pass
     try:
-        return pa.array([int(value) if type(value) in _NUMBERS else None for value in values],
-                        pa.int64())
+        return pa.array(
+            [int(value) if type(value) in _NUMBERS else None for value in values], pa.int64()
+        )
     except (OverflowError, pa.ArrowInvalid, ValueError):
         return None
 
@@ -304,8 +328,11 @@ def _all_in_range(ts: list, dur: list) -> bool:
     if not {*map(type, ts), *map(type, dur)} <= _NUMBERS:
         return False
     starts, lengths = np.asarray(ts, dtype=np.float64), np.asarray(dur, dtype=np.float64)
-    return bool(np.all(np.abs(starts) <= EXACT_LIMIT) and np.all(lengths >= 0)
-                and np.all(lengths <= EXACT_LIMIT))
+    return bool(
+        np.all(np.abs(starts) <= EXACT_LIMIT)
+        and np.all(lengths >= 0)
+        and np.all(lengths <= EXACT_LIMIT)
+    )
 
 
 def _raw(event: object) -> str:
@@ -334,8 +361,9 @@ class TimelineFamily:
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or probe.source.default_run_name()
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         reader = KinetoReader(probe.path)
         events = sink.open_file("timeline_events")
         rows = 0
@@ -343,9 +371,14 @@ class TimelineFamily:
             rows += events.append(batch)
         events.close()
         header = reader.header
-        return FileRows("timeline", rows=rows, rejected=reader.rejected,
-                        config=header.run_config, rank=header.rank,
-                        world_size=header.run_config["distributed_info"].get("world_size"))
+        return FileRows(
+            "timeline",
+            rows=rows,
+            rejected=reader.rejected,
+            config=header.run_config,
+            rank=header.rank,
+            world_size=header.run_config["distributed_info"].get("world_size"),
+        )
 
 
 TIMELINE = TimelineFamily()

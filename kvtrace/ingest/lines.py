@@ -32,8 +32,9 @@ CHUNK_BYTES = 8 << 20
 MAX_RAW_CHARS = 1 << 16
 NOT_UTF8 = "not UTF-8 text (binary data or a corrupted line)"
 NESTED_TOO_DEEPLY = "nested too deeply to read (more levels than any trace record has)"
-TRUNCATED_GZIP = ("the gzip stream ends early (a truncated file): the complete lines before "
-                  "were kept")
+TRUNCATED_GZIP = (
+    "the gzip stream ends early (a truncated file): the complete lines before were kept"
+)
 
 
 @dataclass
@@ -86,8 +87,11 @@ def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
     line = 1
     pending = b""
     with open(path, "rb") as raw:
-        blocks = _gunzip(raw, chunk_bytes, path) if is_gzip(path) else iter(
-            lambda: raw.read(chunk_bytes), b"")
+        blocks = (
+            _gunzip(raw, chunk_bytes, path)
+            if is_gzip(path)
+            else iter(lambda: raw.read(chunk_bytes), b"")
+        )
         truncated = False
         for block in blocks:
             if block is _TRUNCATED:
@@ -137,9 +141,9 @@ def decode_json(text: bytes) -> object:
         return None
 
 
-def json_records(path: Path, rejected: list[BadLine],
-                 progress: Callable[[int], None] | None = None
-                 ) -> Iterator[tuple[int, bytes, object]]:
+def json_records(
+    path: Path, rejected: list[BadLine], progress: Callable[[int], None] | None = None
+) -> Iterator[tuple[int, bytes, object]]:
     """Every non-blank line of a JSONL file, decoded, as (line number, text, value).
 
     For small files read line by line.  A line that is not UTF-8 or not JSON, and the
@@ -226,8 +230,9 @@ def _parse_line_by_line(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
             bad.append(BadLine(chunk.first_line + i, NOT_UTF8, raw_text(text)))
             continue
         if text.lstrip()[:1] != b"{":  # never for Arrow: see the module's docstring
-            bad.append(BadLine(chunk.first_line + i, describe_parse_error(text, None),
-                               raw_text(text)))
+            bad.append(
+                BadLine(chunk.first_line + i, describe_parse_error(text, None), raw_text(text))
+            )
             continue
         numbered.append((chunk.first_line + i, text.lstrip()))
 
@@ -279,12 +284,12 @@ def describe_parse_error(text: bytes, exc: Exception | None) -> str:
 def _integer_beyond_int64(value: object, path: str = "") -> tuple[str, int] | None:
     """The first field (as a path) holding an integer no int64 holds, and the integer."""
     if isinstance(value, dict):
-        items: list[tuple[str, object]] = [(f"{path}.{k}" if path else str(k), v)
-                                           for k, v in value.items()]
+        items: list[tuple[str, object]] = [
+            (f"{path}.{k}" if path else str(k), v) for k, v in value.items()
+        ]
     elif isinstance(value, list):
         items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
-    elif isinstance(value, int) and not isinstance(value, bool) and not (
-            -(2**63) <= value < 2**63):
+    elif isinstance(value, int) and not isinstance(value, bool) and not (-(2**63) <= value < 2**63):
         return path, value
     else:
         return None

@@ -109,4 +109,3 @@ def _gunzip_head(handle: BinaryIO, path: Path) -> bytes:
                 return head
             compressed = decompressor.unconsumed_tail or decompressor.unused_data
     return head
-

@@ -59,8 +59,14 @@ VIDUR_BATCH_COLUMNS = {
     "decode_tokens": "batch_num_decode_tokens",
     "execution_time_s": "batch_execution_time",
 }
-_INTEGER_COLUMNS = {"input_tokens", "output_tokens", "preemptions", "batch_size",
-                    "prefill_tokens", "decode_tokens"}
+_INTEGER_COLUMNS = {
+    "input_tokens",
+    "output_tokens",
+    "preemptions",
+    "batch_size",
+    "prefill_tokens",
+    "decode_tokens",
+}
 
 
 def detect_results_csv(header: list[str]) -> ResultFormat | None:
@@ -90,19 +96,32 @@ class ResultFileResult:
 def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
     """Vidur's request or batch metrics, checked row by row."""
     if fmt == "vidur_batches":
-        return _read_csv(path, VIDUR_BATCH_COLUMNS, BATCH_METRICS.schema, "batch_idx",
-                         "batch_metrics", {})
-    extra = ({"arrival_s": "request_arrived_at"} if "request_arrived_at" in csv_header(path)
-             else {})
-    return _read_csv(path, {**VIDUR_REQUEST_COLUMNS, **extra}, REQUEST_TIMINGS.schema,
-                     "request_idx", "request_timings", {"origin": "simulated"})
+        return _read_csv(
+            path, VIDUR_BATCH_COLUMNS, BATCH_METRICS.schema, "batch_idx", "batch_metrics", {}
+        )
+    extra = {"arrival_s": "request_arrived_at"} if "request_arrived_at" in csv_header(path) else {}
+    return _read_csv(
+        path,
+        {**VIDUR_REQUEST_COLUMNS, **extra},
+        REQUEST_TIMINGS.schema,
+        "request_idx",
+        "request_timings",
+        {"origin": "simulated"},
+    )
 
 
-def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str,
-              table_name: str, constants: dict) -> ResultFileResult:
+def _read_csv(
+    path: Path,
+    columns: dict[str, str],
+    schema: pa.Schema,
+    index: str,
+    table_name: str,
+    constants: dict,
+) -> ResultFileResult:
     kinds = {name: pa.int64() if name in _INTEGER_COLUMNS else pa.float64() for name in columns}
-    read = read_csv_columns(path, list(columns.values()),
-                            {source: kinds[name] for name, source in columns.items()})
+    read = read_csv_columns(
+        path, list(columns.values()), {source: kinds[name] for name, source in columns.items()}
+    )
     raw = read.table
     reasons = RowReasons(raw.num_rows)
     values = {}
@@ -111,44 +130,73 @@ def _read_csv(path: Path, columns: dict[str, str], schema: pa.Schema, index: str
         values[name] = numbers(raw[source], source, reasons, kind)
         reasons.note(values[name] < 0, f"{source} is negative")
     keep = reasons.ok
-    rejected = sorted(read.rejected + [
-        BadLine(int(read.line_no[row]), reasons.text(int(row)), read.raw_of(int(row)))
-        for row in np.flatnonzero(~keep)], key=lambda bad: bad.line_no)
+    rejected = sorted(
+        read.rejected
+        + [
+            BadLine(int(read.line_no[row]), reasons.text(int(row)), read.raw_of(int(row)))
+            for row in np.flatnonzero(~keep)
+        ],
+        key=lambda bad: bad.line_no,
+    )
     n = int(keep.sum())
-    out = {index: pa.array(read.line_no[keep] - 2, pa.int64()),
-           **{k: pa.repeat(pa.scalar(v), n) for k, v in constants.items()},
-           **{name: pa.array(v[keep]) for name, v in values.items()}}
-    rows = pa.table({f.name: out[f.name].cast(f.type) if f.name in out
-                     else pa.nulls(n, f.type) for f in schema})
+    out = {
+        index: pa.array(read.line_no[keep] - 2, pa.int64()),
+        **{k: pa.repeat(pa.scalar(v), n) for k, v in constants.items()},
+        **{name: pa.array(v[keep]) for name, v in values.items()},
+    }
+    rows = pa.table(
+        {f.name: out[f.name].cast(f.type) if f.name in out else pa.nulls(n, f.type) for f in schema}
+    )
     return ResultFileResult(table_name, rows, rejected)
 
 
 def read_vllm_result(path: Path) -> ResultFileResult:
     """The per-request records of a vLLM benchmark result JSON."""
     document = _json(path)
-    lists = {key: document.get(key) for key in ("input_lens", "output_lens", "ttfts", "itls",
-                                                "errors", "e2els")}
+    lists = {
+        key: document.get(key)
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "errors", "e2els")
+    }
     count = len(lists["ttfts"] or [])
     for key, value in lists.items():
         if value is not None and (not isinstance(value, list) or len(value) != count):
-            raise InputError(f"{path}: {key} must be a list of one value per request "
-                             f"({count}, like ttfts)")
+            raise InputError(
+                f"{path}: {key} must be a list of one value per request ({count}, like ttfts)"
+            )
     rows, rejected = [], []
     for i in range(count):
         row, reason = _vllm_row(i, lists)
         if reason:
-            rejected.append(BadLine(i + 1, reason, json.dumps(
-                {k: v[i] for k, v in lists.items() if v is not None})[:2000]))
+            rejected.append(
+                BadLine(
+                    i + 1,
+                    reason,
+                    json.dumps({k: v[i] for k, v in lists.items() if v is not None})[:2000],
+                )
+            )
         else:
             rows.append(row)
-    config = {k: document[k] for k in ("backend", "model_id", "request_rate", "burstiness",
-                                       "max_concurrency", "num_prompts", "date")
-              if k in document}
+    config = {
+        k: document[k]
+        for k in (
+            "backend",
+            "model_id",
+            "request_rate",
+            "burstiness",
+            "max_concurrency",
+            "num_prompts",
+            "date",
+        )
+        if k in document
+    }
     if isinstance(document.get("duration"), (int, float)):
         config["duration_s"] = document["duration"]
-    return ResultFileResult("request_timings",
-                            pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
-                            rejected, config)
+    return ResultFileResult(
+        "request_timings",
+        pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
+        rejected,
+        config,
+    )
 
 
 def _vllm_row(i: int, lists: dict) -> tuple[dict, str]:
@@ -171,13 +219,22 @@ def _vllm_row(i: int, lists: dict) -> tuple[dict, str]:
         if itl is not None:
             itl = [finite_number(f"itls[{i}]", x, minimum=0) for x in itl]
         ttft = seconds("ttfts")
-        e2e = seconds("e2els") if lists["e2els"] is not None else (
-            None if error or ttft is None else ttft + sum(itl or []))
-        row = {"request_idx": i, "origin": "measured",
-               "input_tokens": count("input_lens"), "output_tokens": count("output_lens"),
-               "ttft_s": None if error else ttft, "itl_s": itl,
-               "tpot_s": float(np.mean(itl)) if itl and not error else None,
-               "e2e_s": e2e, "error": error}
+        e2e = (
+            seconds("e2els")
+            if lists["e2els"] is not None
+            else (None if error or ttft is None else ttft + sum(itl or []))
+        )
+        row = {
+            "request_idx": i,
+            "origin": "measured",
+            "input_tokens": count("input_lens"),
+            "output_tokens": count("output_lens"),
+            "ttft_s": None if error else ttft,
+            "itl_s": itl,
+            "tpot_s": float(np.mean(itl)) if itl and not error else None,
+            "e2e_s": e2e,
+            "error": error,
+        }
     except ValueError as exc:
         return {}, f"bad value: {exc}"
     return row, ""
@@ -203,9 +260,9 @@ def read_aiperf_records(path: Path) -> ResultFileResult:
     known = [s for s in starts if s is not None]
     for row, start in zip(rows, starts, strict=True):
         row["arrival_s"] = (start - min(known)) / 1e9 if start is not None else None
-    return ResultFileResult("request_timings",
-                            pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
-                            rejected)
+    return ResultFileResult(
+        "request_timings", pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema), rejected
+    )
 
 
 def _aiperf_row(record: object, index: int) -> tuple[dict, int | None]:
@@ -220,21 +277,29 @@ def _aiperf_row(record: object, index: int) -> tuple[dict, int | None]:
         return None
 
     error = record.get("error")
-    message = None if not error else (
-        f"{error.get('type', 'error')}: {error.get('message', '')}".strip(": ")
-        if isinstance(error, dict) else str(error))
+    message = (
+        None
+        if not error
+        else (
+            f"{error.get('type', 'error')}: {error.get('message', '')}".strip(": ")
+            if isinstance(error, dict)
+            else str(error)
+        )
+    )
     itl = value("inter_chunk_latency")
     start = record["metadata"].get("request_start_ns")
     start = None if start is None else whole_number("request_start_ns", start)
-    return {"request_idx": whole_number("session_num",
-                                        record["metadata"].get("session_num", index)),
-            "origin": "measured",
-            "input_tokens": _count(metrics, "input_sequence_length", "error_isl"),
-            "output_tokens": _count(metrics, "output_sequence_length", "output_token_count"),
-            "ttft_s": value("time_to_first_token"),
-            "itl_s": itl if isinstance(itl, list) else None,
-            "tpot_s": value("inter_token_latency"), "e2e_s": value("request_latency"),
-            "error": message}, start
+    return {
+        "request_idx": whole_number("session_num", record["metadata"].get("session_num", index)),
+        "origin": "measured",
+        "input_tokens": _count(metrics, "input_sequence_length", "error_isl"),
+        "output_tokens": _count(metrics, "output_sequence_length", "output_token_count"),
+        "ttft_s": value("time_to_first_token"),
+        "itl_s": itl if isinstance(itl, list) else None,
+        "tpot_s": value("inter_token_latency"),
+        "e2e_s": value("request_latency"),
+        "error": message,
+    }, start
 
 
 def _in_seconds(metric: dict, name: str) -> float | list[float]:
@@ -287,14 +352,23 @@ class BenchmarkFamily:
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or probe.path.name.split(".")[0]
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
-        result = (read_vllm_result(probe.path) if fmt == "vllm"
-                  else read_aiperf_records(probe.path) if fmt == "aiperf"
-                  else read_results_csv(probe.path, fmt))  # type: ignore[arg-type]
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
+        result = (
+            read_vllm_result(probe.path)
+            if fmt == "vllm"
+            else read_aiperf_records(probe.path)
+            if fmt == "aiperf"
+            else read_results_csv(probe.path, fmt)
+        )  # type: ignore[arg-type]
         kind = "simulation" if fmt.startswith("vidur") else "benchmark"
-        return FileRows(kind, rows=sink.write(result.table, result.rows),
-                        rejected=result.rejected, config=result.run_config)
+        return FileRows(
+            kind,
+            rows=sink.write(result.table, result.rows),
+            rejected=result.rejected,
+            config=result.run_config,
+        )
 
 
 BENCHMARK = BenchmarkFamily()

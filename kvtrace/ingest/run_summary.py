@@ -36,8 +36,9 @@ class RunSummaryFamily:
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or serving_run_name(probe)
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         try:
             summary = json.loads(read_content(probe.path))
         except RecursionError:
@@ -47,9 +48,17 @@ class RunSummaryFamily:
         if not isinstance(summary, dict):
             raise InputError(f"{probe.path} holds no JSON object; a run summary is one")
         name = self.run_name(probe, fmt, options)
-        stored = sink.write_rows("run_summaries", [{
-            "run_id": sink.run_id, "experiment": options.experiment or name,
-            "source_path": str(probe.path), "summary": json.dumps(summary, sort_keys=True)}])
+        stored = sink.write_rows(
+            "run_summaries",
+            [
+                {
+                    "run_id": sink.run_id,
+                    "experiment": options.experiment or name,
+                    "source_path": str(probe.path),
+                    "summary": json.dumps(summary, sort_keys=True),
+                }
+            ],
+        )
         return FileRows("serving", rows=stored)
 
 

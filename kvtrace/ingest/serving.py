@@ -22,15 +22,24 @@ from kvtrace.warehouse.schema import TABLES
 from kvtrace.warehouse.serving_rows import POOL_ALIASES, FieldError, pool_row, request_row
 
 ServingKind = Literal["pool", "requests"]
-_RUN_NAME_SUFFIXES = ("_pool_timeseries", "-pool-timeseries", "_pool_snapshots", "_pool",
-                      "_request_metrics", "_metrics", "-metrics", "_requests", "_summary")
+_RUN_NAME_SUFFIXES = (
+    "_pool_timeseries",
+    "-pool-timeseries",
+    "_pool_snapshots",
+    "_pool",
+    "_request_metrics",
+    "_metrics",
+    "-metrics",
+    "_requests",
+    "_summary",
+)
 
 
 def detect_serving_kind(record: dict) -> ServingKind | None:
     """``pool`` or ``requests`` from a first record's fields, or None."""
     if any(k in record for k in POOL_ALIASES["worker_id"]) and any(
-            k in record for k in ("held_tokens", "available_tokens", "capacity_tokens",
-                                  "poll_error")):
+        k in record for k in ("held_tokens", "available_tokens", "capacity_tokens", "poll_error")
+    ):
         return "pool"
     markers = ("execution_mode", "ttft_s", "ttft", "latency_s", "error_type", "decode_worker")
     if any(k in record for k in markers):
@@ -44,8 +53,9 @@ class ServingFileResult:
     rejected: list[BadLine] = field(default_factory=list)
 
 
-def read_serving_file(path, kind: ServingKind,
-                      progress: Callable[[int], None] | None = None) -> ServingFileResult:
+def read_serving_file(
+    path, kind: ServingKind, progress: Callable[[int], None] | None = None
+) -> ServingFileResult:
     """Parse every line of a pool series or request-metrics file."""
     convert = pool_row if kind == "pool" else request_row
     result = ServingFileResult()
@@ -92,8 +102,9 @@ class ServingFamily:
 
     def recognise(self, probe: Probe) -> str | None:
         record = probe.first_record
-        return self.name if record is not None and detect_serving_kind(record) == self.name \
-            else None
+        return (
+            self.name if record is not None and detect_serving_kind(record) == self.name else None
+        )
 
     def forced_format(self, probe: Probe) -> str:
         return self.name
@@ -101,16 +112,19 @@ class ServingFamily:
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or serving_run_name(probe)
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         result = read_serving_file(probe.path, self.name, advance)
         label = options.experiment or self.run_name(probe, fmt, options)
         for row in result.rows:
             row["experiment"] = label
-        stored = sink.write(self.table, pa.Table.from_pylist(
-            result.rows, schema=TABLES[self.table].schema))
-        return FileRows("serving", rows=stored, rejected=result.rejected,
-                        config={"experiment": label})
+        stored = sink.write(
+            self.table, pa.Table.from_pylist(result.rows, schema=TABLES[self.table].schema)
+        )
+        return FileRows(
+            "serving", rows=stored, rejected=result.rejected, config={"experiment": label}
+        )
 
 
 POOL = ServingFamily("pool")

@@ -61,8 +61,11 @@ class FileSink:
         """``rows`` with their ``run_id`` column filled in."""
         if "run_id" not in rows.column_names:
             return rows
-        return rows.set_column(rows.column_names.index("run_id"), "run_id",
-                               pa.repeat(pa.scalar(self.run_id), rows.num_rows))
+        return rows.set_column(
+            rows.column_names.index("run_id"),
+            "run_id",
+            pa.repeat(pa.scalar(self.run_id), rows.num_rows),
+        )
 
     def write_rows(self, table: str, rows: list[dict[str, Any]]) -> int:
         """`write` for rows as dicts (a key a row lacks reads as NULL)."""

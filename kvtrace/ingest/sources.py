@@ -95,8 +95,9 @@ def expand(paths: list[str]) -> list[SourceFile]:
             found.append((path, True))
             continue
         elif glob.has_magic(text):
-            matches = sorted(p for p in map(Path, glob.glob(text, recursive=True))
-                             if _is_candidate(p))
+            matches = sorted(
+                p for p in map(Path, glob.glob(text, recursive=True)) if _is_candidate(p)
+            )
             if not matches:
                 raise InputError(f"the pattern {text!r} matches no file")
         else:

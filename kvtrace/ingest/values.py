@@ -30,8 +30,9 @@ def whole_number(name: str, value: object, *, minimum: int | None = 0) -> int:
     return int(value)
 
 
-def finite_number(name: str, value: object, *, minimum: float | None = None,
-                  limit: float = EXACT_LIMIT) -> float:
+def finite_number(
+    name: str, value: object, *, minimum: float | None = None, limit: float = EXACT_LIMIT
+) -> float:
     """``value`` as a float: a finite JSON number of magnitude at most ``limit``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadValue(f"{name} must be a number, got {value!r}"[:200])

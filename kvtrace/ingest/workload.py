@@ -47,18 +47,34 @@ _TEXT_COLUMNS = ("model", "log_type", "session_id")
 
 # format -> canonical column -> the source's column
 CSV_COLUMNS: dict[WorkloadFormat, dict[str, str]] = {
-    "azure": {"arrival": "TIMESTAMP", "input_tokens": "ContextTokens",
-              "output_tokens": "GeneratedTokens"},
-    "burstgpt": {"arrival": "Timestamp", "input_tokens": "Request tokens",
-                 "output_tokens": "Response tokens", "model": "Model",
-                 "log_type": "Log Type"},
-    "splitwise": {"arrival": "arrived_at", "input_tokens": "num_prefill_tokens",
-                  "output_tokens": "num_decode_tokens"},
+    "azure": {
+        "arrival": "TIMESTAMP",
+        "input_tokens": "ContextTokens",
+        "output_tokens": "GeneratedTokens",
+    },
+    "burstgpt": {
+        "arrival": "Timestamp",
+        "input_tokens": "Request tokens",
+        "output_tokens": "Response tokens",
+        "model": "Model",
+        "log_type": "Log Type",
+    },
+    "splitwise": {
+        "arrival": "arrived_at",
+        "input_tokens": "num_prefill_tokens",
+        "output_tokens": "num_decode_tokens",
+    },
 }
-_MOONCAKE_SCHEMA = pa.schema([("timestamp", pa.float64()), ("input_length", pa.int64()),
-                              ("output_length", pa.int64()),
-                              ("hash_ids", pa.list_(pa.int64())),
-                              ("session_id", pa.string()), ("conversation_id", pa.string())])
+_MOONCAKE_SCHEMA = pa.schema(
+    [
+        ("timestamp", pa.float64()),
+        ("input_length", pa.int64()),
+        ("output_length", pa.int64()),
+        ("hash_ids", pa.list_(pa.int64())),
+        ("session_id", pa.string()),
+        ("conversation_id", pa.string()),
+    ]
+)
 _WALL_CLOCK = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?$"
 
 
@@ -81,8 +97,9 @@ class WorkloadFileResult:
     fmt: str = ""
 
 
-def read_workload_file(path: Path, fmt: WorkloadFormat | Literal["mapped"],
-                       mapping: ColumnMapping | None = None) -> WorkloadFileResult:
+def read_workload_file(
+    path: Path, fmt: WorkloadFormat | Literal["mapped"], mapping: ColumnMapping | None = None
+) -> WorkloadFileResult:
     """Every request of an arrival trace, checked; see the module's rules.  ``mapping``
     names the columns of a CSV layout kvtrace does not know (format ``mapped``)."""
     if fmt == "mooncake":
@@ -93,34 +110,52 @@ def read_workload_file(path: Path, fmt: WorkloadFormat | Literal["mapped"],
 # -- CSV ---------------------------------------------------------------------------------------
 
 
-def _read_csv(path: Path, fmt: WorkloadFormat | Literal["mapped"],
-              mapping: ColumnMapping | None = None) -> WorkloadFileResult:
+def _read_csv(
+    path: Path, fmt: WorkloadFormat | Literal["mapped"], mapping: ColumnMapping | None = None
+) -> WorkloadFileResult:
     columns = mapping.columns if mapping else CSV_COLUMNS[fmt]  # type: ignore[index]
     header = csv_header(path)
     if mapping is None and fmt == "burstgpt" and BURSTGPT_SESSION in header:
         columns = {**columns, "session_id": BURSTGPT_SESSION}
     missing = [name for name in columns.values() if name not in header]
     if missing:
-        raise InputError(f"{path} has no column {', '.join(missing)} (its header: "
-                         f"{', '.join(header[:8])})")
+        raise InputError(
+            f"{path} has no column {', '.join(missing)} (its header: {', '.join(header[:8])})"
+        )
     unit = mapping.arrival_unit if mapping else ("datetime" if fmt == "azure" else "s")
-    types = {columns["arrival"]: pa.timestamp("ns") if unit == "datetime" else pa.float64(),
-             columns["input_tokens"]: pa.int64(), columns["output_tokens"]: pa.int64()}
+    types = {
+        columns["arrival"]: pa.timestamp("ns") if unit == "datetime" else pa.float64(),
+        columns["input_tokens"]: pa.int64(),
+        columns["output_tokens"]: pa.int64(),
+    }
     read = read_csv_columns(path, list(columns.values()), types)
-    raw = read.table.rename_columns([_canonical_name(columns, n)
-                                     for n in read.table.column_names])
+    raw = read.table.rename_columns([_canonical_name(columns, n) for n in read.table.column_names])
     line_no = read.line_no
     reasons = RowReasons(raw.num_rows)
     if unit == "datetime":
         arrival = _wall_clock_seconds(raw["arrival"], reasons, columns["arrival"])
     else:
         arrival = numbers(raw["arrival"], "arrival time", reasons, pa.float64()) / _UNITS[unit]
-    lengths = {name: numbers(raw[name], name, reasons, pa.int64())
-               for name in ("input_tokens", "output_tokens")}
-    text = {name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
-            for name in _TEXT_COLUMNS}
-    result = _checked(fmt, line_no, line_no - 2, reasons, arrival, lengths,
-                      pa.nulls(raw.num_rows, pa.list_(pa.int64())), None, text, read.raw_of)
+    lengths = {
+        name: numbers(raw[name], name, reasons, pa.int64())
+        for name in ("input_tokens", "output_tokens")
+    }
+    text = {
+        name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
+        for name in _TEXT_COLUMNS
+    }
+    result = _checked(
+        fmt,
+        line_no,
+        line_no - 2,
+        reasons,
+        arrival,
+        lengths,
+        pa.nulls(raw.num_rows, pa.list_(pa.int64())),
+        None,
+        text,
+        read.raw_of,
+    )
     result.rejected = sorted(read.rejected + result.rejected, key=lambda bad: bad.line_no)
     return result
 
@@ -150,8 +185,10 @@ def parse_column_mapping(text: str) -> ColumnMapping:
         raise InputError(f"arrival_unit must be s, ms, us or datetime, got {unit!r}")
     known = {"arrival", "input_tokens", "output_tokens", *_TEXT_COLUMNS}
     if unknown := set(pairs) - known:
-        raise InputError(f"--columns names unknown fields {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(sorted(known))}, arrival_unit")
+        raise InputError(
+            f"--columns names unknown fields {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(known))}, arrival_unit"
+        )
     if missing := {"arrival", "input_tokens", "output_tokens"} - set(pairs):
         raise InputError(f"--columns must name {', '.join(sorted(missing))}")
     return ColumnMapping(pairs, unit)
@@ -161,13 +198,16 @@ def _canonical_name(columns: dict[str, str], source_name: str) -> str:
     return next(canonical for canonical, name in columns.items() if name == source_name)
 
 
-def _wall_clock_seconds(column: pa.ChunkedArray, reasons: RowReasons,
-                        name: str = "TIMESTAMP") -> np.ndarray:
+def _wall_clock_seconds(
+    column: pa.ChunkedArray, reasons: RowReasons, name: str = "TIMESTAMP"
+) -> np.ndarray:
     """Wall-clock time stamps as seconds since the epoch (NaN where unparsable)."""
     try:
         stamps = pc.cast(column, pa.timestamp("ns"))
-        seconds = np.asarray(pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False),
-                             dtype=np.float64) / 1e9
+        seconds = (
+            np.asarray(pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+            / 1e9
+        )
         reasons.note(np.isnan(seconds), f"{name} is not a time stamp")
         return seconds
     except pa.ArrowInvalid:
@@ -194,12 +234,14 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
         rejected += parsed.bad
         if (note := chunk.truncation_note()) is not None:
             rejected.append(note)
-    table = (pa.concat_tables(tables) if tables else _MOONCAKE_SCHEMA.empty_table())
+    table = pa.concat_tables(tables) if tables else _MOONCAKE_SCHEMA.empty_table()
     line_no = np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
     reasons = RowReasons(table.num_rows)
     arrival = _present(table["timestamp"], "timestamp", reasons) / 1000.0
-    lengths = {"input_tokens": _present(table["input_length"], "input_length", reasons),
-               "output_tokens": _present(table["output_length"], "output_length", reasons)}
+    lengths = {
+        "input_tokens": _present(table["input_length"], "input_length", reasons),
+        "output_tokens": _present(table["output_length"], "output_length", reasons),
+    }
     hashes = table["hash_ids"]
     lines_by_number: dict[int, bytes] = {}
 
@@ -211,8 +253,18 @@ def _read_mooncake(path: Path) -> WorkloadFileResult:
         return raw_text(lines_by_number.get(int(line_no[row]), b""))
 
     sessions = {"session_id": pc.coalesce(table["session_id"], table["conversation_id"])}
-    result = _checked("mooncake", line_no, line_no - 1, reasons, arrival, lengths, hashes,
-                      MOONCAKE_BLOCK_TOKENS, sessions, raw_of)
+    result = _checked(
+        "mooncake",
+        line_no,
+        line_no - 1,
+        reasons,
+        arrival,
+        lengths,
+        hashes,
+        MOONCAKE_BLOCK_TOKENS,
+        sessions,
+        raw_of,
+    )
     result.rejected = sorted(rejected + result.rejected, key=lambda bad: bad.line_no)
     return result
 
@@ -226,11 +278,18 @@ def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndar
 # -- checks shared by every format ---------------------------------------------------------
 
 
-def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: RowReasons,
-             arrival: np.ndarray, lengths: dict[str, np.ndarray],
-             hashes: pa.Array | pa.ChunkedArray,
-             block_tokens: int | None, text: dict[str, pa.ChunkedArray],
-             raw_of: Callable[[int], str]) -> WorkloadFileResult:
+def _checked(
+    fmt: str,
+    line_no: np.ndarray,
+    request_idx: np.ndarray,
+    reasons: RowReasons,
+    arrival: np.ndarray,
+    lengths: dict[str, np.ndarray],
+    hashes: pa.Array | pa.ChunkedArray,
+    block_tokens: int | None,
+    text: dict[str, pa.ChunkedArray],
+    raw_of: Callable[[int], str],
+) -> WorkloadFileResult:
     """Apply the range and order rules, quarantine what breaks them, build the rows."""
     for name, values in lengths.items():
         reasons.note(values < 0, f"{name} is negative")
@@ -240,8 +299,10 @@ def _checked(fmt: str, line_no: np.ndarray, request_idx: np.ndarray, reasons: Ro
     earlier[1:] = ok[1:] & (arrival[1:] < previous[:-1])
     reasons.note(earlier, "arrival earlier than the request before it (out of order)")
     keep = reasons.ok
-    rejected = [BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
-                for row in np.flatnonzero(~keep)]
+    rejected = [
+        BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
+        for row in np.flatnonzero(~keep)
+    ]
     if rejected:
         arrival, request_idx = arrival[keep], request_idx[keep]
         lengths = {name: values[keep] for name, values in lengths.items()}
@@ -277,22 +338,32 @@ class WorkloadFamily:
     def forced_format(self, probe: Probe) -> str:
         found = self.recognise(probe)
         if found is None:
-            raise InputError(f"{probe.path} is not an arrival trace kvtrace knows (Azure, "
-                             "BurstGPT, Splitwise/Vidur CSV, Mooncake JSONL); --columns "
-                             "names the columns of another CSV layout")
+            raise InputError(
+                f"{probe.path} is not an arrival trace kvtrace knows (Azure, "
+                "BurstGPT, Splitwise/Vidur CSV, Mooncake JSONL); --columns "
+                "names the columns of another CSV layout"
+            )
         return found
 
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or probe.path.name.split(".")[0]
 
-    def read(self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions,
-             advance: Advance) -> FileRows:
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
         result = read_workload_file(probe.path, fmt, options.columns)  # type: ignore[arg-type]
         columns = options.columns
-        config = ({"columns": columns.columns, "arrival_unit": columns.arrival_unit}
-                  if columns is not None and fmt == "mapped" else {})
-        return FileRows("workload", rows=sink.write("workload_requests", result.table),
-                        rejected=result.rejected, config=config)
+        config = (
+            {"columns": columns.columns, "arrival_unit": columns.arrival_unit}
+            if columns is not None and fmt == "mapped"
+            else {}
+        )
+        return FileRows(
+            "workload",
+            rows=sink.write("workload_requests", result.table),
+            rejected=result.rejected,
+            config=config,
+        )
 
 
 WORKLOAD = WorkloadFamily()

@@ -59,8 +59,9 @@ class PositionLists:
         )
 
 
-def segment_quantile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-                     q: float) -> np.ndarray:
+def segment_quantile(
+    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
+) -> np.ndarray:
     """Linear-interpolated quantile ``q`` of each segment of ascending ``sorted_values``.
 
     Segment ``i`` is ``sorted_values[starts[i]:starts[i] + counts[i]]``; empty segments
@@ -86,8 +87,9 @@ def out_of_range_rows(lists: PositionLists, seq_len: np.ndarray) -> np.ndarray:
     return outside
 
 
-def sort_lists(lists: PositionLists, scores: np.ndarray | None = None
-               ) -> tuple[PositionLists, np.ndarray | None, np.ndarray]:
+def sort_lists(
+    lists: PositionLists, scores: np.ndarray | None = None
+) -> tuple[PositionLists, np.ndarray | None, np.ndarray]:
     """Sort each row ascending (scores follow their positions); flag rows with duplicates.
 
     Positions must already be within ``[0, 2**31)``.  Returns the sorted lists, the
@@ -104,8 +106,9 @@ def sort_lists(lists: PositionLists, scores: np.ndarray | None = None
     return PositionLists(values.astype(np.int32, copy=False), lists.offsets), scores, repeated
 
 
-def _sorted_rows(lists: PositionLists, scores: np.ndarray | None
-                 ) -> tuple[np.ndarray, np.ndarray | None]:
+def _sorted_rows(
+    lists: PositionLists, scores: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Every row's positions ascending, with ``scores`` following them.
 
     Rows of one length (a fixed top-k, the usual case) are sorted as the rows of a matrix,
@@ -119,8 +122,10 @@ def _sorted_rows(lists: PositionLists, scores: np.ndarray | None
         if scores is None:
             return np.sort(matrix, axis=1).ravel(), None
         order = np.argsort(matrix, axis=1)
-        return (np.take_along_axis(matrix, order, axis=1).ravel(),
-                np.take_along_axis(scores.reshape(-1, width), order, axis=1).ravel())
+        return (
+            np.take_along_axis(matrix, order, axis=1).ravel(),
+            np.take_along_axis(scores.reshape(-1, width), order, axis=1).ravel(),
+        )
     key = (lists.row_ids() << 32) | lists.values.astype(np.int64)
     if scores is None:
         key.sort()
@@ -173,8 +178,9 @@ def touched_blocks(lists: PositionLists, block_size: np.ndarray | int) -> Positi
     return PositionLists(blocks[run_starts], np.searchsorted(run_starts, lists.offsets))
 
 
-def block_stats(lists: PositionLists, seq_len: np.ndarray,
-                block_size: np.ndarray | int) -> BlockStats:
+def block_stats(
+    lists: PositionLists, seq_len: np.ndarray, block_size: np.ndarray | int
+) -> BlockStats:
     """Block statistics of sorted lists (see the module docstring for the semantics)."""
     n = lists.num_rows
     blocks = _block_ids(lists, block_size)
@@ -218,8 +224,9 @@ class OffsetStats:
     within: dict[int, np.ndarray]  # window -> share of positions with offset < window
 
 
-def offset_stats(lists: PositionLists, seq_len: np.ndarray,
-                 windows: tuple[int, ...] = RECENCY_WINDOWS) -> OffsetStats:
+def offset_stats(
+    lists: PositionLists, seq_len: np.ndarray, windows: tuple[int, ...] = RECENCY_WINDOWS
+) -> OffsetStats:
     """Offset statistics of sorted lists.
 
     Uses that offsets of an ascending position list are descending: the offset quantile
@@ -236,7 +243,7 @@ def offset_stats(lists: PositionLists, seq_len: np.ndarray,
     last_pos[filled] = lists.values[lists.offsets[1:][filled] - 1]
     sums = np.zeros(n, dtype=np.int64)
     if filled.any():  # empty rows hold nothing, so each sum runs to the next filled row
-        values = lists.values[:lists.offsets[-1]]
+        values = lists.values[: lists.offsets[-1]]
         sums[filled] = np.add.reduceat(values, lists.offsets[:-1][filled], dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_pos = sums / counts
@@ -260,8 +267,9 @@ def offset_stats(lists: PositionLists, seq_len: np.ndarray,
     )
 
 
-def prefix_block_lists(lists: PositionLists, region_blocks: np.ndarray,
-                       block_size: np.ndarray | int) -> PositionLists:
+def prefix_block_lists(
+    lists: PositionLists, region_blocks: np.ndarray, block_size: np.ndarray | int
+) -> PositionLists:
     """Per row: the distinct selected blocks with id < ``region_blocks``, ascending.
 
     Rows whose ``region_blocks`` is NaN get empty lists.  The seed's prefix region covers
@@ -282,8 +290,9 @@ def prefix_block_lists(lists: PositionLists, region_blocks: np.ndarray,
     return PositionLists(blocks[keep].astype(np.int32), offsets)
 
 
-def segment_bracket(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-                    q: float) -> tuple[np.ndarray, np.ndarray]:
+def segment_bracket(
+    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
+) -> tuple[np.ndarray, np.ndarray]:
     """The two order statistics around quantile ``q`` of each segment (NaN when empty).
 
     Every usual percentile method (linear, lower, higher, nearest, midpoint) returns a

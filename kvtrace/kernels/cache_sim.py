@@ -43,8 +43,7 @@ def _hash_slot(key: int, mask: int) -> int:
 def _popcount(word):
     x = np.uint64(word)
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2))
-                                               & np.uint64(0x3333333333333333))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
     x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
@@ -166,8 +165,7 @@ class LruStack:
         out = np.empty(len(keys), dtype=np.int64)
         done = 0
         while True:
-            done = _lru_pass(keys, done, out, self._table, self._bits, self._tree,
-                             self._state)
+            done = _lru_pass(keys, done, out, self._table, self._bits, self._tree, self._state)
             if done == len(keys):
                 return out
             live = int(self._state[1])

@@ -12,8 +12,9 @@ from numba import njit
 
 
 @njit(cache=True)
-def scan_rows(values: np.ndarray, offsets: np.ndarray, seq_len: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scan_rows(
+    values: np.ndarray, offsets: np.ndarray, seq_len: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each row: a position outside ``[0, seq_len)``; not ascending; a position
     equal to its neighbour (a repeat, exact for ascending rows)."""
     rows = len(offsets) - 1

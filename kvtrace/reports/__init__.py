@@ -13,5 +13,16 @@ def reports() -> dict[str, ReportDefinition]:
     """Every report by name (imported on demand: altair loads only when reporting)."""
     from kvtrace.reports import compare, dsa, eval, pool, serving, timeline, whatif, workload
 
-    return {r.name: r for r in (dsa.REPORT, pool.REPORT, serving.REPORT, compare.REPORT,
-                                whatif.REPORT, eval.REPORT, workload.REPORT, timeline.REPORT)}
+    return {
+        r.name: r
+        for r in (
+            dsa.REPORT,
+            pool.REPORT,
+            serving.REPORT,
+            compare.REPORT,
+            whatif.REPORT,
+            eval.REPORT,
+            workload.REPORT,
+            timeline.REPORT,
+        )
+    }

@@ -11,36 +11,51 @@ from kvtrace.reports.charts import WIDTH, data
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 
-SINGLE_RUN = ("A side rests on a single run: its differences are within single-run "
-              "variance and are no evidence either way.")
+SINGLE_RUN = (
+    "A side rests on a single run: its differences are within single-run "
+    "variance and are no evidence either way."
+)
 
 
-def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
-           ) -> Scope:
+def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:
     if len(experiments) == 2 and not runs:
         mode, left, right = "experiments", *experiments
-        candidates = ("SELECT run_id, NULL AS run_name, experiment FROM request_metrics "
-                      "UNION SELECT run_id, NULL, experiment FROM pool_snapshots")
-        lines = [*select_runs(con, candidates, runs=[], experiments=[left], what="runs",
-                              table="report_left"),
-                 *select_runs(con, candidates, runs=[], experiments=[right], what="runs",
-                              table="report_right")]
+        candidates = (
+            "SELECT run_id, NULL AS run_name, experiment FROM request_metrics "
+            "UNION SELECT run_id, NULL, experiment FROM pool_snapshots"
+        )
+        lines = [
+            *select_runs(
+                con, candidates, runs=[], experiments=[left], what="runs", table="report_left"
+            ),
+            *select_runs(
+                con, candidates, runs=[], experiments=[right], what="runs", table="report_right"
+            ),
+        ]
     elif len(runs) == 2 and not experiments:
         mode, left, right = "runs", *runs
         candidates = "SELECT run_id, run_name, NULL AS experiment FROM runs WHERE kind = 'dsa'"
-        lines = [*select_runs(con, candidates, runs=[left], experiments=[], what="DSA runs",
-                              table="report_left"),
-                 *select_runs(con, candidates, runs=[right], experiments=[],
-                              what="DSA runs", table="report_right")]
+        lines = [
+            *select_runs(
+                con, candidates, runs=[left], experiments=[], what="DSA runs", table="report_left"
+            ),
+            *select_runs(
+                con, candidates, runs=[right], experiments=[], what="DSA runs", table="report_right"
+            ),
+        ]
     else:
-        raise InputError("compare needs two sides: --experiment A --experiment B, or "
-                         "--run A --run B (a run id or a run name shared by several runs)")
+        raise InputError(
+            "compare needs two sides: --experiment A --experiment B, or "
+            "--run A --run B (a run id or a run name shared by several runs)"
+        )
     con.execute("""
         CREATE OR REPLACE TEMP TABLE report_sides AS
         SELECT run_id, 'left' AS side FROM report_left
         UNION ALL SELECT run_id, 'right' FROM report_right""")
-    return Scope([f"left: {lines[0]}", f"right: {lines[1]}"],
-                 {"mode": mode, "left_side": left, "right_side": right})
+    return Scope(
+        [f"left: {lines[0]}", f"right: {lines[1]}"],
+        {"mode": mode, "left_side": left, "right_side": right},
+    )
 
 
 def _single_run_warning(rows: pa.Table) -> str:
@@ -48,35 +63,64 @@ def _single_run_warning(rows: pa.Table) -> str:
 
 
 def _deltas(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_bar().encode(
-        y=alt.Y("metric:N", title=None),
-        x=alt.X("delta_rel:Q", title="relative difference (right - left) / left",
-                axis=alt.Axis(format="%")),
-        color=alt.Color("single_run:N", title="single run on a side",
-                        scale=alt.Scale(domain=[False, True], range=["#1f77b4", "#e8590c"])),
-        tooltip=["metric:N", "left_mean:Q", "right_mean:Q", "left_runs:Q", "right_runs:Q"])
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_bar()
+        .encode(
+            y=alt.Y("metric:N", title=None),
+            x=alt.X(
+                "delta_rel:Q",
+                title="relative difference (right - left) / left",
+                axis=alt.Axis(format="%"),
+            ),
+            color=alt.Color(
+                "single_run:N",
+                title="single run on a side",
+                scale=alt.Scale(domain=[False, True], range=["#1f77b4", "#e8590c"]),
+            ),
+            tooltip=["metric:N", "left_mean:Q", "right_mean:Q", "left_runs:Q", "right_runs:Q"],
+        )
+    )
 
 
 REPORT = ReportDefinition(
     name="compare",
     title="kvtrace comparison report",
     summary="Two experiments (serving and pool metrics) or two run selections (DSA "
-            "statistics) side by side, with how many runs stand behind each side.",
+    "statistics) side by side, with how many runs stand behind each side.",
     select=select,
     sections=(
-        Section("experiments", "Serving and pool metrics, side by side",
-                warning=_single_run_warning,
-                empty="Not an experiment comparison (sides given with --run)."),
-        Section("experiments", "Relative differences (serving and pool)", chart=_deltas,
-                warning=_single_run_warning,
-                empty="Not an experiment comparison (sides given with --run)."),
-        Section("modes", "Execution modes and truncation, side by side",
-                warning=_single_run_warning,
-                empty="Not an experiment comparison (sides given with --run)."),
-        Section("dsa", "DSA statistics, side by side", warning=_single_run_warning,
-                empty="Not a DSA run comparison (sides given with --experiment)."),
-        Section("dsa", "Relative differences (DSA)", chart=_deltas,
-                warning=_single_run_warning,
-                empty="Not a DSA run comparison (sides given with --experiment)."),
+        Section(
+            "experiments",
+            "Serving and pool metrics, side by side",
+            warning=_single_run_warning,
+            empty="Not an experiment comparison (sides given with --run).",
+        ),
+        Section(
+            "experiments",
+            "Relative differences (serving and pool)",
+            chart=_deltas,
+            warning=_single_run_warning,
+            empty="Not an experiment comparison (sides given with --run).",
+        ),
+        Section(
+            "modes",
+            "Execution modes and truncation, side by side",
+            warning=_single_run_warning,
+            empty="Not an experiment comparison (sides given with --run).",
+        ),
+        Section(
+            "dsa",
+            "DSA statistics, side by side",
+            warning=_single_run_warning,
+            empty="Not a DSA run comparison (sides given with --experiment).",
+        ),
+        Section(
+            "dsa",
+            "Relative differences (DSA)",
+            chart=_deltas,
+            warning=_single_run_warning,
+            empty="Not a DSA run comparison (sides given with --experiment).",
+        ),
     ),
 )

@@ -57,24 +57,40 @@ class RenderedSection:
     warning: str = ""
 
 
-def page(*, title: str, summary: str, provenance: list[tuple[str, str]],
-         generated_at: str, sections: list[RenderedSection]) -> str:
+def page(
+    *,
+    title: str,
+    summary: str,
+    provenance: list[tuple[str, str]],
+    generated_at: str,
+    sections: list[RenderedSection],
+) -> str:
     """The whole report as one HTML document."""
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             f"<title>{escape(title)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
-             f"<h1>{escape(title)}</h1>", f"<p>{escape(summary)}</p>",
-             '<dl class="provenance">']
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{STYLE}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{escape(title)}</h1>",
+        f"<p>{escape(summary)}</p>",
+        '<dl class="provenance">',
+    ]
     parts += [f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in provenance]
-    parts += ["</dl>", f'<p class="generated">Generated at {escape(generated_at)}</p>',
-              "<nav><ol>"]
+    parts += ["</dl>", f'<p class="generated">Generated at {escape(generated_at)}</p>', "<nav><ol>"]
     parts += [f'<li><a href="#{s.anchor}">{escape(s.title)}</a></li>' for s in sections]
     parts.append("</ol></nav>")
     specs: list[tuple[str, dict]] = []
     for section in sections:
         parts += _section(section, specs)
     parts += [f"<script>{_vendor(name)}</script>" for name in VENDOR]
-    parts += [f'<script type="application/json" id="{anchor}-spec">{_script_json(spec)}'
-              "</script>" for anchor, spec in specs]
+    parts += [
+        f'<script type="application/json" id="{anchor}-spec">{_script_json(spec)}</script>'
+        for anchor, spec in specs
+    ]
     parts += [f"<script>{EMBED}</script>", "</body>", "</html>"]
     return "\n".join(parts) + "\n"
 
@@ -87,16 +103,21 @@ def _section(section: RenderedSection, specs: list[tuple[str, dict]]) -> list[st
         out.append(f'<p class="warning">{escape(section.warning)}</p>')
     if section.spec is not None:
         specs.append((section.anchor, section.spec))
-        out += [f'<div class="figure" id="{section.anchor}-figure" '
-                f'data-spec="{section.anchor}-spec"></div>',
-                "<noscript>This figure needs JavaScript; the query below gives its "
-                "numbers.</noscript>"]
+        out += [
+            f'<div class="figure" id="{section.anchor}-figure" '
+            f'data-spec="{section.anchor}-spec"></div>',
+            "<noscript>This figure needs JavaScript; the query below gives its numbers.</noscript>",
+        ]
     elif section.table is not None and section.table.num_rows:
         out.append(html_table(section.table, section.max_rows))
     else:
         out.append(f"<p>{escape(section.empty)}</p>")
-    out += ["<details><summary>SQL</summary>", f"<pre>{escape(section.sql)}</pre>",
-            "</details>", "</section>"]
+    out += [
+        "<details><summary>SQL</summary>",
+        f"<pre>{escape(section.sql)}</pre>",
+        "</details>",
+        "</section>",
+    ]
     return out
 
 
@@ -110,11 +131,15 @@ def html_table(table: pa.Table, max_rows: int) -> str:
         for value in row.values():
             text = format_value(value)
             numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
-            cells.append(f"<td>{escape(text)}</td>" if numeric
-                         else f'<td class="text">{escape(text)}</td>')
+            cells.append(
+                f"<td>{escape(text)}</td>" if numeric else f'<td class="text">{escape(text)}</td>'
+            )
         body.append(f"<tr>{''.join(cells)}</tr>")
-    more = (f"<p>{table.num_rows - max_rows:,} more rows not shown.</p>"
-            if table.num_rows > max_rows else "")
+    more = (
+        f"<p>{table.num_rows - max_rows:,} more rows not shown.</p>"
+        if table.num_rows > max_rows
+        else ""
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
 
 
@@ -145,5 +170,6 @@ def _script_json(spec: dict) -> str:
 def _vendor(name: str) -> str:
     text = resources.files("kvtrace.reports").joinpath(f"vendor/{name}").read_text()
     # A source-map comment would make developer tools fetch a file that is not there.
-    return "\n".join(line for line in text.splitlines()
-                     if not line.startswith("//# sourceMappingURL"))
+    return "\n".join(
+        line for line in text.splitlines() if not line.startswith("//# sourceMappingURL")
+    )

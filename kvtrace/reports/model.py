@@ -69,6 +69,9 @@ def load_queries(report: str) -> dict[str, str]:
     """The named queries of ``queries/<report>.sql``, each with its comment header."""
     text = resources.files("kvtrace.reports").joinpath(f"queries/{report}.sql").read_text()
     marks = list(_HEADER.finditer(text))
-    return {mark.group(1): text[mark.start():marks[i + 1].start() if i + 1 < len(marks)
-                                else len(text)].strip()
-            for i, mark in enumerate(marks)}
+    return {
+        mark.group(1): text[
+            mark.start() : marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        ].strip()
+        for i, mark in enumerate(marks)
+    }

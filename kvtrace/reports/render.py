@@ -16,9 +16,15 @@ from kvtrace.reports.model import ReportDefinition, load_queries
 from kvtrace.warehouse import Warehouse
 
 
-def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[str],
-                  experiments: list[str], command_line: str,
-                  generated_at: datetime | None = None) -> str:
+def render_report(
+    warehouse: Warehouse,
+    report: ReportDefinition,
+    *,
+    runs: list[str],
+    experiments: list[str],
+    command_line: str,
+    generated_at: datetime | None = None,
+) -> str:
     """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select."""
     con = connect(warehouse)
     try:
@@ -34,13 +40,20 @@ def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[
                 try:
                     results[section.query] = con.sql(sql).to_arrow_table()
                 except duckdb.Error as exc:
-                    raise QueryError(f"the {report.name} report's query {section.query} "
-                                     f"failed: {str(exc).splitlines()[0]}") from None
+                    raise QueryError(
+                        f"the {report.name} report's query {section.query} "
+                        f"failed: {str(exc).splitlines()[0]}"
+                    ) from None
             table = results[section.query]
             rendered = RenderedSection(
-                anchor=f"s{number}", title=section.title, caption=section.caption, sql=sql,
-                max_rows=section.max_rows, empty=section.empty,
-                warning=section.warning(table) if section.warning and table.num_rows else "")
+                anchor=f"s{number}",
+                title=section.title,
+                caption=section.caption,
+                sql=sql,
+                max_rows=section.max_rows,
+                empty=section.empty,
+                warning=section.warning(table) if section.warning and table.num_rows else "",
+            )
             if section.chart is None:
                 rendered.table = table
             elif table.num_rows:
@@ -48,11 +61,18 @@ def render_report(warehouse: Warehouse, report: ReportDefinition, *, runs: list[
             sections.append(rendered)
     finally:
         con.close()
-    provenance = [("Command", command_line), ("kvtrace", __version__),
-                  ("Warehouse version", str(warehouse.version)),
-                  *[("Selection", line) for line in scope.lines],
-                  *[(f"Setting {name}", str(value))
-                    for name, value in sorted(scope.variables.items())]]
+    provenance = [
+        ("Command", command_line),
+        ("kvtrace", __version__),
+        ("Warehouse version", str(warehouse.version)),
+        *[("Selection", line) for line in scope.lines],
+        *[(f"Setting {name}", str(value)) for name, value in sorted(scope.variables.items())],
+    ]
     stamp = (generated_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
-    return page(title=report.title, summary=report.summary, provenance=provenance,
-                generated_at=stamp, sections=sections)
+    return page(
+        title=report.title,
+        summary=report.summary,
+        provenance=provenance,
+        generated_at=stamp,
+        sections=sections,
+    )

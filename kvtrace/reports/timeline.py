@@ -16,69 +16,113 @@ def _lane_bars(part: str, parts: list[str], y_title: str):
     """Stacked bars per iteration, one row per lane, each with its own scales."""
 
     def chart(rows: pa.Table):
-        return alt.Chart(data(rows), width=WIDTH, height=70).mark_bar().encode(
-            x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
-            y=alt.Y("us:Q", title=y_title, stack="zero"),
-            color=alt.Color(f"{part}:N", title="", scale=alt.Scale(domain=parts)),
-            tooltip=["lane:N", "iteration:O", f"{part}:N", "us:Q"],
-        ).facet(row=_LANE).resolve_scale(x="independent", y="independent")
+        return (
+            alt.Chart(data(rows), width=WIDTH, height=70)
+            .mark_bar()
+            .encode(
+                x=alt.X("iteration:O", title="iteration", axis=alt.Axis(labelOverlap=True)),
+                y=alt.Y("us:Q", title=y_title, stack="zero"),
+                color=alt.Color(f"{part}:N", title="", scale=alt.Scale(domain=parts)),
+                tooltip=["lane:N", "iteration:O", f"{part}:N", "us:Q"],
+            )
+            .facet(row=_LANE)
+            .resolve_scale(x="independent", y="independent")
+        )
 
     return chart
 
 
 def _gantt(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_bar(height=14).encode(
-        x=alt.X("start_us:Q", title="microseconds since the iteration's first GPU event"),
-        x2="end_us:Q",
-        y=alt.Y("stream:N", title=""),
-        color=alt.Color("what:N", title="what ran"),
-        tooltip=["stream:N", "what:N", "start_us:Q", "end_us:Q"],
-    ).facet(row=alt.Row("run:N", title="")).resolve_scale(x="independent", y="independent")
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_bar(height=14)
+        .encode(
+            x=alt.X("start_us:Q", title="microseconds since the iteration's first GPU event"),
+            x2="end_us:Q",
+            y=alt.Y("stream:N", title=""),
+            color=alt.Color("what:N", title="what ran"),
+            tooltip=["stream:N", "what:N", "start_us:Q", "end_us:Q"],
+        )
+        .facet(row=alt.Row("run:N", title=""))
+        .resolve_scale(x="independent", y="independent")
+    )
 
 
 def _bandwidth(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_bar(opacity=0.75).encode(
-        x=alt.X("gbps:Q", title="GB/s (1 GB/s bins)"), x2="gbps_end:Q",
-        y=alt.Y("copies:Q", title="copies of at least 1 MB"), y2=alt.datum(0),
-        color=alt.Color("copy_kind:N", title="copy"),
-        tooltip=["copy_kind:N", "gbps:Q", "copies:Q"],
-    ).facet(row=alt.Row("run:N", title="")).resolve_scale(x="independent")
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_bar(opacity=0.75)
+        .encode(
+            x=alt.X("gbps:Q", title="GB/s (1 GB/s bins)"),
+            x2="gbps_end:Q",
+            y=alt.Y("copies:Q", title="copies of at least 1 MB"),
+            y2=alt.datum(0),
+            color=alt.Color("copy_kind:N", title="copy"),
+            tooltip=["copy_kind:N", "gbps:Q", "copies:Q"],
+        )
+        .facet(row=alt.Row("run:N", title=""))
+        .resolve_scale(x="independent")
+    )
 
 
 REPORT = ReportDefinition(
     name="timeline",
     title="kvtrace profiler timeline report",
     summary="Where the GPU time of the selected profiler traces goes, stream by stream and "
-            "iteration by iteration, and how much of the copy time hides behind kernels.",
-    select=runs_in("(SELECT DISTINCT run_id, NULL AS experiment FROM timeline_events)",
-                   "profiler traces"),
+    "iteration by iteration, and how much of the copy time hides behind kernels.",
+    select=runs_in(
+        "(SELECT DISTINCT run_id, NULL AS experiment FROM timeline_events)", "profiler traces"
+    ),
     sections=(
-        Section("stream_busy", "Busy and idle time per stream",
-                "Each run's lowest rank, iteration by iteration: busy time is the union of "
-                "a stream's events; idle is the rest of the iteration's GPU window.",
-                chart=_lane_bars("state", ["busy", "idle"], "µs"),
-                empty="No GPU events inside a ProfilerStep in the selected traces."),
-        Section("gantt", "A typical iteration, stream by stream",
-                "The median iteration (by GPU window) of each run's lowest rank; each "
-                "stream's events of one kind merged into busy intervals.", chart=_gantt,
-                empty="No GPU events inside a ProfilerStep in the selected traces."),
-        Section("copy_bars", "Copy time hidden behind compute",
-                "Each run's lowest rank: a copy is hidden where a computation kernel runs "
-                "at the same time.",
-                chart=_lane_bars("part", ["hidden", "exposed"], "copy µs"),
-                empty="No copies in the selected traces."),
-        Section("copy_overlap", "Copies per iteration and direction",
-                empty="No copies in the selected traces."),
-        Section("copy_bandwidth", "Copy bandwidth",
-                "Copies of at least 1 MB; compare with the link's peak (PCIe 4.0 x16 moves "
-                "about 25 GB/s each way, PCIe 5.0 x16 about 50).", chart=_bandwidth,
-                empty="No copies of at least 1 MB in the selected traces."),
+        Section(
+            "stream_busy",
+            "Busy and idle time per stream",
+            "Each run's lowest rank, iteration by iteration: busy time is the union of "
+            "a stream's events; idle is the rest of the iteration's GPU window.",
+            chart=_lane_bars("state", ["busy", "idle"], "µs"),
+            empty="No GPU events inside a ProfilerStep in the selected traces.",
+        ),
+        Section(
+            "gantt",
+            "A typical iteration, stream by stream",
+            "The median iteration (by GPU window) of each run's lowest rank; each "
+            "stream's events of one kind merged into busy intervals.",
+            chart=_gantt,
+            empty="No GPU events inside a ProfilerStep in the selected traces.",
+        ),
+        Section(
+            "copy_bars",
+            "Copy time hidden behind compute",
+            "Each run's lowest rank: a copy is hidden where a computation kernel runs "
+            "at the same time.",
+            chart=_lane_bars("part", ["hidden", "exposed"], "copy µs"),
+            empty="No copies in the selected traces.",
+        ),
+        Section(
+            "copy_overlap",
+            "Copies per iteration and direction",
+            empty="No copies in the selected traces.",
+        ),
+        Section(
+            "copy_bandwidth",
+            "Copy bandwidth",
+            "Copies of at least 1 MB; compare with the link's peak (PCIe 4.0 x16 moves "
+            "about 25 GB/s each way, PCIe 5.0 x16 about 50).",
+            chart=_bandwidth,
+            empty="No copies of at least 1 MB in the selected traces.",
+        ),
         Section("temporal_breakdown", "Idle, compute and other GPU time (HTA's breakdown)"),
-        Section("comm_comp_overlap", "Communication hidden behind computation",
-                empty="No NCCL kernels in the selected traces."),
-        Section("kernel_breakdown", "GPU time by kernel type",
-                "HTA's types: communication (^nccl.*Kernel), memory (copies, memsets), "
-                "computation, other."),
+        Section(
+            "comm_comp_overlap",
+            "Communication hidden behind computation",
+            empty="No NCCL kernels in the selected traces.",
+        ),
+        Section(
+            "kernel_breakdown",
+            "GPU time by kernel type",
+            "HTA's types: communication (^nccl.*Kernel), memory (copies, memsets), "
+            "computation, other.",
+        ),
         Section("top_kernels", "The kernels with the most GPU time"),
     ),
 )

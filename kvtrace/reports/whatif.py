@@ -17,17 +17,22 @@ from kvtrace.sql.catalog import cursor_of
 FINE, COARSE = 16, 64
 
 
-def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
-           ) -> Scope:
-    lines = select_runs(con, "SELECT DISTINCT s.run_id, r.run_name, NULL AS experiment "
-                             "FROM dsa_steps s LEFT JOIN runs r USING (run_id)",
-                        runs=runs, experiments=experiments, what="DSA runs")
+def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:
+    lines = select_runs(
+        con,
+        "SELECT DISTINCT s.run_id, r.run_name, NULL AS experiment "
+        "FROM dsa_steps s LEFT JOIN runs r USING (run_id)",
+        runs=runs,
+        experiments=experiments,
+        what="DSA runs",
+    )
     chosen = [row[0] for row in con.execute("SELECT run_id FROM report_runs").fetchall()]
     spec = WhatIfSpec(block_sizes=(FINE, COARSE), runs=tuple(chosen))
     result = whatif(cursor_of(con), spec)
     order = {t.name: i for i, t in enumerate(spec.tiers)}
     table = result.tiers.append_column(
-        "tier_order", pa.array([order[name] for name in result.tiers["tier"].to_pylist()]))
+        "tier_order", pa.array([order[name] for name in result.tiers["tier"].to_pylist()])
+    )
     con.register("_report_whatif_arrow", table)
     con.execute("CREATE OR REPLACE TEMP TABLE report_whatif AS FROM _report_whatif_arrow")
     con.unregister("_report_whatif_arrow")
@@ -37,60 +42,105 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
 
 def _hit_curves(rows: pa.Table):
     runs = set(rows["run_id"].to_pylist())
-    chart = alt.Chart(data(rows), width=WIDTH).mark_line(point=True).encode(
-        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", base=2),
-                title="cache capacity (blocks, log scale)"),
-        y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("policy:N", title="policy"),
-        strokeDash=alt.StrokeDash("block_size:N", title="block size"))
+    chart = (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "capacity_blocks:Q",
+                scale=alt.Scale(type="log", base=2),
+                title="cache capacity (blocks, log scale)",
+            ),
+            y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("policy:N", title="policy"),
+            strokeDash=alt.StrokeDash("block_size:N", title="block size"),
+        )
+    )
     return chart.facet(row=alt.Row("run_id:N", title="run")) if len(runs) > 1 else chart
 
 
 def _reuse_cdf(rows: pa.Table):
-    shifted = rows.set_column(rows.schema.get_field_index("distance"), "distance_plus_one",
-                              pc.add(rows["distance"], 1))
-    return alt.Chart(data(shifted), width=WIDTH).mark_line(interpolate="step-after").encode(
-        x=alt.X("distance_plus_one:Q", scale=alt.Scale(type="log"),
-                title="stack distance + 1 (LRU capacity that hits, log scale)"),
-        y=alt.Y("cdf:Q", title="share of re-accesses", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("series:N", title="run, block size"))
+    shifted = rows.set_column(
+        rows.schema.get_field_index("distance"), "distance_plus_one", pc.add(rows["distance"], 1)
+    )
+    return (
+        alt.Chart(data(shifted), width=WIDTH)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X(
+                "distance_plus_one:Q",
+                scale=alt.Scale(type="log"),
+                title="stack distance + 1 (LRU capacity that hits, log scale)",
+            ),
+            y=alt.Y("cdf:Q", title="share of re-accesses", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("series:N", title="run, block size"),
+        )
+    )
 
 
 def _working_set(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_line().encode(
-        x=alt.X("decode_step:Q", title="decode step of the request"),
-        y=alt.Y("working_set:Q", title="blocks touched in the last 16 steps (mean)"),
-        color=series_color(rows))
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line()
+        .encode(
+            x=alt.X("decode_step:Q", title="decode step of the request"),
+            y=alt.Y("working_set:Q", title="blocks touched in the last 16 steps (mean)"),
+            color=series_color(rows),
+        )
+    )
 
 
 def _step_overlap(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_line(point=True).encode(
-        x=alt.X("layer_id:O", title="layer"),
-        y=alt.Y("reused_share:Q", title="share of blocks selected at the previous step",
-                scale=alt.Scale(domain=[0, 1])),
-        color=series_color(rows))
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("layer_id:O", title="layer"),
+            y=alt.Y(
+                "reused_share:Q",
+                title="share of blocks selected at the previous step",
+                scale=alt.Scale(domain=[0, 1]),
+            ),
+            color=series_color(rows),
+        )
+    )
 
 
 REPORT = ReportDefinition(
     name="whatif",
     title="kvtrace KV tier what-if report",
     summary="What a KV cache in HBM, host memory and a remote pool would serve of each "
-            "decode step's sparse-attention top-k, by policy, capacity and block size.",
+    "decode step's sparse-attention top-k, by policy, capacity and block size.",
     select=select,
     sections=(
-        Section("hit_curves", "Hit rate against cache capacity",
-                "One cache per request; OPT (Belady) is the ceiling of every online policy.",
-                chart=_hit_curves),
-        Section("reuse_cdf", "Reuse-distance CDF",
-                "LRU stack distance of every re-access (first touches left out).",
-                chart=_reuse_cdf),
-        Section("working_set", "Working set over decode steps",
-                f"Distinct {FINE}-token blocks touched in the last 16 steps.",
-                chart=_working_set),
-        Section("step_overlap", "Step-to-step overlap per layer",
-                f"Share of a layer's {FINE}-token blocks it also selected one step before.",
-                chart=_step_overlap),
-        Section("tiers", "Bytes and fetch time per decode step, per tier",
-                "kvtrace whatif with the default tiers (LRU, one cache per request)."),
+        Section(
+            "hit_curves",
+            "Hit rate against cache capacity",
+            "One cache per request; OPT (Belady) is the ceiling of every online policy.",
+            chart=_hit_curves,
+        ),
+        Section(
+            "reuse_cdf",
+            "Reuse-distance CDF",
+            "LRU stack distance of every re-access (first touches left out).",
+            chart=_reuse_cdf,
+        ),
+        Section(
+            "working_set",
+            "Working set over decode steps",
+            f"Distinct {FINE}-token blocks touched in the last 16 steps.",
+            chart=_working_set,
+        ),
+        Section(
+            "step_overlap",
+            "Step-to-step overlap per layer",
+            f"Share of a layer's {FINE}-token blocks it also selected one step before.",
+            chart=_step_overlap,
+        ),
+        Section(
+            "tiers",
+            "Bytes and fetch time per decode step, per tier",
+            "kvtrace whatif with the default tiers (LRU, one cache per request).",
+        ),
     ),
 )

@@ -19,70 +19,116 @@ _CANDIDATES = """
     LEFT JOIN runs AS r USING (run_id)"""
 
 
-def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]
-           ) -> Scope:
-    lines = select_runs(con, _CANDIDATES, runs=runs, experiments=experiments,
-                        what="workload runs")
-    origins = dict(con.execute(
-        "SELECT t.run_id, any_value(t.origin) FROM request_timings t "
-        "JOIN report_runs USING (run_id) GROUP BY t.run_id ORDER BY t.run_id").fetchall())
+def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:
+    lines = select_runs(con, _CANDIDATES, runs=runs, experiments=experiments, what="workload runs")
+    origins = dict(
+        con.execute(
+            "SELECT t.run_id, any_value(t.origin) FROM request_timings t "
+            "JOIN report_runs USING (run_id) GROUP BY t.run_id ORDER BY t.run_id"
+        ).fetchall()
+    )
     measured = next((r for r, o in origins.items() if o == "measured"), None)
     simulated = next((r for r, o in origins.items() if o == "simulated"), None)
     if measured and simulated:
         lines.append(f"fidelity: {simulated} (simulated) against {measured} (measured)")
     lines.append(f"SLOs: TTFT {TTFT_SLO_S:g} s, TPOT {TPOT_SLO_S:g} s")
-    return Scope(lines, {"ttft_slo_s": TTFT_SLO_S, "tpot_slo_s": TPOT_SLO_S,
-                         "measured": measured, "simulated": simulated})
+    return Scope(
+        lines,
+        {
+            "ttft_slo_s": TTFT_SLO_S,
+            "tpot_slo_s": TPOT_SLO_S,
+            "measured": measured,
+            "simulated": simulated,
+        },
+    )
 
 
 def _arrivals(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_line().encode(
-        x=alt.X("minute:Q", title="minutes since the first arrival"),
-        y=alt.Y("rate_per_s:Q", title="arrivals per second (1-minute windows)"),
-        color=series_color(rows, "run"))
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line()
+        .encode(
+            x=alt.X("minute:Q", title="minutes since the first arrival"),
+            y=alt.Y("rate_per_s:Q", title="arrivals per second (1-minute windows)"),
+            color=series_color(rows, "run"),
+        )
+    )
 
 
 def _prefix_curve(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_line(point=True).encode(
-        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", base=2),
-                title="prefix cache capacity (blocks, log scale)"),
-        y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("policy:N", title="policy"),
-        strokeDash=alt.StrokeDash("run:N", title="run"))
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "capacity_blocks:Q",
+                scale=alt.Scale(type="log", base=2),
+                title="prefix cache capacity (blocks, log scale)",
+            ),
+            y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("policy:N", title="policy"),
+            strokeDash=alt.StrokeDash("run:N", title="run"),
+        )
+    )
 
 
 def _latency_cdf(rows: pa.Table):
-    return alt.Chart(data(rows), width=WIDTH).mark_line(interpolate="step-after").encode(
-        x=alt.X("seconds:Q", scale=alt.Scale(type="log"), title="seconds (log scale)"),
-        y=alt.Y("cdf:Q", title="share of requests", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("metric:N", title="metric"),
-        strokeDash=alt.StrokeDash("run:N", title="run"))
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("seconds:Q", scale=alt.Scale(type="log"), title="seconds (log scale)"),
+            y=alt.Y("cdf:Q", title="share of requests", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("metric:N", title="metric"),
+            strokeDash=alt.StrokeDash("run:N", title="run"),
+        )
+    )
 
 
 REPORT = ReportDefinition(
     name="workload",
     title="kvtrace workload report",
     summary="What the selected arrival traces ask of a server (arrivals, lengths, prefix "
-            "reuse) and how benchmarks and simulators served them (latencies, SLOs, the "
-            "fidelity of a simulation).",
+    "reuse) and how benchmarks and simulators served them (latencies, SLOs, the "
+    "fidelity of a simulation).",
     select=select,
     sections=(
-        Section("arrivals", "Arrival rate over time", chart=_arrivals,
-                empty="No arrival trace selected."),
-        Section("arrival_summary", "The arrival process",
-                "CV of inter-arrival times (1: Poisson); burstiness (sd - mean) / "
-                "(sd + mean); the busiest minute against the mean rate.",
-                empty="No arrival trace selected."),
+        Section(
+            "arrivals",
+            "Arrival rate over time",
+            chart=_arrivals,
+            empty="No arrival trace selected.",
+        ),
+        Section(
+            "arrival_summary",
+            "The arrival process",
+            "CV of inter-arrival times (1: Poisson); burstiness (sd - mean) / "
+            "(sd + mean); the busiest minute against the mean rate.",
+            empty="No arrival trace selected.",
+        ),
         Section("lengths", "Request lengths", empty="No arrival trace selected."),
-        Section("prefix_curve", "Prefix-cache hit rate by capacity",
-                "One cache shared by the trace's requests; OPT is the ceiling.",
-                chart=_prefix_curve, empty="No selected trace records block hashes."),
-        Section("latency_cdf", "Latency CDFs", "Successful requests only.",
-                chart=_latency_cdf, empty="No benchmark or simulator results selected."),
-        Section("slo", "SLO attainment and goodput",
-                empty="No benchmark or simulator results selected."),
-        Section("fidelity", "Simulated against measured",
-                "(simulated - measured) / measured, percentile by percentile.",
-                empty="Select a measured and a simulated run to compare them."),
+        Section(
+            "prefix_curve",
+            "Prefix-cache hit rate by capacity",
+            "One cache shared by the trace's requests; OPT is the ceiling.",
+            chart=_prefix_curve,
+            empty="No selected trace records block hashes.",
+        ),
+        Section(
+            "latency_cdf",
+            "Latency CDFs",
+            "Successful requests only.",
+            chart=_latency_cdf,
+            empty="No benchmark or simulator results selected.",
+        ),
+        Section(
+            "slo", "SLO attainment and goodput", empty="No benchmark or simulator results selected."
+        ),
+        Section(
+            "fidelity",
+            "Simulated against measured",
+            "(simulated - measured) / measured, percentile by percentile.",
+            empty="Select a measured and a simulated run to compare them.",
+        ),
     ),
 )

@@ -102,8 +102,15 @@ def _read_files() -> tuple[SqlFile, ...]:
         if not entry.name.endswith(".sql"):
             continue
         text = entry.read_text()
-        files.append(SqlFile(entry.name, text, _CREATES.findall(text),
-                             parse_docs(entry.name, text), tuple(_REQUIRES.findall(text))))
+        files.append(
+            SqlFile(
+                entry.name,
+                text,
+                _CREATES.findall(text),
+                parse_docs(entry.name, text),
+                tuple(_REQUIRES.findall(text)),
+            )
+        )
     return tuple(files)
 
 
@@ -112,8 +119,9 @@ def _dependency_order(files: list[SqlFile]) -> list[SqlFile]:
     known = {f.name for f in files}
     for f in files:
         if unknown := set(f.requires) - known:
-            raise QueryError(f"{f.name} requires {', '.join(sorted(unknown))}, which the "
-                             "SQL library lacks")
+            raise QueryError(
+                f"{f.name} requires {', '.join(sorted(unknown))}, which the SQL library lacks"
+            )
     needs = {f.name: set(f.requires) for f in files}
     ordered: list[SqlFile] = []
     done: set[str] = set()
@@ -121,8 +129,9 @@ def _dependency_order(files: list[SqlFile]) -> list[SqlFile]:
     while pending:
         ready = [f for f in pending if needs[f.name] <= done]
         if not ready:
-            raise QueryError("the SQL library has a dependency cycle: "
-                             + ", ".join(f.name for f in pending))
+            raise QueryError(
+                "the SQL library has a dependency cycle: " + ", ".join(f.name for f in pending)
+            )
         for f in ready:
             ordered.append(f)
             done.add(f.name)
@@ -156,9 +165,13 @@ def alias_sql(sql_file: SqlFile) -> str:
             parameters = match[1]
             arguments = ", ".join(
                 (f"{name} := {name}" if ":=" in part else name)
-                for part in parameters.split(",") if (name := part.split(":=")[0].strip()))
-            statements.append(f"CREATE MACRO {alias}({parameters}) AS TABLE "
-                              f"SELECT * FROM {obj.name}({arguments});")
+                for part in parameters.split(",")
+                if (name := part.split(":=")[0].strip())
+            )
+            statements.append(
+                f"CREATE MACRO {alias}({parameters}) AS TABLE "
+                f"SELECT * FROM {obj.name}({arguments});"
+            )
     return "\n".join(statements)
 
 
@@ -210,16 +223,17 @@ def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
     filesystem, base = warehouse.storage.arrow_filesystem()
     files = warehouse.snapshot().files
     for name, spec in TABLES.items():
-        paths = [f"{base}/{p}" for p in files.filter(pc.equal(files["table"], name))["path"]
-                 .to_pylist()]
-        dataset = ds.dataset(paths, schema=spec.schema, format="parquet",
-                             filesystem=filesystem)
+        paths = [
+            f"{base}/{p}" for p in files.filter(pc.equal(files["table"], name))["path"].to_pylist()
+        ]
+        dataset = ds.dataset(paths, schema=spec.schema, format="parquet", filesystem=filesystem)
         _register(con, f"_{name}_dataset", dataset)
         con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM _{name}_dataset")
 
 
-def open_connection(warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection], None]
-                    ) -> duckdb.DuckDBPyConnection:
+def open_connection(
+    warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection], None]
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, the library's views and
     its list functions.
 
@@ -270,8 +284,9 @@ def literal_table_sql(name: str, data: pa.Table) -> str:
     handed Arrow tables)."""
     con = duckdb.connect()
     con.register("_data", data)
-    columns = ", ".join(f'"{column}" {kind}' for column, kind, *_ in
-                        con.execute("DESCRIBE _data").fetchall())
+    columns = ", ".join(
+        f'"{column}" {kind}' for column, kind, *_ in con.execute("DESCRIBE _data").fetchall()
+    )
     con.close()
     statements = [f"CREATE TABLE {name} ({columns});"]
     for row in data.to_pylist():

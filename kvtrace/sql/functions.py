@@ -19,22 +19,26 @@ from duckdb import func
 from kvtrace.kernels import block_stats
 from kvtrace.kernels.block_stats import PositionLists
 
-BLOCK_STATS = pa.struct([
-    ("unique_blocks", pa.int32()),
-    ("total_blocks_in_use", pa.int32()),
-    ("touched_block_ratio", pa.float64()),
-    ("tokens_per_block_mean", pa.float64()),
-    ("tokens_per_block_p50", pa.float64()),
-    ("tokens_per_block_p95", pa.float64()),
-])
-OFFSET_STATS = pa.struct([
-    ("offset_min", pa.int32()),
-    ("offset_p50", pa.float64()),
-    ("offset_p95", pa.float64()),
-    ("offset_max", pa.int32()),
-    ("offset_mean", pa.float64()),
-    *[(f"within_{w}", pa.float64()) for w in block_stats.RECENCY_WINDOWS],
-])
+BLOCK_STATS = pa.struct(
+    [
+        ("unique_blocks", pa.int32()),
+        ("total_blocks_in_use", pa.int32()),
+        ("touched_block_ratio", pa.float64()),
+        ("tokens_per_block_mean", pa.float64()),
+        ("tokens_per_block_p50", pa.float64()),
+        ("tokens_per_block_p95", pa.float64()),
+    ]
+)
+OFFSET_STATS = pa.struct(
+    [
+        ("offset_min", pa.int32()),
+        ("offset_p50", pa.float64()),
+        ("offset_p95", pa.float64()),
+        ("offset_max", pa.int32()),
+        ("offset_mean", pa.float64()),
+        *[(f"within_{w}", pa.float64()) for w in block_stats.RECENCY_WINDOWS],
+    ]
+)
 
 
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
@@ -46,8 +50,9 @@ def _struct(fields: dict[str, np.ndarray], type_: pa.StructType, empty: np.ndarr
     return pa.StructArray.from_arrays(arrays, fields=list(type_), mask=pa.array(empty))
 
 
-def block_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray,
-                    block_size: pa.ChunkedArray) -> pa.Array:
+def block_stats_udf(
+    positions: pa.ChunkedArray, seq_len: pa.ChunkedArray, block_size: pa.ChunkedArray
+) -> pa.Array:
     lists = PositionLists.from_arrow(positions)
     stats = block_stats.block_stats(lists, _numbers(seq_len), _numbers(block_size))
     fields = {f.name: getattr(stats, f.name) for f in BLOCK_STATS}
@@ -62,8 +67,9 @@ def offset_stats_udf(positions: pa.ChunkedArray, seq_len: pa.ChunkedArray) -> pa
     return _struct(fields, OFFSET_STATS, lists.lengths == 0)
 
 
-def prefix_blocks_udf(positions: pa.ChunkedArray, region_blocks: pa.ChunkedArray,
-                      block_size: pa.ChunkedArray) -> pa.Array:
+def prefix_blocks_udf(
+    positions: pa.ChunkedArray, region_blocks: pa.ChunkedArray, block_size: pa.ChunkedArray
+) -> pa.Array:
     """The distinct selected blocks with id < region_blocks, ascending."""
     lists = PositionLists.from_arrow(positions)
     blocks = np.asarray(region_blocks.to_numpy(), dtype=np.float64)
@@ -83,21 +89,42 @@ _ARROW = func.PythonUDFType.ARROW
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Install the vectorised list functions on ``con``."""
-    con.create_function("kvtrace_touched_blocks", touched_blocks_udf, ["INTEGER[]", "INTEGER"],
-                        "INTEGER[]", type=_ARROW)
     con.create_function(
-        "kvtrace_block_stats", block_stats_udf, ["INTEGER[]", "INTEGER", "INTEGER"],
-        duckdb_type(BLOCK_STATS), type=_ARROW)
+        "kvtrace_touched_blocks",
+        touched_blocks_udf,
+        ["INTEGER[]", "INTEGER"],
+        "INTEGER[]",
+        type=_ARROW,
+    )
     con.create_function(
-        "kvtrace_offset_stats", offset_stats_udf, ["INTEGER[]", "INTEGER"],
-        duckdb_type(OFFSET_STATS), type=_ARROW)
+        "kvtrace_block_stats",
+        block_stats_udf,
+        ["INTEGER[]", "INTEGER", "INTEGER"],
+        duckdb_type(BLOCK_STATS),
+        type=_ARROW,
+    )
     con.create_function(
-        "kvtrace_prefix_blocks", prefix_blocks_udf, ["INTEGER[]", "BIGINT", "INTEGER"],
-        "INTEGER[]", type=_ARROW)
+        "kvtrace_offset_stats",
+        offset_stats_udf,
+        ["INTEGER[]", "INTEGER"],
+        duckdb_type(OFFSET_STATS),
+        type=_ARROW,
+    )
+    con.create_function(
+        "kvtrace_prefix_blocks",
+        prefix_blocks_udf,
+        ["INTEGER[]", "BIGINT", "INTEGER"],
+        "INTEGER[]",
+        type=_ARROW,
+    )
 
 
 def duckdb_type(struct: pa.StructType) -> str:
     """The DuckDB name of a struct of integers, doubles and text."""
-    names = {pa.int32(): "INTEGER", pa.float64(): "DOUBLE", pa.int64(): "BIGINT",
-             pa.string(): "VARCHAR"}
+    names = {
+        pa.int32(): "INTEGER",
+        pa.float64(): "DOUBLE",
+        pa.int64(): "BIGINT",
+        pa.string(): "VARCHAR",
+    }
     return "STRUCT(" + ", ".join(f"{f.name} {names[f.type]}" for f in struct) + ")"

@@ -44,7 +44,8 @@ def check_read_only(sql: str) -> None:
         if kind not in READ_ONLY:
             raise QueryError(
                 f"kvtrace sql is read-only: {kind} statements are refused "
-                "(use SELECT, DESCRIBE, SUMMARIZE, SHOW or EXPLAIN)")
+                "(use SELECT, DESCRIBE, SUMMARIZE, SHOW or EXPLAIN)"
+            )
 
 
 def restrict_to(con: duckdb.DuckDBPyConnection, location: str) -> None:
@@ -77,16 +78,23 @@ def query_error(exc: duckdb.Error) -> QueryError:
     if own:  # a kvtrace function refused its arguments: its sentence alone
         return QueryError(own[1])
     if isinstance(exc, duckdb.IOException) or (
-            not isinstance(exc, duckdb.CatalogException) and _DAMAGE.search(message)):
-        return QueryError(message + "; the warehouse may be damaged: 'kvtrace check' says "
-                                    "what is wrong")
+        not isinstance(exc, duckdb.CatalogException) and _DAMAGE.search(message)
+    ):
+        return QueryError(
+            message + "; the warehouse may be damaged: 'kvtrace check' says what is wrong"
+        )
     return QueryError(message + '; "kvtrace views" lists the views')
 
 
-_OWN_ERROR = re.compile(r"Invalid Input Error: Python exception occurred while executing "
-                        r"the UDF: (?:QueryError|InputError): (.*)")
-_DAMAGE = re.compile(r"No files found|magic bytes|Could not open file|No such file or "
-                     r"directory|Invalid Parquet file|corrupt", re.IGNORECASE)
+_OWN_ERROR = re.compile(
+    r"Invalid Input Error: Python exception occurred while executing "
+    r"the UDF: (?:QueryError|InputError): (.*)"
+)
+_DAMAGE = re.compile(
+    r"No files found|magic bytes|Could not open file|No such file or "
+    r"directory|Invalid Parquet file|corrupt",
+    re.IGNORECASE,
+)
 
 
 def _first_line(exc: Exception) -> str:
@@ -107,7 +115,8 @@ def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO
         text = _text_table(table.slice(0, TABLE_ROW_CAP))
         if table.num_rows > TABLE_ROW_CAP:
             text = text.rsplit("(", 1)[0] + (
-                f"(the first {TABLE_ROW_CAP:,} rows; --format csv|json|parquet writes all)\n")
+                f"(the first {TABLE_ROW_CAP:,} rows; --format csv|json|parquet writes all)\n"
+            )
         sink.write(text.encode())
     elif fmt == "parquet":
         with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
@@ -136,8 +145,9 @@ def render(table: pa.Table, fmt: OutputFormat) -> bytes:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(table.column_names)
-        writer.writerows(zip(*(col.to_pylist() for col in table.columns), strict=True)
-                         if table.num_rows else [])
+        writer.writerows(
+            zip(*(col.to_pylist() for col in table.columns), strict=True) if table.num_rows else []
+        )
         return buffer.getvalue().encode()
     if fmt == "json":
         return (json.dumps(table.to_pylist(), default=str, indent=1) + "\n").encode()
@@ -149,12 +159,20 @@ def render(table: pa.Table, fmt: OutputFormat) -> bytes:
 
 
 def _text_table(table: pa.Table) -> str:
-    rows = [[_cell(v) for v in row] for row in zip(
-        *(col.to_pylist() for col in table.columns), strict=True)] if table.num_rows else []
+    rows = (
+        [
+            [_cell(v) for v in row]
+            for row in zip(*(col.to_pylist() for col in table.columns), strict=True)
+        ]
+        if table.num_rows
+        else []
+    )
     header = table.column_names
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.append(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})")
     return "\n".join(line.rstrip() for line in lines) + "\n"
@@ -196,5 +214,6 @@ def check_output_path(output: Path, warehouse_root: Path) -> None:
     """Refuse an output file inside the warehouse: it is for kvtrace's own files."""
     target = output.resolve()
     if target.is_relative_to(warehouse_root.resolve()):
-        raise QueryError(f"{output} is inside the warehouse {warehouse_root}; write results "
-                         "elsewhere")
+        raise QueryError(
+            f"{output} is inside the warehouse {warehouse_root}; write results elsewhere"
+        )

@@ -11,8 +11,13 @@ from kvtrace.errors import InputError
 LISTS_RUNS = "'kvtrace sql \"SELECT run_id, run_name FROM runs\"' lists the runs"
 
 
-def run_ids(con: duckdb.DuckDBPyConnection, selectors: Sequence[str], *,
-            having: str | None = None, what: str = "rows") -> list[str]:
+def run_ids(
+    con: duckdb.DuckDBPyConnection,
+    selectors: Sequence[str],
+    *,
+    having: str | None = None,
+    what: str = "rows",
+) -> list[str]:
     """The ids of the runs ``selectors`` (run ids or names) stand for, in the order
     given, each once; only runs with rows in the table or view ``having`` when named.
 
@@ -22,7 +27,8 @@ def run_ids(con: duckdb.DuckDBPyConnection, selectors: Sequence[str], *,
     found = con.execute(
         f"SELECT selector, run_id FROM runs_named($selectors) {where} "
         "ORDER BY list_position($selectors, selector), run_id",
-        {"selectors": list(selectors)}).fetchall()
+        {"selectors": list(selectors)},
+    ).fetchall()
     matched = {selector for selector, _ in found}
     for selector in selectors:
         if selector not in matched:

@@ -30,8 +30,13 @@ from pathlib import Path
 COMPUTE_STREAM, H2D_STREAM, D2H_STREAM, COMM_STREAM = 7, 20, 21, 30
 _BASE_US = 1_700_000_000_000_000  # Kineto's clock: microseconds since the epoch
 _PID, _TID = 1000, 1001
-_KERNEL_NAMES = ("rms_norm_kernel", "flash_fwd_splitkv_kernel", "sm90_xmma_gemm_bf16_kernel",
-                 "act_and_mul_kernel", "sm90_xmma_gemm_bf16_kernel_down")
+_KERNEL_NAMES = (
+    "rms_norm_kernel",
+    "flash_fwd_splitkv_kernel",
+    "sm90_xmma_gemm_bf16_kernel",
+    "act_and_mul_kernel",
+    "sm90_xmma_gemm_bf16_kernel_down",
+)
 
 
 @dataclass(frozen=True)
@@ -58,16 +63,21 @@ class TimelineShape:
     def __post_init__(self) -> None:
         if self.compute_us % self.kernels_per_layer:
             raise ValueError("compute_us must split evenly over kernels_per_layer")
-        for hidden, total, name in ((self.h2d_hidden_us, self.h2d_us, "h2d"),
-                                    (self.d2h_hidden_us, self.d2h_us, "d2h"),
-                                    (self.comm_hidden_us, self.comm_us, "comm")):
+        for hidden, total, name in (
+            (self.h2d_hidden_us, self.h2d_us, "h2d"),
+            (self.d2h_hidden_us, self.d2h_us, "d2h"),
+            (self.comm_hidden_us, self.comm_us, "comm"),
+        ):
             if not 0 <= hidden <= min(total, self.compute_us):
-                raise ValueError(f"{name}_hidden_us must lie in [0, min({name}_us, "
-                                 "compute_us)]")
-        if max(self.d2h_us - self.d2h_hidden_us, self.comm_us - self.comm_hidden_us) > \
-                self.kernel_gap_us:
-            raise ValueError("the exposed part of d2h_us and comm_us must fit in "
-                             "kernel_gap_us, before the next layer's compute")
+                raise ValueError(f"{name}_hidden_us must lie in [0, min({name}_us, compute_us)]")
+        if (
+            max(self.d2h_us - self.d2h_hidden_us, self.comm_us - self.comm_hidden_us)
+            > self.kernel_gap_us
+        ):
+            raise ValueError(
+                "the exposed part of d2h_us and comm_us must fit in "
+                "kernel_gap_us, before the next layer's compute"
+            )
 
     # -- the schedule ---------------------------------------------------------------------
 
@@ -89,8 +99,9 @@ class TimelineShape:
     def expected(self) -> dict[str, float]:
         """Per-iteration and whole-trace figures worked out from the schedule."""
         layers, iterations = self.layers, self.iterations
-        busy_after_compute = [max(self.h2d_exposed_us if i < layers - 1 else 0, self._tail_us)
-                              for i in range(layers)]
+        busy_after_compute = [
+            max(self.h2d_exposed_us if i < layers - 1 else 0, self._tail_us) for i in range(layers)
+        ]
         busy = self.h2d_us + layers * self.compute_us + sum(busy_after_compute)
         h2d_hidden = (layers - 1) * self.h2d_hidden_us
         d2h_hidden = layers * self.d2h_hidden_us
@@ -118,15 +129,22 @@ class TimelineShape:
         }
 
 
-def write_timeline_trace(path: Path, shape: TimelineShape, *, rank: int = 0,
-                         world_size: int = 1) -> Path:
+def write_timeline_trace(
+    path: Path, shape: TimelineShape, *, rank: int = 0, world_size: int = 1
+) -> Path:
     """Write one rank's trace (gzip when ``path`` ends in .gz) and return ``path``."""
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "wt", encoding="utf-8") as out:
-        out.write(json.dumps({
-            "schemaVersion": 1, "kvtrace_synthetic": True, "kvtrace_shape": asdict(shape),
-            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
-        })[:-1])
+        out.write(
+            json.dumps(
+                {
+                    "schemaVersion": 1,
+                    "kvtrace_synthetic": True,
+                    "kvtrace_shape": asdict(shape),
+                    "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
+                }
+            )[:-1]
+        )
         out.write(', "traceEvents": [\n')
         separator = ""
         for lines in _iterations(shape, rank):
@@ -169,8 +187,13 @@ class _EventWriter:
             if shape.d2h_us:
                 self._copy("DtoH", D2H_STREAM, compute_end - shape.d2h_hidden_us, shape.d2h_us)
             if shape.comm_us:
-                self._launched("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-                               COMM_STREAM, compute_end - shape.comm_hidden_us, shape.comm_us)
+                self._launched(
+                    "kernel",
+                    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                    COMM_STREAM,
+                    compute_end - shape.comm_hidden_us,
+                    shape.comm_us,
+                )
             wait = 0
             if layer < shape.layers - 1:
                 self._copy("HtoD", H2D_STREAM, compute_end - shape.h2d_hidden_us, shape.h2d_us)
@@ -179,44 +202,114 @@ class _EventWriter:
             compute_start = compute_end + wait + shape.kernel_gap_us
         end = start + shape.iteration_us
         step_start = start - shape.launch_lead_us
-        self.lines.insert(first_line, _event(
-            "user_annotation", f"ProfilerStep#{number}", _PID, _TID, step_start,
-            end + 1 - step_start, {}))
+        self.lines.insert(
+            first_line,
+            _event(
+                "user_annotation",
+                f"ProfilerStep#{number}",
+                _PID,
+                _TID,
+                step_start,
+                end + 1 - step_start,
+                {},
+            ),
+        )
         return end
 
     def _layer_kernels(self, start: int) -> None:
         each = self.shape.compute_us // self.shape.kernels_per_layer
         for k in range(self.shape.kernels_per_layer):
-            self._launched("kernel", _KERNEL_NAMES[k % len(_KERNEL_NAMES)], COMPUTE_STREAM,
-                           start + k * each, each)
+            self._launched(
+                "kernel",
+                _KERNEL_NAMES[k % len(_KERNEL_NAMES)],
+                COMPUTE_STREAM,
+                start + k * each,
+                each,
+            )
 
     def _copy(self, kind: str, stream: int, start: int, dur: int) -> None:
         target = "Pinned -> Device" if kind == "HtoD" else "Device -> Pinned"
-        self._launched("gpu_memcpy", f"Memcpy {kind} ({target})", stream, start, dur,
-                       {"bytes": dur * self.shape.copy_bytes_per_us})
+        self._launched(
+            "gpu_memcpy",
+            f"Memcpy {kind} ({target})",
+            stream,
+            start,
+            dur,
+            {"bytes": dur * self.shape.copy_bytes_per_us},
+        )
 
     def _annotation(self, name: str, start: int, end: int) -> None:
-        self.lines.append(_event("gpu_user_annotation", name, 0, COMPUTE_STREAM, start,
-                                 end - start, {"device": 0, "stream": COMPUTE_STREAM}))
+        self.lines.append(
+            _event(
+                "gpu_user_annotation",
+                name,
+                0,
+                COMPUTE_STREAM,
+                start,
+                end - start,
+                {"device": 0, "stream": COMPUTE_STREAM},
+            )
+        )
 
-    def _launched(self, category: str, name: str, stream: int, start: int, dur: int,
-                  extra: dict | None = None) -> None:
+    def _launched(
+        self, category: str, name: str, stream: int, start: int, dur: int, extra: dict | None = None
+    ) -> None:
         """A GPU event and the CPU operator and runtime call that launched it."""
         shape, correlation = self.shape, self.correlation
         self.correlation += 1
         launch = start - shape.launch_lead_us
         runtime = "cudaLaunchKernel" if category == "kernel" else "cudaMemcpyAsync"
-        self.lines.append(_event("cpu_op", "aten::" + name.split("_")[0].lower(), _PID, _TID,
-                                 launch - 1, shape.launch_us + 2,
-                                 {"External id": correlation}))
-        self.lines.append(_event("cuda_runtime", runtime, _PID, _TID, launch, shape.launch_us,
-                                 {"correlation": correlation, "External id": correlation}))
-        self.lines.append(_event(category, name, 0, stream, start, dur, {
-            "device": 0, "stream": stream, "correlation": correlation,
-            "External id": correlation, **(extra or {})}))
+        self.lines.append(
+            _event(
+                "cpu_op",
+                "aten::" + name.split("_")[0].lower(),
+                _PID,
+                _TID,
+                launch - 1,
+                shape.launch_us + 2,
+                {"External id": correlation},
+            )
+        )
+        self.lines.append(
+            _event(
+                "cuda_runtime",
+                runtime,
+                _PID,
+                _TID,
+                launch,
+                shape.launch_us,
+                {"correlation": correlation, "External id": correlation},
+            )
+        )
+        self.lines.append(
+            _event(
+                category,
+                name,
+                0,
+                stream,
+                start,
+                dur,
+                {
+                    "device": 0,
+                    "stream": stream,
+                    "correlation": correlation,
+                    "External id": correlation,
+                    **(extra or {}),
+                },
+            )
+        )
 
 
-def _event(category: str, name: str, pid: int, tid: int, ts: int, dur: int,
-           args: dict) -> str:
-    return json.dumps({"ph": "X", "cat": category, "name": name, "pid": pid, "tid": tid,
-                       "ts": ts, "dur": dur, "args": args})
+def _event(category: str, name: str, pid: int, tid: int, ts: int, dur: int, args: dict) -> str:
+    return json.dumps(
+        {
+            "ph": "X",
+            "cat": category,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
+    )

@@ -32,27 +32,52 @@ def collection_run_id(run_name: str) -> str:
     return make_run_id(run_name, f"collect {started}")
 
 
-def run_row(run_id: str, run_name: str, kind: str, *, source: str,
-            collector_config: dict[str, Any], dataset: str | None = None,
-            dataset_variant: str | None = None, model: str | None = None,
-            model_config: dict[str, Any] | None = None, rank: int | None = None,
-            world_size: int | None = None, started_at: datetime | None = None
-            ) -> dict[str, Any]:
+def run_row(
+    run_id: str,
+    run_name: str,
+    kind: str,
+    *,
+    source: str,
+    collector_config: dict[str, Any],
+    dataset: str | None = None,
+    dataset_variant: str | None = None,
+    model: str | None = None,
+    model_config: dict[str, Any] | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    started_at: datetime | None = None,
+) -> dict[str, Any]:
     """The ``runs`` row of a run (``source``: collect or ingest)."""
     return {
-        "run_id": run_id, "run_name": run_name, "kind": kind, "dataset": dataset,
-        "dataset_variant": dataset_variant, "model": model,
+        "run_id": run_id,
+        "run_name": run_name,
+        "kind": kind,
+        "dataset": dataset,
+        "dataset_variant": dataset_variant,
+        "model": model,
         "model_config": json.dumps(model_config, sort_keys=True) if model_config else None,
         "collector_config": json.dumps(collector_config, sort_keys=True),
-        "rank": rank, "world_size": world_size, "source": source,
-        "host": socket.gethostname(), "started_at": started_at,
+        "rank": rank,
+        "world_size": world_size,
+        "source": source,
+        "host": socket.gethostname(),
+        "started_at": started_at,
         "kvtrace_version": __version__,
     }
 
 
-def quarantine_rows(run_id: str, source_path: str, source_sha256: str | None,
-                    rejected: list[BadLine]) -> list[dict[str, Any]]:
+def quarantine_rows(
+    run_id: str, source_path: str, source_sha256: str | None, rejected: list[BadLine]
+) -> list[dict[str, Any]]:
     """The ``quarantine`` rows of rejected lines (or records, for a live trace)."""
-    return [{"run_id": run_id, "source_path": source_path, "source_sha256": source_sha256,
-             "line_no": bad.line_no, "reason": bad.reason, "raw": bad.raw}
-            for bad in rejected]
+    return [
+        {
+            "run_id": run_id,
+            "source_path": source_path,
+            "source_sha256": source_sha256,
+            "line_no": bad.line_no,
+            "reason": bad.reason,
+            "raw": bad.raw,
+        }
+        for bad in rejected
+    ]

@@ -56,19 +56,21 @@ def file_stats(metadata: pq.FileMetaData) -> str:
     for index, field in enumerate(schema):
         if pa.types.is_nested(field.type):
             continue
-        column_stats = [metadata.row_group(g).column(index).statistics
-                        for g in range(metadata.num_row_groups)]
+        column_stats = [
+            metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
+        ]
         if all(s is not None and s.has_null_count for s in column_stats):
             nulls[field.name] = sum(s.null_count for s in column_stats)
         ranged = pa.types.is_integer(field.type) or pa.types.is_string(field.type)
         if ranged and column_stats and all(s is not None and s.has_min_max for s in column_stats):
             lows[field.name] = min(s.min for s in column_stats)
             highs[field.name] = max(s.max for s in column_stats)
-    return json.dumps({"numRecords": metadata.num_rows, "minValues": lows,
-                       "maxValues": highs, "nullCount": nulls})
+    return json.dumps(
+        {"numRecords": metadata.num_rows, "minValues": lows, "maxValues": highs, "nullCount": nulls}
+    )
 
 
-DAMAGED = ("'kvtrace check' says what is wrong, and 'kvtrace check --repair' mends it")
+DAMAGED = "'kvtrace check' says what is wrong, and 'kvtrace check --repair' mends it"
 
 
 def open_table(storage: Storage, name: str, version: int | None = None) -> DeltaTable | None:
@@ -84,24 +86,37 @@ def open_table(storage: Storage, name: str, version: int | None = None) -> Delta
         return None
     except (DeltaError, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else repr(exc)
-        raise WarehouseError(f"table {name} of {storage.location} cannot be read "
-                             f"({first}); {DAMAGED}") from None
+        raise WarehouseError(
+            f"table {name} of {storage.location} cannot be read ({first}); {DAMAGED}"
+        ) from None
     return table
 
 
 def create_table(storage: Storage, name: str, schema: pa.Schema) -> None:
     """Create the empty table ``name`` unless it exists (several processes may race)."""
     try:
-        DeltaTable.create(storage.uri(name), schema=schema, mode="ignore",
-                          storage_options=storage.storage_options())
+        DeltaTable.create(
+            storage.uri(name),
+            schema=schema,
+            mode="ignore",
+            storage_options=storage.storage_options(),
+        )
     except (CommitFailedError, DeltaError) as exc:
         if open_table(storage, name) is None:
-            raise WarehouseError(f"cannot create table {name} in {storage.location}: "
-                                 f"{exc}") from None
+            raise WarehouseError(
+                f"cannot create table {name} in {storage.location}: {exc}"
+            ) from None
 
 
-def add_files(storage: Storage, name: str, schema: pa.Schema, files: list[DataFile],
-              app_id: str, commit_id: str, generation: int = 1) -> tuple[int, str]:
+def add_files(
+    storage: Storage,
+    name: str,
+    schema: pa.Schema,
+    files: list[DataFile],
+    app_id: str,
+    commit_id: str,
+    generation: int = 1,
+) -> tuple[int, str]:
     """Add ``files`` to table ``name`` in one commit unless the table already holds the
     transaction ``app_id`` at ``generation`` (`kvtrace.warehouse.journal`).
 
@@ -110,7 +125,8 @@ def add_files(storage: Storage, name: str, schema: pa.Schema, files: list[DataFi
     """
     now_ms = int(time.time() * 1000)  # when the files joined the log (for their age)
     actions: list[AddAction | RemoveAction] = [
-        AddAction(f.path.split("/", 1)[1], f.size, {}, now_ms, True, f.stats) for f in files]
+        AddAction(f.path.split("/", 1)[1], f.size, {}, now_ms, True, f.stats) for f in files
+    ]
     while True:
         table = open_table(storage, name)
         if table is None:
@@ -120,11 +136,18 @@ def add_files(storage: Storage, name: str, schema: pa.Schema, files: list[DataFi
             return table.version(), _committer(table, app_id, generation)
         try:
             table.create_write_transaction(
-                actions, mode="append", schema=schema,
+                actions,
+                mode="append",
+                schema=schema,
                 commit_properties=CommitProperties(
-                    custom_metadata={COMMIT_ID_KEY: commit_id, APP_ID_KEY: app_id,
-                                     GENERATION_KEY: str(generation)},
-                    app_transactions=[Transaction(app_id, generation)]))
+                    custom_metadata={
+                        COMMIT_ID_KEY: commit_id,
+                        APP_ID_KEY: app_id,
+                        GENERATION_KEY: str(generation),
+                    },
+                    app_transactions=[Transaction(app_id, generation)],
+                ),
+            )
         except CommitFailedError:
             continue  # a concurrent commit: look again whether it was this transaction
         return open_table(storage, name).version(), commit_id  # type: ignore[union-attr]
@@ -135,18 +158,25 @@ def _committer(table: DeltaTable, app_id: str, generation: int) -> str:
     for entry in table.history():
         if entry.get(APP_ID_KEY) == app_id and int(entry.get(GENERATION_KEY, 1)) >= generation:
             return str(entry[COMMIT_ID_KEY])
-    raise WarehouseError(f"table {table.table_uri} holds transaction {app_id} but not the "
-                         "commit that made it")
+    raise WarehouseError(
+        f"table {table.table_uri} holds transaction {app_id} but not the commit that made it"
+    )
 
 
 def active_files(table: DeltaTable) -> pa.Table:
     """The files of the table's loaded version: path (relative to the table), size_bytes,
     num_records, and the run_id range when the statistics hold it."""
     actions = pa.table(table.get_add_actions(flatten=True))
-    columns = {"path": actions["path"], "size_bytes": actions["size_bytes"],
-               "num_records": actions["num_records"]}
+    columns = {
+        "path": actions["path"],
+        "size_bytes": actions["size_bytes"],
+        "num_records": actions["num_records"],
+    }
     for bound in ("min", "max"):
         name = f"{bound}.run_id"
-        columns[f"{bound}_run_id"] = (actions[name] if name in actions.column_names
-                                      else pa.nulls(actions.num_rows, pa.string()))
+        columns[f"{bound}_run_id"] = (
+            actions[name]
+            if name in actions.column_names
+            else pa.nulls(actions.num_rows, pa.string())
+        )
     return pa.table(columns)

@@ -39,8 +39,14 @@ class SourceChecks:
 
     stats: dict[str, StatCheck] = field(default_factory=dict)
 
-    def add(self, name: str, source: np.ndarray, ok: np.ndarray, ours: np.ndarray,
-            line_numbers: np.ndarray) -> None:
+    def add(
+        self,
+        name: str,
+        source: np.ndarray,
+        ok: np.ndarray,
+        ours: np.ndarray,
+        line_numbers: np.ndarray,
+    ) -> None:
         present = ~np.isnan(source)
         tally = self.stats.setdefault(name, StatCheck())
         tally.checked += int(present.sum())
@@ -62,10 +68,17 @@ def _values(column) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def check_source_stats(checks: SourceChecks, src: dict, lists: PositionLists,
-                       seq_len: np.ndarray, blocks: BlockStats, offsets: OffsetStats,
-                       intersection: np.ndarray, source_block_size_known: np.ndarray,
-                       line_numbers: np.ndarray) -> None:
+def check_source_stats(
+    checks: SourceChecks,
+    src: dict,
+    lists: PositionLists,
+    seq_len: np.ndarray,
+    blocks: BlockStats,
+    offsets: OffsetStats,
+    intersection: np.ndarray,
+    source_block_size_known: np.ndarray,
+    line_numbers: np.ndarray,
+) -> None:
     """Compare each ``src_*`` column (Arrow, NULL where absent) with our statistics."""
 
     def exact(name: str, ours: np.ndarray, only: np.ndarray | None = None) -> None:
@@ -74,8 +87,9 @@ def check_source_stats(checks: SourceChecks, src: dict, lists: PositionLists,
             source = np.where(only, source, np.nan)
         checks.add(name, source, np.abs(source - ours) <= _SLACK, ours, line_numbers)
 
-    def close(name: str, ours: np.ndarray, tolerance: float,
-              only: np.ndarray | None = None) -> None:
+    def close(
+        name: str, ours: np.ndarray, tolerance: float, only: np.ndarray | None = None
+    ) -> None:
         source = _values(src[name])
         if only is not None:
             source = np.where(only, source, np.nan)
@@ -93,8 +107,13 @@ def check_source_stats(checks: SourceChecks, src: dict, lists: PositionLists,
         ok |= (np.abs(source - low) <= _SLACK) | (np.abs(source - high) <= _SLACK)
         checks.add(name, source, ok, ours, line_numbers)
 
-    def within(name: str, ours: np.ndarray, low: np.ndarray, high: np.ndarray,
-               only: np.ndarray | None = None) -> None:
+    def within(
+        name: str,
+        ours: np.ndarray,
+        low: np.ndarray,
+        high: np.ndarray,
+        only: np.ndarray | None = None,
+    ) -> None:
         source = _values(src[name])
         if only is not None:
             source = np.where(only, source, np.nan)
@@ -116,10 +135,12 @@ def check_source_stats(checks: SourceChecks, src: dict, lists: PositionLists,
     exact("src_total_blocks", blocks.total_blocks_in_use.astype(np.float64), known)
     close("src_touched_ratio", blocks.touched_block_ratio, _RATIO_TOLERANCE, known)
     close("src_tpb_mean", blocks.tokens_per_block_mean, _MEAN_TOLERANCE, known)
-    for name, q, ours in (("src_tpb_p50", 0.5, blocks.tokens_per_block_p50),
-                          ("src_tpb_p95", 0.95, blocks.tokens_per_block_p95)):
-        low, high = segment_bracket(blocks.tokens_by_row, blocks.run_offsets,
-                                    blocks.unique_blocks, q)
+    for name, q, ours in (
+        ("src_tpb_p50", 0.5, blocks.tokens_per_block_p50),
+        ("src_tpb_p95", 0.95, blocks.tokens_per_block_p95),
+    ):
+        low, high = segment_bracket(
+            blocks.tokens_by_row, blocks.run_offsets, blocks.unique_blocks, q
+        )
         within(name, ours, low, high, known)
-    close("src_intersection_ratio", intersection, _RATIO_TOLERANCE,
-          ~np.isnan(intersection) & known)
+    close("src_intersection_ratio", intersection, _RATIO_TOLERANCE, ~np.isnan(intersection) & known)

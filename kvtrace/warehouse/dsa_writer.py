@@ -80,9 +80,18 @@ class DsaWriter:
         bytes, adds only its new records.  Ingest sets it; a live tracer needs no check.
     """
 
-    def __init__(self, warehouse: Warehouse, commit: Commit, *, string_ids: bool,
-                 dataset: str, dataset_override: bool, block_size: int,
-                 request_ids: dict[str, int], skip_stored: bool = False) -> None:
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        commit: Commit,
+        *,
+        string_ids: bool,
+        dataset: str,
+        dataset_override: bool,
+        block_size: int,
+        request_ids: dict[str, int],
+        skip_stored: bool = False,
+    ) -> None:
         self.warehouse = warehouse
         self.commit = commit
         self.string_ids = string_ids
@@ -98,8 +107,7 @@ class DsaWriter:
         self._fill_hist: list[pa.Table] = []
         self.skip_stored = skip_stored
         self._taken: set[bytes] = set()
-        self._stored_files = (warehouse.run_files(commit.run_id, "dsa_steps") if skip_stored
-                              else [])
+        self._stored_files = warehouse.run_files(commit.run_id, "dsa_steps") if skip_stored else []
 
     def finish(self) -> DsaFileResult:
         """Write what is buffered, close the files and write the histograms."""
@@ -141,8 +149,11 @@ class DsaWriter:
         bad = np.full(len(seq_len), "", dtype=object)
         bad[block_stats.out_of_range_rows(lists, seq_len)] = "position outside [0, seq_len)"
         if scored is not None:
-            given = np.asarray(pc.fill_null(pc.list_value_length(_combined(cols["scores"])), 0)
-                               .to_numpy(zero_copy_only=False))
+            given = np.asarray(
+                pc.fill_null(pc.list_value_length(_combined(cols["scores"])), 0).to_numpy(
+                    zero_copy_only=False
+                )
+            )
             mismatch = has_scores & (given != lists.lengths)
             bad[mismatch & (bad == "")] = "scores list and position list differ in length"
         ok = bad == ""
@@ -162,8 +173,9 @@ class DsaWriter:
         if repeated.any():
             lists_sorted = _take_lists(lists_sorted, ~repeated)
             if score_values is not None and scores is not None:
-                score_values = _take_lists(PositionLists(score_values, scores.offsets),
-                                           ~repeated).values
+                score_values = _take_lists(
+                    PositionLists(score_values, scores.offsets), ~repeated
+                ).values
         if len(final) < len(bad):
             take = pa.array(final)
             cols = {name: _take(col, take) for name, col in cols.items()}
@@ -177,8 +189,11 @@ class DsaWriter:
                     return
                 take = pa.array(np.flatnonzero(fresh))
                 cols = {name: _take(col, take) for name, col in cols.items()}
-                kept_scores = (_take_lists(PositionLists(score_values, lists_sorted.offsets),
-                                           fresh).values if score_values is not None else None)
+                kept_scores = (
+                    _take_lists(PositionLists(score_values, lists_sorted.offsets), fresh).values
+                    if score_values is not None
+                    else None
+                )
                 lists_sorted, score_values = _take_lists(lists_sorted, fresh), kept_scores
                 scored_rows = scored_rows[fresh] if scored_rows is not None else None
                 seq_len, lines = seq_len[fresh], lines[fresh]
@@ -187,10 +202,13 @@ class DsaWriter:
 
     def _fresh_records(self, cols: dict, request: np.ndarray) -> np.ndarray:
         """Which rows hold a record key this run does not hold yet (the first of repeats)."""
-        size = np.asarray(pc.fill_null(cols["block_size"], self.block_size)
-                          .to_numpy(zero_copy_only=False), dtype=np.int64)
-        keys = np.ascontiguousarray(np.stack(
-            [request, _ints(cols["step_idx"]), _ints(cols["layer_id"]), size], axis=1))
+        size = np.asarray(
+            pc.fill_null(cols["block_size"], self.block_size).to_numpy(zero_copy_only=False),
+            dtype=np.int64,
+        )
+        keys = np.ascontiguousarray(
+            np.stack([request, _ints(cols["step_idx"]), _ints(cols["layer_id"]), size], axis=1)
+        )
         stored = self._stored_keys(np.unique(request))
         fresh = np.ones(len(keys), dtype=bool)
         for row, key in enumerate(_key_bytes(keys)):
@@ -199,8 +217,9 @@ class DsaWriter:
                 self.result.skipped["record repeated within the file"] += 1
             elif key in stored:
                 fresh[row] = False
-                self.result.skipped["record already stored (same request, step, layer, "
-                                    "block size)"] += 1
+                self.result.skipped[
+                    "record already stored (same request, step, layer, block size)"
+                ] += 1
             else:
                 self._taken.add(key)
         return fresh
@@ -210,12 +229,15 @@ class DsaWriter:
         if not self._stored_files:
             return set()
         table = self.warehouse.read_files(
-            self._stored_files, columns=["request_id", "step_idx", "layer_id", "block_size"],
-            filters=[("request_id", "in", requests.tolist())])
+            self._stored_files,
+            columns=["request_id", "step_idx", "layer_id", "block_size"],
+            filters=[("request_id", "in", requests.tolist())],
+        )
         if table.num_rows == 0:
             return set()
-        keys = np.ascontiguousarray(np.stack(
-            [table[c].to_numpy().astype(np.int64) for c in table.column_names], axis=1))
+        keys = np.ascontiguousarray(
+            np.stack([table[c].to_numpy().astype(np.int64) for c in table.column_names], axis=1)
+        )
         return set(_key_bytes(keys))
 
     def _drop_other_events(self, cols: dict) -> np.ndarray:
@@ -249,8 +271,9 @@ class DsaWriter:
             reasons[missing & (reasons == "")] = f"missing field {name}"
         null_rows = _rows_with_null_values(_combined(cols["positions"]))
         reasons[null_rows[reasons[null_rows] == ""]] = "null inside selected_token_pos"
-        lengths = np.asarray(pc.fill_null(pc.list_value_length(cols["positions"]), 1)
-                             .to_numpy(zero_copy_only=False))
+        lengths = np.asarray(
+            pc.fill_null(pc.list_value_length(cols["positions"]), 1).to_numpy(zero_copy_only=False)
+        )
         reasons[(lengths == 0) & (reasons == "")] = "empty selected_token_pos"
         seq_len = np.asarray(pc.fill_null(cols["seq_len"], 1).to_numpy(zero_copy_only=False))
         reasons[(seq_len <= 0) & (reasons == "")] = "seq_len_current must be positive"
@@ -259,8 +282,7 @@ class DsaWriter:
         reasons[(step < 0) & (reasons == "")] = "step_idx is negative"
         reasons[(step > _INT32_MAX) & (reasons == "")] = "step_idx is too large"
         if not self.string_ids:
-            request = np.asarray(pc.fill_null(cols["request_id"], 0)
-                                 .to_numpy(zero_copy_only=False))
+            request = np.asarray(pc.fill_null(cols["request_id"], 0).to_numpy(zero_copy_only=False))
             reasons[(request < 0) & (reasons == "")] = "request_id is negative"
         layer = np.asarray(pc.fill_null(cols["layer_id"], 0).to_numpy(zero_copy_only=False))
         reasons[((layer < 0) | (layer > 32767)) & (reasons == "")] = "layer_id out of range"
@@ -270,17 +292,29 @@ class DsaWriter:
         reasons[(size > _INT32_MAX) & (reasons == "")] = "block size is too large"
         return reasons
 
-    def _reject(self, raw_of: Callable[[int], str], lines: np.ndarray, reasons: np.ndarray,
-                considered: np.ndarray) -> None:
+    def _reject(
+        self,
+        raw_of: Callable[[int], str],
+        lines: np.ndarray,
+        reasons: np.ndarray,
+        considered: np.ndarray,
+    ) -> None:
         for row in np.flatnonzero(considered & (reasons != "")):
             line_no = int(lines[row])
             self.result.rejected.append(BadLine(line_no, str(reasons[row]), raw_of(line_no)))
 
     # -- valid rows ---------------------------------------------------------------------------
 
-    def _store(self, cols: dict, request_id: np.ndarray, lists: PositionLists,
-               score_values: np.ndarray | None,
-               scored_rows: np.ndarray | None, seq_len: np.ndarray, lines: np.ndarray) -> None:
+    def _store(
+        self,
+        cols: dict,
+        request_id: np.ndarray,
+        lists: PositionLists,
+        score_values: np.ndarray | None,
+        scored_rows: np.ndarray | None,
+        seq_len: np.ndarray,
+        lines: np.ndarray,
+    ) -> None:
         n = len(seq_len)
         source_size = cols["block_size"]
         size_known = np.asarray(pc.is_valid(source_size).to_numpy(zero_copy_only=False))
@@ -293,15 +327,26 @@ class DsaWriter:
         hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
         region_tokens = _floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
         cached_blocks = np.isnan(region_tokens)  # a dump's, in blocks of its size
-        region_tokens[cached_blocks] = (_floats(cols["prefix_cached_blocks"])
-                                        * block_size)[cached_blocks]
+        region_tokens[cached_blocks] = (_floats(cols["prefix_cached_blocks"]) * block_size)[
+            cached_blocks
+        ]
         region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
         prefix_lists = block_stats.prefix_block_lists(lists, region_blocks, block_size)
         with np.errstate(divide="ignore", invalid="ignore"):
-            intersection = np.where(np.isnan(region_blocks), np.nan,
-                                    prefix_lists.lengths / blocks.unique_blocks)
-        check_source_stats(self.result.checks, cols, lists, seq_len, blocks, offsets,
-                           intersection, size_known, lines)
+            intersection = np.where(
+                np.isnan(region_blocks), np.nan, prefix_lists.lengths / blocks.unique_blocks
+            )
+        check_source_stats(
+            self.result.checks,
+            cols,
+            lists,
+            seq_len,
+            blocks,
+            offsets,
+            intersection,
+            size_known,
+            lines,
+        )
 
         dataset = self._datasets(cols)
         layer = _ints(cols["layer_id"])
@@ -320,9 +365,11 @@ class DsaWriter:
             "topk": _combined(cols["topk"]),
             "selected_pos": lists.to_arrow(),
             "scores": (
-                pa.ListArray.from_arrays(pa.array(lists.offsets.astype(np.int32)),
-                                         pa.array(score_values, pa.float32()),
-                                         mask=pa.array(~scored_rows))
+                pa.ListArray.from_arrays(
+                    pa.array(lists.offsets.astype(np.int32)),
+                    pa.array(score_values, pa.float32()),
+                    mask=pa.array(~scored_rows),
+                )
                 if score_values is not None and scored_rows is not None
                 else pa.nulls(n, pa.list_(pa.float32()))
             ),
@@ -336,7 +383,9 @@ class DsaWriter:
             "tokens_per_block_p95": pa.array(blocks.tokens_per_block_p95, pa.float32()),
             "prefix_blocks": pa.ListArray.from_arrays(
                 pa.array(prefix_lists.offsets.astype(np.int32)),
-                pa.array(prefix_lists.values, pa.int32()), mask=pa.array(np.isnan(region_blocks))),
+                pa.array(prefix_lists.values, pa.int32()),
+                mask=pa.array(np.isnan(region_blocks)),
+            ),
             **_score_columns(cols, score_values, scored_rows, lists),
             **_tier_columns(cols, lists, block_size, blocks),
         }
@@ -367,8 +416,15 @@ class DsaWriter:
         self.result.datasets.update(pc.unique(values).to_pylist())
         return values
 
-    def _note_requests(self, request_id: np.ndarray, dataset: pa.Array, cols: dict,
-                       step: np.ndarray, region_tokens: np.ndarray, hit: np.ndarray) -> None:
+    def _note_requests(
+        self,
+        request_id: np.ndarray,
+        dataset: pa.Array,
+        cols: dict,
+        step: np.ndarray,
+        region_tokens: np.ndarray,
+        hit: np.ndarray,
+    ) -> None:
         datasets = dataset.to_pylist()
         keys = _combined(cols["request_key"]).to_pylist()
         prefix_key = _combined(cols["prefix_key"]).to_pylist()
@@ -391,8 +447,13 @@ class DsaWriter:
                 prefix_region_tokens=region,
             )
 
-    def _histograms(self, table: pa.Table, lists: PositionLists, seq_len: np.ndarray,
-                    blocks: block_stats.BlockStats) -> None:
+    def _histograms(
+        self,
+        table: pa.Table,
+        lists: PositionLists,
+        seq_len: np.ndarray,
+        blocks: block_stats.BlockStats,
+    ) -> None:
         rows = lists.row_ids()
         offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
         self._offset_hist.append(_histogram(table, rows, offset, "offset"))
@@ -419,8 +480,11 @@ class DsaWriter:
         """The open file of ``partition``, or a new one when ``part`` would break its order."""
         first, last = _sort_key(part, 0), _sort_key(part, part.num_rows - 1)
         handle, previous_last = self._files.get(partition, (None, None))
-        if handle is not None and previous_last is not None and (
-                first < previous_last or handle.bytes_written >= FILE_BYTES):
+        if (
+            handle is not None
+            and previous_last is not None
+            and (first < previous_last or handle.bytes_written >= FILE_BYTES)
+        ):
             handle.close()
             handle = None
         if handle is None:
@@ -429,13 +493,16 @@ class DsaWriter:
         return handle
 
     def _write_histograms(self) -> None:
-        for name, parts, value in (("dsa_offset_hist", self._offset_hist, "offset"),
-                                   ("dsa_fill_hist", self._fill_hist, "tokens")):
+        for name, parts, value in (
+            ("dsa_offset_hist", self._offset_hist, "offset"),
+            ("dsa_fill_hist", self._fill_hist, "tokens"),
+        ):
             if not parts:
                 continue
             merged = _merged_histogram(parts, value)
             merged = merged.append_column(
-                "run_id", pa.array([self.commit.run_id] * merged.num_rows, pa.string()))
+                "run_id", pa.array([self.commit.run_id] * merged.num_rows, pa.string())
+            )
             for part in _partitions(merged):
                 part = part.sort_by(value)
                 self.warehouse.write(self.commit, name, part)
@@ -501,71 +568,88 @@ def _scores(column, positions: PositionLists) -> tuple[PositionLists, np.ndarray
     return PositionLists(values, positions.offsets), present
 
 
-def _score_columns(cols: dict, score_values: np.ndarray | None,
-                   scored_rows: np.ndarray | None, lists: PositionLists) -> dict[str, pa.Array]:
+def _score_columns(
+    cols: dict,
+    score_values: np.ndarray | None,
+    scored_rows: np.ndarray | None,
+    lists: PositionLists,
+) -> dict[str, pa.Array]:
     """Score min/mean/max: the source's, else computed from the stored scores."""
     stats = {name: _floats(cols[name]) for name in ("score_min", "score_mean", "score_max")}
     if score_values is not None and scored_rows is not None:
         nonempty = lists.lengths > 0
         starts = lists.offsets[:-1][nonempty]
         use = (nonempty & scored_rows)[nonempty]
-        for name, reducer in (("score_min", np.minimum), ("score_max", np.maximum),
-                              ("score_mean", np.add)):
+        for name, reducer in (
+            ("score_min", np.minimum),
+            ("score_max", np.maximum),
+            ("score_mean", np.add),
+        ):
             value = np.full(lists.num_rows, np.nan)
             reduced = reducer.reduceat(score_values.astype(np.float64), starts)
             if name == "score_mean":
                 reduced /= lists.lengths[nonempty]
             value[np.flatnonzero(nonempty)[use]] = reduced[use]
             stats[name] = np.where(np.isnan(stats[name]), value, stats[name])
-    return {name: pa.array(value, pa.float32(), from_pandas=True)
-            for name, value in stats.items()}
+    return {name: pa.array(value, pa.float32(), from_pandas=True) for name, value in stats.items()}
 
 
-def _tier_columns(cols: dict, lists: PositionLists, block_size: np.ndarray,
-                  blocks: block_stats.BlockStats) -> dict[str, pa.Array]:
+def _tier_columns(
+    cols: dict, lists: PositionLists, block_size: np.ndarray, blocks: block_stats.BlockStats
+) -> dict[str, pa.Array]:
     out: dict[str, pa.Array] = {}
     for tier in TIERS:
         hits = _combined(cols[f"{tier}_hit_blocks"])
         present = np.asarray(pc.is_valid(hits).to_numpy(zero_copy_only=False))
-        counts = np.asarray(pc.fill_null(pc.list_value_length(hits), 0).to_numpy(
-            zero_copy_only=False))
-        out[f"{tier}_blocks"] = pa.array(np.where(present, counts, 0), pa.int32(),
-                                         mask=~present)
+        counts = np.asarray(
+            pc.fill_null(pc.list_value_length(hits), 0).to_numpy(zero_copy_only=False)
+        )
+        out[f"{tier}_blocks"] = pa.array(np.where(present, counts, 0), pa.int32(), mask=~present)
         out[f"{tier}_bytes_read"] = _combined(cols[f"{tier}_bytes_read"])
         out[f"{tier}_read_ops"] = _combined(cols[f"{tier}_read_ops"]).cast(pa.int32())
         out[f"{tier}_latency_us"] = _combined(cols[f"{tier}_latency_us"])
-        out[f"{tier}_hit_blocks"] = _unusual_hits(hits, present, counts, tier, blocks, lists,
-                                                  block_size)
+        out[f"{tier}_hit_blocks"] = _unusual_hits(
+            hits, present, counts, tier, blocks, lists, block_size
+        )
     return out
 
 
-def _unusual_hits(hits: pa.ListArray, present: np.ndarray, counts: np.ndarray, tier: str,
-                  blocks: block_stats.BlockStats, lists: PositionLists,
-                  block_size: np.ndarray) -> pa.Array:
+def _unusual_hits(
+    hits: pa.ListArray,
+    present: np.ndarray,
+    counts: np.ndarray,
+    tier: str,
+    blocks: block_stats.BlockStats,
+    lists: PositionLists,
+    block_size: np.ndarray,
+) -> pa.Array:
     """Hit lists, kept only where they are not the obvious value.
 
     The obvious value is every selected block for HBM and nothing for the pools.
     """
     hit_lists = PositionLists.from_arrow(hits.cast(pa.list_(pa.int64())))
     hit_sorted, _, _ = block_stats.sort_lists(
-        PositionLists(np.clip(hit_lists.values, 0, _INT32_MAX).astype(np.int32),
-                      hit_lists.offsets))
+        PositionLists(np.clip(hit_lists.values, 0, _INT32_MAX).astype(np.int32), hit_lists.offsets)
+    )
     if tier == "hbm":
         block_values = _block_ids_of_runs(lists, blocks, block_size)
-        expected = PositionLists(block_values, np.concatenate(
-            ([0], np.cumsum(blocks.unique_blocks))))
+        expected = PositionLists(
+            block_values, np.concatenate(([0], np.cumsum(blocks.unique_blocks)))
+        )
         obvious = _lists_equal(hit_sorted, expected)
     else:
         obvious = counts == 0
     keep = present & ~obvious
     offsets = np.concatenate(([0], np.cumsum(np.where(keep, hit_sorted.lengths, 0))))
     values = hit_sorted.values[keep[hit_sorted.row_ids()]]
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                    pa.array(values, pa.int32()), mask=pa.array(~keep))
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), pa.array(values, pa.int32()), mask=pa.array(~keep)
+    )
 
 
-def _block_ids_of_runs(lists: PositionLists, blocks: block_stats.BlockStats,
-                       block_size: np.ndarray) -> np.ndarray:
+def _block_ids_of_runs(
+    lists: PositionLists, blocks: block_stats.BlockStats, block_size: np.ndarray
+) -> np.ndarray:
     run_start = np.concatenate(([0], np.cumsum(blocks.run_tokens)[:-1])).astype(np.int64)
     return (lists.values[run_start] // block_size[blocks.run_rows]).astype(np.int32)
 
@@ -597,17 +681,18 @@ def _rows_with_null_values(lists: pa.ListArray) -> np.ndarray:
 _DENSE_BINS = 1 << 24
 
 
-def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
-               name: str) -> pa.Table:
+def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray, name: str) -> pa.Table:
     """Counts of ``values`` per (dataset, block size); ``value_rows`` maps values to rows."""
     dataset = pc.dictionary_encode(_combined(table["dataset"]))
-    row_key = ((dataset.indices.to_numpy().astype(np.int64) << 32)
-               | table["block_size"].to_numpy().astype(np.int64))
+    row_key = (dataset.indices.to_numpy().astype(np.int64) << 32) | table[
+        "block_size"
+    ].to_numpy().astype(np.int64)
     groups, group_of_row = np.unique(row_key, return_inverse=True)
     width = int(values.max()) + 1 if len(values) else 1
     # The usual batch holds one dataset at one block size: the values are the keys.
-    key = values if len(groups) == 1 else (
-        group_of_row[value_rows] * width + values.astype(np.int64))
+    key = (
+        values if len(groups) == 1 else (group_of_row[value_rows] * width + values.astype(np.int64))
+    )
     if len(groups) * width <= _DENSE_BINS:
         counts = np.bincount(key, minlength=len(groups) * width)
         key = np.flatnonzero(counts)
@@ -615,18 +700,21 @@ def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray,
     else:
         key, counts = np.unique(key, return_counts=True)
     group = groups[key // width]
-    return pa.table({
-        "dataset": dataset.dictionary.take(pa.array(group >> 32)),
-        "block_size": pa.array(group & 0xFFFFFFFF, pa.int32()),
-        name: pa.array(key % width, pa.int32()),
-        "n": pa.array(counts, pa.int64()),
-    })
+    return pa.table(
+        {
+            "dataset": dataset.dictionary.take(pa.array(group >> 32)),
+            "block_size": pa.array(group & 0xFFFFFFFF, pa.int32()),
+            name: pa.array(key % width, pa.int32()),
+            "n": pa.array(counts, pa.int64()),
+        }
+    )
 
 
 def _merged_histogram(parts: list[pa.Table], value: str) -> pa.Table:
     """Several histogram tables summed into one (counts per dataset, block size, value)."""
-    merged = pa.concat_tables(parts).group_by(
-        ["dataset", "block_size", value]).aggregate([("n", "sum")])
+    merged = (
+        pa.concat_tables(parts).group_by(["dataset", "block_size", value]).aggregate([("n", "sum")])
+    )
     return merged.rename_columns({"n_sum": "n"}).select(["dataset", "block_size", value, "n"])
 
 
@@ -644,13 +732,13 @@ def _is_sorted(table: pa.Table) -> bool:
 
 def _partitions(table: pa.Table) -> list[pa.Table]:
     """``table`` split by (dataset, block size); no copy when it holds one of each."""
-    keys = table.select(["dataset", "block_size"]).group_by(["dataset", "block_size"]).aggregate(
-        [])
+    keys = table.select(["dataset", "block_size"]).group_by(["dataset", "block_size"]).aggregate([])
     if keys.num_rows == 1:
         return [table]
     parts = []
-    for dataset, size in zip(keys["dataset"].to_pylist(), keys["block_size"].to_pylist(),
-                             strict=True):
+    for dataset, size in zip(
+        keys["dataset"].to_pylist(), keys["block_size"].to_pylist(), strict=True
+    ):
         mask = pc.and_(pc.equal(table["dataset"], dataset), pc.equal(table["block_size"], size))
         parts.append(table.filter(mask))
     return parts

@@ -52,8 +52,9 @@ def score(prediction: str | None, references: list[str], metric: Metric) -> floa
     return sum(found) / len(found)
 
 
-def error_class(prediction: str | None, references: list[str], sample_score: float
-                ) -> ErrorClass | None:
+def error_class(
+    prediction: str | None, references: list[str], sample_score: float
+) -> ErrorClass | None:
     """The class of a wrong sample (None when the score is 1); see the module's rules."""
     if sample_score >= 1.0:
         return None
@@ -66,8 +67,7 @@ def error_class(prediction: str | None, references: list[str], sample_score: flo
     refs = [ref.lower() for ref in references]
     if refs and all(_NOT_ALNUM.sub("", ref) in squeezed for ref in refs):
         return "format"
-    if sample_score > 0 or any(_shares_a_piece(_NOT_ALNUM.sub("", ref), squeezed)
-                               for ref in refs):
+    if sample_score > 0 or any(_shares_a_piece(_NOT_ALNUM.sub("", ref), squeezed) for ref in refs):
         return "partial"
     return "wrong_value"
 
@@ -75,19 +75,32 @@ def error_class(prediction: str | None, references: list[str], sample_score: flo
 def _shares_a_piece(reference: str, text: str) -> bool:
     """A substring of ``reference`` of half its length (at least 3) occurs in ``text``."""
     size = max(3, (len(reference) + 1) // 2)
-    return any(reference[i:i + size] in text for i in range(len(reference) - size + 1))
+    return any(reference[i : i + size] in text for i in range(len(reference) - size + 1))
 
 
-def eval_row(*, run_id: str, task: str, sample_index: int, prediction: str | None,
-             references: list[str], context_length: int | None = None,
-             request_id: int | None = None) -> dict:
+def eval_row(
+    *,
+    run_id: str,
+    task: str,
+    sample_index: int,
+    prediction: str | None,
+    references: list[str],
+    context_length: int | None = None,
+    request_id: int | None = None,
+) -> dict:
     """An ``eval_samples`` row, scored the RULER way for ``task``."""
     metric = ruler_metric(task)
     value = score(prediction, references, metric)
     return {
-        "run_id": run_id, "task": task, "sample_index": sample_index,
-        "request_id": request_id, "context_length": context_length,
-        "prediction": prediction, "answers": references, "metric": metric,
-        "score": value, "null_prediction": prediction is None,
+        "run_id": run_id,
+        "task": task,
+        "sample_index": sample_index,
+        "request_id": request_id,
+        "context_length": context_length,
+        "prediction": prediction,
+        "answers": references,
+        "metric": metric,
+        "score": value,
+        "null_prediction": prediction is None,
         "error_class": error_class(prediction, references, value),
     }

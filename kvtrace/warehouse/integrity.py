@@ -37,8 +37,18 @@ LOG_DIR = "_delta_log"
 DAMAGED_DIR = "_delta_log_damaged"  # where a repair moves the log entries it rolls back
 _ENTRY = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
-_ACTIONS = {"commitInfo", "add", "remove", "metaData", "protocol", "txn", "cdc",
-            "domainMetadata", "checkpointMetadata", "sidecar"}
+_ACTIONS = {
+    "commitInfo",
+    "add",
+    "remove",
+    "metaData",
+    "protocol",
+    "txn",
+    "cdc",
+    "domainMetadata",
+    "checkpointMetadata",
+    "sidecar",
+}
 
 
 @dataclass(frozen=True)
@@ -202,23 +212,30 @@ def _check_named_versions(report: CheckReport, commits: pa.Table) -> None:
         scan = report.logs[name]
         for version, what in sorted(scan.bad.items()):
             hit = [(v, row) for v, row in by_table[name] if v >= version]
-            rows = sum(e["rows"] or 0 for _, row in hit for e in row["tables"]
-                       if e["table"] == name)
-            sources = tuple(sorted({row["source_path"] for _, row in hit
-                                    if row["source_path"]}))
+            rows = sum(
+                e["rows"] or 0 for _, row in hit for e in row["tables"] if e["table"] == name
+            )
+            sources = tuple(sorted({row["source_path"] for _, row in hit if row["source_path"]}))
             report.problems.append(Problem(name, version, what, rows, sources))
         named = max((v for v, _ in by_table[name]), default=-1)
         if named > scan.newest and scan.first_bad is None:
-            report.problems.append(Problem(
-                name, named, f"the journal names version {named}, but the table's log ends "
-                             f"at version {scan.newest}"))
+            report.problems.append(
+                Problem(
+                    name,
+                    named,
+                    f"the journal names version {named}, but the table's log ends "
+                    f"at version {scan.newest}",
+                )
+            )
 
 
 def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table) -> None:
     """Every file the newest readable version shows: present, of its size, readable."""
     journaled = journal.journaled_ids(commits)
-    sources = {row["commit_id"]: row["source_path"] for row in
-               commits.select(["commit_id", "source_path"]).to_pylist()}
+    sources = {
+        row["commit_id"]: row["source_path"]
+        for row in commits.select(["commit_id", "source_path"]).to_pylist()
+    }
     named = journal.named_versions(commits)
     filesystem, base = warehouse.storage.arrow_filesystem()
     for name, version in sorted(named.items()):
@@ -231,8 +248,12 @@ def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table) -
         files = active_files(table)
         listing = warehouse.storage.list_files(name)
         wanted = []
-        for path, size, rows in zip(files["path"].to_pylist(), files["size_bytes"].to_pylist(),
-                                    files["num_records"].to_pylist(), strict=True):
+        for path, size, rows in zip(
+            files["path"].to_pylist(),
+            files["size_bytes"].to_pylist(),
+            files["num_records"].to_pylist(),
+            strict=True,
+        ):
             commit = journal.commit_of(path)
             if commit is not None and commit not in journaled:
                 continue  # a leftover: nobody reads it
@@ -240,24 +261,43 @@ def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table) -
             found = listing.get(f"{name}/{path}")
             added = _added_at(scan, path)
             if found is None:
-                report.problems.append(Problem(name, added, f"data file {path} is missing",
-                                               rows or 0, tuple(filter(None, source)), path))
+                report.problems.append(
+                    Problem(
+                        name,
+                        added,
+                        f"data file {path} is missing",
+                        rows or 0,
+                        tuple(filter(None, source)),
+                        path,
+                    )
+                )
             elif found != size:
-                report.problems.append(Problem(
-                    name, added, f"data file {path} has {found:,} bytes, not the {size:,} "
-                                 "its log recorded (cut short or overwritten)",
-                    rows or 0, tuple(filter(None, source)), path))
+                report.problems.append(
+                    Problem(
+                        name,
+                        added,
+                        f"data file {path} has {found:,} bytes, not the {size:,} "
+                        "its log recorded (cut short or overwritten)",
+                        rows or 0,
+                        tuple(filter(None, source)),
+                        path,
+                    )
+                )
             else:
                 wanted.append((path, rows, added, tuple(filter(None, source))))
         with ThreadPoolExecutor(8) as pool:
-            problems = pool.map(_footer_problem, [filesystem] * len(wanted),
-                                [f"{base}/{name}/{item[0]}" for item in wanted],
-                                [item[1] for item in wanted])
+            problems = pool.map(
+                _footer_problem,
+                [filesystem] * len(wanted),
+                [f"{base}/{name}/{item[0]}" for item in wanted],
+                [item[1] for item in wanted],
+            )
             for (path, rows, added, source), problem in zip(wanted, problems, strict=True):
                 report.files_checked += 1
                 if problem is not None:
-                    report.problems.append(Problem(name, added, f"data file {path} {problem}",
-                                                   rows or 0, source, path))
+                    report.problems.append(
+                        Problem(name, added, f"data file {path} {problem}", rows or 0, source, path)
+                    )
 
 
 def _footer_problem(filesystem: Any, path: str, rows: int | None) -> str | None:
@@ -277,11 +317,18 @@ def _added_at(scan: LogScan, path: str) -> int | None:
 
 def _half_done_maintenance(report: CheckReport, commits: pa.Table) -> list[str]:
     named = journal.named_versions(commits)
-    tables = [name for name in TABLES
-              if any(e.operation == "OPTIMIZE" and v > named.get(name, -1)
-                     for v, e in report.logs[name].entries.items())]
+    tables = [
+        name
+        for name in TABLES
+        if any(
+            e.operation == "OPTIMIZE" and v > named.get(name, -1)
+            for v, e in report.logs[name].entries.items()
+        )
+    ]
     if not tables:
         return []
-    return [f"a compaction of {', '.join(tables)} was stopped before it was journaled; "
-            "readers see the table as it was, and the next 'kvtrace optimize', "
-            "'kvtrace vacuum' or 'kvtrace check --repair' completes it"]
+    return [
+        f"a compaction of {', '.join(tables)} was stopped before it was journaled; "
+        "readers see the table as it was, and the next 'kvtrace optimize', "
+        "'kvtrace vacuum' or 'kvtrace check --repair' completes it"
+    ]

@@ -35,28 +35,43 @@ from kvtrace.warehouse.delta_log import active_files, create_table, open_table
 from kvtrace.warehouse.storage import Storage
 
 JOURNAL = "_commits"
-TABLE_COMMIT = pa.struct([
-    ("table", pa.string()), ("version", pa.int64()), ("commit_id", pa.string()),
-    ("files", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64()),
-])
+TABLE_COMMIT = pa.struct(
+    [
+        ("table", pa.string()),
+        ("version", pa.int64()),
+        ("commit_id", pa.string()),
+        ("files", pa.int64()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+    ]
+)
 RETRACTION = pa.struct([("commit_id", pa.string()), ("app_id", pa.string())])
-JOURNAL_SCHEMA = pa.schema([
-    ("commit_id", pa.string()),
-    ("operation", pa.string()),  # ingest | collect | optimize | cleanup | repair | migrate
-    ("run_id", pa.string()),
-    ("source_path", pa.string()),
-    ("source_sha256", pa.string()),
-    ("source_size", pa.int64()),
-    ("kvtrace_version", pa.string()),
-    ("created_at", pa.timestamp("us", tz="UTC")),
-    ("tables", pa.list_(TABLE_COMMIT)),
-    ("retracted", pa.list_(RETRACTION)),  # commits this row takes back (maintenance rows)
-])
-FILES_SCHEMA = pa.schema([
-    ("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()),
-    ("bytes", pa.int64()), ("commit_id", pa.string()), ("table_version", pa.int64()),
-    ("min_run_id", pa.string()), ("max_run_id", pa.string()),
-])
+JOURNAL_SCHEMA = pa.schema(
+    [
+        ("commit_id", pa.string()),
+        ("operation", pa.string()),  # ingest | collect | optimize | cleanup | repair | migrate
+        ("run_id", pa.string()),
+        ("source_path", pa.string()),
+        ("source_sha256", pa.string()),
+        ("source_size", pa.int64()),
+        ("kvtrace_version", pa.string()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+        ("tables", pa.list_(TABLE_COMMIT)),
+        ("retracted", pa.list_(RETRACTION)),  # commits this row takes back (maintenance rows)
+    ]
+)
+FILES_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("path", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("commit_id", pa.string()),
+        ("table_version", pa.int64()),
+        ("min_run_id", pa.string()),
+        ("max_run_id", pa.string()),
+    ]
+)
 # A kvtrace data file ends in -<commit id>-<nnnn>.parquet; files that the table format's
 # own compaction wrote carry none (they only ever hold rows of journaled commits).
 _COMMIT_IN_NAME = re.compile(r"-(\d{8}T\d{12}Z-[0-9a-f]{8})-\d{4}\.parquet$")
@@ -91,9 +106,15 @@ def append(storage: Storage, row: dict[str, Any], app_id: str, generation: int =
         if (table.transaction_version(app_id) or 0) >= generation:
             return False
         try:
-            write_deltalake(table, data, mode="append", schema_mode="merge",
-                            commit_properties=CommitProperties(
-                                app_transactions=[Transaction(app_id, generation)]))
+            write_deltalake(
+                table,
+                data,
+                mode="append",
+                schema_mode="merge",
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, generation)]
+                ),
+            )
             return True
         except CommitFailedError:
             continue
@@ -125,18 +146,22 @@ def load(storage: Storage, version: int | None = None) -> Snapshot:
     """The snapshot of the journal's ``version`` (the newest when None)."""
     journal = open_table(storage, JOURNAL)
     if journal is None:
-        raise WarehouseError(f"{storage.location} has no journal ({JOURNAL}); it is not a "
-                             "kvtrace warehouse of this version")
+        raise WarehouseError(
+            f"{storage.location} has no journal ({JOURNAL}); it is not a "
+            "kvtrace warehouse of this version"
+        )
     newest = journal.version()
     if version is not None:
         if not 0 <= version <= newest:
-            raise WarehouseError(f"the warehouse has no version {version}: its versions "
-                                 f"are 0 to {newest}")
+            raise WarehouseError(
+                f"the warehouse has no version {version}: its versions are 0 to {newest}"
+            )
         try:
             journal.load_as_version(version)
         except DeltaError as exc:
-            raise WarehouseError(f"version {version} of the warehouse is no longer "
-                                 f"readable (vacuumed?): {exc}") from None
+            raise WarehouseError(
+                f"version {version} of the warehouse is no longer readable (vacuumed?): {exc}"
+            ) from None
     commits, retractions = _standing(_read(journal))
     return Snapshot(journal.version(), commits, _visible_files(storage, commits), retractions)
 
@@ -145,8 +170,10 @@ def _read(journal: DeltaTable) -> pa.Table:
     try:
         data = journal.to_pyarrow_table()
     except (DeltaError, OSError) as exc:
-        raise WarehouseError(f"the journal of the warehouse is unreadable ({exc}); "
-                             "'kvtrace check' says what is wrong") from None
+        raise WarehouseError(
+            f"the journal of the warehouse is unreadable ({exc}); "
+            "'kvtrace check' says what is wrong"
+        ) from None
     for column in JOURNAL_SCHEMA:  # a journal of before a column was added
         if column.name not in data.column_names:
             data = data.append_column(column.name, pa.nulls(data.num_rows, column.type))
@@ -194,8 +221,9 @@ def named_versions(commits: pa.Table) -> dict[str, int]:
     """Per table, the newest version the journal's rows name: the one snapshots read."""
     entries = pc.list_flatten(commits["tables"]).combine_chunks()
     newest: dict[str, int] = {}
-    for table, version in zip(entries.field("table").to_pylist(),
-                              entries.field("version").to_pylist(), strict=True):
+    for table, version in zip(
+        entries.field("table").to_pylist(), entries.field("version").to_pylist(), strict=True
+    ):
         newest[table] = max(version, newest.get(table, -1))
     return newest
 
@@ -212,22 +240,28 @@ def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
     for table, version in sorted(named_versions(commits).items()):
         delta = open_table(storage, table, version)
         if delta is None:
-            raise WarehouseError(f"the journal names table {table}, which "
-                                 f"{storage.location} lacks")
+            raise WarehouseError(f"the journal names table {table}, which {storage.location} lacks")
         files = active_files(delta)
         paths = files["path"].to_pylist()
         ids = [commit_of(p) for p in paths]
         keep = [i is None or i in journaled for i in ids]
         kept_ids = [i for i, kept in zip(ids, keep, strict=True) if kept]
         files = files.filter(pa.array(keep, pa.bool_()))
-        parts.append(pa.table({
-            "table": pa.repeat(pa.scalar(table), files.num_rows),
-            "path": pc.binary_join_element_wise(table, files["path"], "/"),
-            "rows": files["num_records"], "bytes": files["size_bytes"],
-            "commit_id": pa.array(kept_ids, pa.string()),
-            "table_version": pa.repeat(pa.scalar(version, pa.int64()), files.num_rows),
-            "min_run_id": files["min_run_id"], "max_run_id": files["max_run_id"],
-        }, schema=FILES_SCHEMA))
+        parts.append(
+            pa.table(
+                {
+                    "table": pa.repeat(pa.scalar(table), files.num_rows),
+                    "path": pc.binary_join_element_wise(table, files["path"], "/"),
+                    "rows": files["num_records"],
+                    "bytes": files["size_bytes"],
+                    "commit_id": pa.array(kept_ids, pa.string()),
+                    "table_version": pa.repeat(pa.scalar(version, pa.int64()), files.num_rows),
+                    "min_run_id": files["min_run_id"],
+                    "max_run_id": files["max_run_id"],
+                },
+                schema=FILES_SCHEMA,
+            )
+        )
     if not parts:
         return FILES_SCHEMA.empty_table()
     return pa.concat_tables(parts).sort_by([("table", "ascending"), ("path", "ascending")])

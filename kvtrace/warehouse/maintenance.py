@@ -78,8 +78,9 @@ def leftovers(warehouse: Warehouse) -> list[Leftover]:
         if table is None:
             continue
         files = active_files(table)
-        for path, size in zip(files["path"].to_pylist(), files["size_bytes"].to_pylist(),
-                              strict=True):
+        for path, size in zip(
+            files["path"].to_pylist(), files["size_bytes"].to_pylist(), strict=True
+        ):
             commit = journal.commit_of(path)
             if commit is None or commit in journaled:
                 continue
@@ -95,15 +96,19 @@ def describe_leftovers(found: list[Leftover]) -> list[str]:
     dead = {f.commit_id for f in found if not f.alive}
     live = {f.commit_id for f in found if f.alive}
     if dead:
-        notes.append(f"{len(dead)} commit(s) whose writers died before recording them left "
-                     f"{sum(not f.alive for f in found)} file(s) in "
-                     f"{', '.join(sorted({f.table for f in found if not f.alive}))}; nobody "
-                     "sees them, and 'kvtrace vacuum' (or 'kvtrace check --repair') drops "
-                     "them now; ingesting their sources again commits them instead")
+        notes.append(
+            f"{len(dead)} commit(s) whose writers died before recording them left "
+            f"{sum(not f.alive for f in found)} file(s) in "
+            f"{', '.join(sorted({f.table for f in found if not f.alive}))}; nobody "
+            "sees them, and 'kvtrace vacuum' (or 'kvtrace check --repair') drops "
+            "them now; ingesting their sources again commits them instead"
+        )
     if live:
-        notes.append(f"{len(live)} commit(s) are being written right now "
-                     f"({', '.join(sorted({f.table for f in found if f.alive}))}); they "
-                     "become visible when their writers finish")
+        notes.append(
+            f"{len(live)} commit(s) are being written right now "
+            f"({', '.join(sorted({f.table for f in found if f.alive}))}); they "
+            "become visible when their writers finish"
+        )
     return notes
 
 
@@ -125,22 +130,27 @@ def _journal_maintenance(warehouse: Warehouse) -> list[str]:
         table = open_table(warehouse.storage, name)
         if table is None or table.version() <= named.get(name, -1):
             continue
-        done = [entry for entry in table.history(table.version() - named.get(name, -1))
-                if entry["version"] > named.get(name, -1) and _is_maintenance(entry)]
+        done = [
+            entry
+            for entry in table.history(table.version() - named.get(name, -1))
+            if entry["version"] > named.get(name, -1) and _is_maintenance(entry)
+        ]
         if done:
             newest = max(done, key=lambda entry: entry["version"])
-            entries.append(_entry(name, newest["version"],
-                                  str(newest.get(COMMIT_ID_KEY) or "")))
+            entries.append(_entry(name, newest["version"], str(newest.get(COMMIT_ID_KEY) or "")))
     if not entries:
         return []
     _journal(warehouse, "settle", entries)
-    return [f"completed the journal of a maintenance command that was stopped: "
-            f"{', '.join(e['table'] for e in entries)}"]
+    return [
+        f"completed the journal of a maintenance command that was stopped: "
+        f"{', '.join(e['table'] for e in entries)}"
+    ]
 
 
 def _is_maintenance(entry: dict[str, Any]) -> bool:
     return entry.get("operation") in _MAINTENANCE_OPERATIONS or (
-        entry.get(OPERATION_KEY) in ("cleanup", "repair"))
+        entry.get(OPERATION_KEY) in ("cleanup", "repair")
+    )
 
 
 def _drop_dead_commits(warehouse: Warehouse) -> list[str]:
@@ -163,14 +173,17 @@ def _drop_dead_commits(warehouse: Warehouse) -> list[str]:
         table = open_table(warehouse.storage, name)
         assert table is not None
         app_ids.update(_app_ids(table, {f.commit_id for f in files}))
-        version = _remove(table, name, [(f.path, f.size) for f in files], "cleanup",
-                          commit_id)
+        version = _remove(table, name, [(f.path, f.size) for f in files], "cleanup", commit_id)
         entries.append(_entry(name, version, commit_id))
-    retracted = [{"commit_id": c, "app_id": app_ids.get(c, f"kvtrace-commit:{c}")}
-                 for c in sorted({f.commit_id for f in dead})]
+    retracted = [
+        {"commit_id": c, "app_id": app_ids.get(c, f"kvtrace-commit:{c}")}
+        for c in sorted({f.commit_id for f in dead})
+    ]
     _journal(warehouse, "cleanup", entries, retracted, commit_id)
-    return [f"dropped {len(dead)} file(s) of {len(retracted)} commit(s) whose writers died "
-            "before recording them; ingesting their sources again commits them"]
+    return [
+        f"dropped {len(dead)} file(s) of {len(retracted)} commit(s) whose writers died "
+        "before recording them; ingesting their sources again commits them"
+    ]
 
 
 def _app_ids(table: DeltaTable, commits: set[str]) -> dict[str, str]:
@@ -183,18 +196,24 @@ def _app_ids(table: DeltaTable, commits: set[str]) -> dict[str, str]:
     return found
 
 
-def _remove(table: DeltaTable, name: str, files: list[tuple[str, int]], operation: str,
-            commit_id: str) -> int:
+def _remove(
+    table: DeltaTable, name: str, files: list[tuple[str, int]], operation: str, commit_id: str
+) -> int:
     """Take ``files`` (paths in the table, sizes) out of the table's log; the new version."""
     now_ms = int(time.time() * 1000)
-    actions: list[AddAction | RemoveAction] = [RemoveAction(path, True, now_ms, size)
-                                               for path, size in files]
+    actions: list[AddAction | RemoveAction] = [
+        RemoveAction(path, True, now_ms, size) for path, size in files
+    ]
     while True:
         try:
             table.create_write_transaction(
-                actions, mode="append", schema=TABLES[name].schema,
-                commit_properties=CommitProperties(custom_metadata={
-                    OPERATION_KEY: operation, COMMIT_ID_KEY: commit_id}))
+                actions,
+                mode="append",
+                schema=TABLES[name].schema,
+                commit_properties=CommitProperties(
+                    custom_metadata={OPERATION_KEY: operation, COMMIT_ID_KEY: commit_id}
+                ),
+            )
             break
         except CommitFailedError:
             table.update_incremental()  # an ingest committed at once: try again
@@ -203,28 +222,52 @@ def _remove(table: DeltaTable, name: str, files: list[tuple[str, int]], operatio
 
 
 def _entry(table: str, version: int, commit_id: str, files: int = 0) -> dict[str, Any]:
-    return {"table": table, "version": version, "commit_id": commit_id, "files": files,
-            "rows": 0, "bytes": 0}
+    return {
+        "table": table,
+        "version": version,
+        "commit_id": commit_id,
+        "files": files,
+        "rows": 0,
+        "bytes": 0,
+    }
 
 
-def _journal(warehouse: Warehouse, operation: str, entries: list[dict[str, Any]],
-             retracted: list[dict[str, str]] | None = None,
-             commit_id: str | None = None) -> None:
+def _journal(
+    warehouse: Warehouse,
+    operation: str,
+    entries: list[dict[str, Any]],
+    retracted: list[dict[str, str]] | None = None,
+    commit_id: str | None = None,
+) -> None:
     commit_id = commit_id or journal.new_commit_id()
-    journal.append(warehouse.storage, row(commit_id, operation, entries, retracted),
-                   f"kvtrace-commit:{commit_id}")
+    journal.append(
+        warehouse.storage,
+        row(commit_id, operation, entries, retracted),
+        f"kvtrace-commit:{commit_id}",
+    )
 
 
-def row(commit_id: str, operation: str, entries: list[dict[str, Any]],
-        retracted: list[dict[str, str]] | None = None, run_id: str | None = None,
-        **source: object) -> dict[str, Any]:
+def row(
+    commit_id: str,
+    operation: str,
+    entries: list[dict[str, Any]],
+    retracted: list[dict[str, str]] | None = None,
+    run_id: str | None = None,
+    **source: object,
+) -> dict[str, Any]:
     """A journal row of a maintenance commit."""
-    return {"commit_id": commit_id, "operation": operation, "run_id": run_id,
-            "source_path": source.get("source_path"),
-            "source_sha256": source.get("source_sha256"),
-            "source_size": source.get("source_size"), "kvtrace_version": __version__,
-            "created_at": datetime.now(timezone.utc), "tables": entries,
-            "retracted": retracted or []}
+    return {
+        "commit_id": commit_id,
+        "operation": operation,
+        "run_id": run_id,
+        "source_path": source.get("source_path"),
+        "source_sha256": source.get("source_sha256"),
+        "source_size": source.get("source_size"),
+        "kvtrace_version": __version__,
+        "created_at": datetime.now(timezone.utc),
+        "tables": entries,
+        "retracted": retracted or [],
+    }
 
 
 # -- the commands ----------------------------------------------------------------------------
@@ -246,19 +289,27 @@ def optimize(warehouse: Warehouse, target_mb: int = 256) -> MaintenanceReport:
                 continue
             journaled = journal.journaled_ids(journal.newest_commits(warehouse.storage)[1])
             paths = active_files(table)["path"].to_pylist()
-            if any((c := journal.commit_of(p)) is not None and c not in journaled
-                   for p in paths):
+            if any((c := journal.commit_of(p)) is not None and c not in journaled for p in paths):
                 busy.add(name)  # a commit in flight: its files must not be compacted yet
                 continue
             metrics = _compact(table, target_mb, commit_id)
-            report.tables[name] = (f"{metrics['numFilesRemoved']} files into "
-                                   f"{metrics['numFilesAdded']}")
-            journal.append(warehouse.storage, row(commit_id, "optimize", [
-                _entry(name, table.version(), commit_id, metrics["numFilesAdded"])]),
-                f"kvtrace-optimize:{commit_id}:{name}")
+            report.tables[name] = (
+                f"{metrics['numFilesRemoved']} files into {metrics['numFilesAdded']}"
+            )
+            journal.append(
+                warehouse.storage,
+                row(
+                    commit_id,
+                    "optimize",
+                    [_entry(name, table.version(), commit_id, metrics["numFilesAdded"])],
+                ),
+                f"kvtrace-optimize:{commit_id}:{name}",
+            )
         if busy:
-            report.notes.append(f"left {', '.join(sorted(busy))} as they were: a writer is "
-                                "committing into them; optimize again when it has finished")
+            report.notes.append(
+                f"left {', '.join(sorted(busy))} as they were: a writer is "
+                "committing into them; optimize again when it has finished"
+            )
         report.version = journal.newest_commits(warehouse.storage)[0]
     return report
 
@@ -270,7 +321,8 @@ def _compact(table: DeltaTable, target_mb: int, commit_id: str) -> dict[str, Any
         try:
             metrics = table.optimize.compact(
                 target_size=target_mb << 20,
-                commit_properties=CommitProperties(custom_metadata={COMMIT_ID_KEY: commit_id}))
+                commit_properties=CommitProperties(custom_metadata={COMMIT_ID_KEY: commit_id}),
+            )
             table.update_incremental()
             return metrics
         except CommitFailedError:
@@ -280,8 +332,9 @@ def _compact(table: DeltaTable, target_mb: int, commit_id: str) -> dict[str, Any
             table.update_incremental()
 
 
-def vacuum(warehouse: Warehouse, retain_hours: float = 168.0, *, force: bool = False,
-           dry_run: bool = False) -> MaintenanceReport:
+def vacuum(
+    warehouse: Warehouse, retain_hours: float = 168.0, *, force: bool = False, dry_run: bool = False
+) -> MaintenanceReport:
     """Delete the files no version of the last ``retain_hours`` needs (Delta's vacuum,
     files no log lists included), after settling what others left behind.
 
@@ -294,7 +347,8 @@ def vacuum(warehouse: Warehouse, retain_hours: float = 168.0, *, force: bool = F
         raise WarehouseError(
             f"a retention under {SAFE_RETAIN_HOURS:g} hour deletes files that a query or "
             "report running now may still read, and makes the versions of the last "
-            f"{retain_hours:g} hours unreadable with --as-of; give --force to vacuum anyway")
+            f"{retain_hours:g} hours unreadable with --as-of; give --force to vacuum anyway"
+        )
     with warehouse.storage.lock(MAINTENANCE_LOCK):
         report = MaintenanceReport(notes=[] if dry_run else settle(warehouse))
         named = journal.named_versions(journal.newest_commits(warehouse.storage)[1])
@@ -307,16 +361,19 @@ def vacuum(warehouse: Warehouse, retain_hours: float = 168.0, *, force: bool = F
                 for path in doomed:
                     warehouse.storage.remove(f"{name}/{path}")
             if doomed:
-                report.tables[name] = f"{len(doomed)} file(s)" + (" would go" if dry_run
-                                                                  else "")
+                report.tables[name] = f"{len(doomed)} file(s)" + (" would go" if dry_run else "")
         for name in (journal.JOURNAL, LOCK_TABLE):  # append-only: only orphans of failed
             # commit attempts, never younger than the safe retention
             table = open_table(warehouse.storage, name)
-            if table is not None and (deleted := table.vacuum(
+            if table is not None and (
+                deleted := table.vacuum(
                     retention_hours=math.ceil(max(retain_hours, SAFE_RETAIN_HOURS)),
-                    dry_run=dry_run, enforce_retention_duration=False, full=True)):
-                report.tables[name] = f"{len(deleted)} file(s)" + (" would go" if dry_run
-                                                                   else "")
+                    dry_run=dry_run,
+                    enforce_retention_duration=False,
+                    full=True,
+                )
+            ):
+                report.tables[name] = f"{len(deleted)} file(s)" + (" would go" if dry_run else "")
         if not dry_run:
             for hold in warehouse.storage.dead_holds():
                 warehouse.storage.remove(hold)
@@ -324,20 +381,31 @@ def vacuum(warehouse: Warehouse, retain_hours: float = 168.0, *, force: bool = F
     return report
 
 
-def _unneeded(warehouse: Warehouse, table: DeltaTable, name: str, named: int | None,
-              retain_hours: float) -> list[str]:
+def _unneeded(
+    warehouse: Warehouse, table: DeltaTable, name: str, named: int | None, retain_hours: float
+) -> list[str]:
     """The files of ``table`` (paths in it) that no version inside the retention, no
     version the journal names and no commit in flight needs."""
-    candidates = table.vacuum(retention_hours=math.ceil(retain_hours), dry_run=True,
-                              enforce_retention_duration=False, full=True)
+    candidates = table.vacuum(
+        retention_hours=math.ceil(retain_hours),
+        dry_run=True,
+        enforce_retention_duration=False,
+        full=True,
+    )
     if not candidates:
         return []
     keep = set()
     if named is not None and (then := open_table(warehouse.storage, name, named)) is not None:
         keep |= set(active_files(then)["path"].to_pylist())
-    doomed = [path for path in candidates if path not in keep and not (
-        (commit := journal.commit_of(path)) is not None
-        and warehouse.storage.commit_alive(commit))]
+    doomed = [
+        path
+        for path in candidates
+        if path not in keep
+        and not (
+            (commit := journal.commit_of(path)) is not None
+            and warehouse.storage.commit_alive(commit)
+        )
+    ]
     # A writer adds its files to the log before it lets go of its hold: one seen done
     # above has its files in the newest version now, which keeps them.
     newest = open_table(warehouse.storage, name)

@@ -50,8 +50,11 @@ def _migrate_commit(storage: Storage, record_name: str, report: MaintenanceRepor
     if not listed:
         return
     first = listed[0]
-    app_id = (f"kvtrace-source:{first['run_id']}:{first['source_sha256']}"
-              if first.get("source_sha256") else f"kvtrace-commit:{record['commit_id']}")
+    app_id = (
+        f"kvtrace-source:{first['run_id']}:{first['source_sha256']}"
+        if first.get("source_sha256")
+        else f"kvtrace-commit:{record['commit_id']}"
+    )
     if journal.holds(storage, app_id):
         return
     filesystem, base = storage.arrow_filesystem()
@@ -59,16 +62,34 @@ def _migrate_commit(storage: Storage, record_name: str, report: MaintenanceRepor
     for entry in listed:
         metadata = pq.read_metadata(f"{base}/{entry['path']}", filesystem=filesystem)
         by_table.setdefault(entry["table"], []).append(
-            DataFile(entry["path"], entry["bytes"], entry["rows"], file_stats(metadata)))
+            DataFile(entry["path"], entry["bytes"], entry["rows"], file_stats(metadata))
+        )
     entries = []
     for table, files in sorted(by_table.items()):
-        version, landed = add_files(storage, table, TABLES[table].schema, files, app_id,
-                                    record["commit_id"])
-        entries.append({"table": table, "version": version, "commit_id": landed,
-                        "files": len(files), "rows": sum(f.rows for f in files),
-                        "bytes": sum(f.size for f in files)})
+        version, landed = add_files(
+            storage, table, TABLES[table].schema, files, app_id, record["commit_id"]
+        )
+        entries.append(
+            {
+                "table": table,
+                "version": version,
+                "commit_id": landed,
+                "files": len(files),
+                "rows": sum(f.rows for f in files),
+                "bytes": sum(f.size for f in files),
+            }
+        )
         report.tables[table] = str(int(report.tables.get(table, "0")) + len(files))
-    journal.append(storage, row(record["commit_id"], "migrate", entries,
-                                run_id=first["run_id"], source_path=first.get("source_path"),
-                                source_sha256=first.get("source_sha256"),
-                                source_size=first.get("source_size")), app_id)
+    journal.append(
+        storage,
+        row(
+            record["commit_id"],
+            "migrate",
+            entries,
+            run_id=first["run_id"],
+            source_path=first.get("source_path"),
+            source_sha256=first.get("source_sha256"),
+            source_size=first.get("source_size"),
+        ),
+        app_id,
+    )

@@ -40,8 +40,11 @@ def _table(storage: Storage) -> DeltaTable:
 
 def _commit(table: DeltaTable, app_id: str, version: int) -> None:
     table.create_write_transaction(
-        [], mode="append", schema=_SCHEMA,
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+        [],
+        mode="append",
+        schema=_SCHEMA,
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+    )
 
 
 @contextmanager

@@ -83,24 +83,28 @@ def repair(warehouse: Warehouse) -> RepairReport:
 # -- logs ------------------------------------------------------------------------------------
 
 
-def _repair_logs(warehouse: Warehouse, found: CheckReport, stamp: str,
-                 report: RepairReport) -> None:
+def _repair_logs(
+    warehouse: Warehouse, found: CheckReport, stamp: str, report: RepairReport
+) -> None:
     for name, scan in found.logs.items():
         first = scan.first_bad
         if first is None:
             continue
         if first == 0 and set(scan.bad) == {0}:
             _write_version_zero(warehouse, name)
-            report.done.append(f"{name}: wrote version 0 of its log again (it only creates "
-                               "the table)")
+            report.done.append(
+                f"{name}: wrote version 0 of its log again (it only creates the table)"
+            )
             continue
         if name == journal.JOURNAL:
             lost = _sources_of_journal_entries(warehouse, scan, first)
             report.sources += [s for s in lost if s not in report.sources]
         moved = _move_aside(warehouse, name, scan, first, stamp)
-        report.done.append(f"{name}: rolled back to version {first - 1} (log entries "
-                           f"{first} to {scan.newest} moved to {name}/{DAMAGED_DIR}/{stamp}, "
-                           f"{moved} file(s))")
+        report.done.append(
+            f"{name}: rolled back to version {first - 1} (log entries "
+            f"{first} to {scan.newest} moved to {name}/{DAMAGED_DIR}/{stamp}, "
+            f"{moved} file(s))"
+        )
 
 
 def _write_version_zero(warehouse: Warehouse, name: str) -> None:
@@ -116,14 +120,17 @@ def _write_version_zero(warehouse: Warehouse, name: str) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _move_aside(warehouse: Warehouse, name: str, scan: LogScan, first: int,
-                stamp: str) -> int:
+def _move_aside(warehouse: Warehouse, name: str, scan: LogScan, first: int, stamp: str) -> int:
     """Move the log entries from ``first`` on (and checkpoints past it) out of the log."""
     storage = warehouse.storage
     names = storage.listdir(f"{name}/{LOG_DIR}")
     checkpoint_gone = scan.checkpoint is not None and scan.checkpoint >= first
-    moving = [n for n in names if (n[:20].isdigit() and int(n[:20]) >= first)
-              or (n == "_last_checkpoint" and checkpoint_gone)]
+    moving = [
+        n
+        for n in names
+        if (n[:20].isdigit() and int(n[:20]) >= first)
+        or (n == "_last_checkpoint" and checkpoint_gone)
+    ]
     for entry in moving:
         storage.move(f"{name}/{LOG_DIR}/{entry}", f"{name}/{DAMAGED_DIR}/{stamp}/{entry}")
     return len(moving)
@@ -133,11 +140,16 @@ def _sources_of_journal_entries(warehouse: Warehouse, scan: LogScan, first: int)
     """The sources that journal entries from ``first`` on recorded, as far as they can be
     read, and those of journal rows no sound entry lists (their entry was lost)."""
     storage = warehouse.storage
-    kept = {path for version, entry in scan.entries.items() if version < first
-            for path in entry.adds}
-    files = [path for path in storage.list_files(journal.JOURNAL)
-             if path.endswith(".parquet") and f"/{LOG_DIR}/" not in path
-             and path.split("/", 1)[1] not in kept]
+    kept = {
+        path for version, entry in scan.entries.items() if version < first for path in entry.adds
+    }
+    files = [
+        path
+        for path in storage.list_files(journal.JOURNAL)
+        if path.endswith(".parquet")
+        and f"/{LOG_DIR}/" not in path
+        and path.split("/", 1)[1] not in kept
+    ]
     sources: set[str] = set()
     for path in files:
         try:
@@ -145,8 +157,7 @@ def _sources_of_journal_entries(warehouse: Warehouse, scan: LogScan, first: int)
         except OSError:
             continue
         sources.update(s for s in rows["source_path"].to_pylist() if s)
-    standing = set(journal.load_rows(storage)["source_path"].to_pylist()) \
-        if first > 0 else set()
+    standing = set(journal.load_rows(storage)["source_path"].to_pylist()) if first > 0 else set()
     return sorted(sources - standing)
 
 
@@ -166,8 +177,7 @@ def _commits_lost_with_logs(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
 # -- data files ------------------------------------------------------------------------------
 
 
-def _repair_files(warehouse: Warehouse, problems: list[Problem],
-                  report: RepairReport) -> None:
+def _repair_files(warehouse: Warehouse, problems: list[Problem], report: RepairReport) -> None:
     damaged = [p for p in problems if p.path is not None]
     if not damaged:
         return
@@ -179,15 +189,17 @@ def _repair_files(warehouse: Warehouse, problems: list[Problem],
             if commit_id in commits:
                 lost[commit_id] = commits[commit_id]
             continue
-        restored, compacted_from = _undo_compaction(warehouse, problem.table,
-                                                    problem.path or "")
+        restored, compacted_from = _undo_compaction(warehouse, problem.table, problem.path or "")
         if restored:
-            report.done.append(f"{problem.table}: replaced the damaged compacted file "
-                               f"{problem.path} by the {restored} file(s) it was made from")
+            report.done.append(
+                f"{problem.table}: replaced the damaged compacted file "
+                f"{problem.path} by the {restored} file(s) it was made from"
+            )
             continue
         _take_out(warehouse, problem.table, [problem.path or ""], "repair")
-        report.done.append(f"{problem.table}: took the damaged compacted file "
-                           f"{problem.path} out of the log")
+        report.done.append(
+            f"{problem.table}: took the damaged compacted file {problem.path} out of the log"
+        )
         lost.update({c: commits[c] for c in compacted_from if c in commits})
     _retract(warehouse, lost, report)
 
@@ -217,9 +229,12 @@ def _undo_compaction(warehouse: Warehouse, name: str, path: str) -> tuple[int, s
             return 0, commits
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
-        RemoveAction(p, True, now_ms, made_at.adds[p].get("size")) for p in made_at.adds]
-    actions += [AddAction(p, listing[f"{name}/{p}"], {}, now_ms, False, file_stats(footers[p]))
-                for p in sorted(sources)]
+        RemoveAction(p, True, now_ms, made_at.adds[p].get("size")) for p in made_at.adds
+    ]
+    actions += [
+        AddAction(p, listing[f"{name}/{p}"], {}, now_ms, False, file_stats(footers[p]))
+        for p in sorted(sources)
+    ]
     _commit_actions(table, name, actions, "repair")
     return len(sources), commits
 
@@ -227,8 +242,9 @@ def _undo_compaction(warehouse: Warehouse, name: str, path: str) -> tuple[int, s
 # -- retracting commits ----------------------------------------------------------------------
 
 
-def _retract(warehouse: Warehouse, commits: dict[str, dict[str, Any]],
-             report: RepairReport) -> None:
+def _retract(
+    warehouse: Warehouse, commits: dict[str, dict[str, Any]], report: RepairReport
+) -> None:
     """Take ``commits`` back: their files out of every table, one journal row."""
     if not commits:
         return
@@ -244,16 +260,30 @@ def _retract(warehouse: Warehouse, commits: dict[str, dict[str, Any]],
                 by_table[name].append(path)
     for name, paths in sorted(by_table.items()):
         version = _take_out(warehouse, name, paths, "repair", commit_id)
-        entries.append({"table": name, "version": version, "commit_id": commit_id,
-                        "files": 0, "rows": 0, "bytes": 0})
-    retracted = [{"commit_id": c, "app_id": _app_id(commit)} for c, commit in
-                 sorted(commits.items())]
-    journal.append(warehouse.storage, row(commit_id, "repair", entries, retracted),
-                   f"{COLLECTOR_APP_PREFIX}{commit_id}")
+        entries.append(
+            {
+                "table": name,
+                "version": version,
+                "commit_id": commit_id,
+                "files": 0,
+                "rows": 0,
+                "bytes": 0,
+            }
+        )
+    retracted = [
+        {"commit_id": c, "app_id": _app_id(commit)} for c, commit in sorted(commits.items())
+    ]
+    journal.append(
+        warehouse.storage,
+        row(commit_id, "repair", entries, retracted),
+        f"{COLLECTOR_APP_PREFIX}{commit_id}",
+    )
     sources = sorted({c["source_path"] for c in commits.values() if c["source_path"]})
     report.sources += [s for s in sources if s not in report.sources]
-    report.done.append(f"retracted {len(commits)} commit(s) whose rows could not all be "
-                       "read; their other files were taken out of the logs too")
+    report.done.append(
+        f"retracted {len(commits)} commit(s) whose rows could not all be "
+        "read; their other files were taken out of the logs too"
+    )
 
 
 def _app_id(commit: dict[str, Any]) -> str:
@@ -262,19 +292,30 @@ def _app_id(commit: dict[str, Any]) -> str:
     return f"{COLLECTOR_APP_PREFIX}{commit['commit_id']}"
 
 
-def _take_out(warehouse: Warehouse, name: str, paths: list[str], operation: str,
-              commit_id: str | None = None) -> int:
+def _take_out(
+    warehouse: Warehouse, name: str, paths: list[str], operation: str, commit_id: str | None = None
+) -> int:
     table = open_table(warehouse.storage, name)
     assert table is not None
     now_ms = int(time.time() * 1000)
-    return _commit_actions(table, name, [RemoveAction(p, True, now_ms) for p in paths],
-                           operation, commit_id)
+    return _commit_actions(
+        table, name, [RemoveAction(p, True, now_ms) for p in paths], operation, commit_id
+    )
 
 
-def _commit_actions(table: DeltaTable, name: str, actions: list[AddAction | RemoveAction],
-                    operation: str, commit_id: str | None = None) -> int:
+def _commit_actions(
+    table: DeltaTable,
+    name: str,
+    actions: list[AddAction | RemoveAction],
+    operation: str,
+    commit_id: str | None = None,
+) -> int:
     metadata = {OPERATION_KEY: operation, COMMIT_ID_KEY: commit_id or journal.new_commit_id()}
-    table.create_write_transaction(actions, mode="append", schema=TABLES[name].schema,
-                                   commit_properties=CommitProperties(custom_metadata=metadata))
+    table.create_write_transaction(
+        actions,
+        mode="append",
+        schema=TABLES[name].schema,
+        commit_properties=CommitProperties(custom_metadata=metadata),
+    )
     table.update_incremental()
     return table.version()

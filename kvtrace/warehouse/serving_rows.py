@@ -80,8 +80,9 @@ def _as_int(name: str, value: Any) -> int | None:
         raise FieldError(f"{name} must be an integer, got {value!r}")
     if not -_INT64_LIMIT <= value < _INT64_LIMIT:
         raise FieldError(f"{name} is out of range: {value!r}"[:200])
-    if value < 0 and (name.endswith("_tokens") or name.endswith("_count")
-                      or name == "kv_transfer_blocks"):
+    if value < 0 and (
+        name.endswith("_tokens") or name.endswith("_count") or name == "kv_transfer_blocks"
+    ):
         raise FieldError(f"{name} is negative: {value!r}")
     return int(value)
 

@@ -65,7 +65,7 @@ def open_storage(location: str | os.PathLike[str]) -> Storage:
     """The storage of a warehouse at ``location``: a folder, or an object-store URI."""
     text = str(location)
     if text.startswith("file://"):
-        text = text[len("file://"):]
+        text = text[len("file://") :]
     return ObjectStorage(text) if is_uri(text) else LocalStorage(Path(text))
 
 
@@ -310,8 +310,11 @@ class LocalStorage(Storage):
     def dead_holds(self) -> list[str]:
         folder = self.root / LOCK_DIR
         names = [p.name for p in folder.glob("commit-*.lock")] if folder.is_dir() else []
-        return [f"{LOCK_DIR}/{name}" for name in names
-                if not self.commit_alive(name[len("commit-"):-len(".lock")])]
+        return [
+            f"{LOCK_DIR}/{name}"
+            for name in names
+            if not self.commit_alive(name[len("commit-") : -len(".lock")])
+        ]
 
 
 class ObjectStorage(Storage):
@@ -352,9 +355,12 @@ class ObjectStorage(Storage):
 
     def publish(self, temp: Path, relative: str) -> None:
         try:
-            pafs.copy_files(str(temp), self._key(relative),
-                            source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=self.filesystem)
+            pafs.copy_files(
+                str(temp),
+                self._key(relative),
+                source_filesystem=pafs.LocalFileSystem(),
+                destination_filesystem=self.filesystem,
+            )
         except OSError as exc:
             raise WarehouseError(f"cannot upload {relative} to {self.location}: {exc}") from None
         finally:
@@ -403,8 +409,7 @@ class ObjectStorage(Storage):
         except OSError as exc:
             raise WarehouseError(f"cannot list {self.location}: {exc}") from None
         prefix = len(self.root) + 1
-        return {info.path[prefix:]: info.size for info in infos
-                if info.type == pafs.FileType.File}
+        return {info.path[prefix:]: info.size for info in infos if info.type == pafs.FileType.File}
 
     def move(self, relative: str, target: str) -> None:
         self.filesystem.copy_file(self._key(relative), self._key(target))
@@ -420,5 +425,8 @@ class ObjectStorage(Storage):
         return time.time() - info.mtime.timestamp() < IN_FLIGHT_S
 
     def dead_holds(self) -> list[str]:
-        return [f"{IN_FLIGHT_DIR}/{name}" for name in self.listdir(IN_FLIGHT_DIR)
-                if not self.commit_alive(name)]
+        return [
+            f"{IN_FLIGHT_DIR}/{name}"
+            for name in self.listdir(IN_FLIGHT_DIR)
+            if not self.commit_alive(name)
+        ]

@@ -45,8 +45,16 @@ FORMAT = 2  # 1: the manifest of kvtrace's own (converted by `kvtrace migrate`)
 COLLECTOR_APP_PREFIX = "kvtrace-commit:"  # the transaction of a commit of no source
 PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
 _LIST_LEAVES = {"selected_pos", "hbm_hit_blocks", "local_pool_hit_blocks", "remote_pool_hit_blocks"}
-_OWN_ENTRIES = {MARKER, SCHEMA_DIR, TMP_DIR, LOCK_DIR, IN_FLIGHT_DIR, LOCK_TABLE,
-                journal.JOURNAL, *TABLES}
+_OWN_ENTRIES = {
+    MARKER,
+    SCHEMA_DIR,
+    TMP_DIR,
+    LOCK_DIR,
+    IN_FLIGHT_DIR,
+    LOCK_TABLE,
+    journal.JOURNAL,
+    *TABLES,
+}
 
 
 def _now() -> datetime:
@@ -120,8 +128,7 @@ class TableFile:
         if self._writer is None:
             return
         self._writer.close()
-        self.warehouse._publish(self.commit, self.spec, self.temp, self._first,
-                                self._request_range)
+        self.warehouse._publish(self.commit, self.spec, self.temp, self._first, self._request_range)
 
     def discard(self) -> None:
         if self in self.commit.open_files:
@@ -145,8 +152,9 @@ class Warehouse:
         Show the warehouse as it was at this version (read-only).
     """
 
-    def __init__(self, location: str | os.PathLike[str], *, create: bool = False,
-                 as_of: int | None = None) -> None:
+    def __init__(
+        self, location: str | os.PathLike[str], *, create: bool = False, as_of: int | None = None
+    ) -> None:
         self.storage: Storage = open_storage(location)
         self.location = self.storage.location
         self.root = self.storage.root if isinstance(self.storage, LocalStorage) else None
@@ -156,13 +164,15 @@ class Warehouse:
         if marker is None:
             if not create:
                 raise WarehouseError(
-                    f"no kvtrace warehouse at {self.location}; create one with 'kvtrace ingest'")
+                    f"no kvtrace warehouse at {self.location}; create one with 'kvtrace ingest'"
+                )
             self._create()
             self._ensure_schema_files()
         elif json.loads(marker).get("format") != FORMAT:
             raise WarehouseError(
                 f"{self.location} is a warehouse of an earlier kvtrace (its own manifest); "
-                f"convert it with 'kvtrace -w {self.location} migrate'")
+                f"convert it with 'kvtrace -w {self.location} migrate'"
+            )
         elif self.root is not None:  # an object store's views take the schema from Arrow
             self._ensure_schema_files()
 
@@ -173,8 +183,10 @@ class Warehouse:
         kvtrace's own entries, and the marker comes last, so any of them may finish it."""
         foreign = [name for name in self.storage.listdir() if name not in _OWN_ENTRIES]
         if foreign:
-            raise WarehouseError(f"{self.location} exists and is not a kvtrace warehouse (it "
-                                 f"holds {foreign[0]}); choose an empty folder")
+            raise WarehouseError(
+                f"{self.location} exists and is not a kvtrace warehouse (it "
+                f"holds {foreign[0]}); choose an empty folder"
+            )
         create_tables(self.storage)
         self.storage.write_atomic(MARKER, json.dumps({"format": FORMAT}).encode())
 
@@ -227,7 +239,8 @@ class Warehouse:
             raise WarehouseError(
                 f"version {snapshot.version} of the warehouse is no longer readable "
                 f"(vacuumed?): {len(gone)} of its {len(paths)} files are gone; "
-                "'kvtrace sql \"FROM warehouse_commits\"' lists the versions")
+                "'kvtrace sql \"FROM warehouse_commits\"' lists the versions"
+            )
 
     @property
     def version(self) -> int:
@@ -243,22 +256,25 @@ class Warehouse:
         their statistics)."""
         files = self.snapshot().table_files(table)
         low, high = files["min_run_id"], files["max_run_id"]
-        covers = pc.or_kleene(pc.is_null(low), pc.and_(pc.less_equal(low, run_id),
-                                                        pc.greater_equal(high, run_id)))
+        covers = pc.or_kleene(
+            pc.is_null(low), pc.and_(pc.less_equal(low, run_id), pc.greater_equal(high, run_id))
+        )
         return files.filter(covers)["path"].to_pylist()
 
     def read_files(self, paths: list[str], **options: Any) -> pa.Table:
         """``pyarrow.parquet.read_table`` over warehouse files (paths relative to the root)."""
         filesystem, base = self.storage.arrow_filesystem()
-        return pq.read_table([f"{base}/{p}" for p in paths], filesystem=filesystem,
-                             partitioning=None, **options)
+        return pq.read_table(
+            [f"{base}/{p}" for p in paths], filesystem=filesystem, partitioning=None, **options
+        )
 
     def source_hashes(self, run_id: str, size: int) -> set[str]:
         """The sha256 of every source of ``size`` bytes already ingested into ``run_id``
         (none: a source of that size is surely new to it, without hashing it first)."""
         commits = self.snapshot().commits
-        same = commits.filter(pc.and_(pc.equal(commits["source_size"], size),
-                                      pc.equal(commits["run_id"], run_id)))
+        same = commits.filter(
+            pc.and_(pc.equal(commits["source_size"], size), pc.equal(commits["run_id"], run_id))
+        )
         return set(same["source_sha256"].to_pylist())
 
     # -- writing -----------------------------------------------------------------------------
@@ -290,17 +306,30 @@ class Warehouse:
         for stale in self.storage.stale_temps(older_than_s=86_400):
             stale.unlink(missing_ok=True)
         commit_id = journal.new_commit_id()
-        return Commit(commit_id, run_id, source_path, source_sha256, source_size, operation,
-                      hold=self.storage.hold_commit(commit_id))
+        return Commit(
+            commit_id,
+            run_id,
+            source_path,
+            source_sha256,
+            source_size,
+            operation,
+            hold=self.storage.hold_commit(commit_id),
+        )
 
     @contextmanager
-    def transaction(self, run_id: str, *, source_path: str | None = None,
-                    source_sha256: str | None = None,
-                    source_size: int | None = None) -> Iterator[Commit]:
+    def transaction(
+        self,
+        run_id: str,
+        *,
+        source_path: str | None = None,
+        source_sha256: str | None = None,
+        source_size: int | None = None,
+    ) -> Iterator[Commit]:
         """A commit for the block: recorded when the block ends, aborted (nothing of it
         visible) when the block raises."""
-        commit = self.begin(run_id, source_path=source_path, source_sha256=source_sha256,
-                            source_size=source_size)
+        commit = self.begin(
+            run_id, source_path=source_path, source_sha256=source_sha256, source_size=source_size
+        )
         try:
             yield commit
         except BaseException:
@@ -326,8 +355,13 @@ class Warehouse:
         step = -(-data.num_rows // parts)
         handles = [self.open_file(commit, table) for _ in range(parts)]
         with ThreadPoolExecutor(parts) as pool:  # Parquet encoding releases the GIL
-            list(pool.map(lambda handle, start: handle.append(data.slice(start, step)),
-                          handles, range(0, data.num_rows, step)))
+            list(
+                pool.map(
+                    lambda handle, start: handle.append(data.slice(start, step)),
+                    handles,
+                    range(0, data.num_rows, step),
+                )
+            )
         for handle in handles:
             handle.close()
 
@@ -340,12 +374,12 @@ class Warehouse:
         """A file of ``table`` to fill with row groups of one partition."""
         return TableFile(self, commit, TABLES[table])
 
-    def _publish(self, commit: Commit, spec: TableSpec, temp: Path, first: pa.Table,
-                 request_range: list[int]) -> None:
+    def _publish(
+        self, commit: Commit, spec: TableSpec, temp: Path, first: pa.Table, request_range: list[int]
+    ) -> None:
         relative = self._file_path(spec, commit, first, request_range)
         metadata = pq.read_metadata(temp)
-        data_file = DataFile(relative, temp.stat().st_size, metadata.num_rows,
-                             file_stats(metadata))
+        data_file = DataFile(relative, temp.stat().st_size, metadata.num_rows, file_stats(metadata))
         self.storage.publish(temp, relative)
         commit.files.append(data_file)
         if commit.hold is not None:
@@ -370,18 +404,39 @@ class Warehouse:
         generation = self._generation(commit.app_id)
         entries = []
         for table, files in sorted(by_table.items()):
-            version, landed = add_files(self.storage, table, TABLES[table].schema, files,
-                                        commit.app_id, commit.commit_id, generation)
+            version, landed = add_files(
+                self.storage,
+                table,
+                TABLES[table].schema,
+                files,
+                commit.app_id,
+                commit.commit_id,
+                generation,
+            )
             if landed != commit.commit_id:  # the table holds another process's files
                 for data_file in files:
                     self.storage.remove(data_file.path)
-            entries.append({"table": table, "version": version, "commit_id": landed,
-                            "files": len(files), "rows": sum(f.rows for f in files),
-                            "bytes": sum(f.size for f in files)})
-        row = {"commit_id": commit.commit_id, "operation": commit.operation,
-               "run_id": commit.run_id, "source_path": commit.source_path,
-               "source_sha256": commit.source_sha256, "source_size": commit.source_size,
-               "kvtrace_version": __version__, "created_at": _now(), "tables": entries}
+            entries.append(
+                {
+                    "table": table,
+                    "version": version,
+                    "commit_id": landed,
+                    "files": len(files),
+                    "rows": sum(f.rows for f in files),
+                    "bytes": sum(f.size for f in files),
+                }
+            )
+        row = {
+            "commit_id": commit.commit_id,
+            "operation": commit.operation,
+            "run_id": commit.run_id,
+            "source_path": commit.source_path,
+            "source_sha256": commit.source_sha256,
+            "source_size": commit.source_size,
+            "kvtrace_version": __version__,
+            "created_at": _now(),
+            "tables": entries,
+        }
         commit.landed = journal.append(self.storage, row, commit.app_id, generation)
         return commit.landed
 
@@ -406,8 +461,9 @@ class Warehouse:
         if commit.hold is not None:
             commit.hold.release()
 
-    def _file_path(self, spec: TableSpec, commit: Commit, first: pa.Table,
-                   request_range: list[int]) -> str:
+    def _file_path(
+        self, spec: TableSpec, commit: Commit, first: pa.Table, request_range: list[int]
+    ) -> str:
         """``<table>/<key>=<value>/.../<run>[-r<first>-<last>]-<commit>-<n>.parquet``.
 
         The partition values are those of the file's first row (callers write one
@@ -428,8 +484,7 @@ def create_tables(storage: Storage) -> None:
     """Create the journal and one empty Delta table per kvtrace table."""
     journal.create(storage)
     with ThreadPoolExecutor(8) as pool:  # on an object store, each is a few round trips
-        list(pool.map(lambda spec: create_table(storage, spec.name, spec.schema),
-                      TABLES.values()))
+        list(pool.map(lambda spec: create_table(storage, spec.name, spec.schema), TABLES.values()))
 
 
 def _parallel_parts(data: pa.Table) -> int:
@@ -452,8 +507,11 @@ def _conform(data: pa.Table, spec: TableSpec) -> pa.Table:
 def _parquet_options(data: pa.Table) -> dict[str, Any]:
     """ZSTD; dictionaries for strings; delta encoding for integers and the sorted position
     lists, byte-stream split for floats (both smaller and faster to write than plain)."""
-    encoding = {f"{name}.list.element": "DELTA_BINARY_PACKED"
-                for name in data.column_names if name in _LIST_LEAVES}
+    encoding = {
+        f"{name}.list.element": "DELTA_BINARY_PACKED"
+        for name in data.column_names
+        if name in _LIST_LEAVES
+    }
     for column in data.schema:
         if pa.types.is_integer(column.type) or pa.types.is_timestamp(column.type):
             encoding[column.name] = "DELTA_BINARY_PACKED"

@@ -13,17 +13,38 @@ from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
 
-CONFIG = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=2, index_dim=8, rope_dim=4,
-                      q_lora_rank=16, index_topk=16, max_seq_len=1024)
+CONFIG = DsaRefConfig(
+    dim=32,
+    n_layers=2,
+    n_heads=2,
+    index_heads=2,
+    index_dim=8,
+    rope_dim=4,
+    q_lora_rank=16,
+    index_topk=16,
+    max_seq_len=1024,
+)
 STATS = {"count", "min", "p50", "p95", "max", "mean"}
-SEED_FIELDS = {"run_name", "dataset", "config", "unique_blocks", "tokens_per_touched_block",
-               "offsets", "prefix_intersection_ratio", "prefix_hot_blocks"}
+SEED_FIELDS = {
+    "run_name",
+    "dataset",
+    "config",
+    "unique_blocks",
+    "tokens_per_touched_block",
+    "offsets",
+    "prefix_intersection_ratio",
+    "prefix_hot_blocks",
+}
 
 
 def _check_seed_shapes(summary: dict) -> None:
     assert set(summary) >= SEED_FIELDS
-    for name in ("unique_blocks", "tokens_per_touched_block", "offsets",
-                 "prefix_intersection_ratio"):
+    for name in (
+        "unique_blocks",
+        "tokens_per_touched_block",
+        "offsets",
+        "prefix_intersection_ratio",
+    ):
         assert set(summary[name]) == STATS, name
     for request, blocks in summary["prefix_hot_blocks"].items():
         assert request.isdigit() and 0 < len(blocks) <= 20
@@ -34,9 +55,18 @@ def _check_seed_shapes(summary: dict) -> None:
 def test_a_collected_run_carries_its_settings_and_no_serving_block(warehouse):
     tokenizer = ByteTokenizer()
     requests = list(niah_requests(2, 300, lambda t: len(tokenizer.encode(t)), seed=1))
-    collect_dsa(warehouse, requests, model=DsaRef(CONFIG), tokenizer=tokenizer,
-                run_name="niah", dataset="ruler", block_sizes=(16,), max_new_tokens=3,
-                temperature=0.0, dataset_variant="niah_single-300")
+    collect_dsa(
+        warehouse,
+        requests,
+        model=DsaRef(CONFIG),
+        tokenizer=tokenizer,
+        run_name="niah",
+        dataset="ruler",
+        block_sizes=(16,),
+        max_new_tokens=3,
+        temperature=0.0,
+        dataset_variant="niah_single-300",
+    )
     summary = run_summary(connect(warehouse), "niah")
     _check_seed_shapes(summary)
     assert "serving" not in summary
@@ -50,25 +80,35 @@ def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
     from kvtrace.collectors.datasets.burstgpt import load_arrivals
 
     trace = tmp_path / "burst.csv"
-    trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                     "0.0,ChatGPT,100,2,102,Conversation log\n"
-                     "0.5,ChatGPT,90,4,94,Conversation log\n")
+    trace.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "0.0,ChatGPT,100,2,102,Conversation log\n"
+        "0.5,ChatGPT,90,4,94,Conversation log\n"
+    )
     arrivals, _ = load_arrivals(trace)
-    replay_arrivals(warehouse, arrivals, model=DsaRef(CONFIG), tokenizer=ByteTokenizer(),
-                    run_name="burst", dataset="burstgpt", batch_size=2, block_sizes=(16,),
-                    max_new_tokens=3)
+    replay_arrivals(
+        warehouse,
+        arrivals,
+        model=DsaRef(CONFIG),
+        tokenizer=ByteTokenizer(),
+        run_name="burst",
+        dataset="burstgpt",
+        batch_size=2,
+        block_sizes=(16,),
+        max_new_tokens=3,
+    )
     summary = run_summary(connect(warehouse), "burst")
     _check_seed_shapes(summary)
     serving = summary["serving"]
     assert set(serving) == {"requests", "latency_ms", "batch_size", "max_new_tokens_cap"}
     assert set(serving["latency_ms"]) == {"p50", "p95", "p99", "max"}
-    assert (serving["requests"], serving["batch_size"], serving["max_new_tokens_cap"]) == (
-        2, 2, 3)
+    assert (serving["requests"], serving["batch_size"], serving["max_new_tokens_cap"]) == (2, 2, 3)
 
 
 @pytest.mark.parametrize("tasks", [1, 2, 3, 7])
-def test_any_cut_into_request_shares_merges_into_the_same_summary(warehouse, synthetic_trace,
-                                                                    tasks):
+def test_any_cut_into_request_shares_merges_into_the_same_summary(
+    warehouse, synthetic_trace, tasks
+):
     from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec
     from kvtrace.analysis.summary_shares import merge, row_statistics
 

@@ -12,8 +12,17 @@ from kvtrace import connect
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.collectors.dsa_tracer import DsaTracer
 
-SMALL = DsaRefConfig(dim=32, n_layers=2, n_heads=2, index_heads=3, index_dim=8, rope_dim=4,
-                     q_lora_rank=16, index_topk=5, max_seq_len=64)
+SMALL = DsaRefConfig(
+    dim=32,
+    n_layers=2,
+    n_heads=2,
+    index_heads=3,
+    index_dim=8,
+    rope_dim=4,
+    q_lora_rank=16,
+    index_topk=5,
+    max_seq_len=64,
+)
 
 
 class Recorder:
@@ -43,8 +52,10 @@ def _rotate(vector: list[float], position: int, theta: float) -> list[float]:
     for i in range(0, len(vector), 2):
         angle = position * theta ** (-i / len(vector))
         a, b = vector[i], vector[i + 1]
-        out[i], out[i + 1] = a * math.cos(angle) - b * math.sin(angle), (
-            a * math.sin(angle) + b * math.cos(angle))
+        out[i], out[i + 1] = (
+            a * math.cos(angle) - b * math.sin(angle),
+            (a * math.sin(angle) + b * math.cos(angle)),
+        )
     return out
 
 
@@ -61,17 +72,24 @@ def test_first_layers_top_k_is_the_index_formula_computed_by_hand():
     with torch.no_grad():
         h = model.blocks[0].attn_norm(model.embed(torch.tensor(tokens)))
         raw_keys = indexer.k_norm(indexer.wk(h)).tolist()
-        raw_q = indexer.wq_b(indexer.q_norm(indexer.wq_a(h[-1:]))).view(
-            c.index_heads, c.index_dim).tolist()
+        raw_q = (
+            indexer.wq_b(indexer.q_norm(indexer.wq_a(h[-1:])))
+            .view(c.index_heads, c.index_dim)
+            .tolist()
+        )
         weights = (indexer.w_proj(h[-1]) / math.sqrt(c.index_heads * c.index_dim)).tolist()
-    keys = [_rotate(k[:c.rope_dim], s, c.rope_theta) + k[c.rope_dim:]
-            for s, k in enumerate(raw_keys)]
-    queries = [_rotate(q[:c.rope_dim], position, c.rope_theta) + q[c.rope_dim:]
-               for q in raw_q]
-    index = [sum(weights[head] * max(0.0, sum(a * b for a, b in zip(queries[head], key,
-                                                                       strict=True)))
-                 for head in range(c.index_heads)) for key in keys]
-    expected = sorted(range(len(index)), key=lambda s: -index[s])[:c.index_topk]
+    keys = [
+        _rotate(k[: c.rope_dim], s, c.rope_theta) + k[c.rope_dim :] for s, k in enumerate(raw_keys)
+    ]
+    queries = [_rotate(q[: c.rope_dim], position, c.rope_theta) + q[c.rope_dim :] for q in raw_q]
+    index = [
+        sum(
+            weights[head] * max(0.0, sum(a * b for a, b in zip(queries[head], key, strict=True)))
+            for head in range(c.index_heads)
+        )
+        for key in keys
+    ]
+    expected = sorted(range(len(index)), key=lambda s: -index[s])[: c.index_topk]
     picked, scores = layers[0]
     assert sorted(picked) == sorted(expected)
     assert scores == pytest.approx([index[s] for s in picked], rel=1e-4, abs=1e-6)
@@ -95,9 +113,15 @@ def _collect(warehouse, seed: int, tag: str) -> list:
         out = model.generate(prompt, 6, request_id=request, tracer=tracer)
         tracer.end_request(request, new_tokens=len(out))
     tracer.close()
-    return connect(warehouse).execute(
-        "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
-        "WHERE run_id LIKE ? ORDER BY ALL", [f"det-{tag}-%"]).fetchall()
+    return (
+        connect(warehouse)
+        .execute(
+            "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
+            "WHERE run_id LIKE ? ORDER BY ALL",
+            [f"det-{tag}-%"],
+        )
+        .fetchall()
+    )
 
 
 def test_same_seed_same_selections(warehouse):
@@ -122,7 +146,8 @@ def test_greedy_decoding_is_deterministic_and_sampling_follows_its_seed():
     prompt = ByteTokenizer().encode("abc")
     assert model.generate(prompt, 8) == model.generate(prompt, 8)
     assert model.generate(prompt, 8, temperature=1.0, seed=4) == model.generate(
-        prompt, 8, temperature=1.0, seed=4)
+        prompt, 8, temperature=1.0, seed=4
+    )
     assert np.all(np.array(model.generate(prompt, 8)) < SMALL.vocab_size)
 
 
@@ -141,24 +166,40 @@ def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
     long = [replace(r, request_id=2) for r in niah_requests(1, 800, count, seed=2)]
     assert all(count(r.prompt) <= 500 for r in short) and count(long[0].prompt) > 600
     model = DsaRef(replace(SMALL, max_seq_len=1024), seed=0)
-    report = collect_dsa(warehouse, short + long, model=model, tokenizer=tokenizer,
-                         run_name="ruler-test", dataset="ruler", block_sizes=(4, 16),
-                         max_new_tokens=3, max_prompt_tokens=600)
+    report = collect_dsa(
+        warehouse,
+        short + long,
+        model=model,
+        tokenizer=tokenizer,
+        run_name="ruler-test",
+        dataset="ruler",
+        block_sizes=(4, 16),
+        max_new_tokens=3,
+        max_prompt_tokens=600,
+    )
     assert (report.requests, report.skipped, report.new_tokens) == (2, 1, 6)
     con = connect(warehouse)
-    skipped = con.execute("SELECT request_id, skip_reason FROM requests "
-                          "WHERE status = 'skipped'").fetchall()
+    skipped = con.execute(
+        "SELECT request_id, skip_reason FROM requests WHERE status = 'skipped'"
+    ).fetchall()
     assert skipped == [(2, f"prompt of {count(long[0].prompt)} tokens is longer than 600")]
-    rows = con.execute("SELECT count(*), min(seq_len), max(len(selected_pos)) "
-                       "FROM dsa_steps").fetchone()
+    rows = con.execute(
+        "SELECT count(*), min(seq_len), max(len(selected_pos)) FROM dsa_steps"
+    ).fetchone()
     assert rows[0] == 2 * 2 * 2 * 2  # requests x decode steps x layers x block sizes
     assert rows[2] == SMALL.index_topk and rows[1] > 400
 
 
 def _selections(warehouse, run: str) -> list:
-    return connect(warehouse).execute(
-        "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
-        "WHERE run_id LIKE ? ORDER BY ALL", [f"{run}-%"]).fetchall()
+    return (
+        connect(warehouse)
+        .execute(
+            "SELECT request_id, step_idx, layer_id, selected_pos FROM dsa_steps "
+            "WHERE run_id LIKE ? ORDER BY ALL",
+            [f"{run}-%"],
+        )
+        .fetchall()
+    )
 
 
 def test_a_batched_decode_selects_and_generates_what_one_at_a_time_does(warehouse):
@@ -177,8 +218,14 @@ def test_a_batched_decode_selects_and_generates_what_one_at_a_time_does(warehous
     for request, prompt in enumerate(prompts):
         together.begin_request(request, prompt)
     finished = []
-    batched = model.generate_batch(prompts, budgets, request_ids=[0, 1, 2], tracer=together,
-                                   seeds=[0, 0, 0], on_finish=finished.append)
+    batched = model.generate_batch(
+        prompts,
+        budgets,
+        request_ids=[0, 1, 2],
+        tracer=together,
+        seeds=[0, 0, 0],
+        on_finish=finished.append,
+    )
     for request in range(3):
         together.end_request(request)
     together.close()

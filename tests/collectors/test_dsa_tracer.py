@@ -22,8 +22,9 @@ def _trace(warehouse, *, requests=2, steps=3, layers=4, k=48, prompt=200, seed=0
     """Drive the tracer like a model would; return what record_topk received."""
     rng = np.random.default_rng(seed)
     received = {}
-    tracer = DsaTracer(warehouse, run_name=options.pop("run_name", "live"), dataset="unit",
-                       topk=k, **options)
+    tracer = DsaTracer(
+        warehouse, run_name=options.pop("run_name", "live"), dataset="unit", topk=k, **options
+    )
     for request in range(requests):
         tracer.begin_request(request, list(range(prompt + request)))
         for step in range(steps):
@@ -45,7 +46,9 @@ def test_views_agree_with_the_indices_the_hook_received(warehouse):
     for block_size in (16, 64):
         rows = con.execute(
             "SELECT request_id, step_idx, layer_id, selected_pos, scores, unique_blocks "
-            "FROM dsa_steps WHERE block_size = ?", [block_size]).fetchall()
+            "FROM dsa_steps WHERE block_size = ?",
+            [block_size],
+        ).fetchall()
         assert len(rows) == len(received)
         for request, step, layer, positions, scores, unique in rows:
             picked, given = received[(request, step, layer)]
@@ -55,8 +58,9 @@ def test_views_agree_with_the_indices_the_hook_received(warehouse):
             assert unique == len(np.unique(picked // block_size))
     steps = con.execute("SELECT DISTINCT seq_len - step_idx, topk FROM dsa_steps").fetchall()
     assert steps == [(1, 48)]
-    requests = con.execute("SELECT request_id, prompt_tokens, new_tokens FROM requests "
-                           "ORDER BY 1").fetchall()
+    requests = con.execute(
+        "SELECT request_id, prompt_tokens, new_tokens FROM requests ORDER BY 1"
+    ).fetchall()
     assert requests == [(0, 200, 3), (1, 201, 3)]
     assert con.execute("SELECT source, kind FROM runs").fetchall() == [("collect", "dsa")]
 
@@ -64,8 +68,9 @@ def test_views_agree_with_the_indices_the_hook_received(warehouse):
 def test_layer_subset_sampling_and_score_stats(warehouse):
     tracer_received = {}
     rng = np.random.default_rng(1)
-    tracer = DsaTracer(warehouse, run_name="subset", dataset="unit", layers=[0, 2],
-                       sample_rate=0.5, seed=3)
+    tracer = DsaTracer(
+        warehouse, run_name="subset", dataset="unit", layers=[0, 2], sample_rate=0.5, seed=3
+    )
     tracer.begin_request(7, list(range(300)))
     for step in range(300, 340):
         with tracer.step(step):
@@ -76,16 +81,21 @@ def test_layer_subset_sampling_and_score_stats(warehouse):
                 tracer.record_topk(layer, picked, scores)
     tracer.end_request(7)
     tracer.close()
-    rows = connect(warehouse).execute(
-        "SELECT step_idx, layer_id, score_min, score_mean, score_max, scores "
-        "FROM dsa_steps").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT step_idx, layer_id, score_min, score_mean, score_max, scores FROM dsa_steps"
+        )
+        .fetchall()
+    )
     assert {layer for _, layer, *_ in rows} == {0, 2}
     assert 20 < len(rows) < 60  # about half of 80 records
     for step, layer, low, mean, high, full in rows:
         given = tracer_received[(step, layer)]
         assert full is None
-        assert (low, mean, high) == pytest.approx((given.min(), given.mean(), given.max()),
-                                                  rel=1e-6)
+        assert (low, mean, high) == pytest.approx(
+            (given.min(), given.mean(), given.max()), rel=1e-6
+        )
 
 
 def test_padding_is_dropped_and_batched_steps_map_rows_to_requests(warehouse):
@@ -97,8 +107,11 @@ def test_padding_is_dropped_and_batched_steps_map_rows_to_requests(warehouse):
     tracer.end_request(10)
     tracer.end_request(11)
     tracer.close()
-    rows = connect(warehouse).execute(
-        "SELECT request_id, step_idx, selected_pos FROM dsa_steps ORDER BY 1").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute("SELECT request_id, step_idx, selected_pos FROM dsa_steps ORDER BY 1")
+        .fetchall()
+    )
     assert rows == [(10, 3, [0, 2, 3]), (11, 5, [0, 1, 4, 5])]
 
 
@@ -113,11 +126,16 @@ def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
     tracer = DsaTracer(warehouse, run_name="prefix", dataset="unit", block_sizes=(16,))
     shared = list(range(5000, 5300))
     short = list(range(7000, 7020))
-    prompts = {0: shared + [1] * 50, 1: shared + [2] * 60, 2: shared[:70] + [3] * 300,
-               3: short, 4: list(short),
-               # shares 128 tokens with request 1 only: a hit registers nothing, and
-               # request 0 registered 128 too, so this hits at 128 through request 0
-               5: shared[:128] + [5] * 10}
+    prompts = {
+        0: shared + [1] * 50,
+        1: shared + [2] * 60,
+        2: shared[:70] + [3] * 300,
+        3: short,
+        4: list(short),
+        # shares 128 tokens with request 1 only: a hit registers nothing, and
+        # request 0 registered 128 too, so this hits at 128 through request 0
+        5: shared[:128] + [5] * 10,
+    }
     for request, prompt in prompts.items():
         tracer.begin_request(request, prompt)
         with tracer.step(len(prompt)):
@@ -125,16 +143,23 @@ def test_shared_prefixes_become_hits_with_their_cached_length(warehouse):
         tracer.end_request(request)
     tracer.close()
     con = connect(warehouse)
-    got = con.execute("SELECT request_id, prefix_cache_hit, prefix_cached_tokens "
-                      "FROM requests ORDER BY 1").fetchall()
+    got = con.execute(
+        "SELECT request_id, prefix_cache_hit, prefix_cached_tokens FROM requests ORDER BY 1"
+    ).fetchall()
     # request 4 hits request 3's 20-token key (the old rule gave short prompts no key)
-    assert got == [(0, False, 0), (1, True, 256), (2, True, 64), (3, False, 0),
-                   (4, True, 20), (5, True, 128)]
-    region = dict(con.execute("SELECT request_id, prefix_region_tokens FROM requests"
-                              ).fetchall())
+    assert got == [
+        (0, False, 0),
+        (1, True, 256),
+        (2, True, 64),
+        (3, False, 0),
+        (4, True, 20),
+        (5, True, 128),
+    ]
+    region = dict(con.execute("SELECT request_id, prefix_region_tokens FROM requests").fetchall())
     assert region == {0: 256, 1: 256, 2: 64, 3: 20, 4: 20, 5: 128}
-    rows = con.execute("SELECT request_id, prefix_cache_hit, intersection_blocks "
-                       "FROM dsa_prefix(16)").fetchall()
+    rows = con.execute(
+        "SELECT request_id, prefix_cache_hit, intersection_blocks FROM dsa_prefix(16)"
+    ).fetchall()
     inter = {request: (hit, blocks) for request, hit, blocks in rows}
     selected = {r: {p // 16 for p in range(0, len(prompt), 7)} for r, prompt in prompts.items()}
     # every row is intersected: a miss with its own key region, ceil(tokens / 16) blocks
@@ -154,16 +179,21 @@ def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
         "_trace(Warehouse(sys.argv[1]), run_name=sys.argv[2], requests=3, steps=4, layers=8,"
         " seed=int(sys.argv[3]), rank=int(sys.argv[3]), world_size=2, commit_every_s=0.01)\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(root), "shared", str(rank)],
-                              cwd=os.getcwd()) for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(root), "shared", str(rank)], cwd=os.getcwd()
+        )
+        for rank in (0, 1)
+    ]
     assert [p.wait() for p in procs] == [0, 0]
     con = connect(Warehouse(root))
     assert con.execute("SELECT count(*) FROM dsa_steps").fetchone() == (2 * 3 * 4 * 8,)
     ranks = con.execute("SELECT run_name, rank, run_id FROM runs ORDER BY rank").fetchall()
     assert [(name, rank) for name, rank, _ in ranks] == [("shared", 0), ("shared", 1)]
     assert ranks[0][2] != ranks[1][2]
-    assert con.execute("SELECT count(DISTINCT (run_id, request_id)) FROM requests"
-                       ).fetchone() == (2 * 3,)
+    assert con.execute("SELECT count(DISTINCT (run_id, request_id)) FROM requests").fetchone() == (
+        2 * 3,
+    )
 
 
 def test_rank_and_world_size_default_to_the_torchrun_environment(warehouse, monkeypatch):
@@ -194,8 +224,9 @@ def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
         "    if step == 150: print('running', flush=True)\n"
         "    time.sleep(0.002)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "running"
     import time
 
@@ -208,29 +239,45 @@ def test_a_killed_collector_leaves_a_readable_warehouse(tmp_path):
     con = connect(Warehouse(root))
     steps = con.execute("SELECT count(*), min(step_idx) FROM dsa_steps").fetchone()
     assert steps[0] > 0 and steps[1] == 100
-    assert con.execute("SELECT count(*) FROM dsa_quality WHERE check_name = "
-                       "'duplicate_row'").fetchone() == (0,)
+    assert con.execute(
+        "SELECT count(*) FROM dsa_quality WHERE check_name = 'duplicate_row'"
+    ).fetchone() == (0,)
 
 
 def test_default_tiers_serve_every_block_from_hbm(warehouse):
     from kvtrace.collectors.kv_tiers import HbmOnly
 
-    _trace(warehouse, requests=1, steps=2, layers=2, block_sizes=(16,),
-           tier_model=HbmOnly(bytes_per_token=656))
-    rows = connect(warehouse).execute(
-        "SELECT unique_blocks, hbm_blocks, hbm_bytes_read, hbm_read_ops, hbm_hit_blocks, "
-        "local_pool_blocks, remote_pool_blocks, remote_pool_hit_blocks FROM dsa_steps"
-    ).fetchall()
+    _trace(
+        warehouse,
+        requests=1,
+        steps=2,
+        layers=2,
+        block_sizes=(16,),
+        tier_model=HbmOnly(bytes_per_token=656),
+    )
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT unique_blocks, hbm_blocks, hbm_bytes_read, hbm_read_ops, hbm_hit_blocks, "
+            "local_pool_blocks, remote_pool_blocks, remote_pool_hit_blocks FROM dsa_steps"
+        )
+        .fetchall()
+    )
     assert rows and all(r == (r[0], r[0], r[0] * 16 * 656, 1, None, 0, 0, None) for r in rows)
 
 
 def test_an_lru_tier_model_splits_blocks_over_the_tiers(warehouse):
     from kvtrace.collectors.kv_tiers import LruTiers, TierCost
 
-    tiers = LruTiers(hbm_blocks=2, local_blocks=2, bytes_per_token=2,
-                     costs={"remote_pool": TierCost(op_latency_us=10, block_latency_us=1)})
-    tracer = DsaTracer(warehouse, run_name="tiers", dataset="unit", block_sizes=(16,),
-                       tier_model=tiers)
+    tiers = LruTiers(
+        hbm_blocks=2,
+        local_blocks=2,
+        bytes_per_token=2,
+        costs={"remote_pool": TierCost(op_latency_us=10, block_latency_us=1)},
+    )
+    tracer = DsaTracer(
+        warehouse, run_name="tiers", dataset="unit", block_sizes=(16,), tier_model=tiers
+    )
     tracer.begin_request(0, list(range(60)))
     with tracer.step(60):  # blocks 0, 1, 2: all cold, read remotely
         tracer.record_topk(0, np.array([0, 16, 32]))
@@ -238,10 +285,14 @@ def test_an_lru_tier_model_splits_blocks_over_the_tiers(warehouse):
         tracer.record_topk(0, np.array([0, 16, 48]))
     tracer.end_request(0)
     tracer.close()
-    rows = connect(warehouse).execute(
-        "SELECT hbm_blocks, local_pool_hit_blocks, remote_pool_hit_blocks, "
-        "remote_pool_bytes_read, remote_pool_latency_us FROM dsa_steps ORDER BY step_idx"
-    ).fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT hbm_blocks, local_pool_hit_blocks, remote_pool_hit_blocks, "
+            "remote_pool_bytes_read, remote_pool_latency_us FROM dsa_steps ORDER BY step_idx"
+        )
+        .fetchall()
+    )
     assert rows == [(0, None, [0, 1, 2], 3 * 16 * 2, 13.0), (0, [0, 1], [3], 16 * 2, 11.0)]
 
 
@@ -269,7 +320,8 @@ def test_a_failing_writer_stops_the_next_step_not_only_close(warehouse, monkeypa
 
 
 def test_a_writer_failing_at_the_last_commit_is_raised_by_close_without_hanging(
-        warehouse, monkeypatch):
+    warehouse, monkeypatch
+):
     import threading
 
     from kvtrace.collectors import dsa_tracer
@@ -314,13 +366,15 @@ def test_collecting_twice_under_one_name_makes_two_runs_never_one_key_twice(ware
     assert len(runs) == 2 and {name for _, name in runs} == {"again"}
     doubled = con.execute(
         "SELECT count(*) FROM (SELECT run_id, request_id, step_idx, layer_id, block_size "
-        "FROM dsa_steps GROUP BY ALL HAVING count(*) > 1)").fetchone()
+        "FROM dsa_steps GROUP BY ALL HAVING count(*) > 1)"
+    ).fetchone()
     assert doubled == (0,)
     per_run = con.execute("SELECT run_id, count(*) FROM dsa_steps GROUP BY 1").fetchall()
     assert sorted(count for _, count in per_run) == [24, 24]
     status, out, err = cli("-w", warehouse.location, "summary", "--run", "again")
     assert status == 1 and "2 runs are named 'again'" in err
     assert all(run_id in err for run_id, _ in runs)
-    status, out, _ = cli("-w", warehouse.location, "summary", "--run", runs[0][0],
-                         "--block-size", "64")
+    status, out, _ = cli(
+        "-w", warehouse.location, "summary", "--run", runs[0][0], "--block-size", "64"
+    )
     assert status == 0 and json.loads(out)["rows"] == 24

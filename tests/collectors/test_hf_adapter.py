@@ -16,8 +16,22 @@ from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at
 from tests.test_cli import kvtrace
 
-WORDS = ("the", "a", "needle", "haystack", "magic", "number", "is", "one", "of", "special",
-         "for", "key", "value", "grass")
+WORDS = (
+    "the",
+    "a",
+    "needle",
+    "haystack",
+    "magic",
+    "number",
+    "is",
+    "one",
+    "of",
+    "special",
+    "for",
+    "key",
+    "value",
+    "grass",
+)
 
 
 def _write_tokenizer(path) -> None:
@@ -34,9 +48,15 @@ def tiny_llama(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(WORDS) + 2, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=128)
+    config = LlamaConfig(
+        vocab_size=len(WORDS) + 2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     folder = tmp_path / "tiny-llama"
     LlamaForCausalLM(config).save_pretrained(folder)
     _write_tokenizer(folder / "tokenizer.json")
@@ -55,12 +75,21 @@ def test_traced_top_k_is_the_head_summed_attention_of_the_last_query(tiny_llama,
     tokenizer = TokenizerFile(tiny_llama / "tokenizer.json")
     prompt_text = " ".join(WORDS * 2)
     warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
-    collect_dsa(warehouse, [DatasetRequest(0, prompt_text)], model=model, tokenizer=tokenizer,
-                run_name="hf", dataset="unit", block_sizes=(4,), max_new_tokens=4,
-                scores="full")
+    collect_dsa(
+        warehouse,
+        [DatasetRequest(0, prompt_text)],
+        model=model,
+        tokenizer=tokenizer,
+        run_name="hf",
+        dataset="unit",
+        block_sizes=(4,),
+        max_new_tokens=4,
+        scores="full",
+    )
     con = connect(warehouse)
-    rows = con.execute("SELECT step_idx, layer_id, selected_pos, scores FROM dsa_steps "
-                       "ORDER BY step_idx, layer_id").fetchall()
+    rows = con.execute(
+        "SELECT step_idx, layer_id, selected_pos, scores FROM dsa_steps ORDER BY step_idx, layer_id"
+    ).fetchall()
     generated = con.execute("SELECT new_tokens FROM requests").fetchone()[0]
     assert generated == 4 and len(rows) == 3 * 3  # 3 traced decode steps x 3 layers
     # Independently: one dense forward over the whole sequence, no cache.
@@ -70,29 +99,48 @@ def test_traced_top_k_is_the_head_summed_attention_of_the_last_query(tiny_llama,
         logits = model.model(input_ids=torch.tensor([tokens])).logits[0, -1]
         tokens.append(int(logits.argmax()))
     with torch.no_grad():
-        attentions = model.model(input_ids=torch.tensor([tokens]),
-                                 output_attentions=True).attentions
+        attentions = model.model(
+            input_ids=torch.tensor([tokens]), output_attentions=True
+        ).attentions
     for step, layer, selected, scores in rows:
-        summed = attentions[layer][0, :, step, :step + 1].sum(dim=0)
+        summed = attentions[layer][0, :, step, : step + 1].sum(dim=0)
         expected = summed.topk(6)
         assert selected == sorted(expected.indices.tolist())
         by_position = dict(zip(selected, scores, strict=True))
-        for position, value in zip(expected.indices.tolist(), expected.values.tolist(),
-                                   strict=True):
+        for position, value in zip(
+            expected.indices.tolist(), expected.values.tolist(), strict=True
+        ):
             assert by_position[position] == pytest.approx(value, rel=1e-4, abs=1e-6)
 
 
 def test_collect_cli_runs_a_model_folder_with_its_tokenizer(tiny_llama, tmp_path):
     root = warehouse_at(tmp_path / "wh")
-    result = kvtrace("-w", str(root), "collect", "dsa", "--model", str(tiny_llama),
-                     "--dataset", "ruler", "--ruler-length", "60", "--limit", "2",
-                     "--max-new-tokens", "3", "--topk", "8")
+    result = kvtrace(
+        "-w",
+        str(root),
+        "collect",
+        "dsa",
+        "--model",
+        str(tiny_llama),
+        "--dataset",
+        "ruler",
+        "--ruler-length",
+        "60",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "3",
+        "--topk",
+        "8",
+    )
     assert result.returncode == 0, result.stderr
     con = connect(Warehouse(root))
     model, config = con.execute("SELECT model, model_config FROM runs").fetchone()
     assert model == "hf:tiny-llama" and json.loads(config)["num_hidden_layers"] == 3
-    assert con.execute("SELECT count(*), max(len(selected_pos)) FROM dsa_steps"
-                       ).fetchone() == (2 * 2 * 3, 8)
+    assert con.execute("SELECT count(*), max(len(selected_pos)) FROM dsa_steps").fetchone() == (
+        2 * 2 * 3,
+        8,
+    )
 
 
 def test_missing_tokenizers_and_models_are_one_clear_error(tmp_path):

@@ -17,14 +17,26 @@ from kvtrace import connect
 from kvtrace.collectors.pool_poller import MAX_BODY_BYTES, Endpoint, poll_once, poll_pool
 from tests.conftest import warehouse_at
 
-GOOD = json.dumps({"internal_states": [{"session_cache": {
-    "held_tokens": 100, "available_tokens": 900, "capacity_tokens": 2000,
-    "session_count": 1}}]}).encode()
+GOOD = json.dumps(
+    {
+        "internal_states": [
+            {
+                "session_cache": {
+                    "held_tokens": 100,
+                    "available_tokens": 900,
+                    "capacity_tokens": 2000,
+                    "session_count": 1,
+                }
+            }
+        ]
+    }
+).encode()
 
 
 def _ok(body: bytes, content_type: str = "application/json") -> bytes:
-    return (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 class Misbehaving(socketserver.BaseRequestHandler):
@@ -52,13 +64,32 @@ class Misbehaving(socketserver.BaseRequestHandler):
         self.request.sendall(b"ICY 200 whatever\r\n\r\n")
 
     def _nan(self) -> None:  # Prometheus samples that are no numbers
-        self.request.sendall(_ok(b'sglang:kv_available_tokens{r="0"} NaN\n'
-                                 b'sglang:kv_used_tokens{r="0"} +Inf\n', "text/plain"))
+        self.request.sendall(
+            _ok(
+                b'sglang:kv_available_tokens{r="0"} NaN\nsglang:kv_used_tokens{r="0"} +Inf\n',
+                "text/plain",
+            )
+        )
 
     def _huge(self) -> None:
-        self.request.sendall(_ok(json.dumps({"internal_states": [{"session_cache": {
-            "held_tokens": 2**70, "available_tokens": 9, "capacity_tokens": 20,
-            "session_count": 1}}]}).encode()))
+        self.request.sendall(
+            _ok(
+                json.dumps(
+                    {
+                        "internal_states": [
+                            {
+                                "session_cache": {
+                                    "held_tokens": 2**70,
+                                    "available_tokens": 9,
+                                    "capacity_tokens": 20,
+                                    "session_count": 1,
+                                }
+                            }
+                        ]
+                    }
+                ).encode()
+            )
+        )
 
     def _big(self) -> None:  # a 100 MB body
         self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
@@ -82,14 +113,17 @@ def server():
     httpd.server_close()
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("short", "IncompleteRead"),
-    ("garbage", "BadStatusLine"),
-    ("nan/metrics", "not a finite number"),
-    ("huge", "out of range"),
-    ("big", f"larger than {MAX_BODY_BYTES >> 20} MB"),
-    ("drip", "timeout after 0.3 s"),
-])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("short", "IncompleteRead"),
+        ("garbage", "BadStatusLine"),
+        ("nan/metrics", "not a finite number"),
+        ("huge", "out of range"),
+        ("big", f"larger than {MAX_BODY_BYTES >> 20} MB"),
+        ("drip", "timeout after 0.3 s"),
+    ],
+)
 def test_each_misbehaviour_is_one_error_row(server, path, message):
     started = time.monotonic()
     rows = poll_once(Endpoint.parse(f"w={server}/{path}"), timeout_s=0.3)
@@ -101,12 +135,18 @@ def test_every_worker_keeps_being_polled_and_good_rows_are_kept(server, warehous
     paths = ["good", "short", "garbage", "nan/metrics", "huge", "drip"]
     endpoints = [Endpoint.parse(f"{p.split('/')[0]}={server}/{p}") for p in paths]
     started = time.monotonic()
-    report = poll_pool(warehouse, endpoints, interval_s=0.2, timeout_s=0.1, duration_s=2.0,
-                       batch_s=0.5)
+    report = poll_pool(
+        warehouse, endpoints, interval_s=0.2, timeout_s=0.1, duration_s=2.0, batch_s=0.5
+    )
     assert time.monotonic() - started < 2.0 + 2.0  # --duration kept (a drip holds 10 s)
-    rows = connect(warehouse).execute(
-        "SELECT worker_id, count(*), count(*) FILTER (WHERE poll_error IS NULL) "
-        "FROM pool_snapshots GROUP BY ALL").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT worker_id, count(*), count(*) FILTER (WHERE poll_error IS NULL) "
+            "FROM pool_snapshots GROUP BY ALL"
+        )
+        .fetchall()
+    )
     polls = {worker: (n, ok) for worker, n, ok in rows}
     assert polls["good"][0] == polls["good"][1] >= 8  # every 0.2 s for 2 s
     for worker in ("short", "garbage", "nan", "huge", "drip"):
@@ -121,14 +161,33 @@ def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_p
 
     root = warehouse_at(tmp_path / "wh")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvtrace", "-w", str(root), "-q", "collect", "pool",
-         "--endpoint", f"good={server}/good", "--endpoint", f"drip={server}/drip",
-         "--interval", "1.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "kvtrace",
+            "-w",
+            str(root),
+            "-q",
+            "collect",
+            "pool",
+            "--endpoint",
+            f"good={server}/good",
+            "--endpoint",
+            f"drip={server}/drip",
+            "--interval",
+            "1.0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # a third poll of each worker has begun, so two are done, whatever start-up took
     before = Counter(Misbehaving.hits)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and min(
-            Misbehaving.hits[w] - before[w] for w in ("good", "drip")) < 3:
+    while (
+        time.monotonic() < deadline
+        and min(Misbehaving.hits[w] - before[w] for w in ("good", "drip")) < 3
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
@@ -138,6 +197,9 @@ def test_ctrl_c_ends_a_poll_within_one_interval_and_keeps_the_rows(server, tmp_p
     assert "polled 2 worker(s)" in out
     from kvtrace.warehouse import Warehouse
 
-    rows = connect(Warehouse(root)).execute(
-        "SELECT worker_id, count(*) FROM pool_snapshots GROUP BY ALL ORDER BY 1").fetchall()
+    rows = (
+        connect(Warehouse(root))
+        .execute("SELECT worker_id, count(*) FROM pool_snapshots GROUP BY ALL ORDER BY 1")
+        .fetchall()
+    )
     assert [w for w, _ in rows] == ["drip", "good"] and all(n >= 2 for _, n in rows)

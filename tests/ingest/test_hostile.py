@@ -12,26 +12,30 @@ HOSTILE = DATA / "hostile"
 
 
 def _quarantined(warehouse) -> list[tuple[int, str]]:
-    return connect(warehouse).execute(
-        "SELECT line_no, reason FROM quarantine ORDER BY line_no").fetchall()
+    return (
+        connect(warehouse)
+        .execute("SELECT line_no, reason FROM quarantine ORDER BY line_no")
+        .fetchall()
+    )
 
 
-@pytest.mark.parametrize(("name", "bad_lines", "reason"), [
-    ("binary_tail.jsonl", [3], "not UTF-8 text"),
-    ("invalid_utf8_string.jsonl", [3], "not UTF-8 text"),
-    ("empty_selection.jsonl", [3], "empty selected_token_pos"),
-    ("int32_overflow.jsonl", [3, 4], "too large"),
-    ("negative_ids.jsonl", [3, 4], "negative"),
-])
-def test_bad_dsa_lines_are_quarantined_and_the_good_ones_kept(warehouse, name, bad_lines,
-                                                              reason):
+@pytest.mark.parametrize(
+    ("name", "bad_lines", "reason"),
+    [
+        ("binary_tail.jsonl", [3], "not UTF-8 text"),
+        ("invalid_utf8_string.jsonl", [3], "not UTF-8 text"),
+        ("empty_selection.jsonl", [3], "empty selected_token_pos"),
+        ("int32_overflow.jsonl", [3, 4], "too large"),
+        ("negative_ids.jsonl", [3, 4], "negative"),
+    ],
+)
+def test_bad_dsa_lines_are_quarantined_and_the_good_ones_kept(warehouse, name, bad_lines, reason):
     report = ingest(warehouse, [str(HOSTILE / name)])
     assert report.rows == 2
     quarantined = _quarantined(warehouse)
     assert [line for line, _ in quarantined] == bad_lines
     assert all(reason in why for _, why in quarantined), quarantined
-    got = connect(warehouse).execute(
-        "SELECT request_id FROM dsa_steps ORDER BY 1").fetchall()
+    got = connect(warehouse).execute("SELECT request_id FROM dsa_steps ORDER BY 1").fetchall()
     assert got == [(0,), (1,)]
 
 
@@ -48,15 +52,19 @@ def test_pool_values_out_of_range_are_quarantined_and_the_rest_kept(warehouse):
 def test_a_record_of_several_megabytes_is_ingested_not_rejected(warehouse, tmp_path):
     from tests.conftest import seed_record, write_jsonl
 
-    huge = seed_record(0, 0, 600_000, list(range(0, 600_000, 2)),
-                       scores_topk=[0.5] * 300_000)  # about 3 MB of JSON
+    huge = seed_record(
+        0, 0, 600_000, list(range(0, 600_000, 2)), scores_topk=[0.5] * 300_000
+    )  # about 3 MB of JSON
     records = [seed_record(1, 0, 99, [1, 2]), huge, seed_record(2, 0, 99, [3])]
     path = write_jsonl(tmp_path / "big.jsonl", records)
     assert path.stat().st_size > 2_500_000
     report = ingest(warehouse, [str(path)])
     assert (report.rows, _quarantined(warehouse)) == (3, [])
-    got = connect(warehouse).execute(
-        "SELECT len(selected_pos) FROM dsa_steps WHERE request_id = 0").fetchone()
+    got = (
+        connect(warehouse)
+        .execute("SELECT len(selected_pos) FROM dsa_steps WHERE request_id = 0")
+        .fetchone()
+    )
     assert got == (300_000,)
 
 
@@ -70,8 +78,7 @@ def test_a_truncated_gzip_keeps_its_complete_lines_and_says_so(warehouse):
 
 
 def test_a_corrupt_gzip_is_one_sentence_naming_the_file(warehouse, cli):
-    status, _, err = cli("-w", warehouse.location, "ingest",
-                         str(HOSTILE / "corrupt_crc.jsonl.gz"))
+    status, _, err = cli("-w", warehouse.location, "ingest", str(HOSTILE / "corrupt_crc.jsonl.gz"))
     assert status == 1
     assert err.startswith("Error: ") and "corrupt_crc.jsonl.gz: corrupt gzip data" in err
     assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (0,)
@@ -94,18 +101,23 @@ def test_an_unknown_file_in_a_folder_says_what_was_committed(warehouse, tmp_path
     status, _, err = cli("-w", warehouse.location, "ingest", str(folder))
     assert status == 1
     assert "b.jsonl is not a trace kvtrace knows" in err
-    assert "(a.jsonl was committed before it; the same command again skips what was " \
-           "committed)" in err
+    assert (
+        "(a.jsonl was committed before it; the same command again skips what was committed)" in err
+    )
     assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (1,)
 
 
-@pytest.mark.parametrize(("name", "good", "bad_lines"), [
-    ("null_first_line.jsonl", [0, 1, 2], [1]),
-    ("mixed_values.jsonl", [0, 1, 3, 4], [2, 4, 5, 6, 7, 8, 9, 11]),
-    ("deeply_nested.jsonl.gz", [0, 1, 2], [2, 4]),
-])
-def test_lines_that_are_not_json_objects_are_quarantined_never_parsed(warehouse, name, good,
-                                                                       bad_lines):
+@pytest.mark.parametrize(
+    ("name", "good", "bad_lines"),
+    [
+        ("null_first_line.jsonl", [0, 1, 2], [1]),
+        ("mixed_values.jsonl", [0, 1, 3, 4], [2, 4, 5, 6, 7, 8, 9, 11]),
+        ("deeply_nested.jsonl.gz", [0, 1, 2], [2, 4]),
+    ],
+)
+def test_lines_that_are_not_json_objects_are_quarantined_never_parsed(
+    warehouse, name, good, bad_lines
+):
     # Arrow's JSON reader crashes the process on a block that starts with null: such a
     # line must reach the quarantine, and every good line the warehouse.
     report = ingest(warehouse, [str(HOSTILE / name)])

@@ -28,21 +28,22 @@ def test_an_arrival_count_beyond_int64_is_quarantined_not_wrapped(warehouse):
     assert sorted(reasons) == [3, 5]
     assert reasons[3] == "input_tokens is out of range"
     assert reasons[5] == "output_tokens is out of range"
-    assert _rows(warehouse, "SELECT input_tokens, output_tokens FROM workload_requests "
-                            "ORDER BY 1") == [(100, 10), (300, 30)]
+    assert _rows(
+        warehouse, "SELECT input_tokens, output_tokens FROM workload_requests ORDER BY 1"
+    ) == [(100, 10), (300, 30)]
 
 
 def test_a_short_or_long_csv_row_is_quarantined_and_the_rest_kept(warehouse):
     report = ingest(warehouse, [str(HOSTILE / "azure_short_row.csv")])
     assert report.rows == 2
     reasons = _quarantined(warehouse)
-    assert reasons == {3: "2 fields where the header has 3",
-                       5: "4 fields where the header has 3"}
+    assert reasons == {3: "2 fields where the header has 3", 5: "4 fields where the header has 3"}
     raw = _rows(warehouse, "SELECT raw FROM quarantine WHERE line_no = 3")
     assert raw == [("2023-11-16 18:00:01.0000000,200",)]
     # the surviving rows keep their own positions as request indices
-    assert _rows(warehouse, "SELECT request_idx, input_tokens FROM workload_requests "
-                            "ORDER BY 1") == [(0, 100), (2, 300)]
+    assert _rows(
+        warehouse, "SELECT request_idx, input_tokens FROM workload_requests ORDER BY 1"
+    ) == [(0, 100), (2, 300)]
 
 
 @pytest.mark.parametrize("name", ["azure_bom.csv", "azure_gzipped.csv.gz"])
@@ -73,45 +74,75 @@ def test_profiler_events_of_impossible_times_are_quarantined_and_the_rest_kept(w
 def test_a_profiler_event_nested_too_deeply_is_one_quarantined_event(warehouse):
     report = ingest(warehouse, [str(HOSTILE / "kineto_deeply_nested.json.gz")])
     assert (report.rows, report.files[0].family) == (2, "timeline")
-    assert _quarantined(warehouse) == {2: "nested too deeply to read (more levels than any "
-                                          "trace record has)"}
+    assert _quarantined(warehouse) == {
+        2: "nested too deeply to read (more levels than any trace record has)"
+    }
 
 
 def test_a_json_document_nested_too_deeply_is_one_sentence(warehouse, cli):
-    status, _, err = cli("-w", warehouse.location, "ingest",
-                         str(HOSTILE / "deeply_nested_summary.json.gz"))
+    status, _, err = cli(
+        "-w", warehouse.location, "ingest", str(HOSTILE / "deeply_nested_summary.json.gz")
+    )
     assert status == 1
     assert err.startswith("Error: ") and "nested too deeply to read" in err
     assert "Traceback" not in err and "RecursionError" not in err
 
 
-@pytest.mark.parametrize(("name", "records", "table"), [
-    ("exp_metrics.jsonl",
-     [{"request_id": "a", "latency_s": 1.0, "input_tokens": 10},
-      {"request_id": "b", "latency_s": 1.0, "input_tokens": 10**23},
-      {"request_id": "c", "latency_s": 1.0, "turn_id": -(10**23)}], "request_metrics"),
-    ("niah.jsonl",
-     [{"index": 0, "pred": "7", "outputs": ["7"]},
-      {"index": 10**23, "pred": "7", "outputs": ["7"]},
-      {"index": 2, "pred": "7", "outputs": ["7"], "length": 10**23}], "eval_samples"),
-    ("profile_export.jsonl",
-     [{"metadata": {"session_num": 0}, "metrics": {
-         "input_sequence_length": {"value": 10, "unit": "tokens"}}},
-      {"metadata": {"session_num": 1}, "metrics": {
-          "input_sequence_length": {"value": 10**23, "unit": "tokens"}}},
-      {"metadata": {"session_num": 2}, "metrics": {
-          "request_latency": {"value": 1e400, "unit": "ms"}}}], "request_timings"),
-    ("mooncake.jsonl",
-     [{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]},
-      {"timestamp": 1, "input_length": 10**23, "output_length": 1, "hash_ids": [1]},
-      {"timestamp": 2, "input_length": 10, "output_length": 1, "hash_ids": [10**23]}],
-     "workload_requests"),
-])
-def test_an_integer_beyond_int64_is_quarantined_in_every_json_family(warehouse, tmp_path,
-                                                                     name, records, table):
+@pytest.mark.parametrize(
+    ("name", "records", "table"),
+    [
+        (
+            "exp_metrics.jsonl",
+            [
+                {"request_id": "a", "latency_s": 1.0, "input_tokens": 10},
+                {"request_id": "b", "latency_s": 1.0, "input_tokens": 10**23},
+                {"request_id": "c", "latency_s": 1.0, "turn_id": -(10**23)},
+            ],
+            "request_metrics",
+        ),
+        (
+            "niah.jsonl",
+            [
+                {"index": 0, "pred": "7", "outputs": ["7"]},
+                {"index": 10**23, "pred": "7", "outputs": ["7"]},
+                {"index": 2, "pred": "7", "outputs": ["7"], "length": 10**23},
+            ],
+            "eval_samples",
+        ),
+        (
+            "profile_export.jsonl",
+            [
+                {
+                    "metadata": {"session_num": 0},
+                    "metrics": {"input_sequence_length": {"value": 10, "unit": "tokens"}},
+                },
+                {
+                    "metadata": {"session_num": 1},
+                    "metrics": {"input_sequence_length": {"value": 10**23, "unit": "tokens"}},
+                },
+                {
+                    "metadata": {"session_num": 2},
+                    "metrics": {"request_latency": {"value": 1e400, "unit": "ms"}},
+                },
+            ],
+            "request_timings",
+        ),
+        (
+            "mooncake.jsonl",
+            [
+                {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]},
+                {"timestamp": 1, "input_length": 10**23, "output_length": 1, "hash_ids": [1]},
+                {"timestamp": 2, "input_length": 10, "output_length": 1, "hash_ids": [10**23]},
+            ],
+            "workload_requests",
+        ),
+    ],
+)
+def test_an_integer_beyond_int64_is_quarantined_in_every_json_family(
+    warehouse, tmp_path, name, records, table
+):
     path = tmp_path / name
-    path.write_text("\n".join(json.dumps(r).replace("1e+400", "1e400") for r in records)
-                    + "\n")
+    path.write_text("\n".join(json.dumps(r).replace("1e+400", "1e400") for r in records) + "\n")
     report = ingest(warehouse, [str(path)])
     assert report.rows == 1, _quarantined(warehouse)
     reasons = _quarantined(warehouse)
@@ -120,10 +151,13 @@ def test_an_integer_beyond_int64_is_quarantined_in_every_json_family(warehouse, 
     assert _rows(warehouse, f"SELECT count(*) FROM {table}") == [(1,)]
 
 
-def test_a_vllm_result_with_an_impossible_length_keeps_the_other_requests(warehouse,
-                                                                          tmp_path):
-    result = {"ttfts": [0.1, 0.2, 0.3], "input_lens": [10, 10**23, 30],
-              "output_lens": [5, 5, 5], "itls": [[0.01], [0.01], [float("inf")]]}
+def test_a_vllm_result_with_an_impossible_length_keeps_the_other_requests(warehouse, tmp_path):
+    result = {
+        "ttfts": [0.1, 0.2, 0.3],
+        "input_lens": [10, 10**23, 30],
+        "output_lens": [5, 5, 5],
+        "itls": [[0.01], [0.01], [float("inf")]],
+    }
     path = tmp_path / "vllm_result.json"
     path.write_text(json.dumps(result))
     report = ingest(warehouse, [str(path)])

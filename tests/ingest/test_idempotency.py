@@ -20,8 +20,7 @@ from tests.conftest import local_only, warehouse_at
 def _counts(warehouse):
     con = connect(warehouse)
     tables = ("dsa_steps", "requests", "runs", "_dsa_offset_hist_files")
-    return {t.strip("_"): con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in tables}
+    return {t.strip("_"): con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
 
 
 def test_reingesting_the_same_bytes_adds_no_rows(warehouse, synthetic_trace):
@@ -36,7 +35,8 @@ def test_reingesting_the_same_bytes_adds_no_rows(warehouse, synthetic_trace):
 
 @local_only
 def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
-        warehouse, synthetic_trace, monkeypatch):
+    warehouse, synthetic_trace, monkeypatch
+):
     trace = synthetic_trace(requests=2, steps=2, layers=4)
     monkeypatch.setattr(dsa_writer, "FLUSH_BYTES", 1)  # one data file per chunk
 
@@ -46,16 +46,21 @@ def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
     monkeypatch.setattr(dsa_writer.DsaWriter, "_write_histograms", fail_after_data)
     with pytest.raises(KvtraceError, match="No space left on device"):
         ingest(warehouse, [str(trace)])
-    assert _counts(warehouse) == {"dsa_steps": 0, "requests": 0, "runs": 0,
-                                  "dsa_offset_hist_files": 0}
+    assert _counts(warehouse) == {
+        "dsa_steps": 0,
+        "requests": 0,
+        "runs": 0,
+        "dsa_offset_hist_files": 0,
+    }
     leftovers = [p for p in (warehouse.root / "dsa_steps").rglob("*.parquet")]
     assert leftovers == []
     monkeypatch.undo()
     assert ingest(warehouse, [str(trace)]).rows == 16
 
 
-def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic_trace,
-                                                             monkeypatch):
+def test_a_killed_ingest_process_leaves_a_readable_warehouse(
+    tmp_path, synthetic_trace, monkeypatch
+):
     from kvtrace.warehouse import object_lock
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
@@ -76,14 +81,13 @@ def test_a_killed_ingest_process_leaves_a_readable_warehouse(tmp_path, synthetic
         "Warehouse.write = slow\n"
         f"ingest(Warehouse({str(root)!r}), [{str(trace)!r}])\n"
     )
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "wrote"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     warehouse = Warehouse(root)
     assert len(warehouse.storage.listdir("dsa_steps")) > 1  # a data file beside the log
-    assert _counts(warehouse)["dsa_steps"] == 0              # but nothing is visible
+    assert _counts(warehouse)["dsa_steps"] == 0  # but nothing is visible
     started = time.monotonic()
     assert ingest(warehouse, [str(trace)]).rows == 4 * 4 * 61
     assert time.monotonic() - started < 60
@@ -128,7 +132,8 @@ def test_lines_repeated_inside_one_file_are_stored_once(warehouse, tmp_path):
 
 
 def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_apart(
-        warehouse, tmp_path):
+    warehouse, tmp_path
+):
     """A source of a size its run does not hold is hashed while it is read; one of a size
     it holds is hashed first.  Either way the commit records the file's own sha256, the
     same bytes are skipped and other bytes of the same size are ingested (adding only
@@ -138,8 +143,9 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
     header = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     first = tmp_path / "trace" / "a.csv"
     first.parent.mkdir()
-    first.write_text(header + "2023-11-16 18:00:00.0000000,100,10\n"
-                     "2023-11-16 18:00:01.0000000,200,20\n")
+    first.write_text(
+        header + "2023-11-16 18:00:00.0000000,100,10\n2023-11-16 18:00:01.0000000,200,20\n"
+    )
     same_size = tmp_path / "trace" / "b.csv"
     same_size.write_text(first.read_text().replace("100,10", "101,11"))
     assert first.stat().st_size == same_size.stat().st_size
@@ -148,14 +154,13 @@ def test_a_hash_taken_alongside_the_read_is_the_files_and_same_sizes_are_told_ap
     assert (second.status, second.rows) == ("ingested", 0)
     assert second.skipped == {"record already stored (same request_idx)": 2}
     assert ingest(warehouse, [str(first)], run_name="arrivals").files[0].status == (
-        "already ingested")
+        "already ingested"
+    )
     recorded = set(warehouse.snapshot().commits["source_sha256"].to_pylist())
-    assert recorded == {hashlib.sha256(p.read_bytes()).hexdigest()
-                        for p in (first, same_size)}
+    assert recorded == {hashlib.sha256(p.read_bytes()).hexdigest() for p in (first, same_size)}
 
 
-def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse,
-                                                                      synthetic_trace):
+def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse, synthetic_trace):
     import hashlib
 
     trace = synthetic_trace(requests=2, steps=2, layers=4)

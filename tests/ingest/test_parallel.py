@@ -17,10 +17,11 @@ TABLES = ("dsa_steps", "timeline_events", "runs")
 def _contents(warehouse: Warehouse) -> dict[str, list]:
     con = connect(warehouse)
     try:
-        return {table: con.execute(
-            f"SELECT * EXCLUDE (run_id) FROM {table} ORDER BY ALL").fetchall()
-            for table in TABLES if table != "runs"} | {
-            "runs": con.execute("SELECT run_id, kind FROM runs ORDER BY ALL").fetchall()}
+        return {
+            table: con.execute(f"SELECT * EXCLUDE (run_id) FROM {table} ORDER BY ALL").fetchall()
+            for table in TABLES
+            if table != "runs"
+        } | {"runs": con.execute("SELECT run_id, kind FROM runs ORDER BY ALL").fetchall()}
     finally:
         con.close()
 
@@ -31,8 +32,12 @@ def sources(tmp_path, synthetic_trace):
     timelines = tmp_path / "profiles"
     timelines.mkdir()
     for rank in range(2):
-        write_timeline_trace(timelines / f"rank{rank}.pt.trace.json",
-                             TimelineShape(iterations=2, layers=2), rank=rank, world_size=2)
+        write_timeline_trace(
+            timelines / f"rank{rank}.pt.trace.json",
+            TimelineShape(iterations=2, layers=2),
+            rank=rank,
+            world_size=2,
+        )
     return [str(dsa), str(timelines)]
 
 
@@ -51,8 +56,16 @@ def test_a_bad_file_among_parallel_ones_is_reported_and_the_good_ones_land(tmp_p
     bad = tmp_path / "profiles" / "rank9.pt.trace.json"
     bad.write_text('{"traceEvents": 5}')
     warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
-    with pytest.raises(InputError, match=r"traceEvents is not a list \(rank0\.pt\.trace\.json, "
-                       r"rank1\.pt\.trace\.json, trace_steps_0_4\.jsonl were committed before it"):
+    with pytest.raises(
+        InputError,
+        match=r"traceEvents is not a list \(rank0\.pt\.trace\.json, "
+        r"rank1\.pt\.trace\.json, trace_steps_0_4\.jsonl were committed before it",
+    ):
         ingest(warehouse, sources, jobs=2)
-    assert ingest(warehouse, sources[:1] + [str(p) for p in sorted(
-        (tmp_path / "profiles").glob("rank[01]*"))]).rows == 0
+    assert (
+        ingest(
+            warehouse,
+            sources[:1] + [str(p) for p in sorted((tmp_path / "profiles").glob("rank[01]*"))],
+        ).rows
+        == 0
+    )

@@ -12,17 +12,17 @@ from tests.conftest import seed_record, write_jsonl
 def test_each_kind_of_bad_line_is_quarantined_and_good_lines_survive(warehouse, tmp_path):
     good = seed_record(0, 0, 9, [1, 2])
     lines = [
-        good,                                                  # 1
-        json.dumps(seed_record(0, 1, 9, [1, 2]))[:40],          # 2 truncated by a crash
+        good,  # 1
+        json.dumps(seed_record(0, 1, 9, [1, 2]))[:40],  # 2 truncated by a crash
         {**seed_record(0, 2, 9, [1]), "request_id": "seven"},  # 3 wrong type
-        seed_record(0, 3, 9, [1, 10]),                         # 4 10 >= seq_len 10
-        seed_record(0, 4, 9, [-1, 2]),                         # 5 negative
-        seed_record(0, 5, 9, [4, 2, 4]),                       # 6 duplicate
-        seed_record(0, 6, 9, [1, None]),                       # 7 null inside
+        seed_record(0, 3, 9, [1, 10]),  # 4 10 >= seq_len 10
+        seed_record(0, 4, 9, [-1, 2]),  # 5 negative
+        seed_record(0, 5, 9, [4, 2, 4]),  # 6 duplicate
+        seed_record(0, 6, 9, [1, None]),  # 7 null inside
         {k: v for k, v in seed_record(0, 7, 9, [1]).items() if k != "layer_id"},  # 8
-        "",                                                    # 9 blank: ignored
-        "[1, 2]",                                              # 10 not an object
-        seed_record(0, 8, 9, [3, 9]),                          # 11 fine
+        "",  # 9 blank: ignored
+        "[1, 2]",  # 10 not an object
+        seed_record(0, 8, 9, [3, 9]),  # 11 fine
     ]
     path = write_jsonl(tmp_path / "crash.jsonl", lines)
     report = ingest(warehouse, [str(path)])
@@ -44,12 +44,17 @@ def test_each_kind_of_bad_line_is_quarantined_and_good_lines_survive(warehouse, 
 
 
 def test_precomputed_stats_that_disagree_are_reported_not_kept(warehouse, tmp_path):
-    path = write_jsonl(tmp_path / "t.jsonl", [
-        seed_record(0, 0, 99, [0, 50, 99], unique_blocks=3, offset_min=0, offset_max=99,
-                    offset_p50=49),
-        seed_record(0, 1, 99, [0, 50, 99], unique_blocks=7, offset_min=0, offset_max=99,
-                    offset_p50=49.4),
-    ])
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            seed_record(
+                0, 0, 99, [0, 50, 99], unique_blocks=3, offset_min=0, offset_max=99, offset_p50=49
+            ),
+            seed_record(
+                0, 1, 99, [0, 50, 99], unique_blocks=7, offset_min=0, offset_max=99, offset_p50=49.4
+            ),
+        ],
+    )
     report = ingest(warehouse, [str(path)])
     disagreements = report.files[0].disagreements
     assert set(disagreements) == {"src_unique_blocks"}

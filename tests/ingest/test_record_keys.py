@@ -19,10 +19,13 @@ def _count(warehouse, table: str) -> int:
     return connect(warehouse).execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-@pytest.mark.parametrize(("rows", "table"), [
-    (lambda: pool_rows(3)[:12], "pool_snapshots"),
-    (lambda: request_rows()[:12], "request_metrics"),
-])
+@pytest.mark.parametrize(
+    ("rows", "table"),
+    [
+        (lambda: pool_rows(3)[:12], "pool_snapshots"),
+        (lambda: request_rows()[:12], "request_metrics"),
+    ],
+)
 def test_a_serving_file_that_grew_adds_only_its_new_records(warehouse, tmp_path, rows, table):
     records = rows()
     path = write_jsonl(tmp_path / "exp1_metrics.jsonl", records[:6])
@@ -34,10 +37,13 @@ def test_a_serving_file_that_grew_adds_only_its_new_records(warehouse, tmp_path,
     assert _count(warehouse, table) == 12
 
 
-@pytest.mark.parametrize(("rows", "table"), [
-    (lambda: pool_rows(3)[:12], "pool_snapshots"),
-    (lambda: request_rows()[:12], "request_metrics"),
-])
+@pytest.mark.parametrize(
+    ("rows", "table"),
+    [
+        (lambda: pool_rows(3)[:12], "pool_snapshots"),
+        (lambda: request_rows()[:12], "request_metrics"),
+    ],
+)
 def test_every_line_repeated_stores_each_record_once(warehouse, tmp_path, rows, table):
     records = rows()
     path = write_jsonl(tmp_path / "exp1_metrics.jsonl", [r for r in records for _ in (1, 2)])

@@ -33,9 +33,11 @@ def test_lru_fifo_and_opt_hits_equal_brute_force_at_every_capacity(stream):
         lru = (distances >= 0) & (distances < capacity)
         assert lru.tolist() == cache_models.lru_hits(stream, capacity)
         assert fifo_hits(ids, distinct, capacity).tolist() == cache_models.fifo_hits(
-            stream, capacity)
+            stream, capacity
+        )
         assert int(opt_hits(ids, distinct, capacity).sum()) == sum(
-            cache_models.opt_hits(stream, capacity))
+            cache_models.opt_hits(stream, capacity)
+        )
 
 
 def test_long_streams_renumber_the_time_window_without_changing_a_distance():

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from kvtrace.kernels.block_stats import PositionLists, sort_lists
 from kvtrace.kernels.list_checks import scan_rows
 
-rows_strategy = st.lists(st.tuples(st.lists(st.integers(-3, 40), max_size=12),
-                                   st.integers(1, 40)), max_size=8)
+rows_strategy = st.lists(
+    st.tuples(st.lists(st.integers(-3, 40), max_size=12), st.integers(1, 40)), max_size=8
+)
 
 
 def _lists(rows: list[tuple[list[int], int]]) -> tuple[PositionLists, np.ndarray]:

@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def require_chromium() -> tuple[str, str]:
@@ -56,16 +63,20 @@ def open_report(path: Path, screenshot: Path) -> Opened:
     try:
         url = path.resolve().as_uri()
         driver.get(url)
-        WebDriverWait(driver, 60).until(lambda d: d.execute_script(
-            "return [...document.querySelectorAll('[data-spec]')]"
-            ".every(b => b.dataset.rendered || b.dataset.error)"))
+        WebDriverWait(driver, 60).until(
+            lambda d: d.execute_script(
+                "return [...document.querySelectorAll('[data-spec]')]"
+                ".every(b => b.dataset.rendered || b.dataset.error)"
+            )
+        )
         figures = driver.execute_script("""
             return [...document.querySelectorAll('[data-spec]')].map(b => ({
               id: b.id, rendered: b.dataset.rendered === 'true', error: b.dataset.error || '',
               marks: b.querySelectorAll('svg g.mark-rect path, svg g.mark-line path,'
                 + ' svg g.mark-area path, svg g.mark-symbol path').length}));""")
         texts = driver.execute_script(
-            "return [...document.querySelectorAll('td')].map(c => c.textContent);")
+            "return [...document.querySelectorAll('td')].map(c => c.textContent);"
+        )
         scripts = driver.execute_script("return document.scripts.length;")
         alerts = True
         try:
@@ -83,9 +94,15 @@ def open_report(path: Path, screenshot: Path) -> Opened:
             if params.get("documentURL") == url and asked != url:  # not the browser's own
                 requests.append(asked)
         height = driver.execute_script("return document.documentElement.scrollHeight;")
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": 1280, "height": min(int(height), 16000), "deviceScaleFactor": 1,
-            "mobile": False})
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {
+                "width": 1280,
+                "height": min(int(height), 16000),
+                "deviceScaleFactor": 1,
+                "mobile": False,
+            },
+        )
         shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         screenshot.write_bytes(base64.b64decode(shot["data"]))

@@ -27,10 +27,20 @@ from tests.workload.test_results import VIDUR_HEADER, VLLM
 HOSTILE = "<script>alert(1)</script>"
 VIDUR = VIDUR_HEADER + "0,100,3,0.2,0.01,0.12,0.03,0,0.0\n1,200,2,0.3,0.02,0.25,0.025,1,0.5\n"
 SHAREGPT = Path(__file__).parent.parent / "data" / "sharegpt_format_dummy_conversation.json"
-ARTIFACTS = Path(os.environ.get("KVTRACE_TEST_ARTIFACTS",
-                                Path(__file__).parent.parent.parent / "test-artifacts"))
-CONFIG = DsaRefConfig(dim=32, n_layers=3, n_heads=2, index_heads=2, index_dim=8, rope_dim=4,
-                      q_lora_rank=16, index_topk=64, max_seq_len=4096)
+ARTIFACTS = Path(
+    os.environ.get("KVTRACE_TEST_ARTIFACTS", Path(__file__).parent.parent.parent / "test-artifacts")
+)
+CONFIG = DsaRefConfig(
+    dim=32,
+    n_layers=3,
+    n_heads=2,
+    index_heads=2,
+    index_dim=8,
+    rope_dim=4,
+    q_lora_rank=16,
+    index_topk=64,
+    max_seq_len=4096,
+)
 COMMANDS = {
     "dsa": ["report", "dsa"],
     "pool": ["report", "pool"],
@@ -54,24 +64,58 @@ def root(tmp_path_factory) -> str:
     tokenizer = ByteTokenizer()
     conversations, _ = load_conversations(SHAREGPT)
     chat = list(sharegpt_requests(conversations, "per_user_turn"))[:4]
-    collect_dsa(warehouse, chat, model=DsaRef(CONFIG), tokenizer=tokenizer, run_name="chat",
-                dataset=HOSTILE, block_sizes=(16, 64), max_new_tokens=6)
+    collect_dsa(
+        warehouse,
+        chat,
+        model=DsaRef(CONFIG),
+        tokenizer=tokenizer,
+        run_name="chat",
+        dataset=HOSTILE,
+        block_sizes=(16, 64),
+        max_new_tokens=6,
+    )
     niah = list(niah_requests(2, 600, lambda t: len(tokenizer.encode(t)), seed=1))
-    collect_dsa(warehouse, niah, model=DsaRef(CONFIG), tokenizer=tokenizer, run_name="niah",
-                dataset="ruler", block_sizes=(64,), max_new_tokens=6)
-    collect_dsa(warehouse, niah, model=DsaRef(CONFIG, seed=1), tokenizer=tokenizer,
-                run_name="niah-b", dataset="ruler", block_sizes=(64,), max_new_tokens=6)
+    collect_dsa(
+        warehouse,
+        niah,
+        model=DsaRef(CONFIG),
+        tokenizer=tokenizer,
+        run_name="niah",
+        dataset="ruler",
+        block_sizes=(64,),
+        max_new_tokens=6,
+    )
+    collect_dsa(
+        warehouse,
+        niah,
+        model=DsaRef(CONFIG, seed=1),
+        tokenizer=tokenizer,
+        run_name="niah-b",
+        dataset="ruler",
+        block_sizes=(64,),
+        max_new_tokens=6,
+    )
     workload = folder / "workload"
     workload.mkdir()
-    mooncake = (Path(__file__).parent.parent / "data" / "mooncake_conversation_trace.jsonl")
-    (workload / "mooncake.jsonl").write_text("\n".join(
-        mooncake.read_text().splitlines()[:400]) + "\n")
+    mooncake = Path(__file__).parent.parent / "data" / "mooncake_conversation_trace.jsonl"
+    (workload / "mooncake.jsonl").write_text(
+        "\n".join(mooncake.read_text().splitlines()[:400]) + "\n"
+    )
     (workload / "bench.json").write_text(json.dumps(VLLM))
     (workload / "request_metrics.csv").write_text(VIDUR)
-    ingest(warehouse, [str(workload / "mooncake.jsonl"), str(workload / "bench.json"),
-                       str(workload / "request_metrics.csv")])
-    ingest(warehouse, [str(Path(__file__).parent.parent / "data" /
-                           "kineto_sampled_rank0.json.gz")], run_name="hta-sample")
+    ingest(
+        warehouse,
+        [
+            str(workload / "mooncake.jsonl"),
+            str(workload / "bench.json"),
+            str(workload / "request_metrics.csv"),
+        ],
+    )
+    ingest(
+        warehouse,
+        [str(Path(__file__).parent.parent / "data" / "kineto_sampled_rank0.json.gz")],
+        run_name="hta-sample",
+    )
     profile = folder / "profile" / "rank0.pt.trace.json"
     profile.parent.mkdir()
     write_timeline_trace(profile, TimelineShape(comm_us=40, comm_hidden_us=30))
@@ -79,10 +123,17 @@ def root(tmp_path_factory) -> str:
     folder = folder / "serving"
     for experiment, shift in (("exp-a", 0.0), ("exp-b", 0.25)):
         write(folder / f"{experiment}_pool_timeseries.jsonl", pool_rows())
-        write(folder / f"{experiment}_metrics.jsonl", [
-            {**row, "latency_s": row["latency_s"] + shift} for row in request_rows()])
-        ingest(warehouse, [str(folder / f"{experiment}_pool_timeseries.jsonl"),
-                           str(folder / f"{experiment}_metrics.jsonl")])
+        write(
+            folder / f"{experiment}_metrics.jsonl",
+            [{**row, "latency_s": row["latency_s"] + shift} for row in request_rows()],
+        )
+        ingest(
+            warehouse,
+            [
+                str(folder / f"{experiment}_pool_timeseries.jsonl"),
+                str(folder / f"{experiment}_metrics.jsonl"),
+            ],
+        )
     return root
 
 
@@ -109,19 +160,27 @@ def test_every_chart_renders_offline_without_console_errors(root, tmp_path, name
 
 def test_the_whatif_report_holds_the_tier_table_of_kvtrace_whatif(root, tmp_path):
     html = _render(root, "whatif", tmp_path / "whatif.html")
-    result = kvtrace("-w", str(root), "whatif", "--run", "niah", "--block-size", "64",
-                     "--format", "csv")
+    result = kvtrace(
+        "-w", str(root), "whatif", "--run", "niah", "--block-size", "64", "--format", "csv"
+    )
     assert result.returncode == 0, result.stderr
-    remote = next(row for row in csv.DictReader(io.StringIO(result.stdout))
-                  if row["tier"] == "remote")
+    remote = next(
+        row for row in csv.DictReader(io.StringIO(result.stdout)) if row["tier"] == "remote"
+    )
     assert f"<td>{int(remote['accesses_served']):,}</td>" in html
     assert html.count("<section ") == 5 and "FROM dsa_hit_curve(" in html
 
 
 def test_the_eval_report_diffs_the_two_runs_it_was_given(root, tmp_path):
     html = _render(root, "eval", tmp_path / "eval.html")
-    result = kvtrace("-w", str(root), "sql", "SELECT samples, fixed, broken FROM "
-                     "eval_diff_summary('niah', 'niah-b')", "--format", "csv")
+    result = kvtrace(
+        "-w",
+        str(root),
+        "sql",
+        "SELECT samples, fixed, broken FROM eval_diff_summary('niah', 'niah-b')",
+        "--format",
+        "csv",
+    )
     samples, fixed, broken = result.stdout.splitlines()[1].split(",")
     assert int(samples) == 2
     assert f"<td>{samples}</td><td>{fixed}</td><td>{broken}</td>" in html
@@ -164,8 +223,10 @@ def test_reports_show_their_provenance_and_sql(root, tmp_path):
     html = _render(root, "pool", tmp_path / "pool.html")
     warehouse = Warehouse(root)
     assert f"<dd>{warehouse.version}</dd>" in html
-    assert f"kvtrace -w {warehouse.location} report pool --as-of {warehouse.version} " \
-           "--output pool.html" in html
+    assert (
+        f"kvtrace -w {warehouse.location} report pool --as-of {warehouse.version} "
+        "--output pool.html" in html
+    )
     assert html.count("<details><summary>SQL</summary>") == html.count("<section ")
     assert "FROM pool_stuck_intervals(warmup_fraction := getvariable(" in html
     assert "cdn" not in html.lower().replace("cdna", "")
@@ -178,13 +239,15 @@ def test_a_single_run_side_is_flagged_in_the_comparison(root, tmp_path):
 
 
 def test_selections_that_match_nothing_are_one_clear_error(root, tmp_path):
-    result = kvtrace("-w", str(root), "report", "dsa", "--run", "nope", "-o",
-                     str(tmp_path / "x.html"))
+    result = kvtrace(
+        "-w", str(root), "report", "dsa", "--run", "nope", "-o", str(tmp_path / "x.html")
+    )
     assert result.returncode == 1
     assert result.stderr == "Error: no DSA runs in the warehouse match --run nope\n"
     assert not (tmp_path / "x.html").exists()
-    odd = kvtrace("-w", str(root), "report", "compare", "--run", "chat", "-o",
-                  str(tmp_path / "y.html"))
+    odd = kvtrace(
+        "-w", str(root), "report", "compare", "--run", "chat", "-o", str(tmp_path / "y.html")
+    )
     assert odd.returncode == 1 and odd.stderr.startswith("Error: compare needs two sides")
 
 

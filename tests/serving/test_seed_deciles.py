@@ -33,28 +33,42 @@ def seed_replay() -> list[dict]:
     start = 0
     while start < total:  # fill each (time bin, count bin) segment greedily
         end = start
-        while end < total and (time_bin[end], count_bin[end]) == (time_bin[start],
-                                                                   count_bin[start]):
+        while end < total and (time_bin[end], count_bin[end]) == (
+            time_bin[start],
+            count_bin[start],
+        ):
             end += 1
         t, c = time_bin[start], count_bin[start]
         errors = min(end - start, need_time[t], need_count[c])
-        failed[start:start + errors] = [True] * errors
+        failed[start : start + errors] = [True] * errors
         need_time[t] -= errors
         need_count[c] -= errors
         start = end
     assert not any(need_time) and not any(need_count)
-    return [{"request_id": f"r{i:05d}", "session_id": f"s{i % 52}", "arrival_s": arrival,
-             "execution_mode": "kvcache-centric" if bad else "direct-to-D",
-             "status": "error" if bad else "ok", "latency_s": 1.0}
-            for i, (arrival, bad) in enumerate(zip(arrivals, failed, strict=True))]
+    return [
+        {
+            "request_id": f"r{i:05d}",
+            "session_id": f"s{i % 52}",
+            "arrival_s": arrival,
+            "execution_mode": "kvcache-centric" if bad else "direct-to-D",
+            "status": "error" if bad else "ok",
+            "latency_s": 1.0,
+        }
+        for i, (arrival, bad) in enumerate(zip(arrivals, failed, strict=True))
+    ]
 
 
 def test_the_seeds_small_last_bin_is_no_recovery(warehouse, tmp_path):
     ingest(warehouse, [str(write(tmp_path / "exp2_2p6d_metrics.jsonl", seed_replay()))])
-    rows = connect(warehouse).execute(
-        "SELECT equal_time_requests, equal_time_errors, equal_time_error_rate, "
-        "equal_count_requests, equal_count_errors, equal_count_error_rate "
-        "FROM request_error_deciles ORDER BY decile").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT equal_time_requests, equal_time_errors, equal_time_error_rate, "
+            "equal_count_requests, equal_count_errors, equal_count_error_rate "
+            "FROM request_error_deciles ORDER BY decile"
+        )
+        .fetchall()
+    )
     assert [r[0] for r in rows] == TIME_REQUESTS
     assert [r[1] for r in rows] == TIME_ERRORS
     assert [r[4] for r in rows] == COUNT_ERRORS

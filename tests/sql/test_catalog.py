@@ -8,14 +8,26 @@ from kvtrace import connect
 from kvtrace.sql.catalog import documented_objects, library
 
 # Arguments for macros whose parameters have no default.
-ARGUMENTS = {"dsa_blocks": "(16)", "dsa_prefix": "(16)", "dsa_prefix_hot_blocks": "(16)",
-             "run_compare": "('a', 'b')", "dsa_access": "(16)", "dsa_step_overlap": "(16)",
-             "dsa_working_set": "(16, 4)", "dsa_reuse": "(16)", "dsa_hit_curve": "(16)",
-             "request_execution_mode_compare": "('a', 'b')", "eval_diff": "('a', 'b')",
-             "eval_diff_summary": "('a', 'b')", "eval_needle_recall": "(16)",
-             "eval_needle_recall_by_layer": "(16)", "timing_fidelity": "('a', 'b')",
-             "timeline_overlap": "([7], [20])",
-             "timeline_copy_by_annotation": "('^layer')", "runs_named": "(['a'])"}
+ARGUMENTS = {
+    "dsa_blocks": "(16)",
+    "dsa_prefix": "(16)",
+    "dsa_prefix_hot_blocks": "(16)",
+    "run_compare": "('a', 'b')",
+    "dsa_access": "(16)",
+    "dsa_step_overlap": "(16)",
+    "dsa_working_set": "(16, 4)",
+    "dsa_reuse": "(16)",
+    "dsa_hit_curve": "(16)",
+    "request_execution_mode_compare": "('a', 'b')",
+    "eval_diff": "('a', 'b')",
+    "eval_diff_summary": "('a', 'b')",
+    "eval_needle_recall": "(16)",
+    "eval_needle_recall_by_layer": "(16)",
+    "timing_fidelity": "('a', 'b')",
+    "timeline_overlap": "([7], [20])",
+    "timeline_copy_by_annotation": "('^layer')",
+    "runs_named": "(['a'])",
+}
 
 
 def test_every_created_object_is_documented():
@@ -58,10 +70,17 @@ def test_a_file_that_uses_an_undeclared_file_is_caught():
     assert _used_files(text, creator, "x.sql") == {"dsa_steps.sql"}
 
 
-FAMILY_PREFIX = {"pool_other.sql": "pool_", "request_metrics.sql": "request_",
-                 "timings.sql": "timing_", "eval.sql": "eval_", "workload.sql": "workload_",
-                 "timeline.sql": "timeline_", "warehouse_log.sql": "warehouse_",
-                 "run_compare.sql": "run_", "tables.sql": "runs_"}
+FAMILY_PREFIX = {
+    "pool_other.sql": "pool_",
+    "request_metrics.sql": "request_",
+    "timings.sql": "timing_",
+    "eval.sql": "eval_",
+    "workload.sql": "workload_",
+    "timeline.sql": "timeline_",
+    "warehouse_log.sql": "warehouse_",
+    "run_compare.sql": "run_",
+    "tables.sql": "runs_",
+}
 
 
 def test_every_public_object_carries_its_family_prefix():

@@ -17,8 +17,10 @@ from tests.conftest import seed_record, write_jsonl
 
 # The example of queries/dsa_access.sql: block size 16, one request, two steps, two layers.
 EXAMPLE = [
-    seed_record(0, 0, 100, [3, 20]), seed_record(0, 1, 100, [21, 40]),
-    seed_record(0, 0, 101, [5]), seed_record(0, 1, 101, [41]),
+    seed_record(0, 0, 100, [3, 20]),
+    seed_record(0, 1, 100, [21, 40]),
+    seed_record(0, 0, 101, [5]),
+    seed_record(0, 1, 101, [41]),
 ]
 
 
@@ -33,39 +35,55 @@ def _rows(con, sql: str) -> list[tuple]:
 
 
 def test_the_access_stream_unions_layers_per_step_or_keeps_them_apart(example):
-    assert _rows(example, "SELECT step_idx, layer_id, blocks FROM dsa_access(16) "
-                          "ORDER BY step_idx") == [(100, None, [0, 1, 2]), (101, None, [0, 2])]
-    assert _rows(example, "SELECT step_idx, layer_id, blocks FROM dsa_access(16, "
-                          "'layer_block') ORDER BY step_idx, layer_id") == [
-        (100, 0, [0, 1]), (100, 1, [1, 2]), (101, 0, [0]), (101, 1, [2])]
+    assert _rows(
+        example, "SELECT step_idx, layer_id, blocks FROM dsa_access(16) ORDER BY step_idx"
+    ) == [(100, None, [0, 1, 2]), (101, None, [0, 2])]
+    assert _rows(
+        example,
+        "SELECT step_idx, layer_id, blocks FROM dsa_access(16, "
+        "'layer_block') ORDER BY step_idx, layer_id",
+    ) == [(100, 0, [0, 1]), (100, 1, [1, 2]), (101, 0, [0]), (101, 1, [2])]
 
 
 def test_reuse_distances_of_the_worked_example(example):
     # block: 0, 1, 2 first touches; 0 after {1, 2}; 2 after {0}
-    assert _rows(example, "SELECT distance, accesses, share FROM dsa_reuse(16) "
-                          "ORDER BY distance NULLS FIRST") == [(None, 3, 0.6), (1, 1, 0.2),
-                                                               (2, 1, 0.2)]
+    assert _rows(
+        example, "SELECT distance, accesses, share FROM dsa_reuse(16) ORDER BY distance NULLS FIRST"
+    ) == [(None, 3, 0.6), (1, 1, 0.2), (2, 1, 0.2)]
     # layer_block: four first touches; (0, 0) after three others; (1, 2) after (0, 0)
-    assert _rows(example, "SELECT distance, accesses FROM dsa_reuse(16, 'layer_block') "
-                          "ORDER BY distance NULLS FIRST") == [(None, 4), (1, 1), (3, 1)]
+    assert _rows(
+        example,
+        "SELECT distance, accesses FROM dsa_reuse(16, 'layer_block') ORDER BY distance NULLS FIRST",
+    ) == [(None, 4), (1, 1), (3, 1)]
 
 
-@pytest.mark.parametrize(("policy", "hits"), [
-    ("lru", [0, 1, 2, 2]), ("fifo", [0, 1, 2, 2]), ("opt", [0, 2, 2, 2]),
-])
+@pytest.mark.parametrize(
+    ("policy", "hits"),
+    [
+        ("lru", [0, 1, 2, 2]),
+        ("fifo", [0, 1, 2, 2]),
+        ("opt", [0, 2, 2, 2]),
+    ],
+)
 def test_hit_curves_of_the_worked_example(example, policy, hits):
-    rows = _rows(example, f"SELECT capacity_blocks, accesses, hits, missed_blocks, hit_rate "
-                          f"FROM dsa_hit_curve(16, '{policy}', capacities := [3]) "
-                          "ORDER BY capacity_blocks")
+    rows = _rows(
+        example,
+        f"SELECT capacity_blocks, accesses, hits, missed_blocks, hit_rate "
+        f"FROM dsa_hit_curve(16, '{policy}', capacities := [3]) "
+        "ORDER BY capacity_blocks",
+    )
     assert [r[0] for r in rows] == [1, 2, 3, 4]
     assert [r[2] for r in rows] == hits
     assert all(r[1] == 5 and r[3] == 5 - r[2] and r[4] == r[2] / 5 for r in rows)
 
 
 def test_step_overlap_of_the_worked_example(example):
-    rows = _rows(example, "SELECT step_idx, layer_id, blocks, prev_step_jaccard, "
-                          "prev_step_reused, prev_layer_jaccard, prev_layer_reused "
-                          "FROM dsa_step_overlap(16) ORDER BY step_idx, layer_id")
+    rows = _rows(
+        example,
+        "SELECT step_idx, layer_id, blocks, prev_step_jaccard, "
+        "prev_step_reused, prev_layer_jaccard, prev_layer_reused "
+        "FROM dsa_step_overlap(16) ORDER BY step_idx, layer_id",
+    )
     assert rows == [
         (100, 0, 2, None, None, None, None),
         (100, 1, 2, None, None, 1 / 3, 0.5),  # {1, 2} against layer 0's {0, 1}
@@ -75,12 +93,16 @@ def test_step_overlap_of_the_worked_example(example):
 
 
 def test_working_set_counts_distinct_items_of_the_last_steps(example):
-    assert _rows(example, "SELECT step_idx, working_set FROM dsa_working_set(16, 1) "
-                          "ORDER BY step_idx") == [(100, 3), (101, 2)]
-    assert _rows(example, "SELECT step_idx, working_set FROM dsa_working_set(16, 2) "
-                          "ORDER BY step_idx") == [(100, 3), (101, 3)]
-    assert _rows(example, "SELECT step_idx, working_set FROM dsa_working_set(16, 1, "
-                          "'layer_block') ORDER BY step_idx") == [(100, 4), (101, 2)]
+    assert _rows(
+        example, "SELECT step_idx, working_set FROM dsa_working_set(16, 1) ORDER BY step_idx"
+    ) == [(100, 3), (101, 2)]
+    assert _rows(
+        example, "SELECT step_idx, working_set FROM dsa_working_set(16, 2) ORDER BY step_idx"
+    ) == [(100, 3), (101, 3)]
+    assert _rows(
+        example,
+        "SELECT step_idx, working_set FROM dsa_working_set(16, 1, 'layer_block') ORDER BY step_idx",
+    ) == [(100, 4), (101, 2)]
 
 
 # -- a random trace against brute force --------------------------------------------------
@@ -93,10 +115,14 @@ def _random_trace(rng) -> list[dict]:
         prompt = int(rng.integers(60, 120))
         for step in range(prompt, prompt + int(rng.integers(3, 6))):
             for layer in range(3):
-                positions = sorted(rng.choice(step + 1, size=min(12, step + 1),
-                                              replace=False).tolist())
-                extra = {} if cached is None else {"prefix": {
-                    "prefix_cache_hit": True, "prefix_cached_blocks": cached}}
+                positions = sorted(
+                    rng.choice(step + 1, size=min(12, step + 1), replace=False).tolist()
+                )
+                extra = (
+                    {}
+                    if cached is None
+                    else {"prefix": {"prefix_cache_hit": True, "prefix_cached_blocks": cached}}
+                )
                 records.append(seed_record(request, layer, step, positions, **extra))
     return records
 
@@ -112,8 +138,7 @@ def _streams(records, block_size: int, granularity: str) -> dict[int, list]:
         if granularity == "block":
             items = [(request, b) for b in sorted(set().union(*layers.values()))]
         else:
-            items = [(request, layer, b) for layer in sorted(layers)
-                     for b in sorted(layers[layer])]
+            items = [(request, layer, b) for layer in sorted(layers) for b in sorted(layers[layer])]
         streams.setdefault(request, []).extend(items)
     return streams
 
@@ -126,8 +151,11 @@ def _pinned(records, block_size: int, granularity: str) -> dict[int, list]:
         cached = r.get("prefix", {}).get("prefix_cached_blocks")
         blocks = math.ceil(cached * 16 / block_size) if cached else 0
         request = r["request_id"]
-        pinned[request] = ([(request, b) for b in range(blocks)] if granularity == "block"
-                           else [(request, layer, b) for b in range(blocks) for layer in layers])
+        pinned[request] = (
+            [(request, b) for b in range(blocks)]
+            if granularity == "block"
+            else [(request, layer, b) for b in range(blocks) for layer in layers]
+        )
     return pinned
 
 
@@ -149,8 +177,7 @@ def _pin_prefix_hits(stream, pinned, capacity) -> int:
     return hits
 
 
-BRUTE = {"lru": cache_models.lru_hits, "fifo": cache_models.fifo_hits,
-         "opt": cache_models.opt_hits}
+BRUTE = {"lru": cache_models.lru_hits, "fifo": cache_models.fifo_hits, "opt": cache_models.opt_hits}
 
 
 @pytest.fixture
@@ -171,17 +198,21 @@ def test_hit_curves_equal_brute_force_simulation(random_trace, policy, granulari
     if scope == "run":  # ingested: requests one after another, one shared cache
         streams = {0: [item for r in sorted(streams) for item in streams[r]]}
         pinned = {0: [item for r in sorted(pinned) for item in pinned[r]]}
-    rows = _rows(con, f"SELECT capacity_blocks, hits, accesses FROM dsa_hit_curve("
-                      f"{block_size}, '{policy}', '{granularity}', '{scope}', [3, 5, 7]) "
-                      "ORDER BY capacity_blocks")
+    rows = _rows(
+        con,
+        f"SELECT capacity_blocks, hits, accesses FROM dsa_hit_curve("
+        f"{block_size}, '{policy}', '{granularity}', '{scope}', [3, 5, 7]) "
+        "ORDER BY capacity_blocks",
+    )
     largest = max(len(set(s)) for s in streams.values())
-    grid = [2 ** k for k in range(math.ceil(math.log2(largest)) + 1)]
+    grid = [2**k for k in range(math.ceil(math.log2(largest)) + 1)]
     assert [r[0] for r in rows] == sorted({*grid, 3, 5, 7})
     for capacity, hits, accesses in rows:
         assert accesses == sum(len(s) for s in streams.values())
         if policy == "pin_prefix":
-            expected = sum(_pin_prefix_hits(streams[u], pinned.get(u, []), capacity)
-                           for u in streams)
+            expected = sum(
+                _pin_prefix_hits(streams[u], pinned.get(u, []), capacity) for u in streams
+            )
         else:
             expected = sum(sum(BRUTE[policy](s, capacity)) for s in streams.values())
         assert hits == expected, (capacity, policy, granularity, scope)
@@ -194,8 +225,11 @@ def test_runs_read_in_one_batch_are_simulated_apart(warehouse, tmp_path):
         for record in records:
             record["run_name"] = name
         ingest(warehouse, [str(write_jsonl(tmp_path / f"{name}.jsonl", records))])
-    rows = _rows(connect(warehouse), "SELECT r.run_name, c.capacity_blocks, c.hits "
-                 "FROM dsa_hit_curve(16, 'opt', 'layer_block') c JOIN runs r USING (run_id)")
+    rows = _rows(
+        connect(warehouse),
+        "SELECT r.run_name, c.capacity_blocks, c.hits "
+        "FROM dsa_hit_curve(16, 'opt', 'layer_block') c JOIN runs r USING (run_id)",
+    )
     assert {name for name, _, _ in rows} == {"one", "two"}
     for name, capacity, hits in rows:
         streams = _streams(first if name == "one" else second, 16, "layer_block")
@@ -204,8 +238,11 @@ def test_runs_read_in_one_batch_are_simulated_apart(warehouse, tmp_path):
 
 def test_reuse_histogram_equals_the_stack_distances_by_definition(random_trace):
     con, records = random_trace
-    distances = [d for s in _streams(records, 12, "layer_block").values()
-                 for d in cache_models.stack_distance(s)]
+    distances = [
+        d
+        for s in _streams(records, 12, "layer_block").values()
+        for d in cache_models.stack_distance(s)
+    ]
     rows = _rows(con, "SELECT distance, accesses FROM dsa_reuse(12, 'layer_block')")
     expected = {}
     for d in distances:
@@ -229,19 +266,25 @@ def test_a_shared_cache_follows_the_batched_step_order(warehouse):
     shared = [(3, 0), (3, 2), (7, 1), (7, 2), (3, 0), (3, 1), (7, 0)]
     con = connect(warehouse)
     for capacity in (1, 2, 3, 4):
-        got = _rows(con, f"SELECT hits FROM dsa_hit_curve(16, 'lru', 'block', 'run', "
-                         f"[{capacity}]) WHERE capacity_blocks = {capacity}")
+        got = _rows(
+            con,
+            f"SELECT hits FROM dsa_hit_curve(16, 'lru', 'block', 'run', "
+            f"[{capacity}]) WHERE capacity_blocks = {capacity}",
+        )
         assert got == [(sum(cache_models.lru_hits(shared, capacity)),)]
 
 
-@pytest.mark.parametrize(("sql", "message"), [
-    ("FROM dsa_hit_curve(16, 'mru')", "unknown policy 'mru'"),
-    ("FROM dsa_hit_curve(16, capacities := [0])", "capacities must be at least 1"),
-    ("FROM dsa_hit_curve(0)", "block size must be a positive"),
-    ("FROM dsa_reuse(16, 'page')", "unknown granularity 'page'"),
-    ("FROM dsa_access(16, 'page')", "unknown granularity 'page'"),
-    ("FROM dsa_working_set(16, 0)", "window must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("FROM dsa_hit_curve(16, 'mru')", "unknown policy 'mru'"),
+        ("FROM dsa_hit_curve(16, capacities := [0])", "capacities must be at least 1"),
+        ("FROM dsa_hit_curve(0)", "block size must be a positive"),
+        ("FROM dsa_reuse(16, 'page')", "unknown granularity 'page'"),
+        ("FROM dsa_access(16, 'page')", "unknown granularity 'page'"),
+        ("FROM dsa_working_set(16, 0)", "window must be at least 1"),
+    ],
+)
 def test_bad_arguments_are_one_sentence(example, sql, message):
     from kvtrace.sql.query import run_query
 

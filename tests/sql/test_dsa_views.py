@@ -15,8 +15,7 @@ from tests.conftest import linear_quantile, local_only, read_records
 
 @pytest.fixture
 def loaded(warehouse, synthetic_trace):
-    trace = synthetic_trace("views", requests=4, steps=3, layers=5, topk=256,
-                            prompt_tokens=900)
+    trace = synthetic_trace("views", requests=4, steps=3, layers=5, topk=256, prompt_tokens=900)
     ingest(warehouse, [str(trace)])
     return connect(warehouse), read_records(trace)
 
@@ -31,36 +30,56 @@ def test_dsa_blocks_matches_numpy(loaded, block_size):
     rows = con.execute(
         "SELECT request_id, step_idx, layer_id, unique_blocks, total_blocks_in_use, "
         "touched_block_ratio, tokens_per_block_mean, tokens_per_block_p50, "
-        "tokens_per_block_p95 FROM dsa_blocks(?)", [block_size]).fetchall()
+        "tokens_per_block_p95 FROM dsa_blocks(?)",
+        [block_size],
+    ).fetchall()
     got = {row[:3]: row[3:] for row in rows}
     assert len(got) == len(records)
     for record in records:
         pos = np.array(record["selected_token_pos"])
         _, per_block = np.unique(pos // block_size, return_counts=True)
         total = int(np.ceil(record["seq_len_current"] / block_size))
-        expected = (len(per_block), total, len(per_block) / total, per_block.mean(),
-                    linear_quantile(per_block, 0.5), linear_quantile(per_block, 0.95))
+        expected = (
+            len(per_block),
+            total,
+            len(per_block) / total,
+            per_block.mean(),
+            linear_quantile(per_block, 0.5),
+            linear_quantile(per_block, 0.95),
+        )
         assert got[_key(record)] == pytest.approx(expected)
 
 
 def test_dsa_offsets_matches_numpy(loaded):
     con, records = loaded
-    rows = con.execute("SELECT request_id, step_idx, layer_id, offset_min, offset_p50, "
-                       "offset_p95, offset_max, offset_mean, within_256, within_1024 "
-                       "FROM dsa_offsets").fetchall()
+    rows = con.execute(
+        "SELECT request_id, step_idx, layer_id, offset_min, offset_p50, "
+        "offset_p95, offset_max, offset_mean, within_256, within_1024 "
+        "FROM dsa_offsets"
+    ).fetchall()
     got = {row[:3]: row[3:] for row in rows}
     for record in records:
         off = record["seq_len_current"] - 1 - np.array(record["selected_token_pos"])
-        expected = (off.min(), linear_quantile(off, 0.5), linear_quantile(off, 0.95),
-                    off.max(), off.mean(), (off < 256).mean(), (off < 1024).mean())
+        expected = (
+            off.min(),
+            linear_quantile(off, 0.5),
+            linear_quantile(off, 0.95),
+            off.max(),
+            off.mean(),
+            (off < 256).mean(),
+            (off < 1024).mean(),
+        )
         assert got[_key(record)] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("block_size", [16, 128])
 def test_dsa_prefix_matches_numpy(loaded, block_size):
     con, records = loaded
-    rows = con.execute("SELECT request_id, step_idx, layer_id, intersection_blocks, "
-                       "intersection_ratio FROM dsa_prefix(?)", [block_size]).fetchall()
+    rows = con.execute(
+        "SELECT request_id, step_idx, layer_id, intersection_blocks, "
+        "intersection_ratio FROM dsa_prefix(?)",
+        [block_size],
+    ).fetchall()
     got = {row[:3]: row[3:] for row in rows}
     hot = defaultdict(Counter)
     for record in records:
@@ -73,16 +92,23 @@ def test_dsa_prefix_matches_numpy(loaded, block_size):
         hot[record["request_id"]].update(inside.tolist())
         assert got[_key(record)][0] == inside.tolist()
         assert got[_key(record)][1] == pytest.approx(len(inside) / len(blocks))
-    hot_rows = con.execute("SELECT request_id, block_id, touch_count FROM "
-                           "dsa_prefix_hot_blocks(?) WHERE hot_rank = 1", [block_size]).fetchall()
+    hot_rows = con.execute(
+        "SELECT request_id, block_id, touch_count FROM dsa_prefix_hot_blocks(?) WHERE hot_rank = 1",
+        [block_size],
+    ).fetchall()
     for request_id, block_id, touches in hot_rows:
         top = max(hot[request_id].values())
         assert touches == top
         assert block_id == min(b for b, n in hot[request_id].items() if n == top)
 
 
-SUMMARY_STATS = ("unique_blocks", "touched_block_ratio", "tokens_per_touched_block",
-                 "offsets", "prefix_intersection_ratio")
+SUMMARY_STATS = (
+    "unique_blocks",
+    "touched_block_ratio",
+    "tokens_per_touched_block",
+    "offsets",
+    "prefix_intersection_ratio",
+)
 
 
 def _numpy_summary(records) -> dict[str, list[Fraction]]:
@@ -94,10 +120,10 @@ def _numpy_summary(records) -> dict[str, list[Fraction]]:
         blocks, per_block = np.unique(pos // size, return_counts=True)
         observed["unique_blocks"].append(Fraction(len(blocks)))
         observed["touched_block_ratio"].append(
-            Fraction(len(blocks), -(-record["seq_len_current"] // size)))
+            Fraction(len(blocks), -(-record["seq_len_current"] // size))
+        )
         observed["tokens_per_touched_block"].extend(Fraction(int(n)) for n in per_block)
-        observed["offsets"].extend(Fraction(int(o))
-                                   for o in record["seq_len_current"] - 1 - pos)
+        observed["offsets"].extend(Fraction(int(o)) for o in record["seq_len_current"] - 1 - pos)
         inside = int((blocks < record["prefix"]["prefix_cached_blocks"]).sum())
         observed["prefix_intersection_ratio"].append(Fraction(inside, len(blocks)))
     return observed
@@ -105,9 +131,14 @@ def _numpy_summary(records) -> dict[str, list[Fraction]]:
 
 def _stats(values: list[Fraction]) -> dict[str, float]:
     floats = np.asarray([float(v) for v in values], dtype=np.float64)
-    return {"count": len(values), "min": floats.min(), "p50": np.quantile(floats, 0.5),
-            "p95": np.quantile(floats, 0.95), "max": floats.max(),
-            "mean": float(sum(values) / len(values))}
+    return {
+        "count": len(values),
+        "min": floats.min(),
+        "p50": np.quantile(floats, 0.5),
+        "p95": np.quantile(floats, 0.95),
+        "max": floats.max(),
+        "mean": float(sum(values) / len(values)),
+    }
 
 
 def test_dsa_summary_matches_numpy_over_all_positions_and_blocks(loaded):
@@ -131,7 +162,8 @@ def test_summary_json_matches_numpy_with_exact_means(loaded):
         expected = _stats(observed[name])
         assert summary[name]["mean"] == expected.pop("mean"), name  # bit for bit
         assert {k: v for k, v in summary[name].items() if k != "mean"} == pytest.approx(
-            expected, rel=1e-15), name
+            expected, rel=1e-15
+        ), name
 
 
 def test_dsa_layer_profile_counts_every_layer(loaded):

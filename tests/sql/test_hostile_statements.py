@@ -20,9 +20,11 @@ def root(warehouse, tmp_path):
 
 def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(root, cli, tmp_path):
     target = tmp_path / "copied.csv"
-    for sql in (f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{target}'",
-                f"EXPLAIN (FORMAT json) COPY (SELECT 1) TO '{target}'",
-                "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1"):
+    for sql in (
+        f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{target}'",
+        f"EXPLAIN (FORMAT json) COPY (SELECT 1) TO '{target}'",
+        "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+    ):
         status, _, err = cli("-w", root, "sql", sql)
         assert status == 1 and "read-only" in err, sql
     assert not target.exists()
@@ -31,8 +33,7 @@ def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(root, cli, tmp
 
 
 @local_only
-def test_output_inside_the_warehouse_is_refused_and_errors_name_the_real_path(
-        root, cli, tmp_path):
+def test_output_inside_the_warehouse_is_refused_and_errors_name_the_real_path(root, cli, tmp_path):
     inside = f"{root}/_commits/evil.csv"
     status, _, err = cli("-w", root, "sql", "SELECT 1", "-f", "csv", "-o", inside)
     assert status == 1 and "inside the warehouse" in err
@@ -50,17 +51,25 @@ def test_statements_separated_by_semicolons_run_in_turn(root, cli):
 def test_no_external_access_reads_the_warehouse_but_no_other_file(root, cli, tmp_path):
     outside = tmp_path / "secret.csv"
     outside.write_text("x\n42\n")
-    status, out, _ = cli("-w", root, "sql", f"SELECT * FROM read_csv('{outside}')",
-                         "-f", "csv")
+    status, out, _ = cli("-w", root, "sql", f"SELECT * FROM read_csv('{outside}')", "-f", "csv")
     assert status == 0 and "42" in out  # allowed without the flag
-    status, _, err = cli("-w", root, "--quiet", "sql", "--no-external-access",
-                         f"SELECT * FROM read_csv('{outside}')")
+    status, _, err = cli(
+        "-w", root, "--quiet", "sql", "--no-external-access", f"SELECT * FROM read_csv('{outside}')"
+    )
     assert status == 1 and "42" not in err
-    status, _, err = cli("-w", root, "sql", "--no-external-access",
-                         "SET enable_external_access = true; SELECT 1")
+    status, _, err = cli(
+        "-w", root, "sql", "--no-external-access", "SET enable_external_access = true; SELECT 1"
+    )
     assert status == 1
-    status, out, err = cli("-w", root, "sql", "--no-external-access",
-                           "SELECT count(*) AS n FROM dsa_steps", "-f", "csv")
+    status, out, err = cli(
+        "-w",
+        root,
+        "sql",
+        "--no-external-access",
+        "SELECT count(*) AS n FROM dsa_steps",
+        "-f",
+        "csv",
+    )
     assert status == 0 and out == "n\n1500\n", err
 
 
@@ -70,8 +79,16 @@ def test_large_results_stream_to_files_and_the_table_is_capped(root, cli, tmp_pa
     assert out.count("\n") < 1010 and "the first 1,000 rows" in out
     for fmt in ("csv", "json", "parquet"):
         target = tmp_path / f"all.{fmt}"
-        status, _, err = cli("-w", root, "sql", "SELECT request_id, selected_pos FROM "
-                             "dsa_steps", "-f", fmt, "-o", str(target))
+        status, _, err = cli(
+            "-w",
+            root,
+            "sql",
+            "SELECT request_id, selected_pos FROM dsa_steps",
+            "-f",
+            fmt,
+            "-o",
+            str(target),
+        )
         assert status == 0, err
         if fmt == "csv":
             assert target.read_text().count("\n") == 1501

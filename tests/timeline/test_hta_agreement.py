@@ -31,19 +31,29 @@ def _hta(folder: Path) -> dict:
             analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
             temporal = analysis.get_temporal_breakdown(visualize=False)
             overlap = analysis.get_comm_comp_overlap(visualize=False)
-            _, kernels = analysis.get_gpu_kernel_breakdown(visualize=False,
-                                                           include_memory_kernels=True)
+            _, kernels = analysis.get_gpu_kernel_breakdown(
+                visualize=False, include_memory_kernels=True
+            )
     finally:
         logging.disable(logging.NOTSET)
     sums = kernels.groupby(["rank", "kernel_type"])["sum (us)"].sum()
     return {
-        "temporal": sorted((int(r["rank"]), r["kernel_time(us)"], r["idle_time(us)"],
-                            r["compute_time(us)"], r["non_compute_time(us)"])
-                           for _, r in temporal.iterrows()),
-        "overlap_pctg": sorted((int(r["rank"]), r["comp_comm_overlap_pctg"])
-                               for _, r in overlap.iterrows()),
-        "kernels": sorted((int(rank), kind.lower(), total)
-                          for (rank, kind), total in sums.items() if total > 0),
+        "temporal": sorted(
+            (
+                int(r["rank"]),
+                r["kernel_time(us)"],
+                r["idle_time(us)"],
+                r["compute_time(us)"],
+                r["non_compute_time(us)"],
+            )
+            for _, r in temporal.iterrows()
+        ),
+        "overlap_pctg": sorted(
+            (int(r["rank"]), r["comp_comm_overlap_pctg"]) for _, r in overlap.iterrows()
+        ),
+        "kernels": sorted(
+            (int(rank), kind.lower(), total) for (rank, kind), total in sums.items() if total > 0
+        ),
     }
 
 
@@ -55,14 +65,17 @@ def _kvtrace(folder: Path, tmp_path: Path) -> dict:
         return {
             "temporal": con.execute(
                 "SELECT rank, kernel_time_us, idle_us, compute_us, non_compute_us "
-                "FROM timeline_temporal_breakdown ORDER BY rank").fetchall(),
+                "FROM timeline_temporal_breakdown ORDER BY rank"
+            ).fetchall(),
             "overlap_pctg": con.execute(
                 "SELECT rank, round(100 * overlap_share, 2) FROM timeline_comm_comp_overlap "
-                "ORDER BY rank").fetchall(),
+                "ORDER BY rank"
+            ).fetchall(),
             "kernels": con.execute(
                 "SELECT rank, kernel_type, total_us FROM timeline_kernel_breakdown "
                 "WHERE kernel_type IN ('computation', 'communication', 'memory') "
-                "ORDER BY ALL").fetchall(),
+                "ORDER BY ALL"
+            ).fetchall(),
         }
     finally:
         con.close()
@@ -85,18 +98,29 @@ def test_the_real_sample_gives_htas_figures(tmp_path):
 
 
 def test_generated_ranks_give_htas_figures_and_the_chosen_ones(tmp_path):
-    shape = TimelineShape(iterations=3, layers=6, kernels_per_layer=3, compute_us=180,
-                          comm_us=40, comm_hidden_us=32, gpu_annotations=False)
+    shape = TimelineShape(
+        iterations=3,
+        layers=6,
+        kernels_per_layer=3,
+        compute_us=180,
+        comm_us=40,
+        comm_hidden_us=32,
+        gpu_annotations=False,
+    )
     folder = tmp_path / "ranks"
     folder.mkdir()
     for rank in range(3):
-        write_timeline_trace(folder / f"rank{rank}.pt.trace.json", shape, rank=rank,
-                             world_size=3)
+        write_timeline_trace(folder / f"rank{rank}.pt.trace.json", shape, rank=rank, world_size=3)
     ours, theirs = _kvtrace(folder, tmp_path), _hta(folder)
     _same(ours, theirs)
     expected = shape.expected()
-    assert {row[1:] for row in ours["temporal"]} == {(
-        expected["kernel_time_us"], expected["idle_time_us"], expected["compute_time_us"],
-        expected["non_compute_time_us"])}
+    assert {row[1:] for row in ours["temporal"]} == {
+        (
+            expected["kernel_time_us"],
+            expected["idle_time_us"],
+            expected["compute_time_us"],
+            expected["non_compute_time_us"],
+        )
+    }
     share = round(100 * expected["comm_overlapped_us"] / expected["comm_us"], 2)
     assert ours["overlap_pctg"] == [(rank, share) for rank in range(3)]

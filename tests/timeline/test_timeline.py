@@ -14,12 +14,18 @@ from kvtrace.ingest import ingest
 from tests.conftest import DATA, warehouse_at
 
 
-def _event(cat: str, name: str, ts: float, dur: float, stream: int | None = None,
-           **args) -> dict:
+def _event(cat: str, name: str, ts: float, dur: float, stream: int | None = None, **args) -> dict:
     extra = {"stream": stream, "device": 0} if stream is not None else {}
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if stream is not None else 1,
-            "tid": stream if stream is not None else 1, "ts": ts, "dur": dur,
-            "args": {**extra, **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0 if stream is not None else 1,
+        "tid": stream if stream is not None else 1,
+        "ts": ts,
+        "dur": dur,
+        "args": {**extra, **args},
+    }
 
 
 def _trace(path: Path) -> Path:
@@ -28,17 +34,25 @@ def _trace(path: Path) -> Path:
         _event("kernel", "gemm", 10, 30, stream=7),  # [10, 40)
         _event("kernel", "gemm", 50, 20, stream=7),  # [50, 70)
         _event("kernel", "gemm_overlapping_itself", 15, 10, stream=7),  # inside [10, 40)
-        _event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 30, 30, stream=20,
-               bytes=3_000_000),  # [30, 60): 20 us under kernels, 10 exposed
-        _event("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 80, 10, stream=21,
-               bytes=1_000),  # [80, 90): exposed
+        _event(
+            "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 30, 30, stream=20, bytes=3_000_000
+        ),  # [30, 60): 20 us under kernels, 10 exposed
+        _event(
+            "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 80, 10, stream=21, bytes=1_000
+        ),  # [80, 90): exposed
         _event("kernel", "ncclKernel_AllReduce", 0, 20, stream=30),  # [0, 20)
         {"ph": "X", "cat": "kernel", "name": "broken", "ts": "soon", "dur": 1},
         {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
     ]
-    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 3,
-                                                                         "world_size": 8},
-                                "traceEvents": events}))
+    path.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "distributedInfo": {"rank": 3, "world_size": 8},
+                "traceEvents": events,
+            }
+        )
+    )
     return path
 
 
@@ -52,33 +66,44 @@ def timeline(warehouse, tmp_path):
 
 
 def test_busy_time_is_the_union_of_a_streams_events(timeline):
-    rows = timeline.execute("SELECT rank, iteration, stream, busy_us, window_us, idle_us "
-                            "FROM timeline_stream_busy ORDER BY stream").fetchall()
+    rows = timeline.execute(
+        "SELECT rank, iteration, stream, busy_us, window_us, idle_us "
+        "FROM timeline_stream_busy ORDER BY stream"
+    ).fetchall()
     # the GPU window of iteration 1 runs from 0 (nccl) to 90 (the DtoH copy)
-    assert rows == [(3, 1, 7, 50.0, 90.0, 40.0), (3, 1, 20, 30.0, 90.0, 60.0),
-                    (3, 1, 21, 10.0, 90.0, 80.0), (3, 1, 30, 20.0, 90.0, 70.0)]
+    assert rows == [
+        (3, 1, 7, 50.0, 90.0, 40.0),
+        (3, 1, 20, 30.0, 90.0, 60.0),
+        (3, 1, 21, 10.0, 90.0, 80.0),
+        (3, 1, 30, 20.0, 90.0, 70.0),
+    ]
 
 
 def test_copies_hidden_behind_kernels_and_exposed(timeline):
-    rows = timeline.execute("SELECT copy_kind, copies, bytes, copy_us, overlapped_us, "
-                            "exposed_us, hidden_share FROM timeline_copy_overlap "
-                            "ORDER BY copy_kind").fetchall()
-    assert rows == [("DtoH", 1, 1000, 10.0, 0.0, 10.0, 0.0),
-                    ("HtoD", 1, 3_000_000, 30.0, 20.0, 10.0, pytest.approx(2 / 3))]
+    rows = timeline.execute(
+        "SELECT copy_kind, copies, bytes, copy_us, overlapped_us, "
+        "exposed_us, hidden_share FROM timeline_copy_overlap "
+        "ORDER BY copy_kind"
+    ).fetchall()
+    assert rows == [
+        ("DtoH", 1, 1000, 10.0, 0.0, 10.0, 0.0),
+        ("HtoD", 1, 3_000_000, 30.0, 20.0, 10.0, pytest.approx(2 / 3)),
+    ]
 
 
 def test_overlap_of_two_stream_sets(timeline):
-    row = timeline.execute("SELECT a_busy_us, b_busy_us, overlap_us FROM "
-                           "timeline_overlap([7, 30], [20])").fetchone()
+    row = timeline.execute(
+        "SELECT a_busy_us, b_busy_us, overlap_us FROM timeline_overlap([7, 30], [20])"
+    ).fetchone()
     # streams 7 and 30 together: [0, 40) and [50, 70) = 60 us; the copy: 30 us; both: 20
     assert row == (60.0, 30.0, 20.0)
 
 
 def test_kernel_breakdown_by_hta_types(timeline):
-    rows = timeline.execute("SELECT kernel_type, kernels, total_us FROM "
-                            "timeline_kernel_breakdown").fetchall()
-    assert rows == [("computation", 3, 60.0), ("memory", 2, 40.0),
-                    ("communication", 1, 20.0)]
+    rows = timeline.execute(
+        "SELECT kernel_type, kernels, total_us FROM timeline_kernel_breakdown"
+    ).fetchall()
+    assert rows == [("computation", 3, 60.0), ("memory", 2, 40.0), ("communication", 1, 20.0)]
 
 
 def test_the_real_kineto_sample_ingests_whole(warehouse, tmp_path):
@@ -88,13 +113,13 @@ def test_the_real_kineto_sample_ingests_whole(warehouse, tmp_path):
     report = ingest(warehouse, [str(sample)], run_name="hta-sample")
     assert report.files[0].rows == len(complete) and report.files[0].rejected == 0
     con = connect(warehouse)
-    copies = con.execute("SELECT sum(copies), sum(bytes) FROM timeline_copy_overlap"
-                         ).fetchone()
+    copies = con.execute("SELECT sum(copies), sum(bytes) FROM timeline_copy_overlap").fetchone()
     memcpy = [e for e in complete if e["cat"] == "gpu_memcpy"]
     assert copies == (len(memcpy), sum(e["args"]["bytes"] for e in memcpy))
     streams = {e["args"]["stream"] for e in complete if "stream" in e.get("args", {})}
-    busy = {s for (s,) in con.execute("SELECT DISTINCT stream FROM timeline_stream_busy"
-                                      ).fetchall()}
+    busy = {
+        s for (s,) in con.execute("SELECT DISTINCT stream FROM timeline_stream_busy").fetchall()
+    }
     assert busy == streams
 
 
@@ -149,8 +174,14 @@ def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
     status, _, err = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace))
     assert status == 1 and "cut.pt.trace.json is cut short or not JSON" in err
     assert "Traceback" not in err
-    status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "sql",
-                         "SELECT count(*) FROM timeline_events", "-f", "csv")
+    status, out, _ = cli(
+        "-w",
+        warehouse_at(tmp_path / "wh"),
+        "sql",
+        "SELECT count(*) FROM timeline_events",
+        "-f",
+        "csv",
+    )
     assert out.splitlines()[1] == "0"
 
 
@@ -160,29 +191,35 @@ def test_launches_queue_and_copy_bandwidth(warehouse, tmp_path):
         _event("kernel", "tiny", 10, 2, stream=7, correlation=1),  # shorter than its launch
         _event("cuda_runtime", "cudaLaunchKernel", 6, 4, correlation=2),
         _event("kernel", "big", 12, 20, stream=7, correlation=2),
-        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 40, 100, stream=20,
-               bytes=2 * 2**20),
-        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 140, 100, stream=20,
-               bytes=4 * 2**20),
-        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 240, 1, stream=20,
-               bytes=1024),  # too small to measure bandwidth
+        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 40, 100, stream=20, bytes=2 * 2**20),
+        _event(
+            "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 140, 100, stream=20, bytes=4 * 2**20
+        ),
+        _event(
+            "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 240, 1, stream=20, bytes=1024
+        ),  # too small to measure bandwidth
     ]
     trace = tmp_path / "launches.pt.trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     ingest(warehouse, [str(trace)])
     con = connect(warehouse)
-    launches = con.execute("SELECT name, launch_us, launch_delay_us, kernel_us, short_kernel "
-                           "FROM timeline_launches ORDER BY name").fetchall()
+    launches = con.execute(
+        "SELECT name, launch_us, launch_delay_us, kernel_us, short_kernel "
+        "FROM timeline_launches ORDER BY name"
+    ).fetchall()
     assert launches == [("big", 4.0, 6.0, 20.0, False), ("tiny", 5.0, 10.0, 2.0, True)]
-    summary = con.execute("SELECT kernels, launch_p50_us, launch_delay_p50_us, short_share "
-                          "FROM timeline_launch_summary").fetchone()
+    summary = con.execute(
+        "SELECT kernels, launch_p50_us, launch_delay_p50_us, short_share "
+        "FROM timeline_launch_summary"
+    ).fetchone()
     assert summary == (2, 4.5, 8.0, 0.5)
     # queue: +1 at 0, +1 at 6, -1 at 12 (tiny ends), -1 at 32 (big ends)
-    queue = con.execute("SELECT window_us, queued, peak FROM timeline_queue_length()"
-                        ).fetchall()
+    queue = con.execute("SELECT window_us, queued, peak FROM timeline_queue_length()").fetchall()
     assert queue == [(0.0, 0, 2)]
-    bandwidth = con.execute("SELECT copy_kind, copies, gbps_p50, p50_of_peak FROM "
-                            "timeline_copy_bandwidth(peak_gbps := 25)").fetchone()
+    bandwidth = con.execute(
+        "SELECT copy_kind, copies, gbps_p50, p50_of_peak FROM "
+        "timeline_copy_bandwidth(peak_gbps := 25)"
+    ).fetchone()
     median = (2 * 2**20 + 4 * 2**20) / 2 / 100e3  # GB/s: bytes per us / 1e3
     assert bandwidth == ("HtoD", 2, pytest.approx(median), pytest.approx(median / 25))
 
@@ -201,9 +238,14 @@ def test_idle_gaps_are_host_wait_kernel_wait_or_other(warehouse, tmp_path):
     trace = tmp_path / "gaps.pt.trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     ingest(warehouse, [str(trace)])
-    row = connect(warehouse).execute(
-        "SELECT stream, idle_us, host_wait_us, kernel_wait_us, other_us "
-        "FROM timeline_idle_breakdown(kernel_wait_us := 30)").fetchone()
+    row = (
+        connect(warehouse)
+        .execute(
+            "SELECT stream, idle_us, host_wait_us, kernel_wait_us, other_us "
+            "FROM timeline_idle_breakdown(kernel_wait_us := 30)"
+        )
+        .fetchone()
+    )
     assert row == (7, 9.0 + 75.0 + 55.0, 55.0, 9.0, 75.0)
 
 
@@ -217,9 +259,14 @@ def test_exposed_copy_time_per_annotated_layer(warehouse, tmp_path):
     ]
     trace.write_text(json.dumps(document))
     ingest(warehouse, [str(trace)])
-    rows = connect(warehouse).execute(
-        "SELECT annotation, spans, copy_us, overlapped_us, exposed_us "
-        "FROM timeline_copy_by_annotation('^layer_\\d+$')").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT annotation, spans, copy_us, overlapped_us, exposed_us "
+            "FROM timeline_copy_by_annotation('^layer_\\d+$')"
+        )
+        .fetchall()
+    )
     # HtoD [30, 60) under kernels [10, 40) and [50, 70); DtoH [80, 90) alone
     # layer_0 [0, 50): copy [30, 50) = 20, hidden [30, 40) = 10
     # layer_1 [50, 100): copy [50, 60) + [80, 90) = 20, hidden [50, 60) = 10

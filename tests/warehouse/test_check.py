@@ -18,8 +18,9 @@ def three_ingests(tmp_path, synthetic_trace):
     """A warehouse of three DSA runs of 8 rows each, ingested one after another."""
     location = warehouse_at(tmp_path / "wh")
     warehouse = Warehouse(location, create=True)
-    traces = [synthetic_trace(run_name=f"run{n}", requests=2, steps=2, layers=2, seed=n)
-              for n in range(3)]
+    traces = [
+        synthetic_trace(run_name=f"run{n}", requests=2, steps=2, layers=2, seed=n) for n in range(3)
+    ]
     for trace in traces:
         ingest(warehouse, [str(trace)])
     return location, traces
@@ -48,8 +49,11 @@ def _damage_newest_entry(location: str, table: str, content: bytes) -> str:
 def _data_file(location: str, run: str) -> str:
     con = connect(Warehouse(location))
     try:
-        return con.execute("SELECT path FROM warehouse_files WHERE table_name = 'dsa_steps' "
-                           "AND run_id LIKE ? || '-%'", [run]).fetchone()[0]
+        return con.execute(
+            "SELECT path FROM warehouse_files WHERE table_name = 'dsa_steps' "
+            "AND run_id LIKE ? || '-%'",
+            [run],
+        ).fetchone()[0]
     finally:
         con.close()
 
@@ -80,8 +84,7 @@ def test_a_garbled_or_cut_log_entry_is_named_and_rolled_back(three_ingests, cli,
     status, out, err = cli("-w", location, "check")
     assert status == 1
     problem = next(line for line in out.splitlines() if line.startswith("problem: "))
-    assert problem.startswith(f"problem: dsa_steps, version {version}: the log entry is "
-                              "garbled")
+    assert problem.startswith(f"problem: dsa_steps, version {version}: the log entry is garbled")
     assert "8 row(s) cannot be read" in problem and str(traces[2]) in problem
     assert "'kvtrace check --repair' returns it to its newest consistent version" in err
     status, _, err = cli("-w", location, "sql", "SELECT count(*) FROM dsa_steps")
@@ -129,8 +132,7 @@ def test_an_empty_newest_journal_entry_no_longer_hides_rows_silently(three_inges
     _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
 
 
-def test_a_missing_compacted_file_is_replaced_by_the_files_it_was_made_of(three_ingests,
-                                                                          cli):
+def test_a_missing_compacted_file_is_replaced_by_the_files_it_was_made_of(three_ingests, cli):
     location, _ = three_ingests
     optimize(Warehouse(location))
     compacted = _data_file_compacted(location)
@@ -145,7 +147,8 @@ def test_a_missing_compacted_file_is_replaced_by_the_files_it_was_made_of(three_
 def _data_file_compacted(location: str) -> str:
     con = connect(Warehouse(location))
     try:
-        return con.execute("SELECT path FROM warehouse_files WHERE table_name = 'dsa_steps' "
-                           "AND commit_id IS NULL").fetchone()[0]
+        return con.execute(
+            "SELECT path FROM warehouse_files WHERE table_name = 'dsa_steps' AND commit_id IS NULL"
+        ).fetchone()[0]
     finally:
         con.close()

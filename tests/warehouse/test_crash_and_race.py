@@ -32,14 +32,21 @@ def _state(location: str) -> tuple[dict[str, int], dict[str, int]]:
     """Per source path: the journal's committed sources, and rows per run name."""
     con = connect(Warehouse(location))
     try:
-        committed = dict(con.execute(
-            "SELECT DISTINCT source_path, run_id FROM warehouse_commits "
-            "WHERE operation = 'ingest'").fetchall())
-        rows = dict(con.execute("SELECT r.run_name, count(*) FROM dsa_steps s "
-                                "JOIN runs r USING (run_id) GROUP BY 1").fetchall())
+        committed = dict(
+            con.execute(
+                "SELECT DISTINCT source_path, run_id FROM warehouse_commits "
+                "WHERE operation = 'ingest'"
+            ).fetchall()
+        )
+        rows = dict(
+            con.execute(
+                "SELECT r.run_name, count(*) FROM dsa_steps s JOIN runs r USING (run_id) GROUP BY 1"
+            ).fetchall()
+        )
         doubled = con.execute(
             "SELECT count(*) FROM (SELECT run_id, request_id, step_idx, layer_id, block_size "
-            "FROM dsa_steps GROUP BY ALL HAVING count(*) > 1)").fetchone()[0]
+            "FROM dsa_steps GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
         assert doubled == 0
         return committed, rows
     finally:
@@ -50,8 +57,12 @@ def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
     rng = random.Random(SEED)
     location = warehouse_at(tmp_path / "wh")
     Warehouse(location, create=True)
-    traces = {f"src{n}": synthetic_trace(run_name=f"src{n}", requests=REQUESTS, steps=STEPS,
-                                         layers=LAYERS, seed=n) for n in range(SOURCES)}
+    traces = {
+        f"src{n}": synthetic_trace(
+            run_name=f"src{n}", requests=REQUESTS, steps=STEPS, layers=LAYERS, seed=n
+        )
+        for n in range(SOURCES)
+    }
     started = time.monotonic()
     for round_no in range(ROUNDS):
         names = rng.sample(sorted(traces), rng.randint(1, 3))
@@ -61,8 +72,10 @@ def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
         if rng.random() < 0.7:
             commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
         rng.shuffle(commands)
-        processes = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True) for c in commands]
+        processes = [
+            subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for c in commands
+        ]
         doomed = [p for p in processes if rng.random() < 0.5]
         time.sleep(rng.uniform(0.2, 2.5))
         for process in doomed:

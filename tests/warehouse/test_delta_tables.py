@@ -34,26 +34,34 @@ def _count(location: str, sql: str) -> tuple:
         con.close()
 
 
-def test_three_processes_ingesting_one_file_at_once_store_it_once(tmp_path, synthetic_trace,
-                                                                  cli):
+def test_three_processes_ingesting_one_file_at_once_store_it_once(tmp_path, synthetic_trace, cli):
     trace = synthetic_trace(requests=3, steps=4, layers=8)
     location = warehouse_at(tmp_path / "wh")
     Warehouse(location, create=True)
-    processes = [subprocess.Popen([sys.executable, "-m", "kvtrace", "-q", "-w", location,
-                                   "ingest", str(trace)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "kvtrace", "-q", "-w", location, "ingest", str(trace)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     for process in processes:
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
     assert _count(location, "SELECT count(*) FROM _dsa_steps_files") == (3 * 4 * 8,)
     assert _count(location, "SELECT count(*) FROM _requests_files") == (3,)
-    assert _count(location, "SELECT count(DISTINCT commit_id) FROM warehouse_commits "
-                            "WHERE source_path IS NOT NULL") == (1,)
+    assert _count(
+        location,
+        "SELECT count(DISTINCT commit_id) FROM warehouse_commits WHERE source_path IS NOT NULL",
+    ) == (1,)
     assert leftovers(Warehouse(location)) == []
 
 
 def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing(
-        tmp_path, synthetic_trace, monkeypatch):
+    tmp_path, synthetic_trace, monkeypatch
+):
     from kvtrace.warehouse import object_lock
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # the killed writer's run lock
@@ -71,8 +79,7 @@ def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing
         "journal.append = stall\n"
         f"ingest(Warehouse({location!r}), [{str(trace)!r}])\n"
     )
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "tables committed"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
@@ -93,20 +100,29 @@ def test_dead_commits_are_dropped_from_the_logs_other_engines_read(tmp_path, war
 
     commit = warehouse.begin("orphan")
     warehouse.write_rows(commit, "runs", [{"run_id": "orphan", "run_name": "orphan"}])
-    add_files(warehouse.storage, "runs", TABLES["runs"].schema, commit.files, commit.app_id,
-              commit.commit_id)  # the tables commit ...
+    add_files(
+        warehouse.storage,
+        "runs",
+        TABLES["runs"].schema,
+        commit.files,
+        commit.app_id,
+        commit.commit_id,
+    )  # the tables commit ...
     assert [(f.table, f.alive) for f in leftovers(warehouse)] == [("runs", True)]
     assert settle(warehouse) == []  # its writer is still at it: nothing is dropped
     commit.hold.release()  # ... then the process dies
     assert [(f.table, f.alive) for f in leftovers(warehouse)] == [("runs", False)]
-    assert settle(warehouse) == ["dropped 1 file(s) of 1 commit(s) whose writers died "
-                                 "before recording them; ingesting their sources again "
-                                 "commits them"]
+    assert settle(warehouse) == [
+        "dropped 1 file(s) of 1 commit(s) whose writers died "
+        "before recording them; ingesting their sources again "
+        "commits them"
+    ]
     assert leftovers(warehouse) == []
 
 
 def test_as_of_reproduces_an_earlier_report_apart_from_its_generated_at_line(
-        tmp_path, synthetic_trace, cli):
+    tmp_path, synthetic_trace, cli
+):
     location = warehouse_at(tmp_path / "wh")
     first = synthetic_trace(run_name="first", requests=2, steps=3, layers=4)
     assert cli("-w", location, "ingest", str(first))[0] == 0
@@ -114,8 +130,19 @@ def test_as_of_reproduces_an_earlier_report_apart_from_its_generated_at_line(
     assert cli("-w", location, "report", "dsa", "-o", str(tmp_path / "a" / "dsa.html"))[0] == 0
     second = synthetic_trace(run_name="second", requests=3, steps=2, layers=4, seed=5)
     assert cli("-w", location, "ingest", str(second))[0] == 0
-    assert cli("-w", location, "report", "dsa", "--as-of", str(version),
-               "-o", str(tmp_path / "b" / "dsa.html"))[0] == 0
+    assert (
+        cli(
+            "-w",
+            location,
+            "report",
+            "dsa",
+            "--as-of",
+            str(version),
+            "-o",
+            str(tmp_path / "b" / "dsa.html"),
+        )[0]
+        == 0
+    )
     assert cli("-w", location, "report", "dsa", "-o", str(tmp_path / "c" / "dsa.html"))[0] == 0
 
     def page(folder: str) -> list[str]:
@@ -124,15 +151,22 @@ def test_as_of_reproduces_an_earlier_report_apart_from_its_generated_at_line(
 
     assert page("a") == page("b")
     assert page("a") != page("c")
-    status, out, _ = cli("-w", location, "sql", "--as-of", str(version),
-                         "SELECT count(DISTINCT run_id) FROM runs", "-f", "csv")
+    status, out, _ = cli(
+        "-w",
+        location,
+        "sql",
+        "--as-of",
+        str(version),
+        "SELECT count(DISTINCT run_id) FROM runs",
+        "-f",
+        "csv",
+    )
     assert status == 0 and out.splitlines()[1] == "1"
     status, _, err = cli("-w", location, "sql", "--as-of", "99", "SELECT 1")
     assert status == 1 and "has no version 99" in err
 
 
-def test_polars_alone_reads_dsa_steps_and_gets_the_mean_unique_blocks(warehouse,
-                                                                     synthetic_trace):
+def test_polars_alone_reads_dsa_steps_and_gets_the_mean_unique_blocks(warehouse, synthetic_trace):
     import polars as pl
 
     ingest(warehouse, [str(synthetic_trace(requests=3, steps=5, layers=6))])
@@ -145,10 +179,13 @@ def test_polars_alone_reads_dsa_steps_and_gets_the_mean_unique_blocks(warehouse,
 
 
 def test_optimize_compacts_without_changing_answers_and_vacuum_frees_old_versions(
-        warehouse, synthetic_trace, cli):
+    warehouse, synthetic_trace, cli
+):
     for n in range(4):
-        ingest(warehouse, [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2,
-                                               layers=3, seed=n))])
+        ingest(
+            warehouse,
+            [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=3, seed=n))],
+        )
     query = "SELECT run_id, sum(unique_blocks) FROM dsa_blocks(64) GROUP BY ALL ORDER BY 1"
     before_version = warehouse.version
     con = connect(warehouse)
@@ -175,17 +212,25 @@ def test_migrate_converts_a_warehouse_of_the_former_manifest(tmp_path, cli):
     location = warehouse_at(tmp_path / "legacy")
     storage = open_storage(location)
     filesystem, base = storage.arrow_filesystem()
-    pafs.copy_files(str(LEGACY), base, source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=filesystem)
+    pafs.copy_files(
+        str(LEGACY),
+        base,
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=filesystem,
+    )
     with pytest.raises(WarehouseError, match="migrate"):
         Warehouse(location)
     status, out, err = cli("-w", location, "migrate")
     assert status == 0, err
     assert "now made of Delta tables" in out
     assert _count(location, "SELECT count(*), sum(unique_blocks) FROM dsa_blocks(64)") == (
-        48, 2528)  # the figures the former kvtrace printed (tests/data/README.md)
+        48,
+        2528,
+    )  # the figures the former kvtrace printed (tests/data/README.md)
     assert _count(location, "SELECT count(*), sum(input_tokens) FROM workload_requests") == (
-        8819, 18059974)
+        8819,
+        18059974,
+    )
     assert not storage.exists("_manifest")
     status, _, err = cli("-w", location, "migrate")
     assert status == 1 and "already made of Delta tables" in err

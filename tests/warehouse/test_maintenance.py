@@ -29,19 +29,16 @@ def _count(location: str, table: str = "dsa_steps") -> int:
 
 def _killed_at(script: str, marker: str) -> None:
     """Run ``script`` in a process of its own and SIGKILL it once it prints ``marker``."""
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == marker
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
 
 
-def test_vacuum_with_no_retention_keeps_the_files_of_an_ingest_in_flight(tmp_path,
-                                                                          synthetic_trace):
+def test_vacuum_with_no_retention_keeps_the_files_of_an_ingest_in_flight(tmp_path, synthetic_trace):
     location = warehouse_at(tmp_path / "wh")
     warehouse = Warehouse(location, create=True)
-    ingest(warehouse, [str(synthetic_trace(run_name="before", requests=2, steps=2,
-                                           layers=2))])
+    ingest(warehouse, [str(synthetic_trace(run_name="before", requests=2, steps=2, layers=2))])
     commit = warehouse.begin("running")  # an ingest that has written its files ...
     warehouse.write_rows(commit, "runs", [{"run_id": "running", "run_name": "running"}])
     report = vacuum(Warehouse(location), retain_hours=0, force=True)
@@ -52,12 +49,15 @@ def test_vacuum_with_no_retention_keeps_the_files_of_an_ingest_in_flight(tmp_pat
 
 
 def test_an_optimize_killed_before_its_journal_row_is_no_trap_for_vacuum(
-        tmp_path, synthetic_trace, cli):
+    tmp_path, synthetic_trace, cli
+):
     location = warehouse_at(tmp_path / "wh")
     warehouse = Warehouse(location, create=True)
     for n in range(3):
-        ingest(warehouse, [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2,
-                                               layers=2, seed=n))])
+        ingest(
+            warehouse,
+            [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=2, seed=n))],
+        )
     _killed_at(
         "from kvtrace.warehouse import journal, maintenance\n"
         "from kvtrace.warehouse import Warehouse\n"
@@ -65,7 +65,9 @@ def test_an_optimize_killed_before_its_journal_row_is_no_trap_for_vacuum(
         "def stall(*a, **k):\n"
         "    print('compacted', flush=True); time.sleep(60)\n"
         "journal.append = stall\n"
-        f"maintenance.optimize(Warehouse({location!r}))\n", "compacted")
+        f"maintenance.optimize(Warehouse({location!r}))\n",
+        "compacted",
+    )
     assert _count(location) == 24
     status, _, err = cli("-w", location, "vacuum", "--retain-hours", "0", "--force")
     assert status == 0 and "completed the journal of a maintenance command" in err
@@ -76,7 +78,8 @@ def test_an_optimize_killed_before_its_journal_row_is_no_trap_for_vacuum(
 
 
 def test_a_dead_ingest_is_named_by_check_and_cleared_by_the_next_maintenance(
-        tmp_path, synthetic_trace, cli, monkeypatch):
+    tmp_path, synthetic_trace, cli, monkeypatch
+):
     from kvtrace.warehouse import object_lock, storage
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
@@ -91,7 +94,9 @@ def test_a_dead_ingest_is_named_by_check_and_cleared_by_the_next_maintenance(
         "def stall(*a, **k):\n"
         "    print('tables committed', flush=True); time.sleep(60)\n"
         "journal.append = stall\n"
-        f"ingest(Warehouse({location!r}), [{str(trace)!r}])\n", "tables committed")
+        f"ingest(Warehouse({location!r}), [{str(trace)!r}])\n",
+        "tables committed",
+    )
     time.sleep(2.5)
     status, out, _ = cli("-w", location, "check")
     assert status == 0
@@ -116,13 +121,16 @@ def test_as_of_a_version_vacuum_freed_says_so(tmp_path, synthetic_trace, cli):
     location = warehouse_at(tmp_path / "wh")
     warehouse = Warehouse(location, create=True)
     for n in range(2):
-        ingest(warehouse, [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2,
-                                               layers=2, seed=n))])
+        ingest(
+            warehouse,
+            [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=2, seed=n))],
+        )
     old = Warehouse(location).version
     optimize(Warehouse(location))
     vacuum(Warehouse(location), retain_hours=0, force=True)
-    status, _, err = cli("-w", location, "sql", "--as-of", str(old),
-                         "SELECT count(*) FROM dsa_steps")
+    status, _, err = cli(
+        "-w", location, "sql", "--as-of", str(old), "SELECT count(*) FROM dsa_steps"
+    )
     assert status == 1
     assert f"version {old} of the warehouse is no longer readable (vacuumed?)" in err
     assert "IOException" not in err and "report it" not in err
@@ -133,14 +141,17 @@ def test_concurrent_maintenance_and_ingests_always_exit_cleanly(tmp_path, synthe
     threads); every kvtrace command must exit 0 every time."""
     location = warehouse_at(tmp_path / "wh")
     Warehouse(location, create=True)
-    traces = [synthetic_trace(run_name=f"c{n}", requests=1, steps=2, layers=2, seed=n)
-              for n in range(4)]
+    traces = [
+        synthetic_trace(run_name=f"c{n}", requests=1, steps=2, layers=2, seed=n) for n in range(4)
+    ]
     base = [sys.executable, "-m", "kvtrace", "-q", "-w", location]
     for _ in range(3):
         commands = [[*base, "vacuum", "--retain-hours", "0", "--force"] for _ in range(3)]
         commands += [[*base, "optimize"], [*base, "ingest", *map(str, traces)]]
-        processes = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True) for c in commands]
+        processes = [
+            subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for c in commands
+        ]
         for process in processes:
             _, err = process.communicate(timeout=300)
             assert process.returncode == 0, err
@@ -149,13 +160,13 @@ def test_concurrent_maintenance_and_ingests_always_exit_cleanly(tmp_path, synthe
 
 
 @pytest.mark.parametrize("retain", [0.0, 1.0])
-def test_vacuum_never_deletes_what_the_newest_version_reads(warehouse, synthetic_trace,
-                                                            retain):
+def test_vacuum_never_deletes_what_the_newest_version_reads(warehouse, synthetic_trace, retain):
     for n in range(3):
-        ingest(warehouse, [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2,
-                                               layers=2, seed=n))])
+        ingest(
+            warehouse,
+            [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=2, seed=n))],
+        )
     optimize(warehouse)
     vacuum(warehouse, retain_hours=retain, force=True)
     assert _count(warehouse.location) == 24
     assert check(warehouse).healthy
-

@@ -30,7 +30,8 @@ def s3_behind_a_proxy():
 
 
 def test_an_s3_outage_in_a_folder_ingest_is_one_sentence_naming_what_was_committed(
-        s3_behind_a_proxy, tmp_path, monkeypatch, cli):
+    s3_behind_a_proxy, tmp_path, monkeypatch, cli
+):
     warehouse, proxy = s3_behind_a_proxy
     folder = tmp_path / "traces"
     for request, name in enumerate("abcd"):
@@ -47,15 +48,22 @@ def test_an_s3_outage_in_a_folder_ingest_is_one_sentence_naming_what_was_committ
     status, _, err = cli("-w", warehouse.location, "ingest", str(folder))
     assert status == 1
     assert err.count("\n") == 1 and "\x1b[" not in err and "Traceback" not in err
-    assert err.startswith("Error: c.jsonl was not ingested: the warehouse at "
-                          "s3://kvtrace-outage/wh failed (")
-    assert err.rstrip().endswith("(a.jsonl, b.jsonl were committed before it; the same "
-                                 "command again skips what was committed)")
+    assert err.startswith(
+        "Error: c.jsonl was not ingested: the warehouse at s3://kvtrace-outage/wh failed ("
+    )
+    assert err.rstrip().endswith(
+        "(a.jsonl, b.jsonl were committed before it; the same "
+        "command again skips what was committed)"
+    )
     proxy.restore()
     monkeypatch.setattr(fanout, "ingest_file", original)
     report = ingest(warehouse, [str(folder)])
-    assert [f.status for f in report.files] == ["already ingested", "already ingested",
-                                                "ingested", "ingested"]
+    assert [f.status for f in report.files] == [
+        "already ingested",
+        "already ingested",
+        "ingested",
+        "ingested",
+    ]
     assert connect(warehouse).execute("SELECT count(*) FROM dsa_steps").fetchone() == (4,)
 
 
@@ -63,10 +71,25 @@ def test_processes_racing_to_ingest_one_file_store_it_once_and_the_losers_say_so
     location = warehouse_at(tmp_path / "wh")
     Warehouse(location, create=True)
     trace = DATA / "azure_llm_inference_code.csv"
-    command = [sys.executable, "-c", "from kvtrace.cli import main; main()", "-w", location,
-               "ingest", str(trace)]
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=os.environ.copy()) for _ in range(4)]
+    command = [
+        sys.executable,
+        "-c",
+        "from kvtrace.cli import main; main()",
+        "-w",
+        location,
+        "ingest",
+        str(trace),
+    ]
+    processes = [
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
+        for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=300) for p in processes]
     assert [p.returncode for p in processes] == [0, 0, 0, 0], outputs
     said = [out.splitlines()[0] for out, _ in outputs]
@@ -74,6 +97,6 @@ def test_processes_racing_to_ingest_one_file_store_it_once_and_the_losers_say_so
     assert sum("already ingested" in line for line in said) == 3, said
     con = connect(location)
     assert con.execute("SELECT count(*) FROM workload_requests").fetchone() == (8819,)
-    assert con.execute("SELECT count(DISTINCT commit_id) FROM warehouse_commits "
-                       "WHERE operation = 'ingest'"
-                       ).fetchone() == (1,)
+    assert con.execute(
+        "SELECT count(DISTINCT commit_id) FROM warehouse_commits WHERE operation = 'ingest'"
+    ).fetchone() == (1,)

@@ -12,9 +12,20 @@ from kvtrace.warehouse.storage import partition_value
 from tests.conftest import local_only, seed_record, write_jsonl
 
 
-@pytest.mark.parametrize("hostile", ["../../escape", "/etc/passwd", "a/../../b", "..",
-                                     "<script>alert(1)</script>", "tab\there", "new\nline",
-                                     ".hidden", ""])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "../../escape",
+        "/etc/passwd",
+        "a/../../b",
+        "..",
+        "<script>alert(1)</script>",
+        "tab\there",
+        "new\nline",
+        ".hidden",
+        "",
+    ],
+)
 def test_partition_values_never_leave_their_folder(hostile):
     value = partition_value(hostile)
     assert "/" not in value and "\\" not in value and not value.startswith(".")
@@ -52,15 +63,23 @@ def test_processes_creating_one_warehouse_at_once_all_succeed(tmp_path):
     import sys
     import time
 
-    script = ("import sys, time\n"
-              "from kvtrace.warehouse import Warehouse\n"
-              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
-              "Warehouse(sys.argv[1], create=True)\n")
+    script = (
+        "import sys, time\n"
+        "from kvtrace.warehouse import Warehouse\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "Warehouse(sys.argv[1], create=True)\n"
+    )
     for attempt in range(3):
         root = tmp_path / f"wh{attempt}"
         start = time.time() + 1.2
-        procs = [subprocess.Popen([sys.executable, "-c", script, str(root), str(start)],
-                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(root), str(start)],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
         failures = [p.stderr.read() for p in procs if p.wait() != 0]
         assert failures == [], failures
     with pytest.raises(WarehouseError, match=r"holds notes\.txt"):

@@ -18,17 +18,19 @@ from kvtrace.analysis.kv_access.stream import read_pieces, run_layouts
 from kvtrace.errors import QueryError
 
 
-def check_arguments(block_size: int, policy: str, granularity: str, scope: str,
-                    capacities: Sequence[int] = ()) -> None:
+def check_arguments(
+    block_size: int, policy: str, granularity: str, scope: str, capacities: Sequence[int] = ()
+) -> None:
     """Raise `QueryError` with one sentence for an argument the what-if cannot take."""
     if block_size is None or block_size < 1:
         raise QueryError(f"the block size must be a positive number of tokens, got {block_size}")
-    for name, value, allowed in (("policy", policy, POLICIES),
-                                 ("granularity", granularity, GRANULARITIES),
-                                 ("scope", scope, SCOPES)):
+    for name, value, allowed in (
+        ("policy", policy, POLICIES),
+        ("granularity", granularity, GRANULARITIES),
+        ("scope", scope, SCOPES),
+    ):
         if value not in allowed:
-            raise QueryError(f"unknown {name} {value!r}; expected one of "
-                             + ", ".join(allowed))
+            raise QueryError(f"unknown {name} {value!r}; expected one of " + ", ".join(allowed))
     bad = [c for c in capacities if c is None or c < 1]
     if bad:
         raise QueryError(f"capacities must be at least 1 item, got {bad[0]}")
@@ -50,10 +52,16 @@ class RunCurve:
     layers: int  # traced layers of the run (the layers one block item carries)
 
 
-def run_curves(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
-               granularity: Granularity, scope: Scope, capacities: Sequence[int] = (),
-               tier_limits: Sequence[int] = (),
-               runs: Sequence[str] | None = None) -> Iterator[RunCurve]:
+def run_curves(
+    con: duckdb.DuckDBPyConnection,
+    block_size: int,
+    policy: Policy,
+    granularity: Granularity,
+    scope: Scope,
+    capacities: Sequence[int] = (),
+    tier_limits: Sequence[int] = (),
+    runs: Sequence[str] | None = None,
+) -> Iterator[RunCurve]:
     """Simulate ``policy`` over the access stream of every run (or of ``runs``), one run
     at a time."""
     check_arguments(block_size, policy, granularity, scope, capacities)
@@ -75,9 +83,16 @@ def run_curves(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
         yield combine(units, named, len(layouts[units[0].run_id].layers))
 
 
-def share_units(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
-                granularity: Granularity, scope: Scope, tier_limits: Sequence[int],
-                run_id: str, requests: tuple[int, int] | None) -> tuple[list[UnitOutcome], int]:
+def share_units(
+    con: duckdb.DuckDBPyConnection,
+    block_size: int,
+    policy: Policy,
+    granularity: Granularity,
+    scope: Scope,
+    tier_limits: Sequence[int],
+    run_id: str,
+    requests: tuple[int, int] | None,
+) -> tuple[list[UnitOutcome], int]:
     """The cache units of one share of a run (its requests with ids in ``requests``, or
     all of it), simulated as `run_curves` does; with the run's traced layers.
 
@@ -87,9 +102,15 @@ def share_units(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
     check_arguments(block_size, policy, granularity, scope, ())
     layouts = run_layouts(con, block_size, granularity, [run_id])
     pieces = read_pieces(con, block_size, granularity, scope, layouts, requests)
-    units = list(simulate_units(
-        pieces, policy, np.zeros(0, np.int64), np.asarray(tier_limits, dtype=np.int64),
-        lambda run, request: layouts[run].pinned_items(request, granularity)))
+    units = list(
+        simulate_units(
+            pieces,
+            policy,
+            np.zeros(0, np.int64),
+            np.asarray(tier_limits, dtype=np.int64),
+            lambda run, request: layouts[run].pinned_items(request, granularity),
+        )
+    )
     return units, len(layouts[run_id].layers)
 
 
@@ -109,36 +130,62 @@ def combine(units: list[UnitOutcome], named: np.ndarray, layers: int) -> RunCurv
     if hists:
         hist = np.zeros(max(len(h) for h in hists), dtype=np.int64)
         for h in hists:
-            hist[:len(h)] += h
+            hist[: len(h)] += h
     return RunCurve(
-        units[0].run_id, sum(u.accesses for u in units), max(u.distinct for u in units),
-        capacities[keep], all_hits[keep], hist, sum(u.first_touches for u in units),
-        [u.step_ids for u in units], [u.step_tiers for u in units], layers)
+        units[0].run_id,
+        sum(u.accesses for u in units),
+        max(u.distinct for u in units),
+        capacities[keep],
+        all_hits[keep],
+        hist,
+        sum(u.first_touches for u in units),
+        [u.step_ids for u in units],
+        [u.step_tiers for u in units],
+        layers,
+    )
 
 
-def hit_curve_rows(con: duckdb.DuckDBPyConnection, block_size: int, policy: Policy,
-                   granularity: Granularity, scope: Scope,
-                   capacities: Sequence[int] = ()) -> list[dict]:
+def hit_curve_rows(
+    con: duckdb.DuckDBPyConnection,
+    block_size: int,
+    policy: Policy,
+    granularity: Granularity,
+    scope: Scope,
+    capacities: Sequence[int] = (),
+) -> list[dict]:
     """The rows of ``dsa_hit_curve`` (see its documentation)."""
     rows = []
     for curve in run_curves(con, block_size, policy, granularity, scope, capacities):
         for capacity, hits in zip(curve.capacities.tolist(), curve.hits.tolist(), strict=True):
-            rows.append({
-                "run_id": curve.run_id, "block_size": block_size, "policy": policy,
-                "granularity": granularity, "scope": scope, "capacity_blocks": capacity,
-                "accesses": curve.accesses, "hits": hits,
-                "hit_rate": hits / curve.accesses if curve.accesses else None,
-                "missed_blocks": curve.accesses - hits})
+            rows.append(
+                {
+                    "run_id": curve.run_id,
+                    "block_size": block_size,
+                    "policy": policy,
+                    "granularity": granularity,
+                    "scope": scope,
+                    "capacity_blocks": capacity,
+                    "accesses": curve.accesses,
+                    "hits": hits,
+                    "hit_rate": hits / curve.accesses if curve.accesses else None,
+                    "missed_blocks": curve.accesses - hits,
+                }
+            )
     return rows
 
 
-def reuse_rows(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity,
-               scope: Scope) -> list[dict]:
+def reuse_rows(
+    con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity, scope: Scope
+) -> list[dict]:
     """The rows of ``dsa_reuse``: per run, accesses per LRU stack distance."""
     rows = []
     for curve in run_curves(con, block_size, "lru", granularity, scope):
-        base = {"run_id": curve.run_id, "block_size": block_size,
-                "granularity": granularity, "scope": scope}
+        base = {
+            "run_id": curve.run_id,
+            "block_size": block_size,
+            "granularity": granularity,
+            "scope": scope,
+        }
         rows.append({**base, "distance": None, "accesses": curve.first_touches})
         hist = curve.distance_hist if curve.distance_hist is not None else np.zeros(0)
         for distance in np.flatnonzero(hist).tolist():

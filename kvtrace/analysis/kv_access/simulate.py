@@ -75,8 +75,7 @@ class _StepCounter:
         if self.tiers == 0 or len(steps) == 0:
             return
         unique, inverse = np.unique(steps, return_inverse=True)
-        counts = np.bincount(inverse * self.tiers + levels,
-                             minlength=len(unique) * self.tiers)
+        counts = np.bincount(inverse * self.tiers + levels, minlength=len(unique) * self.tiers)
         self._parts.append((unique, counts.reshape(len(unique), self.tiers)))
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
@@ -101,8 +100,9 @@ def _first_hit_level(hit_by_limit: list[np.ndarray], n: int) -> np.ndarray:
 class _Lru:
     """LRU over a unit fed piece by piece (nothing of the stream is kept)."""
 
-    def __init__(self, run_id: str, named: np.ndarray, limits: np.ndarray,
-                 pinned_items: int = 0) -> None:
+    def __init__(
+        self, run_id: str, named: np.ndarray, limits: np.ndarray, pinned_items: int = 0
+    ) -> None:
         self.run_id, self.named, self.limits = run_id, named, limits
         self.stack = LruStack()
         self.hist = np.zeros(0, dtype=np.int64)
@@ -122,24 +122,35 @@ class _Lru:
         self.cold += len(distances) - len(reused)
         counts = np.bincount(reused)
         if len(counts) > len(self.hist):
-            self.hist = np.concatenate([self.hist, np.zeros(len(counts) - len(self.hist),
-                                                            dtype=np.int64)])
-        self.hist[:len(counts)] += counts
+            self.hist = np.concatenate(
+                [self.hist, np.zeros(len(counts) - len(self.hist), dtype=np.int64)]
+            )
+        self.hist[: len(counts)] += counts
 
     def finish(self) -> UnitOutcome:
         distinct = self.stack.distinct
         step_ids, step_tiers = self.steps.result()
         return UnitOutcome(
-            self.run_id, self.accesses, distinct, self.cold, distinct,
-            _counts_below(self.hist, _grid(distinct)), self.accesses - self.cold,
-            _counts_below(self.hist, self.named), self.hist, step_ids, step_tiers)
+            self.run_id,
+            self.accesses,
+            distinct,
+            self.cold,
+            distinct,
+            _counts_below(self.hist, _grid(distinct)),
+            self.accesses - self.cold,
+            _counts_below(self.hist, self.named),
+            self.hist,
+            step_ids,
+            step_tiers,
+        )
 
 
 class _PinPrefix(_Lru):
     """Pinned prefix items always hit; the rest is LRU in the capacity left."""
 
-    def __init__(self, run_id: str, named: np.ndarray, limits: np.ndarray,
-                 pinned_items: int = 0) -> None:
+    def __init__(
+        self, run_id: str, named: np.ndarray, limits: np.ndarray, pinned_items: int = 0
+    ) -> None:
         super().__init__(run_id, named, limits)
         self.pinned = pinned_items
         self.rank_hist = np.zeros(max(pinned_items, 1), dtype=np.int64)
@@ -155,32 +166,54 @@ class _PinPrefix(_Lru):
             full = np.full(len(piece.keys), -1, dtype=np.int64)
             full[~is_pinned] = distances
             rank = piece.pinned_rank
-            hits = [np.where(is_pinned, rank < min(limit, self.pinned),
-                             (full >= 0) & (full < limit - self.pinned))
-                    for limit in self.limits]
+            hits = [
+                np.where(
+                    is_pinned,
+                    rank < min(limit, self.pinned),
+                    (full >= 0) & (full < limit - self.pinned),
+                )
+                for limit in self.limits
+            ]
             self.steps.add(piece.steps, _first_hit_level(hits, len(rank)))
 
     def _hits(self, capacities: np.ndarray) -> np.ndarray:
         pinned_total = int(self.rank_hist.sum())
         rest = _counts_below(self.hist, np.maximum(capacities - self.pinned, 0))
-        return np.where(capacities >= self.pinned, pinned_total + rest,
-                        _counts_below(self.rank_hist, capacities))
+        return np.where(
+            capacities >= self.pinned,
+            pinned_total + rest,
+            _counts_below(self.rank_hist, capacities),
+        )
 
     def finish(self) -> UnitOutcome:
         span = self.pinned + self.stack.distinct
         step_ids, step_tiers = self.steps.result()
         return UnitOutcome(
-            self.run_id, self.accesses,
-            self.stack.distinct + int((self.rank_hist > 0).sum()), self.cold, span,
-            self._hits(_grid(span)), self.accesses - self.cold, self._hits(self.named),
-            None, step_ids, step_tiers)
+            self.run_id,
+            self.accesses,
+            self.stack.distinct + int((self.rank_hist > 0).sum()),
+            self.cold,
+            span,
+            self._hits(_grid(span)),
+            self.accesses - self.cold,
+            self._hits(self.named),
+            None,
+            step_ids,
+            step_tiers,
+        )
 
 
 class _Simulated:
     """FIFO or OPT: the unit's stream is gathered, then simulated once per capacity."""
 
-    def __init__(self, run_id: str, named: np.ndarray, limits: np.ndarray, policy: Policy,
-                 pinned_items: int = 0) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        named: np.ndarray,
+        limits: np.ndarray,
+        policy: Policy,
+        pinned_items: int = 0,
+    ) -> None:
         self.run_id, self.named, self.limits = run_id, named, limits
         self.simulate = fifo_hits if policy == "fifo" else opt_hits
         self.keys: list[np.ndarray] = []
@@ -206,21 +239,34 @@ class _Simulated:
             return cache[capacity]
 
         def hits(capacities: Iterable[int]) -> np.ndarray:
-            return np.array([saturated if c >= distinct else int(hit_mask(int(c)).sum())
-                             for c in capacities], dtype=np.int64)
+            return np.array(
+                [saturated if c >= distinct else int(hit_mask(int(c)).sum()) for c in capacities],
+                dtype=np.int64,
+            )
 
         counter = _StepCounter(len(self.limits) + 1 if len(self.limits) else 0)
         if len(self.limits):
             masks = [hit_mask(int(min(limit, distinct))) for limit in self.limits]
             counter.add(np.concatenate(self.steps), _first_hit_level(masks, accesses))
         step_ids, step_tiers = counter.result()
-        return UnitOutcome(self.run_id, accesses, distinct, distinct, distinct,
-                           hits(_grid(distinct)), saturated, hits(self.named), None,
-                           step_ids, step_tiers)
+        return UnitOutcome(
+            self.run_id,
+            accesses,
+            distinct,
+            distinct,
+            distinct,
+            hits(_grid(distinct)),
+            saturated,
+            hits(self.named),
+            None,
+            step_ids,
+            step_tiers,
+        )
 
 
-def simulate_units(pieces: Iterator[Piece], policy: Policy, named: np.ndarray,
-                   limits: np.ndarray, pinned_items) -> Iterator[UnitOutcome]:
+def simulate_units(
+    pieces: Iterator[Piece], policy: Policy, named: np.ndarray, limits: np.ndarray, pinned_items
+) -> Iterator[UnitOutcome]:
     """Run ``policy`` over each unit of ``pieces``.
 
     ``pinned_items(run_id, request_id)`` gives a unit's pinned prefix items (pin_prefix);

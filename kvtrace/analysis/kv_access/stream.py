@@ -59,13 +59,20 @@ class RunLayout:
     def pinned_items(self, request_id: int | None, granularity: Granularity) -> int:
         """Pinned prefix items of a request, or of the whole run when None."""
         per_block = len(self.layers) if granularity == "layer_block" else 1
-        blocks = (sum(self.prefix_blocks.values()) if request_id is None
-                  else self.prefix_blocks.get(request_id, 0))
+        blocks = (
+            sum(self.prefix_blocks.values())
+            if request_id is None
+            else self.prefix_blocks.get(request_id, 0)
+        )
         return blocks * per_block
 
 
-def run_layouts(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity,
-                runs: Sequence[str] | None = None) -> dict[str, RunLayout]:
+def run_layouts(
+    con: duckdb.DuckDBPyConnection,
+    block_size: int,
+    granularity: Granularity,
+    runs: Sequence[str] | None = None,
+) -> dict[str, RunLayout]:
     """Key layouts of every run with DSA rows (or of ``runs``), with their requests'
     prefix regions."""
     shape = con.execute(
@@ -76,7 +83,9 @@ def run_layouts(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Gr
         shape = [row for row in shape if row[0] in set(runs)]
     prefix = con.execute(
         "SELECT run_id, request_id, prefix_blocks FROM _dsa_access_prefix($bs) "
-        "ORDER BY run_id, request_id", {"bs": block_size}).fetchall()
+        "ORDER BY run_id, request_id",
+        {"bs": block_size},
+    ).fetchall()
     regions: dict[str, dict[int, int]] = {}
     for run_id, request_id, blocks in prefix:
         regions.setdefault(run_id, {})[request_id] = int(blocks or 0)
@@ -85,21 +94,29 @@ def run_layouts(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Gr
         block_bits = max(int(-(-max_seq // block_size)).bit_length(), 1)
         layer_bits = max(len(layers).bit_length(), 1) if granularity == "layer_block" else 0
         if block_bits + layer_bits + max(int(requests).bit_length(), 1) > _KEY_BITS:
-            raise QueryError(f"run {run_id} has too many (request, layer, block) items to "
-                             "number; ask for a larger block size")
+            raise QueryError(
+                f"run {run_id} has too many (request, layer, block) items to "
+                "number; ask for a larger block size"
+            )
         region = regions.get(run_id, {})
         before, total = {}, 0
         for request_id in sorted(region):
             before[request_id] = total
             total += region[request_id] * (len(layers) if granularity == "layer_block" else 1)
-        layouts[run_id] = RunLayout(run_id, np.asarray(layers, dtype=np.int64), block_bits,
-                                    layer_bits, region, before)
+        layouts[run_id] = RunLayout(
+            run_id, np.asarray(layers, dtype=np.int64), block_bits, layer_bits, region, before
+        )
     return layouts
 
 
-def read_pieces(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity,
-                scope: Scope, layouts: dict[str, RunLayout],
-                requests: tuple[int, int] | None = None) -> Iterator[Piece]:
+def read_pieces(
+    con: duckdb.DuckDBPyConnection,
+    block_size: int,
+    granularity: Granularity,
+    scope: Scope,
+    layouts: dict[str, RunLayout],
+    requests: tuple[int, int] | None = None,
+) -> Iterator[Piece]:
     """The stream of every run, unit by unit, in pieces (of the requests with ids in
     the closed range ``requests`` only, when given: a share of scope ``request``)."""
     low, high = requests if requests is not None else (None, None)
@@ -108,8 +125,13 @@ def read_pieces(con: duckdb.DuckDBPyConnection, block_size: int, granularity: Gr
         f"FROM dsa_access($bs, $granularity) WHERE run_id IN (SELECT unnest($runs)) "
         f"AND ($low IS NULL OR request_id BETWEEN $low AND $high) "
         f"ORDER BY {_ORDER[scope]}",
-        params={"bs": block_size, "granularity": granularity, "runs": list(layouts),
-                "low": low, "high": high},
+        params={
+            "bs": block_size,
+            "granularity": granularity,
+            "runs": list(layouts),
+            "low": low,
+            "high": high,
+        },
     ).to_arrow_reader(_BATCH_ROWS)
     ranks: dict[int, int] = {}
     current_run = None
@@ -129,8 +151,13 @@ def _split_by_run(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]
             start = i
 
 
-def _pieces_of(rows: pa.RecordBatch, layout: RunLayout, granularity: Granularity,
-               scope: Scope, ranks: dict[int, int]) -> Iterator[Piece]:
+def _pieces_of(
+    rows: pa.RecordBatch,
+    layout: RunLayout,
+    granularity: Granularity,
+    scope: Scope,
+    ranks: dict[int, int],
+) -> Iterator[Piece]:
     blocks = rows.column("blocks")
     lengths = np.diff(blocks.offsets.to_numpy().astype(np.int64))
     values = blocks.flatten().to_numpy(zero_copy_only=False).astype(np.int64)  # this slice
@@ -145,8 +172,9 @@ def _pieces_of(rows: pa.RecordBatch, layout: RunLayout, granularity: Granularity
     for request in requests.tolist():
         ranks.setdefault(request, len(ranks))
     if scope == "run":
-        rank_of = np.repeat(np.array([ranks[r] for r in requests.tolist()], dtype=np.int64),
-                            lengths)
+        rank_of = np.repeat(
+            np.array([ranks[r] for r in requests.tolist()], dtype=np.int64), lengths
+        )
     else:
         rank_of = np.zeros(len(values), dtype=np.int64)
     keys = (((rank_of << layout.layer_bits) | layer_of) << layout.block_bits) | values
@@ -164,20 +192,29 @@ def _pieces_of(rows: pa.RecordBatch, layout: RunLayout, granularity: Granularity
     cuts = np.flatnonzero(np.diff(request_of)) + 1
     for part in np.split(np.arange(len(values)), cuts):
         if len(part):
-            yield Piece(layout.run_id, int(request_of[part[0]]), keys[part], step_of[part],
-                        pinned[part])
+            yield Piece(
+                layout.run_id, int(request_of[part[0]]), keys[part], step_of[part], pinned[part]
+            )
 
 
-def _pinned_ranks(layout: RunLayout, granularity: Granularity, scope: Scope,
-                  requests: np.ndarray, lengths: np.ndarray, layer_of: np.ndarray,
-                  blocks: np.ndarray) -> np.ndarray:
+def _pinned_ranks(
+    layout: RunLayout,
+    granularity: Granularity,
+    scope: Scope,
+    requests: np.ndarray,
+    lengths: np.ndarray,
+    layer_of: np.ndarray,
+    blocks: np.ndarray,
+) -> np.ndarray:
     """Each access's rank among its unit's pinned prefix items (block-major), else -1."""
     ids = requests.tolist()
-    region = np.repeat(np.array([layout.prefix_blocks.get(r, 0) for r in ids],
-                                dtype=np.int64), lengths)
+    region = np.repeat(
+        np.array([layout.prefix_blocks.get(r, 0) for r in ids], dtype=np.int64), lengths
+    )
     per_block = layout.layers_per_item if granularity == "layer_block" else 1
     rank = blocks * per_block + layer_of
     if scope == "run":
-        rank += np.repeat(np.array([layout.pinned_before.get(r, 0) for r in ids],
-                                   dtype=np.int64), lengths)
+        rank += np.repeat(
+            np.array([layout.pinned_before.get(r, 0) for r in ids], dtype=np.int64), lengths
+        )
     return np.where(blocks < region, rank, -1)

@@ -44,20 +44,38 @@ from kvtrace.errors import InputError
 from kvtrace.sql.runs import run_ids
 
 HIT_TARGETS = (0.90, 0.95, 0.99)
-_KEYS = [("run_id", pa.string()), ("block_size", pa.int32()), ("policy", pa.string()),
-         ("granularity", pa.string()), ("scope", pa.string())]
-TIER_ROWS = pa.schema([
-    *_KEYS, ("tier", pa.string()), ("capacity_blocks", pa.int64()),
-    ("accesses_served", pa.int64()), ("hit_rate", pa.float64()),
-    ("bytes_per_step_p50", pa.int64()), ("bytes_per_step_p95", pa.int64()),
-    ("fetch_us_p50", pa.float64()), ("fetch_us_p95", pa.float64()),
-])
-RUN_ROWS = pa.schema([
-    *_KEYS, ("steps", pa.int64()), ("accesses", pa.int64()), ("first_touches", pa.int64()),
-    ("bytes_per_step_p50", pa.int64()), ("fetch_us_p50", pa.float64()),
-    ("fetch_us_p95", pa.float64()),
-    *[(f"hbm_blocks_for_{round(t * 100)}pct", pa.int64()) for t in HIT_TARGETS],
-])
+_KEYS = [
+    ("run_id", pa.string()),
+    ("block_size", pa.int32()),
+    ("policy", pa.string()),
+    ("granularity", pa.string()),
+    ("scope", pa.string()),
+]
+TIER_ROWS = pa.schema(
+    [
+        *_KEYS,
+        ("tier", pa.string()),
+        ("capacity_blocks", pa.int64()),
+        ("accesses_served", pa.int64()),
+        ("hit_rate", pa.float64()),
+        ("bytes_per_step_p50", pa.int64()),
+        ("bytes_per_step_p95", pa.int64()),
+        ("fetch_us_p50", pa.float64()),
+        ("fetch_us_p95", pa.float64()),
+    ]
+)
+RUN_ROWS = pa.schema(
+    [
+        *_KEYS,
+        ("steps", pa.int64()),
+        ("accesses", pa.int64()),
+        ("first_touches", pa.int64()),
+        ("bytes_per_step_p50", pa.int64()),
+        ("fetch_us_p50", pa.float64()),
+        ("fetch_us_p95", pa.float64()),
+        *[(f"hbm_blocks_for_{round(t * 100)}pct", pa.int64()) for t in HIT_TARGETS],
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -74,21 +92,22 @@ class Tier:
         """``NAME:CAPACITY:GBPS:LATENCY_US``, CAPACITY a whole number of items or ``inf``."""
         parts = text.split(":")
         if len(parts) != 4 or not parts[0]:
-            raise InputError(f"tier {text!r} is not NAME:CAPACITY:GBPS:LATENCY_US "
-                             "(e.g. hbm:4096:3000:0)")
+            raise InputError(
+                f"tier {text!r} is not NAME:CAPACITY:GBPS:LATENCY_US (e.g. hbm:4096:3000:0)"
+            )
         name, capacity_text, gbps_text, latency_text = parts
         try:
             capacity = None if capacity_text.lower() == "inf" else int(capacity_text)
             gbps, latency = float(gbps_text), float(latency_text)
         except ValueError:
-            raise InputError(f"tier {text!r}: capacity must be a whole number or inf, "
-                             "bandwidth and latency numbers") from None
+            raise InputError(
+                f"tier {text!r}: capacity must be a whole number or inf, "
+                "bandwidth and latency numbers"
+            ) from None
         if capacity is not None and capacity < 1:
             raise InputError(f"tier {name}: capacity must be at least 1 block, got {capacity}")
-        if not (gbps > 0 and math.isfinite(gbps)) or not (latency >= 0
-                                                           and math.isfinite(latency)):
-            raise InputError(f"tier {name}: bandwidth must be positive and latency not "
-                             "negative")
+        if not (gbps > 0 and math.isfinite(gbps)) or not (latency >= 0 and math.isfinite(latency)):
+            raise InputError(f"tier {name}: bandwidth must be positive and latency not negative")
         return cls(name, capacity, gbps, latency)
 
 
@@ -100,8 +119,10 @@ def check_tiers(tiers: Sequence[Tier]) -> None:
     if len(set(names)) != len(names):
         raise InputError("tier names must differ: " + ", ".join(names))
     if tiers[-1].capacity is not None:
-        raise InputError(f"the last tier ({tiers[-1].name}) must be unbounded (capacity inf): "
-                         "every miss is read from it")
+        raise InputError(
+            f"the last tier ({tiers[-1].name}) must be unbounded (capacity inf): "
+            "every miss is read from it"
+        )
     unbounded = [t.name for t in tiers[:-1] if t.capacity is None]
     if unbounded:
         raise InputError(f"only the last tier may be unbounded, not {unbounded[0]}")
@@ -116,13 +137,18 @@ class WhatIf:
 
     def combined(self) -> pa.Table:
         """The tier rows with their run's figures beside them (one table to write out)."""
-        run_columns = {"steps": "steps", "accesses": "accesses",
-                       "first_touches": "first_touches",
-                       "bytes_per_step_p50": "step_bytes_p50",
-                       "fetch_us_p50": "step_fetch_us_p50", "fetch_us_p95": "step_fetch_us_p95",
-                       **{c: c for c in self.runs.column_names if c.startswith("hbm_blocks")}}
+        run_columns = {
+            "steps": "steps",
+            "accesses": "accesses",
+            "first_touches": "first_touches",
+            "bytes_per_step_p50": "step_bytes_p50",
+            "fetch_us_p50": "step_fetch_us_p50",
+            "fetch_us_p95": "step_fetch_us_p95",
+            **{c: c for c in self.runs.column_names if c.startswith("hbm_blocks")},
+        }
         runs = self.runs.select(["run_id", "block_size", *run_columns]).rename_columns(
-            ["run_id", "block_size", *run_columns.values()])
+            ["run_id", "block_size", *run_columns.values()]
+        )
         joined = self.tiers.join(runs, keys=["run_id", "block_size"])
         return joined.sort_by([("run_id", "ascending"), ("block_size", "ascending")])
 
@@ -168,40 +194,71 @@ class WhatIfAnalysis:
 
     def plan(self, con: duckdb.DuckDBPyConnection, tasks: int) -> list[WhatIfShare]:
         self.spec.check()
-        requests = dict(con.execute(
-            "SELECT run_id, list(DISTINCT request_id ORDER BY request_id) "
-            "FROM _dsa_access_rows GROUP BY run_id ORDER BY run_id").fetchall())
-        named = None if self.spec.runs is None else set(run_ids(
-            con, self.spec.runs, having="dsa_steps", what="DSA rows"))
+        requests = dict(
+            con.execute(
+                "SELECT run_id, list(DISTINCT request_id ORDER BY request_id) "
+                "FROM _dsa_access_rows GROUP BY run_id ORDER BY run_id"
+            ).fetchall()
+        )
+        named = (
+            None
+            if self.spec.runs is None
+            else set(run_ids(con, self.spec.runs, having="dsa_steps", what="DSA rows"))
+        )
         chosen = [r for r in requests if named is None or r in named]
         if not chosen:
-            raise InputError("no DSA rows to simulate"
-                             + (" in the selected runs" if self.spec.runs else ""))
-        return [WhatIfShare(block_size, run_id, share)
-                for block_size in self.spec.block_sizes for run_id in chosen
-                for share in ([None] if self.spec.scope == "run"
-                              else request_shares(requests[run_id], tasks))]
+            raise InputError(
+                "no DSA rows to simulate" + (" in the selected runs" if self.spec.runs else "")
+            )
+        return [
+            WhatIfShare(block_size, run_id, share)
+            for block_size in self.spec.block_sizes
+            for run_id in chosen
+            for share in (
+                [None] if self.spec.scope == "run" else request_shares(requests[run_id], tasks)
+            )
+        ]
 
-    def run(self, con: duckdb.DuckDBPyConnection,
-            share: WhatIfShare) -> tuple[list[UnitOutcome], int]:
+    def run(
+        self, con: duckdb.DuckDBPyConnection, share: WhatIfShare
+    ) -> tuple[list[UnitOutcome], int]:
         spec = self.spec
-        return share_units(con, share.block_size, spec.policy, spec.granularity, spec.scope,
-                           tier_limits(spec.tiers), share.run_id, share.requests)
+        return share_units(
+            con,
+            share.block_size,
+            spec.policy,
+            spec.granularity,
+            spec.scope,
+            tier_limits(spec.tiers),
+            share.run_id,
+            share.requests,
+        )
 
-    def merge(self, con: duckdb.DuckDBPyConnection, shares: list[WhatIfShare],
-              parts: list[tuple[list[UnitOutcome], int]]) -> WhatIf:
+    def merge(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        shares: list[WhatIfShare],
+        parts: list[tuple[list[UnitOutcome], int]],
+    ) -> WhatIf:
         spec = self.spec
-        return whatif_of_curves(_curves(shares, parts), tiers=spec.tiers, policy=spec.policy,
-                                granularity=spec.granularity, scope=spec.scope,
-                                bytes_per_token=spec.bytes_per_token, selected=spec.runs)
+        return whatif_of_curves(
+            _curves(shares, parts),
+            tiers=spec.tiers,
+            policy=spec.policy,
+            granularity=spec.granularity,
+            scope=spec.scope,
+            bytes_per_token=spec.bytes_per_token,
+            selected=spec.runs,
+        )
 
 
-def _curves(shares: list[WhatIfShare], parts: list[tuple[list[UnitOutcome], int]]
-            ) -> Iterator[tuple[int, RunCurve]]:
+def _curves(
+    shares: list[WhatIfShare], parts: list[tuple[list[UnitOutcome], int]]
+) -> Iterator[tuple[int, RunCurve]]:
     """Each (block size, run)'s curve from its shares' units, in plan order."""
     for (block_size, _), group in itertools.groupby(
-            zip(shares, parts, strict=True), key=lambda pair: (pair[0].block_size,
-                                                               pair[0].run_id)):
+        zip(shares, parts, strict=True), key=lambda pair: (pair[0].block_size, pair[0].run_id)
+    ):
         grouped = list(group)
         units = [unit for _, (part_units, _) in grouped for unit in part_units]
         if units:
@@ -219,24 +276,35 @@ def tier_limits(tiers: Sequence[Tier]) -> list[int]:
     return [int(c) for c in np.cumsum([t.capacity for t in tiers[:-1]])]
 
 
-def whatif_of_curves(curves: Iterable[tuple[int, RunCurve]], *, tiers: Sequence[Tier],
-                     policy: Policy, granularity: Granularity, scope: Scope,
-                     bytes_per_token: int, selected: Sequence[str] | None) -> WhatIf:
+def whatif_of_curves(
+    curves: Iterable[tuple[int, RunCurve]],
+    *,
+    tiers: Sequence[Tier],
+    policy: Policy,
+    granularity: Granularity,
+    scope: Scope,
+    bytes_per_token: int,
+    selected: Sequence[str] | None,
+) -> WhatIf:
     """The what-if rows of simulated runs, given as (block size, curve) in order (the
     one place they are computed, however the curves were simulated)."""
     tier_rows, run_rows = [], []
     for block_size, curve in curves:
-        base = {"run_id": curve.run_id, "block_size": block_size, "policy": policy,
-                "granularity": granularity, "scope": scope}
-        item_bytes = block_size * bytes_per_token * (
-            curve.layers if granularity == "block" else 1)
+        base = {
+            "run_id": curve.run_id,
+            "block_size": block_size,
+            "policy": policy,
+            "granularity": granularity,
+            "scope": scope,
+        }
+        item_bytes = block_size * bytes_per_token * (curve.layers if granularity == "block" else 1)
         tier_rows += _tier_rows(base, curve, tiers, item_bytes)
         run_rows.append({**base, **_run_row(curve, tiers, item_bytes)})
     if not run_rows:
-        raise InputError("no DSA rows to simulate"
-                         + (" in the selected runs" if selected else ""))
-    return WhatIf(pa.Table.from_pylist(tier_rows, TIER_ROWS),
-                  pa.Table.from_pylist(run_rows, RUN_ROWS))
+        raise InputError("no DSA rows to simulate" + (" in the selected runs" if selected else ""))
+    return WhatIf(
+        pa.Table.from_pylist(tier_rows, TIER_ROWS), pa.Table.from_pylist(run_rows, RUN_ROWS)
+    )
 
 
 def _per_step(curve: RunCurve, tiers: Sequence[Tier]) -> np.ndarray:
@@ -259,8 +327,7 @@ def _percentiles(values: np.ndarray, whole: bool = False) -> tuple:
     return (round(p50), round(p95)) if whole else (float(p50), float(p95))
 
 
-def _tier_rows(base: dict, curve: RunCurve, tiers: Sequence[Tier],
-               item_bytes: int) -> list[dict]:
+def _tier_rows(base: dict, curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> list[dict]:
     counts = _per_step(curve, tiers)
     fetch = _fetch_us(counts, tiers, item_bytes)
     rows = []
@@ -268,11 +335,19 @@ def _tier_rows(base: dict, curve: RunCurve, tiers: Sequence[Tier],
         served = int(counts[:, index].sum())
         bytes_p50, bytes_p95 = _percentiles(counts[:, index] * item_bytes, whole=True)
         fetch_p50, fetch_p95 = _percentiles(fetch[:, index])
-        rows.append({**base, "tier": tier.name, "capacity_blocks": tier.capacity,
-                     "accesses_served": served,
-                     "hit_rate": served / curve.accesses if curve.accesses else None,
-                     "bytes_per_step_p50": bytes_p50, "bytes_per_step_p95": bytes_p95,
-                     "fetch_us_p50": fetch_p50, "fetch_us_p95": fetch_p95})
+        rows.append(
+            {
+                **base,
+                "tier": tier.name,
+                "capacity_blocks": tier.capacity,
+                "accesses_served": served,
+                "hit_rate": served / curve.accesses if curve.accesses else None,
+                "bytes_per_step_p50": bytes_p50,
+                "bytes_per_step_p95": bytes_p95,
+                "fetch_us_p50": fetch_p50,
+                "fetch_us_p95": fetch_p95,
+            }
+        )
     return rows
 
 
@@ -281,9 +356,11 @@ def _run_row(curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> dict:
     step_fetch = _fetch_us(counts, tiers, item_bytes).max(axis=1, initial=0.0)
     fetch_p50, fetch_p95 = _percentiles(step_fetch)
     return {
-        "steps": len(counts), "accesses": curve.accesses,
+        "steps": len(counts),
+        "accesses": curve.accesses,
         "first_touches": curve.first_touches,
         "bytes_per_step_p50": _percentiles(counts.sum(axis=1) * item_bytes, whole=True)[0],
-        "fetch_us_p50": fetch_p50, "fetch_us_p95": fetch_p95,
+        "fetch_us_p50": fetch_p50,
+        "fetch_us_p95": fetch_p95,
         **{f"hbm_blocks_for_{round(t * 100)}pct": capacity_for(curve, t) for t in HIT_TARGETS},
     }

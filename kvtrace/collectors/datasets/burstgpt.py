@@ -53,23 +53,30 @@ def load_arrivals(path: Path) -> tuple[list[Arrival], str]:
     for column, aliases in COLUMNS.items():
         found = next((a for a in aliases if a in (reader.fieldnames or [])), None)
         if found is None:
-            raise InputError(f"{path} has no {' / '.join(aliases)} column; an arrival trace "
-                             "needs arrival time, prompt and response lengths")
+            raise InputError(
+                f"{path} has no {' / '.join(aliases)} column; an arrival trace "
+                "needs arrival time, prompt and response lengths"
+            )
         names[column] = found
     rows = []
     for line, record in enumerate(reader, start=2):
         try:
-            rows.append((_seconds(record[names["arrival"]]),
-                         int(float(record[names["prompt_tokens"]])),
-                         int(float(record[names["response_tokens"]]))))
+            rows.append(
+                (
+                    _seconds(record[names["arrival"]]),
+                    int(float(record[names["prompt_tokens"]])),
+                    int(float(record[names["response_tokens"]])),
+                )
+            )
         except (TypeError, ValueError):
             raise InputError(f"{path}:{line}: cannot read {record!r} as an arrival") from None
     if not rows:
         raise InputError(f"{path} holds no arrivals")
     start = min(r[0] for r in rows)
     ordered = sorted(rows, key=lambda r: r[0])
-    arrivals = [Arrival(i, t - start, prompt, response)
-                for i, (t, prompt, response) in enumerate(ordered)]
+    arrivals = [
+        Arrival(i, t - start, prompt, response) for i, (t, prompt, response) in enumerate(ordered)
+    ]
     return arrivals, sha
 
 

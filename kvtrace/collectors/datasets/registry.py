@@ -20,8 +20,9 @@ Loader = Callable[[Path], tuple[list[dict], str]]
 Checker = Callable[[object, str], list[dict]]
 
 
-def _records(options: DsaCollectOptions, load: Loader, check: Checker,
-             what: str) -> tuple[list[dict], str]:
+def _records(
+    options: DsaCollectOptions, load: Loader, check: Checker, what: str
+) -> tuple[list[dict], str]:
     """The records of ``--hf-dataset`` (passed through ``check``) or ``--data-file``."""
     if options.hub is not None:
         from kvtrace.collectors.datasets.hub import load_hub_records
@@ -30,14 +31,14 @@ def _records(options: DsaCollectOptions, load: Loader, check: Checker,
         rows, variant = load_hub_records(hub.name, split=hub.split, revision=hub.revision)
         return check(rows, hub.name), variant
     if options.data_file is None:
-        raise InputError(f"--dataset {options.dataset} needs --data-file ({what}) "
-                         "or --hf-dataset")
+        raise InputError(f"--dataset {options.dataset} needs --data-file ({what}) or --hf-dataset")
     rows, sha = load(options.data_file)
     return rows, f"{options.data_file.name} (sha256 {sha})"
 
 
-def _ruler(options: DsaCollectOptions, tokenizer: Tokenizer,
-           warehouse: Warehouse) -> tuple[Iterable, str]:
+def _ruler(
+    options: DsaCollectOptions, tokenizer: Tokenizer, warehouse: Warehouse
+) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.ruler import (
         check_ruler,
         load_ruler_file,
@@ -46,32 +47,42 @@ def _ruler(options: DsaCollectOptions, tokenizer: Tokenizer,
     )
 
     if options.data_file is not None or options.hub is not None:
-        rows, variant = _records(options, load_ruler_file, check_ruler,
-                                 "a RULER .jsonl or .tgz")
+        rows, variant = _records(options, load_ruler_file, check_ruler, "a RULER .jsonl or .tgz")
         return islice(ruler_requests(rows), options.limit), variant
-    requests = niah_requests(options.limit, options.ruler_length,
-                             lambda text: len(tokenizer.encode(text)),
-                             variant=options.ruler_variant, seed=options.seed)
-    return requests, (f"ruler-niah-{options.ruler_variant} (kvtrace offline generator, "
-                      f"seed {options.seed}, {options.ruler_length} tokens)")
+    requests = niah_requests(
+        options.limit,
+        options.ruler_length,
+        lambda text: len(tokenizer.encode(text)),
+        variant=options.ruler_variant,
+        seed=options.seed,
+    )
+    return requests, (
+        f"ruler-niah-{options.ruler_variant} (kvtrace offline generator, "
+        f"seed {options.seed}, {options.ruler_length} tokens)"
+    )
 
 
-def _sharegpt(options: DsaCollectOptions, tokenizer: Tokenizer,
-              warehouse: Warehouse) -> tuple[Iterable, str]:
+def _sharegpt(
+    options: DsaCollectOptions, tokenizer: Tokenizer, warehouse: Warehouse
+) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.sharegpt import (
         check_conversations,
         load_conversations,
         sharegpt_requests,
     )
 
-    rows, variant = _records(options, load_conversations, check_conversations,
-                             "a ShareGPT JSON file")
-    return (islice(sharegpt_requests(rows, options.turn_mode), options.limit),
-            f"{variant}, turns {options.turn_mode}")
+    rows, variant = _records(
+        options, load_conversations, check_conversations, "a ShareGPT JSON file"
+    )
+    return (
+        islice(sharegpt_requests(rows, options.turn_mode), options.limit),
+        f"{variant}, turns {options.turn_mode}",
+    )
 
 
-def _longbench(options: DsaCollectOptions, tokenizer: Tokenizer,
-               warehouse: Warehouse) -> tuple[Iterable, str]:
+def _longbench(
+    options: DsaCollectOptions, tokenizer: Tokenizer, warehouse: Warehouse
+) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.longbench import (
         check_longbench,
         load_longbench,
@@ -80,26 +91,34 @@ def _longbench(options: DsaCollectOptions, tokenizer: Tokenizer,
 
     rows, variant = _records(options, load_longbench, check_longbench, "its data.json")
     classes = None if options.length_filter is None else options.length_filter.split(",")
-    return (islice(longbench_requests(rows, classes), options.limit),
-            f"{variant}, lengths {options.length_filter or 'all'}")
+    return (
+        islice(longbench_requests(rows, classes), options.limit),
+        f"{variant}, lengths {options.length_filter or 'all'}",
+    )
 
 
-def _burstgpt(options: DsaCollectOptions, tokenizer: Tokenizer,
-              warehouse: Warehouse) -> tuple[Iterable, str]:
+def _burstgpt(
+    options: DsaCollectOptions, tokenizer: Tokenizer, warehouse: Warehouse
+) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.burstgpt import load_arrivals
 
     if options.hub is not None:
-        raise InputError("--hf-dataset serves ruler, sharegpt and longbench-v2; "
-                         "burstgpt reads its CSV with --data-file")
+        raise InputError(
+            "--hf-dataset serves ruler, sharegpt and longbench-v2; "
+            "burstgpt reads its CSV with --data-file"
+        )
     if options.data_file is None:
         raise InputError("--dataset burstgpt needs --data-file (an arrival trace CSV)")
     arrivals, sha = load_arrivals(options.data_file)
-    return (arrivals[:options.limit],
-            f"{options.data_file.name} (sha256 {sha}, first {options.limit} arrivals)")
+    return (
+        arrivals[: options.limit],
+        f"{options.data_file.name} (sha256 {sha}, first {options.limit} arrivals)",
+    )
 
 
-def _workload(options: DsaCollectOptions, tokenizer: Tokenizer,
-              warehouse: Warehouse) -> tuple[Iterable, str]:
+def _workload(
+    options: DsaCollectOptions, tokenizer: Tokenizer, warehouse: Warehouse
+) -> tuple[Iterable, str]:
     from kvtrace.collectors.datasets.workload import workload_arrivals
 
     if options.workload is None:
@@ -119,11 +138,13 @@ DATASETS: dict[DatasetName, Runner] = {
 REPLAYED: frozenset[DatasetName] = frozenset({"burstgpt", "workload"})
 
 
-def dataset_requests(options: DsaCollectOptions, tokenizer: Tokenizer,
-                     warehouse: Warehouse) -> tuple[Iterable, str]:
+def dataset_requests(
+    options: DsaCollectOptions, tokenizer: Tokenizer, warehouse: Warehouse
+) -> tuple[Iterable, str]:
     """The requests of ``options.dataset`` and the variant to record in ``runs``."""
     runner = DATASETS.get(options.dataset)
     if runner is None:
-        raise InputError(f"expected one of {', '.join(DATASETS)} for --dataset, got "
-                         f"{options.dataset!r}")
+        raise InputError(
+            f"expected one of {', '.join(DATASETS)} for --dataset, got {options.dataset!r}"
+        )
     return runner(options, tokenizer, warehouse)

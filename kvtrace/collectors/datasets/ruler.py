@@ -31,18 +31,49 @@ TEMPLATE = (
     "What are all the special magic numbers for {key} mentioned in the provided text? "
     "The special magic numbers for {key} mentioned in the provided text are"
 )
-_WORDS = ("amber", "basil", "cobalt", "delta", "ember", "fjord", "garnet", "harbor", "indigo",
-          "juniper", "kestrel", "lumen", "marlin", "nectar", "onyx", "pylon", "quartz",
-          "raven", "saffron", "tundra", "umber", "violet", "willow", "xenon", "yarrow", "zephyr")
+_WORDS = (
+    "amber",
+    "basil",
+    "cobalt",
+    "delta",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lumen",
+    "marlin",
+    "nectar",
+    "onyx",
+    "pylon",
+    "quartz",
+    "raven",
+    "saffron",
+    "tundra",
+    "umber",
+    "violet",
+    "willow",
+    "xenon",
+    "yarrow",
+    "zephyr",
+)
 
 
 def _key(rng: random.Random) -> str:
     return f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}"
 
 
-def niah_requests(count: int, target_tokens: int, count_tokens: Callable[[str], int], *,
-                  variant: Literal["single", "multikey"] = "single", distractors: int = 3,
-                  seed: int = 0) -> Iterator[DatasetRequest]:
+def niah_requests(
+    count: int,
+    target_tokens: int,
+    count_tokens: Callable[[str], int],
+    *,
+    variant: Literal["single", "multikey"] = "single",
+    distractors: int = 3,
+    seed: int = 0,
+) -> Iterator[DatasetRequest]:
     """``count`` NIAH prompts of about ``target_tokens`` tokens each."""
     rng = random.Random(seed)
     for request_id in range(count):
@@ -52,20 +83,32 @@ def niah_requests(count: int, target_tokens: int, count_tokens: Callable[[str], 
         needles_by_key = {key: needles[0]}
         if variant == "multikey":
             others = {_key(rng) for _ in range(distractors)} - {key}
-            needles += [NEEDLE.format(key=k, value=rng.randint(1_000_000, 9_999_999))
-                        for k in sorted(others)]
+            needles += [
+                NEEDLE.format(key=k, value=rng.randint(1_000_000, 9_999_999))
+                for k in sorted(others)
+            ]
             rng.shuffle(needles)
         sentences = _fill(needles, target_tokens, count_tokens, key)
         yield DatasetRequest(
-            request_id, TEMPLATE.format(context=" ".join(sentences), key=key), answer=value,
-            meta={"task": f"niah_{variant}", "key": key, "needles": len(needles),
-                  "needle": needles_by_key[key]},
-            references=[value], task=f"niah_{variant}")
+            request_id,
+            TEMPLATE.format(context=" ".join(sentences), key=key),
+            answer=value,
+            meta={
+                "task": f"niah_{variant}",
+                "key": key,
+                "needles": len(needles),
+                "needle": needles_by_key[key],
+            },
+            references=[value],
+            task=f"niah_{variant}",
+        )
 
 
-def _fill(needles: list[str], target: int, count_tokens: Callable[[str], int],
-          key: str) -> list[str]:
+def _fill(
+    needles: list[str], target: int, count_tokens: Callable[[str], int], key: str
+) -> list[str]:
     """Noise sentences with the needles at evenly spread depths, grown to ``target``."""
+
     def build(repeats: int) -> list[str]:
         haystack = [NOISE] * repeats
         for i, needle in enumerate(needles):
@@ -93,9 +136,10 @@ def load_ruler_file(path: Path) -> tuple[list[dict], str]:
     if path.name.endswith((".tgz", ".tar.gz")):
         try:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-                members = sorted((m for m in archive.getmembers()
-                                  if m.isfile() and m.name.endswith(".jsonl")),
-                                 key=lambda m: m.name)
+                members = sorted(
+                    (m for m in archive.getmembers() if m.isfile() and m.name.endswith(".jsonl")),
+                    key=lambda m: m.name,
+                )
                 files = [(m.name, _member_bytes(archive, m)) for m in members]
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise InputError(f"cannot read {path} as a .tgz of RULER files: {exc}") from None
@@ -107,8 +151,10 @@ def load_ruler_file(path: Path) -> tuple[list[dict], str]:
     for name, content in files:
         member = PurePosixPath(name)
         task = member.parent.name if len(member.parts) > 1 else member.stem
-        records += [{**record, "task": record.get("task", task)}
-                    for record in _jsonl_records(content, f"{path}:{name}")]
+        records += [
+            {**record, "task": record.get("task", task)}
+            for record in _jsonl_records(content, f"{path}:{name}")
+        ]
     return check_ruler(records, str(path)), sha
 
 
@@ -127,9 +173,11 @@ def _jsonl_records(content: bytes, source: str) -> list[dict]:
 def check_ruler(records: object, source: str) -> list[dict]:
     """``records`` if they are RULER records (with ``input``), else one clear error."""
     if not isinstance(records, list) or not all(
-            isinstance(r, dict) and isinstance(r.get("input"), str) for r in records):
-        raise InputError(f"{source} is not RULER data: expected records with an input text "
-                         "(and outputs)")
+        isinstance(r, dict) and isinstance(r.get("input"), str) for r in records
+    ):
+        raise InputError(
+            f"{source} is not RULER data: expected records with an input text (and outputs)"
+        )
     return records
 
 
@@ -137,11 +185,18 @@ def ruler_requests(records: list[dict]) -> Iterator[DatasetRequest]:
     """One request per prepared RULER record; its answer is the expected outputs."""
     for request_id, record in enumerate(records):
         outputs = record.get("outputs") or []
-        yield DatasetRequest(request_id, record["input"], answer=", ".join(map(str, outputs)),
-                             meta={"task": record.get("task"), "index": record.get("index"),
-                                   "length": record.get("length")},
-                             references=[str(o) for o in outputs],
-                             task=str(record.get("task") or "ruler"))
+        yield DatasetRequest(
+            request_id,
+            record["input"],
+            answer=", ".join(map(str, outputs)),
+            meta={
+                "task": record.get("task"),
+                "index": record.get("index"),
+                "length": record.get("length"),
+            },
+            references=[str(o) for o in outputs],
+            task=str(record.get("task") or "ruler"),
+        )
 
 
 def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:

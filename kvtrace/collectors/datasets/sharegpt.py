@@ -15,9 +15,16 @@ from typing import Literal
 from kvtrace.collectors.datasets import DatasetRequest, read_json_file
 from kvtrace.errors import InputError
 
-ROLES = {"human": "User", "user": "User", "gpt": "Assistant", "assistant": "Assistant",
-         "chatgpt": "Assistant", "bing": "Assistant", "bard": "Assistant",
-         "system": "System"}
+ROLES = {
+    "human": "User",
+    "user": "User",
+    "gpt": "Assistant",
+    "assistant": "Assistant",
+    "chatgpt": "Assistant",
+    "bing": "Assistant",
+    "bard": "Assistant",
+    "system": "System",
+}
 
 
 def load_conversations(path: Path) -> tuple[list[dict], str]:
@@ -29,10 +36,12 @@ def load_conversations(path: Path) -> tuple[list[dict], str]:
 def check_conversations(conversations: object, source: str) -> list[dict]:
     """``conversations`` if they are in ShareGPT format, else one clear error."""
     if not isinstance(conversations, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("conversations"), list)
-            for c in conversations):
-        raise InputError(f"{source} is not in ShareGPT format: expected a list of "
-                         "{id, conversations: [{from, value}]}")
+        isinstance(c, dict) and isinstance(c.get("conversations"), list) for c in conversations
+    ):
+        raise InputError(
+            f"{source} is not in ShareGPT format: expected a list of "
+            "{id, conversations: [{from, value}]}"
+        )
     return conversations
 
 
@@ -41,19 +50,24 @@ def _turn(message: dict) -> str:
     return f"{role}: {message.get('value', '')}\n"
 
 
-def sharegpt_requests(conversations: list[dict],
-                      mode: Literal["full", "per_user_turn"] = "full"
-                      ) -> Iterator[DatasetRequest]:
+def sharegpt_requests(
+    conversations: list[dict], mode: Literal["full", "per_user_turn"] = "full"
+) -> Iterator[DatasetRequest]:
     """Requests from ShareGPT conversations (see the module docstring for the modes)."""
     request_id = 0
     for conversation in conversations:
         messages = conversation["conversations"]
-        human_turns = [i for i, m in enumerate(messages)
-                       if ROLES.get(str(m.get("from", "")).lower()) == "User"]
+        human_turns = [
+            i for i, m in enumerate(messages) if ROLES.get(str(m.get("from", "")).lower()) == "User"
+        ]
         cuts = human_turns if mode == "per_user_turn" else human_turns[-1:]
         for turn_no, cut in enumerate(cuts):
-            prompt = "".join(_turn(m) for m in messages[:cut + 1]) + "Assistant:"
+            prompt = "".join(_turn(m) for m in messages[: cut + 1]) + "Assistant:"
             answer = messages[cut + 1].get("value") if cut + 1 < len(messages) else None
-            yield DatasetRequest(request_id, prompt, answer=answer, meta={
-                "conversation": conversation.get("id"), "turn": turn_no})
+            yield DatasetRequest(
+                request_id,
+                prompt,
+                answer=answer,
+                meta={"conversation": conversation.get("id"), "turn": turn_no},
+            )
             request_id += 1

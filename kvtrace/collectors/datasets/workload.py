@@ -20,12 +20,27 @@ from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.bookkeeping import make_run_id
 
-_WORDS = ("cache", "block", "token", "prefix", "layer", "query", "value", "index", "river",
-          "stone", "cloud", "green", "north", "light", "paper", "sound")
+_WORDS = (
+    "cache",
+    "block",
+    "token",
+    "prefix",
+    "layer",
+    "query",
+    "value",
+    "index",
+    "river",
+    "stone",
+    "cloud",
+    "green",
+    "north",
+    "light",
+    "paper",
+    "sound",
+)
 
 
-def workload_arrivals(warehouse: Warehouse, run: str, limit: int
-                      ) -> tuple[list[Arrival], str]:
+def workload_arrivals(warehouse: Warehouse, run: str, limit: int) -> tuple[list[Arrival], str]:
     """The first ``limit`` requests of the workload run named ``run`` (name or id)."""
     run_id = _run_id(warehouse, run)
     files = warehouse.run_files(run_id, "workload_requests")
@@ -33,10 +48,14 @@ def workload_arrivals(warehouse: Warehouse, run: str, limit: int
     table = table.sort_by("request_idx").slice(0, limit)
     arrivals = []
     for i, row in enumerate(table.to_pylist()):
-        prompt = (block_prompt(row["hash_ids"], row["hash_block_tokens"] or 512,
-                               row["input_tokens"]) if row["hash_ids"] else None)
-        arrivals.append(Arrival(i, row["arrival_s"], row["input_tokens"],
-                                row["output_tokens"], prompt))
+        prompt = (
+            block_prompt(row["hash_ids"], row["hash_block_tokens"] or 512, row["input_tokens"])
+            if row["hash_ids"]
+            else None
+        )
+        arrivals.append(
+            Arrival(i, row["arrival_s"], row["input_tokens"], row["output_tokens"], prompt)
+        )
     return arrivals, f"workload run {run_id} (first {len(arrivals)} requests)"
 
 
@@ -63,10 +82,15 @@ def _block_text(hash_id: int, size: int) -> str:
 
 def _run_id(warehouse: Warehouse, run: str) -> str:
     """The id of an ingested workload run given by id or by name."""
-    runs = {commit["run_id"] for commit in warehouse.snapshot().commits.to_pylist()
-            if any(entry["table"] == "workload_requests" for entry in commit["tables"])}
+    runs = {
+        commit["run_id"]
+        for commit in warehouse.snapshot().commits.to_pylist()
+        if any(entry["table"] == "workload_requests" for entry in commit["tables"])
+    }
     for candidate in (run, make_run_id(run, "ingest")):
         if candidate in runs:
             return candidate
-    raise InputError(f"the warehouse holds no workload run {run!r}; ingest an arrival "
-                     "trace first (kvtrace ingest TRACE)")
+    raise InputError(
+        f"the warehouse holds no workload run {run!r}; ingest an arrival "
+        "trace first (kvtrace ingest TRACE)"
+    )

@@ -8,12 +8,21 @@ from kvtrace.warehouse.schema.core import TableSpec
 
 # Pool fields every snapshot may carry, and the finer breakdown only newer servers report.
 POOL_COUNTERS = (
-    "capacity_tokens", "held_tokens", "available_tokens", "idle_evictable_tokens",
-    "session_count", "resident_session_count",
+    "capacity_tokens",
+    "held_tokens",
+    "available_tokens",
+    "idle_evictable_tokens",
+    "session_count",
+    "resident_session_count",
 )
 POOL_BREAKDOWN = (
-    "radix_protected_tokens", "running_batch_tokens", "inflight_transfer_tokens",
-    "prealloc_tokens", "retracted_tokens", "running_batch_size", "prefill_backup_tokens",
+    "radix_protected_tokens",
+    "running_batch_tokens",
+    "inflight_transfer_tokens",
+    "prealloc_tokens",
+    "retracted_tokens",
+    "running_batch_size",
+    "prefill_backup_tokens",
 )
 
 POOL_SNAPSHOTS = TableSpec(

@@ -14,9 +14,18 @@ from kvtrace.ingest.lines import Chunk, parse_chunk
 from kvtrace.warehouse.dsa_columns import CANONICAL_DSA, complete
 from tests.conftest import seed_record
 
-NESTED = {"event": "dsa_topk", "request_id": "r1", "is_decode": True, "layer_id": 0,
-          "step_idx": 1, "seq_len_current": 40, "topk": 2, "selected_token_pos": [3, 9],
-          "stats": {"unique_token_pos_count": 2}, "block": {"block_size": 16}}
+NESTED = {
+    "event": "dsa_topk",
+    "request_id": "r1",
+    "is_decode": True,
+    "layer_id": 0,
+    "step_idx": 1,
+    "seq_len_current": 40,
+    "topk": 2,
+    "selected_token_pos": [3, 9],
+    "stats": {"unique_token_pos_count": 2},
+    "block": {"block_size": 16},
+}
 
 
 def _parsed(record: dict, fmt: str) -> pa.Table:
@@ -24,8 +33,9 @@ def _parsed(record: dict, fmt: str) -> pa.Table:
     return parse_chunk(Chunk(data, 1, 1, len(data)), SCHEMAS[fmt]).table
 
 
-@pytest.mark.parametrize("record, fmt", [(seed_record(0, 0, 40, [3, 9]), "seed"),
-                                         (NESTED, "nested")])
+@pytest.mark.parametrize(
+    "record, fmt", [(seed_record(0, 0, 40, [3, 9]), "seed"), (NESTED, "nested")]
+)
 def test_both_layouts_map_onto_canonical_columns_only(record, fmt):
     columns = canonical(_parsed(record, fmt), fmt)
     assert set(columns) <= set(CANONICAL_DSA.names)

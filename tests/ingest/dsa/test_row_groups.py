@@ -17,10 +17,9 @@ def _row_groups(warehouse: Warehouse) -> int:
 def _everything(warehouse: Warehouse) -> dict:
     con = connect(warehouse)
     queries = {
-        "steps": "SELECT * EXCLUDE (run_id) FROM dsa_steps "
-                 "ORDER BY request_id, step_idx, layer_id",
+        "steps": "SELECT * EXCLUDE (run_id) FROM dsa_steps ORDER BY request_id, step_idx, layer_id",
         "summary": "SELECT * EXCLUDE (run_id) FROM dsa_summary",
-        "offsets": "SELECT \"offset\", sum(n) FROM _dsa_offset_hist_files GROUP BY ALL ORDER BY 1",
+        "offsets": 'SELECT "offset", sum(n) FROM _dsa_offset_hist_files GROUP BY ALL ORDER BY 1',
         "fill": "SELECT tokens, sum(n) FROM _dsa_fill_hist_files GROUP BY ALL ORDER BY 1",
     }
     return {name: _rounded(con.execute(sql).fetchall()) for name, sql in queries.items()}
@@ -38,7 +37,8 @@ def _rounded(value):
 
 
 def test_buffered_rows_are_flushed_as_row_groups_with_identical_results(
-        tmp_path, synthetic_trace, monkeypatch):
+    tmp_path, synthetic_trace, monkeypatch
+):
     trace = synthetic_trace(requests=4, steps=6, layers=8, topk=256)
     whole = Warehouse(tmp_path / "whole", create=True)
     ingest(whole, [str(trace)])

@@ -13,15 +13,23 @@ from tests.conftest import read_records, seed_record, write_jsonl
 
 
 def test_rows_land_sorted_with_scores_permuted_alongside(warehouse, tmp_path):
-    path = write_jsonl(tmp_path / "t.jsonl", [
-        seed_record(0, 0, 40, [7, 3, 40, 0], scores_topk=[0.7, 0.3, 4.0, 0.01]),
-        seed_record(0, 1, 40, [39, 1]),
-    ])
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            seed_record(0, 0, 40, [7, 3, 40, 0], scores_topk=[0.7, 0.3, 4.0, 0.01]),
+            seed_record(0, 1, 40, [39, 1]),
+        ],
+    )
     report = ingest(warehouse, [str(path)])
     assert report.rows == 2 and report.rejected == 0
-    rows = connect(warehouse).execute(
-        "SELECT layer_id, selected_pos, scores, seq_len, score_max FROM dsa_steps "
-        "ORDER BY layer_id").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT layer_id, selected_pos, scores, seq_len, score_max FROM dsa_steps "
+            "ORDER BY layer_id"
+        )
+        .fetchall()
+    )
     assert rows[0][1] == [0, 3, 7, 40]
     assert np.allclose(rows[0][2], [0.01, 0.3, 0.7, 4.0])
     assert rows[0][3] == 41 and abs(rows[0][4] - 4.0) < 1e-6
@@ -56,14 +64,22 @@ def test_gzip_and_glob_sources_are_read(warehouse, synthetic_trace, tmp_path):
 
 def test_requests_take_prompt_length_and_prefix_from_records(warehouse, tmp_path):
     prefix = {"prefix_cache_hit": True, "prefix_cached_blocks": 4, "prefix_key": "abc"}
-    path = write_jsonl(tmp_path / "t.jsonl", [
-        seed_record(5, 0, 101, [0, 1], prefix=prefix),
-        seed_record(5, 0, 100, [0, 1], prefix=prefix),
-    ])
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            seed_record(5, 0, 101, [0, 1], prefix=prefix),
+            seed_record(5, 0, 100, [0, 1], prefix=prefix),
+        ],
+    )
     ingest(warehouse, [str(path)])
-    row = connect(warehouse).execute(
-        "SELECT request_id, prompt_tokens, prefix_key, prefix_cache_hit, prefix_cached_tokens "
-        "FROM requests").fetchone()
+    row = (
+        connect(warehouse)
+        .execute(
+            "SELECT request_id, prompt_tokens, prefix_key, prefix_cache_hit, prefix_cached_tokens "
+            "FROM requests"
+        )
+        .fetchone()
+    )
     assert row == (5, 100, "abc", True, 64)
 
 
@@ -73,12 +89,20 @@ def test_hbm_hit_list_equal_to_selected_blocks_is_not_stored(warehouse, tmp_path
         empty = {"hit_blocks": [], "bytes_read": 0, "read_ops": 0, "latency_us": None}
         return {"hbm": tier, "local_pool": empty, "remote_pool": empty}
 
-    path = write_jsonl(tmp_path / "t.jsonl", [
-        seed_record(0, 0, 40, [1, 20, 33], kv_fetch=fetch([2, 0, 1])),
-        seed_record(0, 1, 40, [1, 20, 33], kv_fetch=fetch([0, 1])),
-    ])
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            seed_record(0, 0, 40, [1, 20, 33], kv_fetch=fetch([2, 0, 1])),
+            seed_record(0, 1, 40, [1, 20, 33], kv_fetch=fetch([0, 1])),
+        ],
+    )
     ingest(warehouse, [str(path)])
-    rows = connect(warehouse).execute(
-        "SELECT hbm_blocks, hbm_hit_blocks, step_latency_us, local_pool_hit_blocks "
-        "FROM dsa_steps ORDER BY layer_id").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT hbm_blocks, hbm_hit_blocks, step_latency_us, local_pool_hit_blocks "
+            "FROM dsa_steps ORDER BY layer_id"
+        )
+        .fetchall()
+    )
     assert rows == [(3, None, 5.0, None), (2, [0, 1], 5.0, None)]

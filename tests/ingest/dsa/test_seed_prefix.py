@@ -8,14 +8,23 @@ from tests.conftest import seed_record, write_jsonl
 
 
 def _checks(warehouse) -> dict:
-    rows = connect(warehouse).execute(
-        "SELECT statistic, rows_checked, rows_disagreeing FROM ingest_checks").fetchall()
+    rows = (
+        connect(warehouse)
+        .execute("SELECT statistic, rows_checked, rows_disagreeing FROM ingest_checks")
+        .fetchall()
+    )
     return {name: (checked, wrong) for name, checked, wrong in rows}
 
 
 def _prefix(hit: bool, blocks: int, ratio: float) -> dict:
-    return {"prefix": {"prefix_cache_hit": hit, "prefix_cached_blocks": blocks,
-                       "prefix_key": "k", "intersection_ratio": ratio}}
+    return {
+        "prefix": {
+            "prefix_cache_hit": hit,
+            "prefix_cached_blocks": blocks,
+            "prefix_key": "k",
+            "intersection_ratio": ratio,
+        }
+    }
 
 
 def test_a_miss_is_intersected_with_its_own_key_region_and_checked(warehouse, tmp_path):
@@ -25,33 +34,44 @@ def test_a_miss_is_intersected_with_its_own_key_region_and_checked(warehouse, tm
     wrong = seed_record(1, 0, 500, positions, **_prefix(False, 2, 0.0))  # the old rule
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", [good, wrong]))])
     con = connect(warehouse)
-    rows = con.execute("SELECT request_id, prefix_cache_hit, intersection_blocks, "
-                       "intersection_ratio, cached_prefix_ratio FROM dsa_prefix(16) "
-                       "ORDER BY request_id").fetchall()
+    rows = con.execute(
+        "SELECT request_id, prefix_cache_hit, intersection_blocks, "
+        "intersection_ratio, cached_prefix_ratio FROM dsa_prefix(16) "
+        "ORDER BY request_id"
+    ).fetchall()
     assert rows == [(0, False, [0, 1], 0.5, None), (1, False, [0, 1], 0.5, None)]
-    assert con.execute("SELECT prefix_region_tokens, prefix_cached_tokens FROM requests "
-                       "ORDER BY request_id").fetchall() == [(32, 0), (32, 0)]
+    assert con.execute(
+        "SELECT prefix_region_tokens, prefix_cached_tokens FROM requests ORDER BY request_id"
+    ).fetchall() == [(32, 0), (32, 0)]
     # every source value was checked; the one computed by another rule is flagged
     assert _checks(warehouse)["src_intersection_ratio"] == (2, 1)
 
 
 def test_the_region_counts_a_partly_covered_block_but_the_cached_variant_does_not(
-        warehouse, tmp_path):
+    warehouse, tmp_path
+):
     # a hit of 2 blocks of 16 = 32 cached tokens; at block size 24 the region covers
     # ceil(32 / 24) = 2 blocks, of which 1 is fully cached
     record = seed_record(0, 0, 500, [3, 30, 60, 400], **_prefix(True, 2, 0.5))
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", [record]))])
-    row = connect(warehouse).execute(
-        "SELECT prefix_blocks, intersection_blocks, intersection_ratio, "
-        "cached_prefix_blocks, cached_prefix_ratio FROM dsa_prefix(24)").fetchone()
+    row = (
+        connect(warehouse)
+        .execute(
+            "SELECT prefix_blocks, intersection_blocks, intersection_ratio, "
+            "cached_prefix_blocks, cached_prefix_ratio FROM dsa_prefix(24)"
+        )
+        .fetchone()
+    )
     assert row == (2, [0, 1], 0.5, 1, 0.25)
 
 
 def test_offsets_off_by_one_are_flagged_for_every_offset_statistic(warehouse, tmp_path):
     # offsets of [0, 40, 60, 99] at seq_len 100: 99, 59, 39, 0; median 49 (linear)
     positions = [0, 40, 60, 99]
-    records = [seed_record(r, 0, 99, positions, offset_min=1, offset_p50=50.0, offset_max=100)
-               for r in range(3)]
+    records = [
+        seed_record(r, 0, 99, positions, offset_min=1, offset_p50=50.0, offset_max=100)
+        for r in range(3)
+    ]
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", records))])
     checks = _checks(warehouse)
     for name in ("src_offset_min", "src_offset_p50", "src_offset_max"):
@@ -60,8 +80,9 @@ def test_offsets_off_by_one_are_flagged_for_every_offset_statistic(warehouse, tm
 
 def test_a_median_by_another_method_is_not_flagged(warehouse, tmp_path):
     positions = [0, 40, 60, 99]  # middle offsets 39 and 59: lower 39, higher 59, linear 49
-    records = [seed_record(r, 0, 99, positions, offset_p50=p50)
-               for r, p50 in enumerate((39, 59, 49.0, 49))]
+    records = [
+        seed_record(r, 0, 99, positions, offset_p50=p50) for r, p50 in enumerate((39, 59, 49.0, 49))
+    ]
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", records))])
     assert "src_offset_p50" not in _checks(warehouse)
 
