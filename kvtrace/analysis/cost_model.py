@@ -16,6 +16,8 @@ to noise.  R^2 = 1 - SS_res / SS_tot; residuals are observed - fitted, in second
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 import numpy as np
 
@@ -40,7 +42,7 @@ _QUERIES = {
 }
 
 
-def cost_model_rows(con: duckdb.DuckDBPyConnection, source: str) -> list[dict]:
+def cost_model_rows(con: duckdb.DuckDBPyConnection, source: str) -> list[dict[str, Any]]:
     """One fitted model per run of ``source``."""
     if source not in COST_SOURCES:
         raise QueryError(
@@ -59,7 +61,9 @@ def cost_model_rows(con: duckdb.DuckDBPyConnection, source: str) -> list[dict]:
     return rows
 
 
-def _fit(run_id: str, source: str, y: np.ndarray, features: dict[str, np.ndarray]) -> dict:
+def _fit(
+    run_id: str, source: str, y: np.ndarray, features: dict[str, np.ndarray]
+) -> dict[str, Any]:
     used = [t for t, x in features.items() if np.isfinite(x).all() and np.ptp(x) > 0]
     design = np.column_stack([np.ones(len(y)), *(features[t] for t in used)])
     coefficients, *_ = np.linalg.lstsq(design, y, rcond=None)

@@ -43,7 +43,9 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
             raise RuntimeError("the connection of this function was closed")
         return cursor_of(live)
 
-    def rows(struct: pa.StructType, found: list[dict], calls: pa.ChunkedArray) -> pa.Array:
+    def rows(
+        struct: pa.StructType, found: list[dict[str, Any]], calls: pa.ChunkedArray
+    ) -> pa.Array:
         return pa.array([found] * len(calls), pa.list_(struct))
 
     def hit_curve(

@@ -11,6 +11,8 @@ run's distinct blocks, plus any named.
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 import numpy as np
 import pyarrow.compute as pc
@@ -23,7 +25,7 @@ PREFIX_POLICIES = ("lru", "opt", "fifo")
 
 def prefix_hit_curve_rows(
     con: duckdb.DuckDBPyConnection, policy: str, capacities: list[int]
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One row per (run, capacity): accesses, hits and hit rate of the run's cache."""
     if policy not in PREFIX_POLICIES:
         raise QueryError(

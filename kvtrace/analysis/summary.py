@@ -155,7 +155,9 @@ def _stored_trace(
     return chosen[0]
 
 
-def _config(collector: dict, block_size: int, dataset_variant: str | None) -> dict[str, Any]:
+def _config(
+    collector: dict[str, Any], block_size: int, dataset_variant: str | None
+) -> dict[str, Any]:
     """The run's settings: an ingested tracer's own config, then what kvtrace recorded."""
     config = dict(collector.get("config", {}))
     config.update({name: collector[key] for key, name in _SETTINGS.items() if key in collector})
@@ -164,7 +166,9 @@ def _config(collector: dict, block_size: int, dataset_variant: str | None) -> di
     return config
 
 
-def _serving(con: duckdb.DuckDBPyConnection, run_id: str, collector: dict) -> dict[str, Any]:
+def _serving(
+    con: duckdb.DuckDBPyConnection, run_id: str, collector: dict[str, Any]
+) -> dict[str, Any]:
     """Seed section 5.3's serving block of an arrival-trace run (BurstGPT replays)."""
     latency = con.execute(
         "SELECT * FROM dsa_request_latency WHERE run_id = $run", {"run": run_id}

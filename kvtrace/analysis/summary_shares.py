@@ -207,7 +207,7 @@ def _hot_blocks(touches: pa.Table) -> dict[str, list[dict[str, int]]]:
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy().astype(np.int64)
+    return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
 def _columns(table: pa.Table, *keys: str) -> tuple[np.ndarray, ...]:

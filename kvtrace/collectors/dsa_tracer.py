@@ -40,7 +40,7 @@ import pyarrow as pa
 from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.kernels import block_stats
-from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.bookkeeping import collection_run_id, quarantine_rows, run_row
 from kvtrace.warehouse.dsa_writer import DsaWriter
 from kvtrace.warehouse.eval_rows import eval_row
@@ -160,13 +160,13 @@ class DsaTracer:
         self._rng = random.Random(seed)
         self._seen_prefixes: set[str] = set()
         self._requests: dict[int, _Request] = {}
-        self._finished: dict[int, dict] = {}
-        self._answers: list[tuple[dict, list[dict]]] = []  # eval row, needle spans
+        self._finished: dict[int, dict[str, Any]] = {}
+        self._answers: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []  # row, spans
         self._step: dict[int, int] | None = None
         self._records: list[tuple[int, Any, Any]] = []
         self._record_no = 0
         self._batch_step = 0
-        self._queue: queue.Queue = queue.Queue(maxsize=64)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=64)
         self._error: BaseException | None = None
         self._run_written = False
         self._run_row = run_row(
@@ -351,7 +351,9 @@ class DsaTracer:
 
     # -- bulk conversion -------------------------------------------------------------------
 
-    def _submit(self, positions: Mapping[int, int], records: list, latency_us: float) -> None:
+    def _submit(
+        self, positions: Mapping[int, int], records: list[tuple[int, Any, Any]], latency_us: float
+    ) -> None:
         layers = np.array([layer for layer, _, _ in records], dtype=np.int64)
         indices = _to_numpy([ix for _, ix, _ in records])  # [layers, batch?, k]
         has_scores = all(s is not None for _, _, s in records)
@@ -399,7 +401,7 @@ class DsaTracer:
                     for cols, lines in self._canonical(steps):
                         writer.add(cols, lines, self._raw_of)
                 due = time.monotonic() - last_commit >= commit_every_s
-                if writer is not None and (stop or due):
+                if writer is not None and commit is not None and (stop or due):
                     self._commit(writer, commit)
                     writer, commit, last_commit = None, None, time.monotonic()
                 if stop:
@@ -413,10 +415,10 @@ class DsaTracer:
             while not stop:  # take what the model still submits, up to close()
                 stop = self._queue.get() is _STOP
 
-    def _next_batch(self, commit_due: float) -> tuple[list, bool]:
+    def _next_batch(self, commit_due: float) -> tuple[list[tuple[Any, ...]], bool]:
         """Steps queued within BATCH_SECONDS of the first (or BATCH_RECORDS, or until a
         commit is due), and whether the tracer was closed."""
-        steps: list = []
+        steps: list[tuple[Any, ...]] = []
         try:
             first = self._queue.get(timeout=1.0)
         except queue.Empty:
@@ -437,7 +439,7 @@ class DsaTracer:
             records += item[1].shape[0] * item[1].shape[1]
         return steps, False
 
-    def _new_writer(self, commit, request_keys: dict[str, int]) -> DsaWriter:
+    def _new_writer(self, commit: Commit, request_keys: dict[str, int]) -> DsaWriter:
         return DsaWriter(
             self.warehouse,
             commit,
@@ -448,7 +450,7 @@ class DsaTracer:
             request_ids=request_keys,
         )
 
-    def _commit(self, writer: DsaWriter | None, commit) -> None:
+    def _commit(self, writer: DsaWriter | None, commit: Commit) -> None:
         result = writer.finish() if writer is not None else None
         finished, self._finished = self._finished, {}
         answers, self._answers = self._answers, []
@@ -478,7 +480,9 @@ class DsaTracer:
     def _raw_of(self, record_no: int) -> str:
         return f"live record {record_no}"
 
-    def _canonical(self, steps: list):
+    def _canonical(
+        self, steps: list[tuple[Any, ...]]
+    ) -> Iterator[tuple[dict[str, Any], np.ndarray]]:
         """Canonical columns of several steps, once per block size."""
         parts = [_step_rows(*step, full_scores=self.full_scores) for step in steps]
         flat_positions = np.concatenate([p["positions"] for p in parts])
@@ -558,17 +562,17 @@ def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
 
 
 def _step_rows(
-    layers,
-    indices,
-    values,
-    request_ids,
-    starts,
-    latency_us,
-    requests,
-    batch_step,
+    layers: np.ndarray,
+    indices: np.ndarray,
+    values: np.ndarray | None,
+    request_ids: np.ndarray,
+    starts: np.ndarray,
+    latency_us: float,
+    requests: Mapping[int, Any],
+    batch_step: int,
     *,
     full_scores: bool,
-) -> dict:
+) -> dict[str, Any]:
     """Row-level arrays of one step: rows run layer by layer, batch row by batch row.
 
     Positions come out ascending within each row (so the writer only checks that they
@@ -604,7 +608,9 @@ def _step_rows(
     }
 
 
-def _score_columns(parts: list, offsets: np.ndarray, rows: int, full: bool) -> dict[str, pa.Array]:
+def _score_columns(
+    parts: list[Any], offsets: np.ndarray, rows: int, full: bool
+) -> dict[str, pa.Array]:
     """Score statistics (and, when ``full``, the scores) of every row; NULL without scores."""
     nulls = pa.nulls(rows, pa.float64())
     if all(p is None for p in parts):
@@ -675,7 +681,7 @@ def _detach(value: Any) -> Any:
     return detach() if detach is not None else value
 
 
-def _to_numpy(items: list) -> np.ndarray:
+def _to_numpy(items: list[Any]) -> np.ndarray:
     """Stack per-layer arrays or tensors and bring them to the host in one transfer."""
     if type(items[0]).__module__.startswith("torch"):  # one stack, one copy, one sync
         import torch

@@ -140,10 +140,11 @@ class RowReasons:
 
     @property
     def ok(self) -> np.ndarray:
-        return self.codes == 0
+        ok: np.ndarray = self.codes == 0
+        return ok
 
     def text(self, row: int) -> str:
-        return self.texts[self.codes[row]]
+        return self.texts[int(self.codes[row])]
 
 
 def numbers(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import json_records, json_type, raw_text
@@ -24,7 +25,7 @@ from kvtrace.warehouse.eval_rows import eval_row
 from kvtrace.warehouse.rejects import BadLine
 
 
-def is_eval_record(record: dict) -> bool:
+def is_eval_record(record: dict[str, Any]) -> bool:
     """A RULER prediction line: a ``pred`` beside the reference ``outputs``."""
     return "outputs" in record and ("pred" in record or "prediction" in record)
 
@@ -36,7 +37,7 @@ def task_name(path: Path) -> str:
 
 @dataclass
 class EvalFileResult:
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[BadLine] = field(default_factory=list)
 
 
@@ -58,7 +59,7 @@ class _BadSample(BadValue):
     pass
 
 
-def _row(record: object, run_id: str, task: str, line_no: int) -> dict:
+def _row(record: object, run_id: str, task: str, line_no: int) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise _BadSample(f"expected a JSON object, got {json_type(record)}")
     outputs = record.get("outputs")
@@ -107,7 +108,7 @@ def ruler_summary_scores(folder: Path) -> dict[str, float]:
     return scores
 
 
-def summary_check(rows: list[dict], task: str, folder: Path) -> StatCheck | None:
+def summary_check(rows: list[dict[str, Any]], task: str, folder: Path) -> StatCheck | None:
     """How RULER's summary.csv score of ``task`` compares with the recomputed one (None
     when the summary does not list the task)."""
     stated = ruler_summary_scores(folder).get(task)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +58,7 @@ class KinetoHeader:
     """What a trace says about itself besides its events."""
 
     rank: int | None = None
-    run_config: dict = field(default_factory=dict)
+    run_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,8 +71,8 @@ class KinetoReader:
     header: KinetoHeader = field(default_factory=KinetoHeader)
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
-        kept: list[tuple[int, dict]] = []
-        others: dict = {}
+        kept: list[tuple[int, dict[str, Any]]] = []
+        others: dict[str, Any] = {}
         index = 0
         for run in _event_runs(self.path, others, progress):
             kept += [
@@ -93,7 +93,7 @@ class KinetoReader:
         if kept:
             yield self._table(kept, others)
 
-    def _checked(self, kept: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    def _checked(self, kept: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
         """The events whose values the table can hold; the others go to ``rejected``."""
         good = []
         for index, event in kept:
@@ -115,12 +115,12 @@ class KinetoReader:
             good.append((index, event))
         return good
 
-    def _table(self, kept: list[tuple[int, dict]], others: dict) -> pa.Table:
+    def _table(self, kept: list[tuple[int, dict[str, Any]]], others: dict[str, Any]) -> pa.Table:
         """The events as one batch, built column by column."""
         self._read_header(others)
         events = [event for _, event in kept]
-        ts: list = [event.get("ts") for event in events]
-        dur: list = [event.get("dur") for event in events]
+        ts: list[Any] = [event.get("ts") for event in events]
+        dur: list[Any] = [event.get("dur") for event in events]
         args = [a if type(a := event.get("args")) is dict else {} for event in events]
         integers = {column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS}
         if not (_all_in_range(ts, dur) and all(integers.values())):
@@ -155,7 +155,7 @@ class KinetoReader:
         }
         return pa.table(columns, schema=TIMELINE_EVENTS.schema)
 
-    def _read_header(self, others: dict) -> None:
+    def _read_header(self, others: dict[str, Any]) -> None:
         info = others.get("distributedInfo")
         info = info if isinstance(info, dict) else {}
         self.header.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
@@ -180,7 +180,9 @@ def _blocks(path: Path) -> Iterator[str]:
         raise InputError(f"{path} is not a readable trace: {exc}") from None
 
 
-def _event_runs(path: Path, others: dict, progress: Callable[[int], None] | None) -> Iterator[list]:
+def _event_runs(
+    path: Path, others: dict[str, Any], progress: Callable[[int], None] | None
+) -> Iterator[list[Any]]:
     """The elements of the top-level ``traceEvents`` array, in order, in runs (lists);
     the other top-level values go into ``others``."""
     blocks = _blocks(path)
@@ -273,7 +275,7 @@ def _event_runs(path: Path, others: dict, progress: Callable[[int], None] | None
             yield run if run is not None else [value()]
 
 
-def _whole_events(buffer: str, at: int) -> tuple[list | None, int]:
+def _whole_events(buffer: str, at: int) -> tuple[list[Any] | None, int]:
     """The events from ``at`` to the last event boundary in ``buffer``, decoded in one
     call, and the position after them; (None, at) where there is no such run.
 
@@ -307,7 +309,7 @@ _INT_ARGS = (
 )
 
 
-def _integers(values: list) -> pa.Array | None:
+def _integers(values: list[Any]) -> pa.Array | None:
     """JSON values as int64: a number as an integer, anything else (bool, text) as null;
     None when a number is out of int64's range (the caller finds its event)."""
     try:
@@ -322,7 +324,7 @@ def _integers(values: list) -> pa.Array | None:
         return None
 
 
-def _all_in_range(ts: list, dur: list) -> bool:
+def _all_in_range(ts: list[Any], dur: list[Any]) -> bool:
     """Whether every ts and dur is a number the table holds as given (finite, within
     `EXACT_LIMIT` microseconds; dur >= 0)."""
     if not {*map(type, ts), *map(type, dur)} <= _NUMBERS:

@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.lines import decode_json, is_gzip, read_chunks
@@ -66,7 +66,7 @@ class Probe:
         return first.removeprefix(BOM)
 
     @cached_property
-    def first_record(self) -> dict | None:
+    def first_record(self) -> dict[str, Any] | None:
         """The first line's JSON object, or None when no early line holds one."""
         value = decode_json(self.first_line)
         return value if isinstance(value, dict) else None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -77,7 +77,7 @@ def detect_results_csv(header: list[str]) -> ResultFormat | None:
     return None
 
 
-def is_aiperf_record(record: dict) -> bool:
+def is_aiperf_record(record: dict[str, Any]) -> bool:
     return isinstance(record.get("metadata"), dict) and "metrics" in record
 
 
@@ -90,7 +90,7 @@ class ResultFileResult:
     table: str  # the warehouse table the rows go to
     rows: pa.Table  # run_id left NULL
     rejected: list[BadLine] = field(default_factory=list)
-    run_config: dict = field(default_factory=dict)
+    run_config: dict[str, Any] = field(default_factory=dict)
 
 
 def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
@@ -116,7 +116,7 @@ def _read_csv(
     schema: pa.Schema,
     index: str,
     table_name: str,
-    constants: dict,
+    constants: dict[str, Any],
 ) -> ResultFileResult:
     kinds = {name: pa.int64() if name in _INTEGER_COLUMNS else pa.float64() for name in columns}
     read = read_csv_columns(
@@ -176,7 +176,7 @@ def read_vllm_result(path: Path) -> ResultFileResult:
             )
         else:
             rows.append(row)
-    config = {
+    config: dict[str, Any] = {
         k: document[k]
         for k in (
             "backend",
@@ -199,7 +199,7 @@ def read_vllm_result(path: Path) -> ResultFileResult:
     )
 
 
-def _vllm_row(i: int, lists: dict) -> tuple[dict, str]:
+def _vllm_row(i: int, lists: dict[str, Any]) -> tuple[dict[str, Any], str]:
     def value(key: str) -> object:
         return None if lists[key] is None else lists[key][i]
 
@@ -245,7 +245,7 @@ _SECONDS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 def read_aiperf_records(path: Path) -> ResultFileResult:
     """AIPerf's per-request records, one JSON object a line."""
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     rejected: list[BadLine] = []
     starts: list[int | None] = []
     for line_no, text, record in json_records(path, rejected):
@@ -265,12 +265,12 @@ def read_aiperf_records(path: Path) -> ResultFileResult:
     )
 
 
-def _aiperf_row(record: object, index: int) -> tuple[dict, int | None]:
+def _aiperf_row(record: object, index: int) -> tuple[dict[str, Any], int | None]:
     if not isinstance(record, dict) or not is_aiperf_record(record):
         raise ValueError("expected an object with metadata and metrics")
     metrics = record.get("metrics") or {}
 
-    def value(*names: str) -> float | list | None:
+    def value(*names: str) -> float | list[float] | None:
         for name in names:
             if isinstance(metrics.get(name), dict):
                 return _in_seconds(metrics[name], name)
@@ -302,7 +302,7 @@ def _aiperf_row(record: object, index: int) -> tuple[dict, int | None]:
     }, start
 
 
-def _in_seconds(metric: dict, name: str) -> float | list[float]:
+def _in_seconds(metric: dict[str, Any], name: str) -> float | list[float]:
     unit = str(metric.get("unit", "s"))
     if unit not in _SECONDS:
         raise ValueError(f"{name} is in {unit!r}, not a unit of time")
@@ -312,14 +312,14 @@ def _in_seconds(metric: dict, name: str) -> float | list[float]:
     return finite_number(name, raw, minimum=0) * _SECONDS[unit]
 
 
-def _count(metrics: dict, *names: str) -> int | None:
+def _count(metrics: dict[str, Any], *names: str) -> int | None:
     for name in names:
         if isinstance(metrics.get(name), dict):
             return whole_number(name, metrics[name]["value"])
     return None
 
 
-def _json(path: Path) -> dict:
+def _json(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(read_content(path))
     except RecursionError:
@@ -360,8 +360,8 @@ class BenchmarkFamily:
             if fmt == "vllm"
             else read_aiperf_records(probe.path)
             if fmt == "aiperf"
-            else read_results_csv(probe.path, fmt)
-        )  # type: ignore[arg-type]
+            else read_results_csv(probe.path, cast(ResultFormat, fmt))
+        )
         kind = "simulation" if fmt.startswith("vidur") else "benchmark"
         return FileRows(
             kind,

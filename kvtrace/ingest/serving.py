@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -35,7 +36,7 @@ _RUN_NAME_SUFFIXES = (
 )
 
 
-def detect_serving_kind(record: dict) -> ServingKind | None:
+def detect_serving_kind(record: dict[str, Any]) -> ServingKind | None:
     """``pool`` or ``requests`` from a first record's fields, or None."""
     if any(k in record for k in POOL_ALIASES["worker_id"]) and any(
         k in record for k in ("held_tokens", "available_tokens", "capacity_tokens", "poll_error")
@@ -49,12 +50,12 @@ def detect_serving_kind(record: dict) -> ServingKind | None:
 
 @dataclass
 class ServingFileResult:
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[BadLine] = field(default_factory=list)
 
 
 def read_serving_file(
-    path, kind: ServingKind, progress: Callable[[int], None] | None = None
+    path: Path, kind: ServingKind, progress: Callable[[int], None] | None = None
 ) -> ServingFileResult:
     """Parse every line of a pool series or request-metrics file."""
     convert = pool_row if kind == "pool" else request_row
@@ -71,7 +72,7 @@ def read_serving_file(
     return result
 
 
-def _fill_relative_time(rows: list[dict]) -> None:
+def _fill_relative_time(rows: list[dict[str, Any]]) -> None:
     """Give rows without ``t_s`` the seconds since the file's first wall-clock stamp."""
     stamps = [row["ts"] for row in rows if row.get("ts") is not None]
     start = min(stamps) if stamps else None

@@ -55,7 +55,7 @@ class FileSink:
         if order:
             rows = rows.sort_by(order)
         self.warehouse.write(self.commit, table, rows)
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def with_run_id(self, rows: pa.Table) -> pa.Table:
         """``rows`` with their ``run_id`` column filled in."""
@@ -117,7 +117,7 @@ class StreamedFile:
         rows = self.sink._new_records(self.handle.spec, self.sink.with_run_id(rows))
         if rows.num_rows:
             self.handle.append(rows)
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def close(self) -> None:
         self.handle.close()

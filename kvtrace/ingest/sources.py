@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kvtrace.errors import InputError
 
@@ -24,7 +25,7 @@ class SourceFile:
     """One trace file and what its directory says about the run that wrote it."""
 
     path: Path
-    sidecar: dict = field(default_factory=dict)
+    sidecar: dict[str, Any] = field(default_factory=dict)
     named: bool = False  # given by its own name, not found in a folder or by a pattern
     _digest: Future[str] | None = field(default=None, repr=False, compare=False)
 
@@ -42,7 +43,7 @@ class SourceFile:
         """The hex SHA-256 of the file's bytes (computed once)."""
         return self.hash_in_background().result()
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_digest": None}  # a future does not cross processes
 
     def _hash(self) -> str:
@@ -109,12 +110,12 @@ def expand(paths: list[str]) -> list[SourceFile]:
     return [SourceFile(path, read_sidecar(path.parent), given) for path, given in named.items()]
 
 
-def read_sidecar(folder: Path) -> dict:
+def read_sidecar(folder: Path) -> dict[str, Any]:
     """Merge ``run_meta.json`` and ``summary.json`` of the folder and of its parent.
 
     Nearer files win; unreadable sidecars are ignored (they only add labels).
     """
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for directory in (folder.parent, folder):
         for name in reversed(SIDECARS):
             candidate = directory / name

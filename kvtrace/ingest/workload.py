@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -86,7 +86,7 @@ def detect_csv_format(header: list[str]) -> WorkloadFormat | None:
     return None
 
 
-def is_mooncake_record(record: dict) -> bool:
+def is_mooncake_record(record: dict[str, Any]) -> bool:
     return "hash_ids" in record or {"timestamp", "input_length", "output_length"} <= set(record)
 
 

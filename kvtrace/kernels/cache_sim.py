@@ -40,7 +40,7 @@ def _hash_slot(key: int, mask: int) -> int:
 
 
 @njit(inline="always", cache=True)
-def _popcount(word):
+def _popcount(word: np.uint64) -> np.int64:
     x = np.uint64(word)
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
@@ -49,7 +49,15 @@ def _popcount(word):
 
 
 @njit(cache=True)
-def _lru_pass(keys, start, out, table, bits, tree, state):  # pragma: no cover
+def _lru_pass(  # pragma: no cover
+    keys: np.ndarray,
+    start: int,
+    out: np.ndarray,
+    table: np.ndarray,
+    bits: np.ndarray,
+    tree: np.ndarray,
+    state: np.ndarray,
+) -> int:
     """Distances of ``keys[start:]`` until the time window or the hash table is full.
 
     ``table`` interleaves (key, last access time) pairs; ``bits`` has a bit per time slot
@@ -108,7 +116,7 @@ def _lru_pass(keys, start, out, table, bits, tree, state):  # pragma: no cover
 
 
 @njit(cache=True)
-def _renumber(table, bits, tree):  # pragma: no cover
+def _renumber(table: np.ndarray, bits: np.ndarray, tree: np.ndarray) -> int:  # pragma: no cover
     """Give the live marks times 0..D-1 in their order; rebuild ``bits`` and ``tree``
     (both zeros on entry) with the completed words in the tree.  Returns D."""
     used = np.flatnonzero(table[0::2] != _EMPTY)
@@ -128,7 +136,7 @@ def _renumber(table, bits, tree):  # pragma: no cover
 
 
 @njit(cache=True)
-def _rehash(old, new):  # pragma: no cover
+def _rehash(old: np.ndarray, new: np.ndarray) -> None:  # pragma: no cover
     mask = len(new) // 2 - 1
     for s in range(len(old) // 2):
         key = old[2 * s]
@@ -181,7 +189,9 @@ class LruStack:
 
 
 @njit(cache=True)
-def _dense(keys, table_keys, table_ids):  # pragma: no cover
+def _dense(  # pragma: no cover
+    keys: np.ndarray, table_keys: np.ndarray, table_ids: np.ndarray
+) -> tuple[np.ndarray, int]:
     mask = len(table_keys) - 1
     out = np.empty(len(keys), dtype=np.int64)
     count = 0
@@ -202,11 +212,12 @@ def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
     """Items numbered 0..D-1 in order of first appearance, and D."""
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     size = _next_power_of_two(2 * len(keys) + 2)
-    return _dense(keys, np.full(size, _EMPTY, dtype=np.int64), np.zeros(size, np.int64))
+    ids, distinct = _dense(keys, np.full(size, _EMPTY, dtype=np.int64), np.zeros(size, np.int64))
+    return ids, int(distinct)
 
 
 @njit(cache=True)
-def _fifo(ids, n_items, capacity):  # pragma: no cover
+def _fifo(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:  # pragma: no cover
     hits = np.zeros(len(ids), dtype=np.bool_)
     cached = np.zeros(n_items, dtype=np.bool_)
     ring = np.empty(capacity, dtype=np.int64)
@@ -230,11 +241,12 @@ def _fifo(ids, n_items, capacity):  # pragma: no cover
 
 def fifo_hits(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:
     """Which accesses of dense ``ids`` a FIFO cache of ``capacity`` items hits."""
-    return _fifo(np.ascontiguousarray(ids, dtype=np.int64), n_items, capacity)
+    hits: np.ndarray = _fifo(np.ascontiguousarray(ids, dtype=np.int64), n_items, capacity)
+    return hits
 
 
 @njit(cache=True)
-def _next_uses(ids, n_items):  # pragma: no cover
+def _next_uses(ids: np.ndarray, n_items: int) -> np.ndarray:  # pragma: no cover
     """The index of each access's next use of the same item; ``n + i`` when none (unique)."""
     n = len(ids)
     following = np.empty(n, dtype=np.int64)
@@ -247,7 +259,9 @@ def _next_uses(ids, n_items):  # pragma: no cover
 
 
 @njit(cache=True)
-def _opt(ids, following, n_items, capacity):  # pragma: no cover
+def _opt(  # pragma: no cover
+    ids: np.ndarray, following: np.ndarray, n_items: int, capacity: int
+) -> np.ndarray:
     n = len(ids)
     hits = np.zeros(n, dtype=np.bool_)
     cached = np.zeros(n_items, dtype=np.bool_)
@@ -300,4 +314,5 @@ def _opt(ids, following, n_items, capacity):  # pragma: no cover
 def opt_hits(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:
     """Which accesses of dense ``ids`` Belady's OPT hits with ``capacity`` items."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
-    return _opt(ids, _next_uses(ids, n_items), n_items, capacity)
+    hits: np.ndarray = _opt(ids, _next_uses(ids, n_items), n_items, capacity)
+    return hits

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from kvtrace.errors import QueryError
 from kvtrace.sql import functions as list_functions
+from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.schema import TABLES
 
 FALLBACK_FILE = "udf_fallback.sql"
@@ -175,7 +176,7 @@ def alias_sql(sql_file: SqlFile) -> str:
     return "\n".join(statements)
 
 
-def table_sources(warehouse) -> dict[str, list[str]]:
+def table_sources(warehouse: Warehouse) -> dict[str, list[str]]:
     """For each table, the Parquet files a view must read: the empty schema file first."""
     files = warehouse.snapshot().files
     by_table: dict[str, list[str]] = {}
@@ -184,7 +185,7 @@ def table_sources(warehouse) -> dict[str, list[str]]:
     return {name: [warehouse.schema_file(name), *by_table.get(name, [])] for name in TABLES}
 
 
-def base_views_sql(warehouse) -> str:
+def base_views_sql(warehouse: Warehouse) -> str:
     """``CREATE VIEW _<table>_files`` statements over the files of the warehouse's
     snapshot."""
     statements = []
@@ -199,7 +200,9 @@ def base_views_sql(warehouse) -> str:
 
 # What each open connection was handed by name (Arrow tables and datasets): a cursor of
 # the connection shares its views but not these, so `cursor_of` hands them again.
-_REGISTERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_REGISTERED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, object]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _register(con: duckdb.DuckDBPyConnection, name: str, data: object) -> None:
@@ -215,7 +218,7 @@ def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return cursor
 
 
-def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
+def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> None:
     """``_<table>_files`` as Arrow datasets over an object store: DuckDB scans them
     through Arrow's file system, reading no file until a query needs it."""
     import pyarrow.dataset as ds
@@ -232,7 +235,7 @@ def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse) -> None:
 
 
 def open_connection(
-    warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection], None]
+    warehouse: Warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection], None]
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, the library's views and
     its list functions.
@@ -295,7 +298,7 @@ def literal_table_sql(name: str, data: pa.Table) -> str:
     return "\n".join(statements)
 
 
-def shell_init_sql(warehouse) -> str:
+def shell_init_sql(warehouse: Warehouse) -> str:
     """A script that gives a plain ``duckdb`` shell the same views (``duckdb -init FILE``).
 
     The vectorised functions become SQL macros with the same results (slower), and the

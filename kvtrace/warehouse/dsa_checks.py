@@ -12,8 +12,10 @@ them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from kvtrace.kernels.block_stats import BlockStats, OffsetStats, PositionLists, segment_bracket
 
@@ -64,13 +66,13 @@ class SourceChecks:
         return {name: tally for name, tally in self.stats.items() if tally.disagreeing}
 
 
-def _values(column) -> np.ndarray:
+def _values(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def check_source_stats(
     checks: SourceChecks,
-    src: dict,
+    src: dict[str, Any],
     lists: PositionLists,
     seq_len: np.ndarray,
     blocks: BlockStats,

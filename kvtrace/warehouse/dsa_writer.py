@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,12 +51,12 @@ class DsaFileResult:
 
     rows: int = 0
     rejected: list[BadLine] = field(default_factory=list)
-    skipped: Counter = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
     checks: SourceChecks = field(default_factory=SourceChecks)
     requests: dict[int, RequestInfo] = field(default_factory=dict)
     datasets: set[str] = field(default_factory=set)
     block_sizes: set[int] = field(default_factory=set)
-    first_record: dict = field(default_factory=dict)
+    first_record: dict[str, Any] = field(default_factory=dict)
 
 
 class DsaWriter:
@@ -120,7 +121,7 @@ class DsaWriter:
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def add(self, cols: dict, lines: np.ndarray, raw_of: Callable[[int], str]) -> None:
+    def add(self, cols: dict[str, Any], lines: np.ndarray, raw_of: Callable[[int], str]) -> None:
         """Validate and buffer a batch of canonical columns.
 
         ``lines`` numbers the rows for the quarantine (line numbers of a source file, or
@@ -200,7 +201,7 @@ class DsaWriter:
                 request_id = request_id[fresh]
         self._store(cols, request_id, lists_sorted, score_values, scored_rows, seq_len, lines)
 
-    def _fresh_records(self, cols: dict, request: np.ndarray) -> np.ndarray:
+    def _fresh_records(self, cols: dict[str, Any], request: np.ndarray) -> np.ndarray:
         """Which rows hold a record key this run does not hold yet (the first of repeats)."""
         size = np.asarray(
             pc.fill_null(cols["block_size"], self.block_size).to_numpy(zero_copy_only=False),
@@ -240,7 +241,7 @@ class DsaWriter:
         )
         return set(_key_bytes(keys))
 
-    def _drop_other_events(self, cols: dict) -> np.ndarray:
+    def _drop_other_events(self, cols: dict[str, Any]) -> np.ndarray:
         event = cols["event"]
         keep = pc.fill_null(pc.equal(event, "dsa_topk"), True)
         keep = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
@@ -254,7 +255,7 @@ class DsaWriter:
             self.result.skipped["record of another event"] += others
         return keep
 
-    def _structural_problems(self, cols: dict) -> np.ndarray:
+    def _structural_problems(self, cols: dict[str, Any]) -> np.ndarray:
         n = len(cols["layer_id"])
         reasons = np.full(n, "", dtype=object)
         id_column = "request_key" if self.string_ids else "request_id"
@@ -307,7 +308,7 @@ class DsaWriter:
 
     def _store(
         self,
-        cols: dict,
+        cols: dict[str, Any],
         request_id: np.ndarray,
         lists: PositionLists,
         score_values: np.ndarray | None,
@@ -398,7 +399,7 @@ class DsaWriter:
         if self._buffered_bytes >= FLUSH_BYTES:
             self._flush()
 
-    def _request_ids(self, cols: dict) -> np.ndarray:
+    def _request_ids(self, cols: dict[str, Any]) -> np.ndarray:
         if not self.string_ids:
             return _ints(cols["request_id"])
         keys = _combined(cols["request_key"]).to_pylist()
@@ -407,7 +408,7 @@ class DsaWriter:
                 self.request_ids[key] = len(self.request_ids)
         return np.fromiter((self.request_ids[k] for k in keys), dtype=np.int64, count=len(keys))
 
-    def _datasets(self, cols: dict) -> pa.Array:
+    def _datasets(self, cols: dict[str, Any]) -> pa.Array:
         n = len(cols["layer_id"])
         if self.dataset_override:
             values = pa.array([self.dataset] * n, pa.string())
@@ -420,7 +421,7 @@ class DsaWriter:
         self,
         request_id: np.ndarray,
         dataset: pa.Array,
-        cols: dict,
+        cols: dict[str, Any],
         step: np.ndarray,
         region_tokens: np.ndarray,
         hit: np.ndarray,
@@ -522,7 +523,7 @@ def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     return column
 
 
-def _take(column, indices: pa.Array):
+def _take(column: pa.ChunkedArray | pa.Array, indices: pa.Array) -> pa.Array:
     return _combined(column).take(indices)
 
 
@@ -533,11 +534,11 @@ def _owned(array: pa.Array) -> pa.Array:
     return pa.concat_arrays([array])
 
 
-def _ints(column) -> np.ndarray:
+def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(_combined(column).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _floats(column) -> np.ndarray:
+def _floats(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(
         _combined(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
     )
@@ -550,7 +551,9 @@ def _take_lists(lists: PositionLists, keep: np.ndarray) -> PositionLists:
     return PositionLists(values, np.concatenate(([0], np.cumsum(lengths))))
 
 
-def _scores(column, positions: PositionLists) -> tuple[PositionLists, np.ndarray] | None:
+def _scores(
+    column: pa.ChunkedArray | pa.Array, positions: PositionLists
+) -> tuple[PositionLists, np.ndarray] | None:
     """Score lists aligned with ``positions`` (NaN where a row has none) and rows with scores.
 
     Returns None when no row has scores.  A row whose score count differs from its
@@ -569,7 +572,7 @@ def _scores(column, positions: PositionLists) -> tuple[PositionLists, np.ndarray
 
 
 def _score_columns(
-    cols: dict,
+    cols: dict[str, Any],
     score_values: np.ndarray | None,
     scored_rows: np.ndarray | None,
     lists: PositionLists,
@@ -595,7 +598,10 @@ def _score_columns(
 
 
 def _tier_columns(
-    cols: dict, lists: PositionLists, block_size: np.ndarray, blocks: block_stats.BlockStats
+    cols: dict[str, Any],
+    lists: PositionLists,
+    block_size: np.ndarray,
+    blocks: block_stats.BlockStats,
 ) -> dict[str, pa.Array]:
     out: dict[str, pa.Array] = {}
     for tier in TIERS:
@@ -651,12 +657,13 @@ def _block_ids_of_runs(
     lists: PositionLists, blocks: block_stats.BlockStats, block_size: np.ndarray
 ) -> np.ndarray:
     run_start = np.concatenate(([0], np.cumsum(blocks.run_tokens)[:-1])).astype(np.int64)
-    return (lists.values[run_start] // block_size[blocks.run_rows]).astype(np.int32)
+    ids: np.ndarray = (lists.values[run_start] // block_size[blocks.run_rows]).astype(np.int32)
+    return ids
 
 
 def _lists_equal(a: PositionLists, b: PositionLists) -> np.ndarray:
     same_length = a.lengths == b.lengths
-    equal = same_length.copy()
+    equal: np.ndarray = same_length.copy()
     rows = np.flatnonzero(same_length)
     if len(rows):
         mask = same_length[a.row_ids()]

@@ -21,7 +21,7 @@ Error classes of samples with a score below 1, first rule that applies:
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 Metric = Literal["string_match_all", "string_match_part"]
 ErrorClass = Literal["empty", "format", "partial", "wrong_value"]
@@ -87,7 +87,7 @@ def eval_row(
     references: list[str],
     context_length: int | None = None,
     request_id: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """An ``eval_samples`` row, scored the RULER way for ``task``."""
     metric = ruler_metric(task)
     value = score(prediction, references, metric)

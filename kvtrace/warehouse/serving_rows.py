@@ -64,7 +64,7 @@ class FieldError(ValueError):
     """A field holds a value of the wrong type or outside its range."""
 
 
-def _pick(record: dict, names: tuple[str, ...]) -> Any:
+def _pick(record: dict[str, Any], names: tuple[str, ...]) -> Any:
     for name in names:
         if name in record:
             return record[name]
@@ -133,7 +133,7 @@ _CONVERTERS: dict[pa.DataType, Callable[[str, Any], Any]] = {
 }
 
 
-def pool_row(record: dict) -> dict:
+def pool_row(record: dict[str, Any]) -> dict[str, Any]:
     """A pool_snapshots row from a record using the documented names or their aliases."""
     row = {}
     for column, names in POOL_ALIASES.items():
@@ -150,7 +150,7 @@ def pool_row(record: dict) -> dict:
     return row
 
 
-def request_row(record: dict) -> dict:
+def request_row(record: dict[str, Any]) -> dict[str, Any]:
     """A request_metrics row, with the status normalised to ``ok`` or ``error``."""
     row = {}
     for column, names in REQUEST_ALIASES.items():

@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -124,7 +124,7 @@ class Storage:
     def remove_tree(self, relative: str) -> None:
         raise NotImplementedError
 
-    def lock(self, name: str) -> Any:
+    def lock(self, name: str) -> AbstractContextManager[None]:
         """A context manager holding the exclusive lock ``name`` for its block."""
         raise NotImplementedError
 
@@ -369,7 +369,8 @@ class ObjectStorage(Storage):
     def read_bytes(self, relative: str) -> bytes | None:
         try:
             with self.filesystem.open_input_stream(self._key(relative)) as stream:
-                return stream.read()
+                data: bytes = stream.read()
+                return data
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -377,7 +378,7 @@ class ObjectStorage(Storage):
 
     def exists(self, relative: str) -> bool:
         info = self.filesystem.get_file_info(self._key(relative))
-        return info.type != pafs.FileType.NotFound
+        return bool(info.type != pafs.FileType.NotFound)
 
     def listdir(self, relative: str = "") -> list[str]:
         selector = pafs.FileSelector(self._key(relative), allow_not_found=True)
@@ -422,7 +423,7 @@ class ObjectStorage(Storage):
         info = self.filesystem.get_file_info(self._key(f"{IN_FLIGHT_DIR}/{commit_id}"))
         if info.type == pafs.FileType.NotFound or info.mtime is None:
             return False
-        return time.time() - info.mtime.timestamp() < IN_FLIGHT_S
+        return bool(time.time() - info.mtime.timestamp() < IN_FLIGHT_S)
 
     def dead_holds(self) -> list[str]:
         return [

@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
 from kvtrace.warehouse import journal
-from kvtrace.warehouse.delta_log import DataFile, add_files, create_table, file_stats
+from kvtrace.warehouse.delta_log import DataFile, add_files, create_table, file_stats, open_table
 from kvtrace.warehouse.object_lock import LOCK_TABLE
 from kvtrace.warehouse.schema import TABLES, TableSpec
 from kvtrace.warehouse.storage import (
@@ -223,7 +223,7 @@ class Warehouse:
                 self._snapshot = journal.load(self.storage, self.as_of)
                 self._check_present(self._snapshot)
             return self._snapshot
-        newest = journal.open_table(self.storage, journal.JOURNAL)
+        newest = open_table(self.storage, journal.JOURNAL)
         if self._snapshot is None or newest is None or newest.version() != self._snapshot.version:
             self._snapshot = journal.load(self.storage)
         return self._snapshot
@@ -249,7 +249,8 @@ class Warehouse:
 
     def files(self, table: str) -> list[str]:
         """Paths (relative to the root) of the visible files of ``table``."""
-        return self.snapshot().table_files(table)["path"].to_pylist()
+        paths: list[str] = self.snapshot().table_files(table)["path"].to_pylist()
+        return paths
 
     def run_files(self, run_id: str, table: str) -> list[str]:
         """Paths of the visible files of ``table`` that may hold rows of ``run_id`` (by
@@ -259,7 +260,8 @@ class Warehouse:
         covers = pc.or_kleene(
             pc.is_null(low), pc.and_(pc.less_equal(low, run_id), pc.greater_equal(high, run_id))
         )
-        return files.filter(covers)["path"].to_pylist()
+        paths: list[str] = files.filter(covers)["path"].to_pylist()
+        return paths
 
     def read_files(self, paths: list[str], **options: Any) -> pa.Table:
         """``pyarrow.parquet.read_table`` over warehouse files (paths relative to the root)."""
@@ -283,7 +285,7 @@ class Warehouse:
         if self.as_of is not None:
             raise WarehouseError(f"version {self.as_of} of {self.location} is read-only")
 
-    def run_lock(self, run_id: str):
+    def run_lock(self, run_id: str) -> AbstractContextManager[None]:
         """A context manager that holds ``run_id``'s lock: what one process reads of the
         run and then commits is not interleaved with another's (request id mapping,
         record identity)."""
@@ -446,7 +448,7 @@ class Warehouse:
         if app_id.startswith(COLLECTOR_APP_PREFIX):
             return 1
         snapshot = self._snapshot
-        table = journal.open_table(self.storage, journal.JOURNAL)
+        table = open_table(self.storage, journal.JOURNAL)
         if snapshot is not None and table is not None and table.version() == snapshot.version:
             return snapshot.generation(app_id)  # the journal read for this ingest's checks
         return journal.retractions(self.storage)[app_id] + 1
@@ -490,7 +492,9 @@ def create_tables(storage: Storage) -> None:
 def _parallel_parts(data: pa.Table) -> int:
     """How many files to encode ``data`` into at once: one per core, each of at least
     `PARALLEL_FILE_BYTES` bytes in memory."""
-    return max(1, min(os.cpu_count() or 1, data.num_rows, data.nbytes // PARALLEL_FILE_BYTES))
+    return max(
+        1, min(os.cpu_count() or 1, int(data.num_rows), int(data.nbytes) // PARALLEL_FILE_BYTES)
+    )
 
 
 def _conform(data: pa.Table, spec: TableSpec) -> pa.Table:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -152,7 +153,7 @@ def hit_curve_rows(
     granularity: Granularity,
     scope: Scope,
     capacities: Sequence[int] = (),
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The rows of ``dsa_hit_curve`` (see its documentation)."""
     rows = []
     for curve in run_curves(con, block_size, policy, granularity, scope, capacities):
@@ -176,7 +177,7 @@ def hit_curve_rows(
 
 def reuse_rows(
     con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity, scope: Scope
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The rows of ``dsa_reuse``: per run, accesses per LRU stack distance."""
     rows = []
     for curve in run_curves(con, block_size, "lru", granularity, scope):

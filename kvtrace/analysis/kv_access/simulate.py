@@ -21,7 +21,7 @@ counted per tier.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +61,8 @@ def _grid(span: int) -> np.ndarray:
 def _counts_below(hist: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     """For each capacity C: how many observations of ``hist`` (per value) are < C."""
     cumulative = np.concatenate(([0], np.cumsum(hist)))
-    return cumulative[np.clip(capacities, 0, len(hist))]
+    below: np.ndarray = cumulative[np.clip(capacities, 0, len(hist))]
+    return below
 
 
 class _StepCounter:
@@ -265,7 +266,11 @@ class _Simulated:
 
 
 def simulate_units(
-    pieces: Iterator[Piece], policy: Policy, named: np.ndarray, limits: np.ndarray, pinned_items
+    pieces: Iterator[Piece],
+    policy: Policy,
+    named: np.ndarray,
+    limits: np.ndarray,
+    pinned_items: Callable[[str, int | None], int],
 ) -> Iterator[UnitOutcome]:
     """Run ``policy`` over each unit of ``pieces``.
 

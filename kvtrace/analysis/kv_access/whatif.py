@@ -19,6 +19,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -319,7 +320,7 @@ def _fetch_us(counts: np.ndarray, tiers: Sequence[Tier], item_bytes: int) -> np.
     return np.where(counts > 0, latency + counts * item_bytes / bandwidth * 1e6, 0.0)
 
 
-def _percentiles(values: np.ndarray, whole: bool = False) -> tuple:
+def _percentiles(values: np.ndarray, whole: bool = False) -> tuple[Any, Any]:
     """p50 and p95 (linear), rounded to whole numbers when ``whole``; None when empty."""
     if len(values) == 0:
         return None, None
@@ -327,7 +328,9 @@ def _percentiles(values: np.ndarray, whole: bool = False) -> tuple:
     return (round(p50), round(p95)) if whole else (float(p50), float(p95))
 
 
-def _tier_rows(base: dict, curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> list[dict]:
+def _tier_rows(
+    base: dict[str, Any], curve: RunCurve, tiers: Sequence[Tier], item_bytes: int
+) -> list[dict[str, Any]]:
     counts = _per_step(curve, tiers)
     fetch = _fetch_us(counts, tiers, item_bytes)
     rows = []
@@ -351,7 +354,7 @@ def _tier_rows(base: dict, curve: RunCurve, tiers: Sequence[Tier], item_bytes: i
     return rows
 
 
-def _run_row(curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> dict:
+def _run_row(curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> dict[str, Any]:
     counts = _per_step(curve, tiers)
     step_fetch = _fetch_us(counts, tiers, item_bytes).max(axis=1, initial=0.0)
     fetch_p50, fetch_p95 = _percentiles(step_fetch)
