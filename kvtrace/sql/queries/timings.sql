@@ -144,7 +144,7 @@ ORDER BY m.metric, m.percentile;
 -- @macro timing_cost_model(source)
 -- @alias batch_cost_model
 -- Per run: batch (or step) time fitted by least squares on the work it did, as
--- intercept + per-token costs (kvtrace/sql/kv_access/cost_model.py).  source 'batches'
+-- intercept + per-token costs (kvtrace/analysis/cost_model.py).  source 'batches'
 -- (the default) fits simulator batches on prefill and decode tokens; 'dsa' fits traced
 -- DSA decode steps on their requests and the KV tokens their selections read.  A term
 -- without variation in a run is NULL.
