@@ -152,6 +152,15 @@ def ingest(
     block_size: Annotated[
         int, typer.Option(help="Block size for records that do not state theirs.")
     ] = DEFAULT_BLOCK_SIZE,
+    prefix_key_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Prompt tokens a DSA dump's prefix key covers (the seed tracer's "
+            "--trace-prefix-key-tokens) [default: the run's summary.json, else what each "
+            "record states].",
+        ),
+    ] = None,
     kind: Annotated[
         Kind | None,
         typer.Option(
@@ -203,6 +212,7 @@ def ingest(
             dataset=dataset,
             run_name=run_name,
             block_size=block_size,
+            prefix_key_tokens=prefix_key_tokens,
             kind=kind,
             experiment=experiment,
             columns=mapping,

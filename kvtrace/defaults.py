@@ -11,6 +11,7 @@ from typing import Literal
 
 DEFAULT_PATH = "kvtrace-warehouse"
 DEFAULT_BLOCK_SIZE = 64  # tokens, for DSA records that do not state theirs
+DEFAULT_PREFIX_KEY_TOKENS = 256  # prompt tokens a prefix key covers (the seed tracer's default)
 
 Kind = Literal["dsa", "pool", "requests", "eval", "workload", "benchmark", "timeline", "summary"]
 

@@ -239,7 +239,11 @@ def _decode(
         if job.source is not None and job.source.references:
             _record_answer(tracer, tokenizer, job.source, out)
         tracer.end_request(
-            job.request_id, new_tokens=len(out), arrival_s=job.arrival_s, finish_s=finished[row]
+            job.request_id,
+            new_tokens=len(out),
+            token_ids=out,
+            arrival_s=job.arrival_s,
+            finish_s=finished[row],
         )
         report.requests += 1
         report.new_tokens += len(out)

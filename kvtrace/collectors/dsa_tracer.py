@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
+from kvtrace.defaults import DEFAULT_PREFIX_KEY_TOKENS
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Commit, Warehouse
@@ -55,7 +56,9 @@ class WriterFailed(KvtraceError):
     """The tracer's background writer failed; nothing more can be traced."""
 
 
-def prefix_hashes(token_ids: Sequence[int], max_tokens: int = 256) -> dict[int, str]:
+def prefix_hashes(
+    token_ids: Sequence[int], max_tokens: int = DEFAULT_PREFIX_KEY_TOKENS
+) -> dict[int, str]:
     """SHA-1 of the first L prompt tokens (int32 little-endian) for each candidate L.
 
     The candidates are 32, 64, 128, ... up to ``min(len(prompt), max_tokens)``, and that
@@ -75,6 +78,7 @@ class _Request:
     prefix_hit: bool
     cached_tokens: int
     key_tokens: int  # the request's own key region: min(prompt length, prefix_tokens)
+    prompt_ids: np.ndarray  # the prompt's token ids (int32)
 
 
 class DsaTracer:
@@ -121,7 +125,7 @@ class DsaTracer:
         layers: Sequence[int] | None = None,
         scores: Literal["stats", "full"] = "stats",
         phase: Literal["decode", "all"] = "decode",
-        prefix_tokens: int = 256,
+        prefix_tokens: int = DEFAULT_PREFIX_KEY_TOKENS,
         rank: int | None = None,
         world_size: int | None = None,
         seed: int = 0,
@@ -161,6 +165,7 @@ class DsaTracer:
         self._seen_prefixes: set[str] = set()
         self._requests: dict[int, _Request] = {}
         self._finished: dict[int, dict[str, Any]] = {}
+        self._tokens: list[dict[str, Any]] = []  # dsa_request_tokens rows
         self._answers: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []  # row, spans
         self._step: dict[int, int] | None = None
         self._records: list[tuple[int, Any, Any]] = []
@@ -215,6 +220,7 @@ class DsaTracer:
             cached > 0,
             cached,
             longest or 0,
+            np.asarray(prompt_token_ids, dtype=np.int32),
         )
 
     def skip_request(self, request_id: int, prompt_tokens: int, reason: str) -> None:
@@ -231,14 +237,27 @@ class DsaTracer:
         request_id: int,
         *,
         new_tokens: int | None = None,
+        token_ids: Sequence[int] | None = None,
         status: str = "ok",
         arrival_s: float | None = None,
         finish_s: float | None = None,
     ) -> None:
-        """Close a request and record what became of it."""
+        """Close a request and record what became of it; ``token_ids`` are the tokens
+        it generated, kept with its prompt's (``dsa_request_tokens``) so that blocks can
+        be identified by their content."""
         request = self._requests.pop(request_id, None)
         if request is None:
             raise InputError(f"request {request_id} was never begun")
+        generated = np.asarray(token_ids if token_ids is not None else [], dtype=np.int32)
+        self._tokens.append(
+            {
+                "run_id": self.run_id,
+                "request_id": request_id,
+                "prompt_tokens": request.prompt_tokens,
+                "token_ids": np.concatenate([request.prompt_ids, generated]),
+                "prefix_key": request.prefix_key,
+            }
+        )
         latency = None if arrival_s is None or finish_s is None else ((finish_s - arrival_s) * 1000)
         self._finished[request_id] = {
             "request_id": request_id,
@@ -312,6 +331,7 @@ class DsaTracer:
         traced = self.enabled and (self.phase == "all" or query_tokens == 1)
         self._step = dict(positions) if traced else None
         self._records = []
+        ts_us = time.time() * 1e6
         started = time.perf_counter()
         try:
             yield
@@ -321,7 +341,7 @@ class DsaTracer:
         latency_us = (time.perf_counter() - started) * 1e6
         records, self._records, self._step = self._records, [], None
         if records:
-            self._submit(positions, records, latency_us)
+            self._submit(positions, records, latency_us, ts_us)
 
     def record_topk(self, layer_id: int, indices: Any, scores: Any = None) -> None:
         """The indexer's top-k for one layer: ``[k]`` or ``[batch, k]`` positions.
@@ -352,7 +372,11 @@ class DsaTracer:
     # -- bulk conversion -------------------------------------------------------------------
 
     def _submit(
-        self, positions: Mapping[int, int], records: list[tuple[int, Any, Any]], latency_us: float
+        self,
+        positions: Mapping[int, int],
+        records: list[tuple[int, Any, Any]],
+        latency_us: float,
+        ts_us: float,
     ) -> None:
         layers = np.array([layer for layer, _, _ in records], dtype=np.int64)
         indices = _to_numpy([ix for _, ix, _ in records])  # [layers, batch?, k]
@@ -375,6 +399,7 @@ class DsaTracer:
                 request_ids,
                 [positions[r] for r in request_ids],
                 latency_us,
+                ts_us,
                 {r: self._requests.get(r) for r in request_ids},
                 self._batch_step,
             )
@@ -405,7 +430,7 @@ class DsaTracer:
                     self._commit(writer, commit)
                     writer, commit, last_commit = None, None, time.monotonic()
                 if stop:
-                    if self._finished or self._answers:
+                    if self._finished or self._answers or self._tokens:
                         self._commit(None, self.warehouse.begin(self.run_id))
                     return
         except BaseException as exc:  # surfaced by close()
@@ -453,6 +478,7 @@ class DsaTracer:
     def _commit(self, writer: DsaWriter | None, commit: Commit) -> None:
         result = writer.finish() if writer is not None else None
         finished, self._finished = self._finished, {}
+        tokens, self._tokens = self._tokens, []
         answers, self._answers = self._answers, []
         if answers:
             self.warehouse.write_rows(commit, "eval_samples", [row for row, _ in answers])
@@ -468,6 +494,8 @@ class DsaTracer:
                     for row in finished.values()
                 ],
             )
+        if tokens:
+            self.warehouse.write_rows(commit, "dsa_request_tokens", tokens)
         if result is not None and result.rejected:
             self.warehouse.write_rows(
                 commit, "quarantine", quarantine_rows(self.run_id, "collect", None, result.rejected)
@@ -497,6 +525,7 @@ class DsaTracer:
         start_of_row = np.concatenate([p["start"] for p in parts])
         layer_of_row = np.concatenate([p["layer"] for p in parts])
         latency = np.concatenate([p["latency"] for p in parts])
+        ts_us = np.concatenate([p["ts_us"] for p in parts])
         batch_step = np.concatenate([p["batch_step"] for p in parts])
         score_cols = _score_columns([p["scores"] for p in parts], offsets, rows, self.full_scores)
         info = [q for p in parts for q in p["info"]]
@@ -531,6 +560,7 @@ class DsaTracer:
                     "positions": positions,
                     "block_size": pa.array([block_size] * rows, pa.int64()),
                     "step_latency_us": pa.array(latency, pa.float64()),
+                    "ts_us": pa.array(ts_us, pa.float64()),
                     "batch_step": pa.array(batch_step, pa.int64()),
                     **score_cols,
                 },
@@ -568,6 +598,7 @@ def _step_rows(
     request_ids: np.ndarray,
     starts: np.ndarray,
     latency_us: float,
+    ts_us: float,
     requests: Mapping[int, Any],
     batch_step: int,
     *,
@@ -602,6 +633,7 @@ def _step_rows(
         "start": np.tile(np.asarray(starts, dtype=np.int64), n_layers),
         "layer": np.repeat(layers, batch),
         "latency": np.full(rows, latency_us),
+        "ts_us": np.full(rows, ts_us),
         "batch_step": np.full(rows, batch_step, dtype=np.int64),
         "scores": scores,
         "info": [requests[r] for r in request_ids] * n_layers,

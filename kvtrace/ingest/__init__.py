@@ -25,6 +25,7 @@ def ingest(
     dataset: str | None = None,
     run_name: str | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    prefix_key_tokens: int | None = None,
     kind: Kind | None = None,
     experiment: str | None = None,
     columns: ColumnMapping | None = None,
@@ -40,6 +41,10 @@ def ingest(
         Override what the records or their folder say.
     block_size
         Block size for DSA records that do not state theirs.
+    prefix_key_tokens
+        Prompt tokens a DSA dump's prefix key covers (the seed tracer's
+        ``--trace-prefix-key-tokens``); by default what the run's ``summary.json`` says,
+        else 256.
     kind
         Read every file as this family (``dsa``, ``pool``, ``requests``, ``eval``,
         ``workload``, ``benchmark``, ``timeline``, ``summary``); by default each file's
@@ -57,7 +62,15 @@ def ingest(
         Where to read the files instead, one task per file (e.g. a Ray cluster's, from
         `kvtrace.distributed`); its workers must reach the warehouse.
     """
-    options = IngestOptions(dataset, run_name, block_size, kind, experiment, columns)
+    options = IngestOptions(
+        dataset=dataset,
+        run_name=run_name,
+        block_size=block_size,
+        prefix_key_tokens=prefix_key_tokens,
+        kind=kind,
+        experiment=experiment,
+        columns=columns,
+    )
     return ingest_paths(warehouse, paths, options, progress=progress, jobs=jobs, executor=executor)
 
 

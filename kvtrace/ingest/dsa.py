@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 
@@ -111,6 +112,7 @@ class DsaFamily:
             ),
             request_ids=_known_request_keys(sink.warehouse, sink.run_id),
             skip_stored=True,
+            prefix_key_tokens=(key_tokens := _prefix_key_tokens(sidecar, options)),
         )
         result = read_dsa_file(writer, probe.path, fmt, advance)  # type: ignore[arg-type]
         datasets = sorted(result.datasets)
@@ -131,12 +133,27 @@ class DsaFamily:
             checks=result.checks.disagreements(),
             config={
                 "block_sizes": sorted(result.block_sizes),
+                "prefix_key_tokens": key_tokens or result.prefix_key_tokens,
                 **({"config": sidecar["config"]} if "config" in sidecar else {}),
             },
             dataset=datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
             rank=result.first_record.get("rank"),
             world_size=result.first_record.get("world_size"),
         )
+
+
+def _prefix_key_tokens(sidecar: dict[str, Any], options: IngestOptions) -> int | None:
+    """Prompt tokens the run's prefix keys cover, when given: ``--prefix-key-tokens``,
+    else the run's ``summary.json`` config (the seed tracer's
+    ``--trace-prefix-key-tokens``); None: what each record states."""
+    if options.prefix_key_tokens is not None:
+        return options.prefix_key_tokens
+    config = sidecar.get("config") or {}
+    for name in ("prefix_key_tokens", "trace_prefix_key_tokens", "prefix_tokens"):
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:

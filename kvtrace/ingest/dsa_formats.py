@@ -207,6 +207,7 @@ def canonical(table: pa.Table, fmt: Format) -> dict[str, pa.ChunkedArray | pa.Ar
         **common,
         "request_key": table["request_id"],
         "is_decode": table["is_decode"],
+        "ts_us": table["ts_us"],
         "step_idx": position,
         "seq_len": pc.add(position, 1),
         "positions": pc.coalesce(table["selected_token_pos"], table["topk_indices"]),

@@ -34,6 +34,7 @@ class IngestOptions:
     dataset: str | None = None  # a dataset label for every DSA record
     run_name: str | None = None  # overrides what the records or their folder say
     block_size: int = DEFAULT_BLOCK_SIZE  # for DSA records that do not state theirs
+    prefix_key_tokens: int | None = None  # prompt tokens a DSA dump's prefix key covers
     kind: Kind | None = None  # forces a family instead of recognising each file
     experiment: str | None = None  # the label of serving runs
     columns: ColumnMapping | None = None  # the columns of a CSV arrival trace of another layout

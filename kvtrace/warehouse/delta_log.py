@@ -11,6 +11,7 @@ them; per-file statistics let engines skip files instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
@@ -127,6 +128,7 @@ def add_files(
     actions: list[AddAction | RemoveAction] = [
         AddAction(f.path.split("/", 1)[1], f.size, {}, now_ms, True, f.stats) for f in files
     ]
+    evolved = False
     while True:
         table = open_table(storage, name)
         if table is None:
@@ -134,6 +136,10 @@ def add_files(
             continue
         if (table.transaction_version(app_id) or 0) >= generation:
             return table.version(), _committer(table, app_id, generation)
+        if not evolved and _missing_columns(table, schema):
+            _add_columns(table, schema)
+            evolved = True
+            continue
         try:
             table.create_write_transaction(
                 actions,
@@ -151,6 +157,20 @@ def add_files(
         except CommitFailedError:
             continue  # a concurrent commit: look again whether it was this transaction
         return open_table(storage, name).version(), commit_id  # type: ignore[union-attr]
+
+
+def _missing_columns(table: DeltaTable, schema: pa.Schema) -> list[pa.Field]:
+    """Columns of kvtrace's schema that the table's (an older kvtrace's) lacks."""
+    present = {field.name for field in table.schema().fields}
+    return [field for field in schema if field.name not in present]
+
+
+def _add_columns(table: DeltaTable, schema: pa.Schema) -> None:
+    """Add the columns a newer kvtrace writes to an older table's schema (other engines
+    then see them; older files read them as NULL).  Another writer may do it at once."""
+    missing = pa.schema(_missing_columns(table, schema))
+    with contextlib.suppress(CommitFailedError, DeltaError):
+        table.alter.add_columns(list(Schema.from_arrow(missing).fields))
 
 
 def _committer(table: DeltaTable, app_id: str, generation: int) -> str:

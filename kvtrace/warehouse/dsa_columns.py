@@ -31,6 +31,7 @@ CANONICAL_DSA = pa.schema(
         ("step_idx", _I64),
         ("seq_len", _I64),  # tokens in the cache when the step selects
         ("batch_step", _I64),  # the tracer's batched step counter
+        ("ts_us", _F64),  # when the step ran (microseconds since the epoch), when known
         # the selection
         ("topk", _I64),
         ("positions", pa.list_(_I64)),

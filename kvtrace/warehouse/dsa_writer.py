@@ -57,6 +57,7 @@ class DsaFileResult:
     datasets: set[str] = field(default_factory=set)
     block_sizes: set[int] = field(default_factory=set)
     first_record: dict[str, Any] = field(default_factory=dict)
+    prefix_key_tokens: int | None = None  # the widest prefix key region the records state
 
 
 class DsaWriter:
@@ -79,6 +80,9 @@ class DsaWriter:
         Leave out records whose key (run, request, step, layer, block size) the run
         already holds or this writer already took: a file that grew, or a copy with other
         bytes, adds only its new records.  Ingest sets it; a live tracer needs no check.
+    prefix_key_tokens
+        Prompt tokens a dump's prefix key covers (N of the region rule, `_dump_regions`);
+        by default what each record states.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class DsaWriter:
         block_size: int,
         request_ids: dict[str, int],
         skip_stored: bool = False,
+        prefix_key_tokens: int | None = None,
     ) -> None:
         self.warehouse = warehouse
         self.commit = commit
@@ -100,6 +105,7 @@ class DsaWriter:
         self.dataset_override = dataset_override
         self.block_size = block_size
         self.request_ids = request_ids
+        self.prefix_key_tokens = prefix_key_tokens
         self.result = DsaFileResult()
         self._buffer: list[pa.Table] = []
         self._buffered_bytes = 0
@@ -324,13 +330,16 @@ class DsaWriter:
             dtype=np.int64,
         )
         blocks = block_stats.block_stats(lists, seq_len, block_size)
+        touched = PositionLists(  # the distinct blocks of each row, ascending
+            _block_ids_of_runs(lists, blocks, block_size),
+            np.concatenate(([0], np.cumsum(blocks.unique_blocks))),
+        )
         offsets = block_stats.offset_stats(lists, seq_len, windows=())
         hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
         region_tokens = _floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
-        cached_blocks = np.isnan(region_tokens)  # a dump's, in blocks of its size
-        region_tokens[cached_blocks] = (_floats(cols["prefix_cached_blocks"]) * block_size)[
-            cached_blocks
-        ]
+        from_dump = np.isnan(region_tokens)
+        if from_dump.any():
+            region_tokens[from_dump] = self._dump_regions(cols, request_id, block_size)[from_dump]
         region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
         prefix_lists = block_stats.prefix_block_lists(lists, region_blocks, block_size)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -363,6 +372,7 @@ class DsaWriter:
             "layer_id": pa.array(layer, pa.int16()),
             "seq_len": pa.array(seq_len, pa.int32()),
             "batch_step": _combined(cols["batch_step"]).cast(pa.int64()),
+            "ts_us": _combined(cols["ts_us"]).cast(pa.float64()),
             "topk": _combined(cols["topk"]),
             "selected_pos": lists.to_arrow(),
             "scores": (
@@ -387,8 +397,9 @@ class DsaWriter:
                 pa.array(prefix_lists.values, pa.int32()),
                 mask=pa.array(np.isnan(region_blocks)),
             ),
+            "touched_blocks": touched.to_arrow(),
             **_score_columns(cols, score_values, scored_rows, lists),
-            **_tier_columns(cols, lists, block_size, blocks),
+            **_tier_columns(cols, touched),
         }
         # Own every buffer: a slice of the parsed chunk would keep the whole chunk alive.
         table = pa.table({name: _owned(column) for name, column in columns.items()})
@@ -398,6 +409,37 @@ class DsaWriter:
         self._histograms(table, lists, seq_len, blocks)
         if self._buffered_bytes >= FLUSH_BYTES:
             self._flush()
+
+    def _dump_regions(
+        self, cols: dict[str, Any], request_id: np.ndarray, block_size: np.ndarray
+    ) -> np.ndarray:
+        """A dump's prefix region per row, in tokens: the request's own key region of
+        min(prompt length, N) tokens, hit or miss (a seed tracer's hit is the same key
+        seen before, so the cached length is that region too).  N is the run's prefix key
+        length when it was given (`prefix_key_tokens`), else what the record says its key
+        covers: the seed tracer states ``prefix_cached_blocks`` = ceil(N / block size)
+        whatever the prompt.  The prompt length is the request's first decode position,
+        over this chunk and those before it.  NaN where the dump states no prefix."""
+        step = _ints(cols["step_idx"])
+        order = np.lexsort((step, request_id))
+        firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
+        prompt_of: dict[int, int] = {}
+        for row in firsts.tolist():
+            rid, first = int(request_id[row]), int(step[row])
+            known = self.result.requests.get(rid)
+            prompt_of[rid] = first if known is None else min(known.prompt_tokens, first)
+        prompt = np.fromiter(
+            (prompt_of[r] for r in request_id.tolist()), dtype=np.float64, count=len(request_id)
+        )
+        stated = _floats(cols["prefix_cached_blocks"]) * block_size
+        if self.prefix_key_tokens is not None:
+            key_tokens = np.where(np.isnan(stated), np.nan, float(self.prefix_key_tokens))
+        else:
+            key_tokens = stated
+            if (~np.isnan(stated)).any():
+                widest = int(np.nanmax(stated))
+                self.result.prefix_key_tokens = max(self.result.prefix_key_tokens or 0, widest)
+        return np.minimum(prompt, key_tokens)
 
     def _request_ids(self, cols: dict[str, Any]) -> np.ndarray:
         if not self.string_ids:
@@ -597,12 +639,7 @@ def _score_columns(
     return {name: pa.array(value, pa.float32(), from_pandas=True) for name, value in stats.items()}
 
 
-def _tier_columns(
-    cols: dict[str, Any],
-    lists: PositionLists,
-    block_size: np.ndarray,
-    blocks: block_stats.BlockStats,
-) -> dict[str, pa.Array]:
+def _tier_columns(cols: dict[str, Any], touched: PositionLists) -> dict[str, pa.Array]:
     out: dict[str, pa.Array] = {}
     for tier in TIERS:
         hits = _combined(cols[f"{tier}_hit_blocks"])
@@ -614,20 +651,12 @@ def _tier_columns(
         out[f"{tier}_bytes_read"] = _combined(cols[f"{tier}_bytes_read"])
         out[f"{tier}_read_ops"] = _combined(cols[f"{tier}_read_ops"]).cast(pa.int32())
         out[f"{tier}_latency_us"] = _combined(cols[f"{tier}_latency_us"])
-        out[f"{tier}_hit_blocks"] = _unusual_hits(
-            hits, present, counts, tier, blocks, lists, block_size
-        )
+        out[f"{tier}_hit_blocks"] = _unusual_hits(hits, present, counts, tier, touched)
     return out
 
 
 def _unusual_hits(
-    hits: pa.ListArray,
-    present: np.ndarray,
-    counts: np.ndarray,
-    tier: str,
-    blocks: block_stats.BlockStats,
-    lists: PositionLists,
-    block_size: np.ndarray,
+    hits: pa.ListArray, present: np.ndarray, counts: np.ndarray, tier: str, touched: PositionLists
 ) -> pa.Array:
     """Hit lists, kept only where they are not the obvious value.
 
@@ -637,14 +666,7 @@ def _unusual_hits(
     hit_sorted, _, _ = block_stats.sort_lists(
         PositionLists(np.clip(hit_lists.values, 0, _INT32_MAX).astype(np.int32), hit_lists.offsets)
     )
-    if tier == "hbm":
-        block_values = _block_ids_of_runs(lists, blocks, block_size)
-        expected = PositionLists(
-            block_values, np.concatenate(([0], np.cumsum(blocks.unique_blocks)))
-        )
-        obvious = _lists_equal(hit_sorted, expected)
-    else:
-        obvious = counts == 0
+    obvious = _lists_equal(hit_sorted, touched) if tier == "hbm" else counts == 0
     keep = present & ~obvious
     offsets = np.concatenate(([0], np.cumsum(np.where(keep, hit_sorted.lengths, 0))))
     values = hit_sorted.values[keep[hit_sorted.row_ids()]]

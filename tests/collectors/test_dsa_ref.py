@@ -188,6 +188,13 @@ def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
     ).fetchone()
     assert rows[0] == 2 * 2 * 2 * 2  # requests x decode steps x layers x block sizes
     assert rows[2] == SMALL.index_topk and rows[1] > 400
+    tokens = con.execute(
+        "SELECT request_id, prompt_tokens, token_ids FROM dsa_request_tokens ORDER BY 1"
+    ).fetchall()
+    for request, (request_id, prompt_tokens, token_ids) in zip(short, tokens, strict=True):
+        prompt = tokenizer.encode(request.prompt)
+        assert request_id == request.request_id and prompt_tokens == len(prompt)
+        assert token_ids[:prompt_tokens] == list(prompt) and len(token_ids) == len(prompt) + 3
 
 
 def _selections(warehouse, run: str) -> list:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -35,7 +36,9 @@ def _trace(warehouse, *, requests=2, steps=3, layers=4, k=48, prompt=200, seed=0
                     scores = rng.normal(size=k).astype(np.float32)
                     received[(request, start, layer)] = (picked, scores)
                     tracer.record_topk(layer, picked, scores)
-        tracer.end_request(request, new_tokens=steps)
+        tracer.end_request(
+            request, new_tokens=steps, token_ids=[10_000 + request * 100 + i for i in range(steps)]
+        )
     tracer.close()
     return received
 
@@ -58,11 +61,36 @@ def test_views_agree_with_the_indices_the_hook_received(warehouse):
             assert unique == len(np.unique(picked // block_size))
     steps = con.execute("SELECT DISTINCT seq_len - step_idx, topk FROM dsa_steps").fetchall()
     assert steps == [(1, 48)]
+    for request, step, layer, block_size, touched in con.execute(
+        "SELECT request_id, step_idx, layer_id, block_size, touched_blocks FROM dsa_steps"
+    ).fetchall():
+        picked, _ = received[(request, step, layer)]
+        assert touched == sorted(set((picked // block_size).tolist()))
     requests = con.execute(
         "SELECT request_id, prompt_tokens, new_tokens FROM requests ORDER BY 1"
     ).fetchall()
     assert requests == [(0, 200, 3), (1, 201, 3)]
     assert con.execute("SELECT source, kind FROM runs").fetchall() == [("collect", "dsa")]
+
+
+def test_token_ids_and_step_times_are_recorded(warehouse):
+    before = time.time() * 1e6
+    _trace(warehouse, requests=2, steps=3, prompt=50)
+    after = time.time() * 1e6
+    con = connect(warehouse)
+    tokens = con.execute(
+        "SELECT request_id, prompt_tokens, token_ids FROM dsa_request_tokens ORDER BY request_id"
+    ).fetchall()
+    assert tokens == [
+        (r, 50 + r, list(range(50 + r)) + [10_000 + r * 100 + i for i in range(3)]) for r in (0, 1)
+    ]
+    times = con.execute(
+        "SELECT batch_step, min(ts_us), max(ts_us) FROM dsa_steps GROUP BY batch_step "
+        "ORDER BY batch_step"
+    ).fetchall()
+    assert [t[1] for t in times] == [t[2] for t in times]  # one time per step
+    stamps = [t[1] for t in times]
+    assert before <= stamps[0] and stamps == sorted(stamps) and stamps[-1] <= after
 
 
 def test_layer_subset_sampling_and_score_stats(warehouse):

@@ -245,3 +245,21 @@ def test_a_warehouse_location_that_is_not_one_is_one_clear_sentence(tmp_path, cl
     assert "Traceback" not in err
     assert re.search(r"kvtrace ingest", err)
     shutil.rmtree(tmp_path / "none", ignore_errors=True)
+
+
+def test_a_table_an_older_kvtrace_made_gains_the_new_columns(tmp_path, synthetic_trace):
+    from deltalake import DeltaTable
+
+    from kvtrace.warehouse.schema import TABLES
+
+    location = str(tmp_path / "wh")
+    warehouse = Warehouse(location, create=True)
+    older = TABLES["dsa_steps"].schema
+    for name in ("ts_us", "touched_blocks"):  # what the table looked like before them
+        older = older.remove(older.get_field_index(name))
+    DeltaTable.create(f"{location}/dsa_steps", schema=older, mode="overwrite")
+    ingest(warehouse, [str(synthetic_trace(requests=1, steps=2, layers=2))])
+    fields = {f.name for f in DeltaTable(f"{location}/dsa_steps").schema().fields}
+    assert {"ts_us", "touched_blocks"} <= fields
+    touched = _count(location, "SELECT count(touched_blocks), count(*) FROM dsa_steps")
+    assert touched == (4, 4)

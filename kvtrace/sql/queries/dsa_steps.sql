@@ -15,6 +15,7 @@
 -- @column layer_id                layer
 -- @column seq_len                 tokens in the KV cache at this step (end_pos = step_idx + 1)
 -- @column batch_step              the collector's decode step counter within the run (rows of one batched step share it); NULL when ingested
+-- @column ts_us                   when the step ran, microseconds since the epoch (collected traces; dumps that record it)
 -- @column topk                    the k that was asked for, when known
 -- @column selected_pos            selected absolute positions, ascending and distinct
 -- @column scores                  index scores aligned with selected_pos, when stored
@@ -45,4 +46,16 @@
 -- @column tokens_per_block_p50    selected positions per touched block, median (linear)
 -- @column tokens_per_block_p95    selected positions per touched block, 95th percentile (linear)
 -- @column prefix_blocks           selected blocks inside the request's cached prefix, ascending (NULL without a prefix hit)
+-- @column touched_blocks          the distinct blocks (pos // block_size) of the selection, ascending (NULL in files written before kvtrace stored them)
 CREATE VIEW dsa_steps AS SELECT * FROM _dsa_steps_files;
+
+-- @view dsa_request_tokens
+-- The token ids of each traced request (prompt, then generated tokens), as the live
+-- tracer recorded them: what identifies a KV block by its content (the chained hash of
+-- the tokens up to its end, `dsa_block_keys`).  Ingested dumps carry no token ids.
+-- @column run_id         the run
+-- @column request_id     request
+-- @column prompt_tokens  prompt length in tokens (token_ids[1 : prompt_tokens] is the prompt)
+-- @column token_ids      prompt tokens, then the generated ones
+-- @column prefix_key     hash of the first prompt tokens (SHA-1 hex), as in requests
+CREATE VIEW dsa_request_tokens AS SELECT * FROM _dsa_request_tokens_files;

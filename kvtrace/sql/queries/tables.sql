@@ -58,7 +58,7 @@ JOIN (SELECT run_id, any_value(run_name) AS run_name, min(started_at) AS started
 -- @column prefix_key            hash of the first prompt tokens (SHA-1 hex)
 -- @column prefix_cache_hit      whether an earlier request had the same prefix key
 -- @column prefix_cached_tokens  on a prefix-cache hit, the cached length in tokens (the longest key seen before); 0 on a miss
--- @column prefix_region_tokens  the prefix region: the cached length on a hit, the request's own key region min(prompt_len, N) on a miss (ingested: prefix_cached_blocks x block size)
+-- @column prefix_region_tokens  the prefix region: the cached length on a hit, the request's own key region min(prompt_len, N) on a miss (ingested dumps: min(first decode position, N), hit or miss; N is the run's prefix_key_tokens)
 -- @column arrival_s             arrival time, seconds since run start
 -- @column finish_s              finish time, seconds since run start
 -- @column latency_ms            end-to-end latency in milliseconds

@@ -7,7 +7,12 @@ from kvtrace.warehouse.schema.core import (
     RUNS,
     TableSpec,
 )
-from kvtrace.warehouse.schema.dsa import DSA_FILL_HIST, DSA_OFFSET_HIST, DSA_STEPS
+from kvtrace.warehouse.schema.dsa import (
+    DSA_FILL_HIST,
+    DSA_OFFSET_HIST,
+    DSA_REQUEST_TOKENS,
+    DSA_STEPS,
+)
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, NEEDLE_SPANS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
@@ -23,6 +28,7 @@ TABLES: dict[str, TableSpec] = {
         DSA_STEPS,
         DSA_OFFSET_HIST,
         DSA_FILL_HIST,
+        DSA_REQUEST_TOKENS,
         POOL_SNAPSHOTS,
         REQUEST_METRICS,
         RUN_SUMMARIES,

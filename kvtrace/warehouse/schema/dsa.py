@@ -38,6 +38,7 @@ DSA_STEPS = TableSpec(
             ("layer_id", pa.int16()),
             ("seq_len", pa.int32()),
             ("batch_step", pa.int64()),
+            ("ts_us", pa.float64()),
             ("topk", pa.int32()),
             ("selected_pos", pa.list_(pa.int32())),
             ("scores", pa.list_(pa.float32())),
@@ -54,10 +55,27 @@ DSA_STEPS = TableSpec(
             ("tokens_per_block_p50", pa.float32()),
             ("tokens_per_block_p95", pa.float32()),
             ("prefix_blocks", pa.list_(pa.int32())),
+            ("touched_blocks", pa.list_(pa.int32())),
         ]
     ),
     partition_by=("dataset", "block_size"),
     sort_by=("run_id", "request_id", "step_idx", "layer_id"),
+)
+
+DSA_REQUEST_TOKENS = TableSpec(
+    "dsa_request_tokens",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("request_id", pa.int64()),
+            ("prompt_tokens", pa.int32()),
+            ("token_ids", pa.list_(pa.int32())),
+            ("prefix_key", pa.string()),
+        ]
+    ),
+    partition_by=("run_id",),
+    sort_by=("request_id",),
+    record_key=("request_id",),
 )
 
 DSA_OFFSET_HIST = TableSpec(

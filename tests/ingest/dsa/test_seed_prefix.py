@@ -93,3 +93,41 @@ def test_prefix_hot_blocks_keep_the_top_20_blocks_of_a_request(warehouse, tmp_pa
     ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", [record]))])
     hot = connect(warehouse).execute("SELECT prefix_hot_blocks FROM dsa_summary").fetchone()[0]
     assert [b["block_id"] for b in hot[0]] == list(range(20))
+
+
+def _region_rows(warehouse, block_size: int) -> list[tuple]:
+    return (
+        connect(warehouse)
+        .execute(
+            "SELECT step_idx, prefix_region_tokens, prefix_blocks, intersection_blocks "
+            f"FROM dsa_prefix({block_size}) ORDER BY step_idx"
+        )
+        .fetchall()
+    )
+
+
+def test_a_short_prompt_s_region_stops_at_the_prompt_at_any_block_size(warehouse, tmp_path):
+    # The seed states 16 blocks of 16 (its key covers 256 tokens) whatever the prompt.  A
+    # miss with a 200-token prompt (first decode position 200) has a region of
+    # min(200, 256) = 200 tokens: at block size 4 that is blocks 0..49, and the decode
+    # token at position 201 (block 50) is not prefix.
+    records = [
+        seed_record(0, 0, 200, [0, 5, 199, 200], **_prefix(False, 16, 0.0)),
+        seed_record(0, 0, 201, [0, 5, 199, 201], **_prefix(False, 16, 0.0)),
+    ]
+    ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", records))])
+    assert _region_rows(warehouse, 4) == [
+        (200, 200, 50, [0, 1, 49]),
+        (201, 200, 50, [0, 1, 49]),
+    ]
+    # at the stored 16 a partly covered block counts: ceil(200 / 16) = 13 blocks, 0..12
+    assert _region_rows(warehouse, 16)[1] == (201, 200, 13, [0, 12])
+    config = connect(warehouse).execute("SELECT collector_config FROM runs").fetchone()[0]
+    assert '"prefix_key_tokens": 256' in config
+
+
+def test_a_given_prefix_key_length_bounds_the_region(warehouse, tmp_path):
+    records = [seed_record(0, 0, 200, [0, 5, 130, 199], **_prefix(False, 16, 0.0))]
+    path = write_jsonl(tmp_path / "t.jsonl", records)
+    ingest(warehouse, [str(path)], prefix_key_tokens=128)
+    assert _region_rows(warehouse, 4) == [(200, 128, 32, [0, 1])]
