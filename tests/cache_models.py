@@ -64,3 +64,27 @@ def stack_distance(stream: list) -> list[int]:
         previous = max((j for j in range(i) if stream[j] == item), default=None)
         out.append(-1 if previous is None else len(set(stream[previous + 1 : i])))
     return out
+
+
+def tiered_levels(stream: list, capacities: list[int], policy: str) -> list[int]:
+    """The tier serving each access of an exclusive hierarchy: tiers 0..T-1 hold at most
+    ``capacities[k]`` items each (a list, oldest first), tier T everything else.  A miss
+    of every bounded tier (tier T) and a hit in a lower tier both put the item on top of
+    tier 0; a tier over capacity moves its oldest item to the top of the next tier, and
+    the last bounded tier drops it.  Under LRU a hit in tier 0 makes the item newest."""
+    tiers: list[list] = [[] for _ in capacities]
+    levels = []
+    for item in stream:
+        where = next((k for k, tier in enumerate(tiers) if item in tier), len(tiers))
+        levels.append(where)
+        if where == 0 and policy == "fifo":
+            continue
+        if where < len(tiers):
+            tiers[where].remove(item)
+        tiers[0].append(item) if tiers else None
+        for k, tier in enumerate(tiers):
+            if len(tier) > capacities[k]:
+                oldest = tier.pop(0)
+                if k + 1 < len(tiers):
+                    tiers[k + 1].append(oldest)
+    return levels

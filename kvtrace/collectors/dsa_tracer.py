@@ -28,7 +28,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -111,6 +111,8 @@ class DsaTracer:
         default every block is an HBM hit.  Each block size gets its own copy.
     commit_every_s
         How often the background writer makes its files visible.
+    clock
+        Seconds since the epoch, read when each step starts (its ``ts_us``).
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class DsaTracer:
         collector_config: Mapping[str, Any] | None = None,
         tier_model: TierModel | None = None,
         commit_every_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not block_sizes or any(b <= 0 for b in block_sizes):
             raise InputError("block sizes must be positive")
@@ -158,6 +161,7 @@ class DsaTracer:
         self.full_scores = scores == "full"
         self.phase = phase
         self.prefix_tokens = prefix_tokens
+        self._clock = clock
         model_of_tiers = tier_model or HbmOnly()
         self._tiers = {size: copy.deepcopy(model_of_tiers) for size in self.block_sizes}
         self.enabled = True
@@ -331,7 +335,7 @@ class DsaTracer:
         traced = self.enabled and (self.phase == "all" or query_tokens == 1)
         self._step = dict(positions) if traced else None
         self._records = []
-        ts_us = time.time() * 1e6
+        ts_us = self._clock() * 1e6
         started = time.perf_counter()
         try:
             yield

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from kvtrace.kernels.cache_sim import LruStack
+from kvtrace.kernels.cache_sim import ItemIds, LruStack
 from kvtrace.warehouse.schema.dsa import TIERS
 
 Granularity = Literal["block", "layer_block"]
@@ -121,6 +121,7 @@ class LruTiers:
         self.costs = costs or {}
         self.granularity = granularity
         self._stack = LruStack()
+        self._items = ItemIds()
         self._request_rank: dict[int, int] = {}
 
     def fetch(
@@ -149,7 +150,7 @@ class LruTiers:
         stream_keys = np.stack([batch_steps[row_of][order], item[order]])
         first = np.ones(len(order), dtype=bool)  # an item once per step
         first[1:] = (stream_keys[:, 1:] != stream_keys[:, :-1]).any(axis=0)
-        distances = self._stack.distances(item[order][first])
+        distances = self._stack.distances(self._items.ids(item[order][first]))
         tier_of_access = np.where(
             distances < 0, 2, np.searchsorted(self.limits, distances, side="right")
         )
