@@ -31,9 +31,11 @@ from kvtrace.analysis import connect
 from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
+    DEFAULT_TPOT_MS,
     Granularity,
     Policy,
     Scope,
+    Sharing,
 )
 from kvtrace.collectors.collect_options import (
     DatasetName,
@@ -607,6 +609,9 @@ def _emit(data: bytes, output: Path | None) -> None:
         err.print(f"wrote {output}")
 
 
+WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas"]
+
+
 @app.command()
 def whatif(
     run: Annotated[
@@ -627,7 +632,11 @@ def whatif(
         ),
     ] = None,
     policy: Annotated[
-        Policy, typer.Option(help="lru, opt (Belady, the ceiling), fifo or pin_prefix.")
+        Policy,
+        typer.Option(
+            help="lru (exact tiers from stack distances), fifo (simulated tier by tier), "
+            "opt (Belady: the ceiling) or pin_prefix."
+        ),
     ] = "lru",
     granularity: Annotated[
         Granularity,
@@ -636,12 +645,30 @@ def whatif(
             "layer, block)."
         ),
     ] = "block",
-    scope: Annotated[
-        Scope,
+    sharing: Annotated[
+        Sharing,
         typer.Option(
-            help="request: a cache per request; run: one cache shared by a run's requests."
+            help="private: every request's KV is its own; content: blocks are named by their "
+            "tokens (or prefix key), so requests holding the same ones share them."
         ),
-    ] = "request",
+    ] = "private",
+    scope: Annotated[
+        Scope | None,
+        typer.Option(
+            help="request: a cache per request; run: one pool for a run's requests "
+            "[default: run with --sharing content or --arrivals, else request]."
+        ),
+    ] = None,
+    arrivals: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay this workload run's arrival times: the i-th request arrives with "
+            "its i-th arrival and decodes a step every --tpot-ms (scope run)."
+        ),
+    ] = None,
+    tpot_ms: Annotated[
+        float, typer.Option(help="Milliseconds per decode step when replaying arrivals.")
+    ] = DEFAULT_TPOT_MS,
     bytes_per_token: Annotated[
         int,
         typer.Option(
@@ -650,38 +677,83 @@ def whatif(
             "seed tracer's BF16 estimate is 1152]."
         ),
     ] = DEEPSEEK_V32_BYTES_PER_TOKEN,
+    prefill_tok_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Prompt tokens per second a prefill computes, to weigh fetching a prefix "
+            "against recomputing it [default: the warehouse's fitted batch timings, else "
+            "DeepSeek's published 73,700 per H800 node]."
+        ),
+    ] = None,
+    cost_run: Annotated[
+        str | None,
+        typer.Option(help="The run whose batch timings give the prefill cost (when several)."),
+    ] = None,
+    replicas: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=K: keep K copies, one tier closer, of the blocks tier NAME reads at "
+            "least K times (repeatable); reports the bytes that saves and costs."
+        ),
+    ] = None,
+    table: Annotated[
+        WhatIfTable,
+        typer.Option(
+            help="What --format csv/json/parquet writes: the tier rows with their run's "
+            "figures (combined), or one table: tiers, runs, seconds (per second of the "
+            "stream's time), requests (TTFT saved) or replicas."
+        ),
+    ] = "combined",
     fmt: FormatOption = "table",
     output: OutputOption = None,
     engine: EngineOption = "local",
     address: AddressOption = None,
 ) -> None:
-    """What would a tiered KV cache serve? Replay each run's top-k accesses through tiers.
+    """What would a tiered KV pool serve? Replay each run's top-k accesses through tiers.
 
-    Prints per run and block size: each tier's share of the accesses, bytes and fetch
-    time per decode step (p50/p95), and the HBM capacity that reaches 90/95/99 % hits.
+    Prints per run and block size: each tier's share of the accesses (and of the hits
+    on blocks other requests brought in, with --sharing content), bytes and fetch time per
+    decode step (p50/p95/p99), the prefix length from which fetching from a tier beats
+    recomputing, the HBM capacity that reaches 90/95/99 % hits, and the time to first
+    token a shared pool saves.
 
-    Example: kvtrace whatif --tier hbm:2048:3000:0 --tier remote:inf:20:30 --block-size 64
+    Example: kvtrace whatif --sharing content --tier hbm:2048:3000:0 --tier remote:inf:20:30
     """
-    from kvtrace.analysis.kv_access.whatif import Tier, WhatIfAnalysis, WhatIfSpec
+    from kvtrace.analysis.kv_access.whatif import (
+        Tier,
+        WhatIfAnalysis,
+        WhatIfSpec,
+        parse_replicas,
+    )
     from kvtrace.analysis.shares import run_analysis
     from kvtrace.sql.query import render
 
     chosen = _output_format(fmt, output)
+    pooled = sharing == "content" or arrivals is not None
     spec = WhatIfSpec(
         block_sizes=tuple(block_size or [DEFAULT_BLOCK_SIZE]),
         tiers=tuple(Tier.parse(text) for text in (tier or DEFAULT_TIERS)),
         policy=policy,
         granularity=granularity,
-        scope=scope,
+        scope=scope or ("run" if pooled else "request"),
+        sharing=sharing,
         bytes_per_token=bytes_per_token,
         runs=tuple(run) if run else None,
+        arrivals=arrivals,
+        tpot_ms=tpot_ms,
+        prefill_tok_s=prefill_tok_s,
+        cost_run=cost_run,
+        replicas=tuple(parse_replicas(replicas or []).items()),
     )
     with _busy("Simulating the tiers"):
         result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
     if chosen == "table" and output is None:
-        _emit(render(result.tiers, "table") + b"\n" + render(result.runs, "table"), None)
+        orders = sorted(set(result.runs["stream_order"].to_pylist()))
+        err.print(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
+        shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
+        _emit(b"\n".join(render(part, "table") for part in shown), None)
     else:
-        _emit(render(result.combined(), chosen), output)
+        _emit(render(result.table(table), chosen), output)
 
 
 def _executor(engine: str, address: str | None) -> Executor | None:

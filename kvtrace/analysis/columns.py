@@ -12,9 +12,11 @@ HIT_CURVE = pa.struct(
         ("policy", pa.string()),
         ("granularity", pa.string()),
         ("scope", pa.string()),
+        ("sharing", pa.string()),
         ("capacity_blocks", pa.int64()),
         ("accesses", pa.int64()),
         ("hits", pa.int64()),
+        ("shared_hits", pa.int64()),
         ("hit_rate", pa.float64()),
         ("missed_blocks", pa.int64()),
     ]
@@ -25,8 +27,10 @@ REUSE = pa.struct(
         ("block_size", pa.int32()),
         ("granularity", pa.string()),
         ("scope", pa.string()),
+        ("sharing", pa.string()),
         ("distance", pa.int64()),
         ("accesses", pa.int64()),
+        ("shared_accesses", pa.int64()),
     ]
 )
 PREFIX_HIT_CURVE = pa.struct(

@@ -54,25 +54,34 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         granularity: pa.ChunkedArray,
         scope: pa.ChunkedArray,
         capacities: pa.ChunkedArray,
+        sharing: pa.ChunkedArray,
     ) -> pa.Array:
         from kvtrace.analysis.kv_access import curves
 
         found = curves.hit_curve_rows(
             cursor(),
-            _constant(bs),
+            curves.StreamSpec.checked(
+                _constant(bs), _constant(granularity), _constant(scope), _constant(sharing)
+            ),
             _constant(policy),
-            _constant(granularity),
-            _constant(scope),
             _constant(capacities) or [],
         )
         return rows(HIT_CURVE, found, bs)
 
     def reuse(
-        bs: pa.ChunkedArray, granularity: pa.ChunkedArray, scope: pa.ChunkedArray
+        bs: pa.ChunkedArray,
+        granularity: pa.ChunkedArray,
+        scope: pa.ChunkedArray,
+        sharing: pa.ChunkedArray,
     ) -> pa.Array:
         from kvtrace.analysis.kv_access import curves
 
-        found = curves.reuse_rows(cursor(), _constant(bs), _constant(granularity), _constant(scope))
+        found = curves.reuse_rows(
+            cursor(),
+            curves.StreamSpec.checked(
+                _constant(bs), _constant(granularity), _constant(scope), _constant(sharing)
+            ),
+        )
         return rows(REUSE, found, bs)
 
     def prefix_hit_curve(policy: pa.ChunkedArray, capacities: pa.ChunkedArray) -> pa.Array:
@@ -92,10 +101,10 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         (
             "kvtrace_hit_curve",
             hit_curve,
-            ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]"],
+            ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]", "VARCHAR"],
             HIT_CURVE,
         ),
-        ("kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR"], REUSE),
+        ("kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR"], REUSE),
         ("kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"], PREFIX_HIT_CURVE),
         ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
     ]

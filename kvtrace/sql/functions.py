@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from duckdb import func
 
-from kvtrace.kernels import block_stats
+from kvtrace.kernels import block_keys, block_stats
 from kvtrace.kernels.block_stats import PositionLists
 
 BLOCK_STATS = pa.struct(
@@ -84,6 +84,38 @@ def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) 
     return block_stats.touched_blocks(lists, _numbers(block_size)).to_arrow()
 
 
+def block_keys_udf(tokens: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.Array:
+    """The content key of every full block of each token list (`chained_block_keys`);
+    NULL for a NULL list."""
+    lists = PositionLists.from_arrow(tokens)
+    sizes = _numbers(block_size)
+    keys = np.zeros(0, dtype=np.int64)
+    counts = np.zeros(lists.num_rows, dtype=np.int64)
+    if lists.num_rows:
+        size = int(sizes[0])
+        if (sizes != size).any() or size < 1:
+            raise ValueError("kvtrace_block_keys takes one positive block size per call")
+        keys, key_offsets = block_keys.chained_block_keys(lists.values, lists.offsets, size)
+        counts = np.diff(key_offsets)
+    offsets = pa.array(np.concatenate(([0], np.cumsum(counts))).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(keys, pa.int64()), mask=_nulls(tokens))
+
+
+def prefix_block_keys_udf(prefix_key: pa.ChunkedArray, blocks: pa.ChunkedArray) -> pa.Array:
+    """The keys (prefix key, j) of blocks j = 0 .. blocks - 1; NULL without a prefix key."""
+    keys = prefix_key.to_pylist()
+    counts = np.maximum(np.nan_to_num(np.asarray(blocks.to_numpy(), dtype=np.float64)), 0)
+    counts = counts.astype(np.int64)
+    values = block_keys.prefix_block_keys(keys, counts)
+    lengths = np.where([k is None for k in keys], 0, counts)
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values, pa.int64()), mask=_nulls(prefix_key))
+
+
+def _nulls(column: pa.ChunkedArray) -> pa.Array:
+    return pa.array(np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+
+
 _ARROW = func.PythonUDFType.ARROW
 
 
@@ -108,6 +140,16 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         offset_stats_udf,
         ["INTEGER[]", "INTEGER"],
         duckdb_type(OFFSET_STATS),
+        type=_ARROW,
+    )
+    con.create_function(
+        "kvtrace_block_keys", block_keys_udf, ["INTEGER[]", "INTEGER"], "BIGINT[]", type=_ARROW
+    )
+    con.create_function(
+        "kvtrace_prefix_block_keys",
+        prefix_block_keys_udf,
+        ["VARCHAR", "BIGINT"],
+        "BIGINT[]",
         type=_ARROW,
     )
     con.create_function(

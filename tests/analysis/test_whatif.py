@@ -10,6 +10,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.analysis.kv_access.curves import capacity_for, run_curves
+from kvtrace.analysis.kv_access.plan import StreamSpec
 from kvtrace.analysis.kv_access.whatif import Tier, WhatIfSpec, whatif
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.collectors.kv_tiers import LruTiers
@@ -59,7 +60,7 @@ def test_bytes_and_fetch_time_per_step_of_the_worked_example(example):
 
 
 def test_the_capacity_for_a_hit_rate_is_exact_under_lru(example):
-    curve = next(run_curves(connect(example), 16, "lru", "block", "request"))
+    curve = next(run_curves(connect(example), StreamSpec(16), "lru"))
     assert capacity_for(curve, 0.2) == 2  # distance 1 needs 2 blocks
     assert capacity_for(curve, 0.4) == 3  # distance 2 needs 3
     assert capacity_for(curve, 0.5) is None

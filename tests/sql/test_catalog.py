@@ -14,6 +14,7 @@ ARGUMENTS = {
     "dsa_prefix_hot_blocks": "(16)",
     "run_compare": "('a', 'b')",
     "dsa_access": "(16)",
+    "dsa_block_keys": "(16)",
     "dsa_step_overlap": "(16)",
     "dsa_working_set": "(16, 4)",
     "dsa_reuse": "(16)",

@@ -1,4 +1,4 @@
-"""Run-level answers from the unit outcomes: hit curves and reuse-distance histograms.
+"""Run-level answers from the simulated units: hit curves and reuse-distance histograms.
 
 These back the SQL macros ``dsa_hit_curve`` and ``dsa_reuse`` (``queries/dsa_access.sql``)
 and the ``kvtrace whatif`` command.
@@ -6,6 +6,7 @@ and the ``kvtrace whatif`` command.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,25 +14,19 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from kvtrace.analysis.kv_access import GRANULARITIES, POLICIES, SCOPES, Granularity, Policy, Scope
-from kvtrace.analysis.kv_access.simulate import UnitOutcome, simulate_units
-from kvtrace.analysis.kv_access.stream import read_pieces, run_layouts
+from kvtrace.analysis.kv_access import POLICIES, Policy
+from kvtrace.analysis.kv_access.plan import RunPlan, StreamSpec, run_plans
+from kvtrace.analysis.kv_access.simulate import RunOutcome, grid, simulate_run
 from kvtrace.errors import QueryError
 
+__all__ = ["RunCurve", "StreamSpec", "check_policy", "hit_curve_rows", "reuse_rows", "run_curves"]
 
-def check_arguments(
-    block_size: int, policy: str, granularity: str, scope: str, capacities: Sequence[int] = ()
-) -> None:
-    """Raise `QueryError` with one sentence for an argument the what-if cannot take."""
-    if block_size is None or block_size < 1:
-        raise QueryError(f"the block size must be a positive number of tokens, got {block_size}")
-    for name, value, allowed in (
-        ("policy", policy, POLICIES),
-        ("granularity", granularity, GRANULARITIES),
-        ("scope", scope, SCOPES),
-    ):
-        if value not in allowed:
-            raise QueryError(f"unknown {name} {value!r}; expected one of " + ", ".join(allowed))
+
+def check_policy(policy: str, capacities: Sequence[int] = ()) -> None:
+    """Raise `QueryError` with one sentence for a policy or capacity the what-if cannot
+    take."""
+    if policy not in POLICIES:
+        raise QueryError(f"unknown policy {policy!r}; expected one of " + ", ".join(POLICIES))
     bad = [c for c in capacities if c is None or c < 1]
     if bad:
         raise QueryError(f"capacities must be at least 1 item, got {bad[0]}")
@@ -39,135 +34,121 @@ def check_arguments(
 
 @dataclass
 class RunCurve:
-    """One run's accesses and hits at each capacity, plus what the whatif needs."""
+    """One run's accesses and hits at each capacity, plus what the what-if needs."""
 
-    run_id: str
+    plan: RunPlan
     accesses: int
     largest_working_set: int
     capacities: np.ndarray
     hits: np.ndarray
+    shared_hits: np.ndarray
     distance_hist: np.ndarray | None  # LRU only: summed over the run's units
+    shared_hist: np.ndarray | None
     first_touches: int
-    step_ids: list[np.ndarray]
-    step_tiers: list[np.ndarray]
-    layers: int  # traced layers of the run (the layers one block item carries)
+    outcome: RunOutcome
+
+    @property
+    def run_id(self) -> str:
+        return self.plan.run_id
+
+
+def default_threads() -> int:
+    """Threads a scope-request simulation reads and simulates its windows on."""
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def run_curves(
     con: duckdb.DuckDBPyConnection,
-    block_size: int,
+    spec: StreamSpec,
     policy: Policy,
-    granularity: Granularity,
-    scope: Scope,
     capacities: Sequence[int] = (),
     tier_limits: Sequence[int] = (),
     runs: Sequence[str] | None = None,
+    requests: tuple[int, int] | None = None,
+    threads: int | None = None,
 ) -> Iterator[RunCurve]:
     """Simulate ``policy`` over the access stream of every run (or of ``runs``), one run
-    at a time."""
-    check_arguments(block_size, policy, granularity, scope, capacities)
+    at a time (of its request indices ``requests`` only, when given)."""
+    spec.check()
+    check_policy(policy, capacities)
     named = np.asarray(sorted(set(int(c) for c in capacities)), dtype=np.int64)
     limits = np.asarray(tier_limits, dtype=np.int64)
-    layouts = run_layouts(con, block_size, granularity, runs)
-    pieces = read_pieces(con, block_size, granularity, scope, layouts)
-
-    def pinned(run_id: str, request_id: int | None) -> int:
-        return layouts[run_id].pinned_items(request_id, granularity)
-
-    units: list[UnitOutcome] = []
-    for unit in simulate_units(pieces, policy, named, limits, pinned):
-        if units and unit.run_id != units[0].run_id:
-            yield combine(units, named, len(layouts[units[0].run_id].layers))
-            units = []
-        units.append(unit)
-    if units:
-        yield combine(units, named, len(layouts[units[0].run_id].layers))
-
-
-def share_units(
-    con: duckdb.DuckDBPyConnection,
-    block_size: int,
-    policy: Policy,
-    granularity: Granularity,
-    scope: Scope,
-    tier_limits: Sequence[int],
-    run_id: str,
-    requests: tuple[int, int] | None,
-) -> tuple[list[UnitOutcome], int]:
-    """The cache units of one share of a run (its requests with ids in ``requests``, or
-    all of it), simulated as `run_curves` does; with the run's traced layers.
-
-    The key layout is the whole run's, so the units of a run's shares, concatenated in
-    request order, are those `run_curves` combines.
-    """
-    check_arguments(block_size, policy, granularity, scope, ())
-    layouts = run_layouts(con, block_size, granularity, [run_id])
-    pieces = read_pieces(con, block_size, granularity, scope, layouts, requests)
-    units = list(
-        simulate_units(
-            pieces,
-            policy,
-            np.zeros(0, np.int64),
-            np.asarray(tier_limits, dtype=np.int64),
-            lambda run, request: layouts[run].pinned_items(request, granularity),
+    for plan in run_plans(con, spec, list(runs) if runs is not None else None):
+        outcome = simulate_run(
+            con, plan, policy, named, limits, requests, threads or default_threads()
         )
-    )
-    return units, len(layouts[run_id].layers)
+        if outcome.units:
+            yield combine(plan, outcome, named)
 
 
-def combine(units: list[UnitOutcome], named: np.ndarray, layers: int) -> RunCurve:
+def combine(plan: RunPlan, outcome: RunOutcome, named: np.ndarray) -> RunCurve:
+    """A run's curve from its units' outcomes."""
+    units = outcome.units
     span = max(u.span for u in units)
-    length = max(int(span) - 1, 0).bit_length() + 1
-    grid = 2 ** np.arange(length, dtype=np.int64)
-    hits = sum(u.hits_at_grid(length) for u in units)
-    named_hits = sum(u.named_hits for u in units) if len(named) else np.zeros(0, np.int64)
-    capacities = np.concatenate([grid, named])
-    all_hits = np.concatenate([hits, named_hits])
-    order = np.argsort(capacities, kind="stable")
-    capacities, all_hits = capacities[order], all_hits[order]
-    keep = np.concatenate(([True], capacities[1:] != capacities[:-1]))
-    hists = [u.distance_hist for u in units if u.distance_hist is not None]
-    hist = None
-    if hists:
-        hist = np.zeros(max(len(h) for h in hists), dtype=np.int64)
-        for h in hists:
-            hist[: len(h)] += h
+    capacities = grid(span)
+    hits = np.zeros(len(capacities), dtype=np.int64)
+    shared = np.zeros(len(capacities), dtype=np.int64)
+    for unit in units:
+        unit_hits, unit_shared = unit.at_grid(len(capacities))
+        hits += unit_hits
+        shared += unit_shared
+    named_hits = sum((u.named_hits for u in units), np.zeros(len(named), np.int64))
+    named_shared = sum((u.named_shared for u in units), np.zeros(len(named), np.int64))
+    all_capacities = np.concatenate([capacities, named])
+    order = np.argsort(all_capacities, kind="stable")
+    all_capacities = all_capacities[order]
+    keep = np.concatenate(([True], all_capacities[1:] != all_capacities[:-1]))
     return RunCurve(
-        units[0].run_id,
+        plan,
         sum(u.accesses for u in units),
         max(u.distinct for u in units),
-        capacities[keep],
-        all_hits[keep],
-        hist,
+        all_capacities[keep],
+        np.concatenate([hits, named_hits])[order][keep],
+        np.concatenate([shared, named_shared])[order][keep],
+        _summed([u.distance_hist for u in units]),
+        _summed([u.shared_hist for u in units]),
         sum(u.first_touches for u in units),
-        [u.step_ids for u in units],
-        [u.step_tiers for u in units],
-        layers,
+        outcome,
     )
+
+
+def _summed(hists: list[np.ndarray | None]) -> np.ndarray | None:
+    present = [h for h in hists if h is not None]
+    if not present:
+        return None
+    total = np.zeros(max(len(h) for h in present), dtype=np.int64)
+    for h in present:
+        total[: len(h)] += h
+    return total
 
 
 def hit_curve_rows(
     con: duckdb.DuckDBPyConnection,
-    block_size: int,
+    spec: StreamSpec,
     policy: Policy,
-    granularity: Granularity,
-    scope: Scope,
     capacities: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
     """The rows of ``dsa_hit_curve`` (see its documentation)."""
     rows = []
-    for curve in run_curves(con, block_size, policy, granularity, scope, capacities):
-        for capacity, hits in zip(curve.capacities.tolist(), curve.hits.tolist(), strict=True):
+    for curve in run_curves(con, spec, policy, capacities):
+        base = {
+            "run_id": curve.run_id,
+            "block_size": spec.block_size,
+            "policy": policy,
+            "granularity": spec.granularity,
+            "scope": spec.scope,
+            "sharing": spec.sharing,
+        }
+        for capacity, hits, shared in zip(
+            curve.capacities.tolist(), curve.hits.tolist(), curve.shared_hits.tolist(), strict=True
+        ):
             rows.append(
                 {
-                    "run_id": curve.run_id,
-                    "block_size": block_size,
-                    "policy": policy,
-                    "granularity": granularity,
-                    "scope": scope,
+                    **base,
                     "capacity_blocks": capacity,
                     "accesses": curve.accesses,
                     "hits": hits,
+                    "shared_hits": shared,
                     "hit_rate": hits / curve.accesses if curve.accesses else None,
                     "missed_blocks": curve.accesses - hits,
                 }
@@ -175,22 +156,32 @@ def hit_curve_rows(
     return rows
 
 
-def reuse_rows(
-    con: duckdb.DuckDBPyConnection, block_size: int, granularity: Granularity, scope: Scope
-) -> list[dict[str, Any]]:
+def reuse_rows(con: duckdb.DuckDBPyConnection, spec: StreamSpec) -> list[dict[str, Any]]:
     """The rows of ``dsa_reuse``: per run, accesses per LRU stack distance."""
     rows = []
-    for curve in run_curves(con, block_size, "lru", granularity, scope):
+    for curve in run_curves(con, spec, "lru"):
         base = {
             "run_id": curve.run_id,
-            "block_size": block_size,
-            "granularity": granularity,
-            "scope": scope,
+            "block_size": spec.block_size,
+            "granularity": spec.granularity,
+            "scope": spec.scope,
+            "sharing": spec.sharing,
         }
-        rows.append({**base, "distance": None, "accesses": curve.first_touches})
-        hist = curve.distance_hist if curve.distance_hist is not None else np.zeros(0)
+        rows.append(
+            {**base, "distance": None, "accesses": curve.first_touches, "shared_accesses": 0}
+        )
+        hist = curve.distance_hist if curve.distance_hist is not None else np.zeros(0, np.int64)
+        shared = curve.shared_hist if curve.shared_hist is not None else np.zeros(0, np.int64)
+        shared = np.concatenate([shared, np.zeros(max(0, len(hist) - len(shared)), np.int64)])
         for distance in np.flatnonzero(hist).tolist():
-            rows.append({**base, "distance": distance, "accesses": int(hist[distance])})
+            rows.append(
+                {
+                    **base,
+                    "distance": distance,
+                    "accesses": int(hist[distance]),
+                    "shared_accesses": int(shared[distance]),
+                }
+            )
     return rows
 
 

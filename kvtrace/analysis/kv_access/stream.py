@@ -1,220 +1,253 @@
-"""Read the access stream of ``dsa_access(B, granularity)`` in order, as item keys.
+"""Read a run's access stream in order, as item ids, a window of rows at a time.
 
-A *unit* is what one cache sees: a request (scope ``request``) or a whole run (scope
-``run``).  Units arrive as consecutive `Piece` objects, so a run's stream is never held
-whole; a consumer that needs a unit at once concatenates its pieces.
-
-Order (the contract of ``queries/dsa_access.sql``): runs by id; within a run, for scope
-``request`` each request's steps ascending, then layers, then block ids; for scope
-``run`` the batched step order (``batch_step``) where the trace has it, then request id,
-else requests one after another.
+The stream is ``dsa_access(B, granularity, sharing)`` (``queries/dsa_access.sql``) in the
+order of the scope, read straight from the stored rows rather than through the macro:
+each window is one query for some requests' rows (scope ``request``) or some slots' rows
+(scope ``run``), without ORDER BY; the rows are put in stream order here and turned into
+accesses by a compiled kernel (`kvtrace.kernels.access_items`).  A row's blocks come from
+the stored ``touched_blocks`` when the block size asked for is a multiple of the stored
+one (re-binned by division), else from ``selected_pos``.  Only a window is held at once,
+and it reaches the caller as `Chunk` objects of at most about ``CHUNK_ACCESSES`` accesses,
+never split across units.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from queue import Full, Queue
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from kvtrace.analysis.kv_access import Granularity, Scope
-from kvtrace.errors import QueryError
+from kvtrace.analysis.kv_access.plan import RunPlan
+from kvtrace.kernels.access_items import stream_items
 
-_ORDER = {
-    "request": "run_id, request_id, step_idx, layer_id",
-    "run": "run_id, batch_step NULLS FIRST, request_id, step_idx, layer_id",
-}
-_BATCH_ROWS = 4096
-_KEY_BITS = 62
+WINDOW_ROWS = 16_384  # stored rows a window reads at most (unless one step has more)
+CHUNK_ACCESSES = 1 << 20
 
 
 @dataclass
-class Piece:
-    """Consecutive accesses of one unit (``request_id`` is None for scope ``run``)."""
+class Chunk:
+    """Consecutive accesses of one unit: request index ``unit`` (scope request) or the
+    whole run (None)."""
 
-    run_id: str
-    request_id: int | None
-    keys: np.ndarray  # item key of every access
-    steps: np.ndarray  # decode step of every access (non-decreasing within a unit)
-    pinned_rank: np.ndarray  # rank among the unit's pinned prefix items, -1 if not pinned
-
-
-@dataclass
-class RunLayout:
-    """How a run's (request, layer, block) items become integer keys."""
-
-    run_id: str
-    layers: np.ndarray  # traced layer ids, ascending
-    block_bits: int
-    layer_bits: int
-    prefix_blocks: dict[int, int]  # request -> blocks of its cached prefix region
-    pinned_before: dict[int, int]  # request -> pinned items of requests with smaller ids
-
-    @property
-    def layers_per_item(self) -> int:
-        return len(self.layers)
-
-    def pinned_items(self, request_id: int | None, granularity: Granularity) -> int:
-        """Pinned prefix items of a request, or of the whole run when None."""
-        per_block = len(self.layers) if granularity == "layer_block" else 1
-        blocks = (
-            sum(self.prefix_blocks.values())
-            if request_id is None
-            else self.prefix_blocks.get(request_id, 0)
-        )
-        return blocks * per_block
+    unit: int | None
+    items: np.ndarray  # item id of each access
+    slots: np.ndarray  # slot of each access, non-decreasing
+    own_first: np.ndarray  # the request's first touch of the item
 
 
-def run_layouts(
-    con: duckdb.DuckDBPyConnection,
-    block_size: int,
-    granularity: Granularity,
-    runs: Sequence[str] | None = None,
-) -> dict[str, RunLayout]:
-    """Key layouts of every run with DSA rows (or of ``runs``), with their requests'
-    prefix regions."""
-    shape = con.execute(
-        "SELECT run_id, max(seq_len), list(DISTINCT layer_id ORDER BY layer_id), "
-        "count(DISTINCT request_id) FROM _dsa_access_rows GROUP BY run_id ORDER BY run_id"
-    ).fetchall()
-    if runs is not None:
-        shape = [row for row in shape if row[0] in set(runs)]
-    prefix = con.execute(
-        "SELECT run_id, request_id, prefix_blocks FROM _dsa_access_prefix($bs) "
-        "ORDER BY run_id, request_id",
-        {"bs": block_size},
-    ).fetchall()
-    regions: dict[str, dict[int, int]] = {}
-    for run_id, request_id, blocks in prefix:
-        regions.setdefault(run_id, {})[request_id] = int(blocks or 0)
-    layouts = {}
-    for run_id, max_seq, layers, requests in shape:
-        block_bits = max(int(-(-max_seq // block_size)).bit_length(), 1)
-        layer_bits = max(len(layers).bit_length(), 1) if granularity == "layer_block" else 0
-        if block_bits + layer_bits + max(int(requests).bit_length(), 1) > _KEY_BITS:
-            raise QueryError(
-                f"run {run_id} has too many (request, layer, block) items to "
-                "number; ask for a larger block size"
+@dataclass(frozen=True)
+class Window:
+    """A part of the run read by one query: request indices [first, last] (scope
+    request) or slots [first, last] (scope run)."""
+
+    first: int
+    last: int
+
+
+def windows(plan: RunPlan, requests: tuple[int, int] | None = None) -> list[Window]:
+    """The windows of the run (or of its requests with indices in ``requests``), in
+    stream order, each about `WINDOW_ROWS` stored rows."""
+    if plan.spec.scope == "request":
+        low, high = requests if requests is not None else (0, len(plan.requests) - 1)
+        rows = np.bincount(plan.step_request, plan.step_rows, len(plan.requests))
+        return _cut(rows[low : high + 1], low)
+    rows = np.bincount(plan.step_slot, plan.step_rows, plan.slot_count)
+    return _cut(rows, 0)
+
+
+def _cut(rows: np.ndarray, offset: int) -> list[Window]:
+    """Consecutive ranges of ``rows``'s entries of about WINDOW_ROWS rows each."""
+    cuts: list[Window] = []
+    start, total = 0, 0
+    for index, count in enumerate(rows.tolist()):
+        if total and total + count > WINDOW_ROWS:
+            cuts.append(Window(offset + start, offset + index - 1))
+            start, total = index, 0
+        total += count
+    if len(rows):
+        cuts.append(Window(offset + start, offset + len(rows) - 1))
+    return cuts
+
+
+class StreamReader:
+    """Reads windows of one run's stream; one per thread (it owns a cursor)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, plan: RunPlan) -> None:
+        self.con = con
+        self.plan = plan
+        spec = plan.spec
+        self._from_touched = spec.block_size % plan.stored_block_size == 0
+        self._step_keys = (plan.step_request << 32) | plan.step_idx
+        if spec.scope == "run":
+            self._offsets, self._items = plan.block_offsets, plan.block_items
+        else:  # every request numbers its blocks from 0, one request at a time
+            self._offsets = np.zeros(len(plan.block_offsets), dtype=np.int64)
+            self._items = np.arange(int(np.diff(plan.block_offsets).max(initial=0)))
+        self._seen = np.zeros(len(self._items) * plan.layers_per_item, np.bool_)
+        self._widest = int(np.diff(plan.block_offsets).max(initial=0))
+        self._unit: int | None = None
+
+    def chunks(self, window: Window) -> Iterator[Chunk]:
+        """The window's accesses in stream order."""
+        table, divisor = self._rows(window)
+        if table.num_rows == 0:
+            return
+        plan = self.plan
+        request = np.searchsorted(plan.requests, _ints(table, "request_id"))
+        step_idx = _ints(table, "step_idx")
+        step = np.searchsorted(self._step_keys, (request << 32) | step_idx)
+        slot = plan.step_slot[step]
+        layer = np.searchsorted(plan.layers, _ints(table, "layer_id"))
+        if plan.spec.scope == "run":
+            order = np.lexsort((layer, request, slot))
+        else:
+            order = np.lexsort((layer, step_idx, request))
+        ordered_step = step[order]
+        group_start = np.ones(len(order), dtype=np.bool_)
+        group_start[1:] = ordered_step[1:] != ordered_step[:-1]
+        lists = table.column("blocks").combine_chunks()
+        offsets = lists.offsets.to_numpy().astype(np.int64)
+        values = lists.values.to_numpy(zero_copy_only=False)
+        lengths = np.diff(offsets)[order]
+        unit_of = request[order] if plan.spec.scope == "request" else None
+        for start, end in _chunk_bounds(lengths, group_start, unit_of):
+            unit = int(unit_of[start]) if unit_of is not None else None
+            if unit != self._unit:
+                self._seen[:] = False
+                self._unit = unit
+            size = int(lengths[start:end].sum())
+            items = np.empty(size, dtype=np.int64)
+            slots = np.empty(size, dtype=np.int64)
+            first = np.empty(size, dtype=np.bool_)
+            n = stream_items(
+                values,
+                offsets,
+                order[start:end],
+                group_start[start:end],
+                request,
+                layer,
+                slot,
+                divisor,
+                self._widest,
+                not plan.spec.layered,
+                plan.layers_per_item,
+                self._offsets,
+                self._items,
+                self._seen,
+                items,
+                slots,
+                first,
             )
-        region = regions.get(run_id, {})
-        before, total = {}, 0
-        for request_id in sorted(region):
-            before[request_id] = total
-            total += region[request_id] * (len(layers) if granularity == "layer_block" else 1)
-        layouts[run_id] = RunLayout(
-            run_id, np.asarray(layers, dtype=np.int64), block_bits, layer_bits, region, before
+            yield Chunk(unit, items[:n], slots[:n], first[:n])
+
+    def _rows(self, window: Window) -> tuple[pa.Table, int]:
+        """The window's stored rows (request_id, step_idx, layer_id, blocks), and what
+        divides a stored value into a block id."""
+        plan = self.plan
+        spec = plan.spec
+        if self._from_touched:
+            table = self._query(window, "touched_blocks")
+            if table.column("blocks").null_count == 0:
+                return table, spec.block_size // plan.stored_block_size
+            self._from_touched = False  # written before kvtrace stored them
+        return self._query(window, "selected_pos"), spec.block_size
+
+    def _query(self, window: Window, column: str) -> pa.Table:
+        plan = self.plan
+        params = {"run": plan.run_id, "stored": plan.stored_block_size}
+        base = (
+            f"SELECT s.request_id, s.step_idx, s.layer_id, s.{column} AS blocks "
+            "FROM dsa_steps AS s WHERE s.run_id = $run AND s.block_size = $stored"
         )
-    return layouts
+        if plan.spec.scope == "request":
+            params["low"] = int(plan.requests[window.first])
+            params["high"] = int(plan.requests[window.last])
+            return self.con.sql(
+                base + " AND s.request_id BETWEEN $low AND $high", params=params
+            ).to_arrow_table()
+        chosen = (plan.step_slot >= window.first) & (plan.step_slot <= window.last)
+        request_ids = plan.requests[plan.step_request[chosen]]
+        steps = (
+            pa.table({"request_id": request_ids, "step_idx": plan.step_idx[chosen]})
+            .group_by("request_id")
+            .aggregate([("step_idx", "min"), ("step_idx", "max")])
+        )
+        self.con.register("_kvtrace_window", steps)
+        try:
+            params["low"], params["high"] = int(request_ids.min()), int(request_ids.max())
+            return self.con.sql(
+                base + " AND s.request_id BETWEEN $low AND $high "
+                "AND EXISTS (SELECT 1 FROM _kvtrace_window AS w "
+                "WHERE w.request_id = s.request_id "
+                "AND s.step_idx BETWEEN w.step_idx_min AND w.step_idx_max)",
+                params=params,
+            ).to_arrow_table()
+        finally:
+            self.con.unregister("_kvtrace_window")
 
 
-def read_pieces(
-    con: duckdb.DuckDBPyConnection,
-    block_size: int,
-    granularity: Granularity,
-    scope: Scope,
-    layouts: dict[str, RunLayout],
-    requests: tuple[int, int] | None = None,
-) -> Iterator[Piece]:
-    """The stream of every run, unit by unit, in pieces (of the requests with ids in
-    the closed range ``requests`` only, when given: a share of scope ``request``)."""
-    low, high = requests if requests is not None else (None, None)
-    reader = con.sql(
-        f"SELECT run_id, request_id, step_idx, layer_id, batch_step, blocks "
-        f"FROM dsa_access($bs, $granularity) WHERE run_id IN (SELECT unnest($runs)) "
-        f"AND ($low IS NULL OR request_id BETWEEN $low AND $high) "
-        f"ORDER BY {_ORDER[scope]}",
-        params={
-            "bs": block_size,
-            "granularity": granularity,
-            "runs": list(layouts),
-            "low": low,
-            "high": high,
-        },
-    ).to_arrow_reader(_BATCH_ROWS)
-    ranks: dict[int, int] = {}
-    current_run = None
-    for batch in reader:
-        for run_id, rows in _split_by_run(batch):
-            if run_id != current_run:
-                current_run, ranks = run_id, {}
-            yield from _pieces_of(rows, layouts[run_id], granularity, scope, ranks)
+def prefetched(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
+    """``chunks``, read ahead by a thread (queries and the stream kernel release the GIL,
+    so the next window is read while the caller simulates this one)."""
+    queue: Queue[Chunk | BaseException | None] = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        queue.put(chunk, timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put(None)
+        except BaseException as exc:  # raised again in the caller's thread
+            queue.put(exc)
+
+    thread = threading.Thread(target=produce, name="kvtrace-stream", daemon=True)
+    thread.start()
+    try:
+        while (item := queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
-def _split_by_run(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
-    runs = batch.column("run_id").to_pylist()
-    start = 0
-    for i in range(1, len(runs) + 1):
-        if i == len(runs) or runs[i] != runs[start]:
-            yield runs[start], batch.slice(start, i - start)
-            start = i
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
-def _pieces_of(
-    rows: pa.RecordBatch,
-    layout: RunLayout,
-    granularity: Granularity,
-    scope: Scope,
-    ranks: dict[int, int],
-) -> Iterator[Piece]:
-    blocks = rows.column("blocks")
-    lengths = np.diff(blocks.offsets.to_numpy().astype(np.int64))
-    values = blocks.flatten().to_numpy(zero_copy_only=False).astype(np.int64)  # this slice
-    requests = rows.column("request_id").to_numpy(zero_copy_only=False).astype(np.int64)
-    steps = rows.column("step_idx").to_numpy(zero_copy_only=False).astype(np.int64)
-    request_of = np.repeat(requests, lengths)
-    if granularity == "layer_block":
-        layer_ids = rows.column("layer_id").to_numpy(zero_copy_only=False).astype(np.int64)
-        layer_of = np.repeat(np.searchsorted(layout.layers, layer_ids), lengths)
+def _chunk_bounds(
+    lengths: np.ndarray, group_start: np.ndarray, unit_of: np.ndarray | None
+) -> Iterator[tuple[int, int]]:
+    """Ranges of ordered rows of about CHUNK_ACCESSES accesses, cut where a group begins
+    and always where a unit (``unit_of``, when given) begins."""
+    rows = len(lengths)
+    if unit_of is None:
+        bounds = [0, rows]
     else:
-        layer_of = np.zeros(len(values), dtype=np.int64)
-    for request in requests.tolist():
-        ranks.setdefault(request, len(ranks))
-    if scope == "run":
-        rank_of = np.repeat(
-            np.array([ranks[r] for r in requests.tolist()], dtype=np.int64), lengths
-        )
-    else:
-        rank_of = np.zeros(len(values), dtype=np.int64)
-    keys = (((rank_of << layout.layer_bits) | layer_of) << layout.block_bits) | values
-    step_of = np.repeat(steps, lengths)
-    if scope == "run":
-        batch_step = rows.column("batch_step")
-        if batch_step.null_count == 0:
-            step_of = np.repeat(batch_step.to_numpy().astype(np.int64), lengths)
-        else:  # requests one after another: a step is (request, step)
-            step_of = (rank_of << 32) | step_of
-    pinned = _pinned_ranks(layout, granularity, scope, requests, lengths, layer_of, values)
-    if scope == "run":
-        yield Piece(layout.run_id, None, keys, step_of, pinned)
-        return
-    cuts = np.flatnonzero(np.diff(request_of)) + 1
-    for part in np.split(np.arange(len(values)), cuts):
-        if len(part):
-            yield Piece(
-                layout.run_id, int(request_of[part[0]]), keys[part], step_of[part], pinned[part]
-            )
-
-
-def _pinned_ranks(
-    layout: RunLayout,
-    granularity: Granularity,
-    scope: Scope,
-    requests: np.ndarray,
-    lengths: np.ndarray,
-    layer_of: np.ndarray,
-    blocks: np.ndarray,
-) -> np.ndarray:
-    """Each access's rank among its unit's pinned prefix items (block-major), else -1."""
-    ids = requests.tolist()
-    region = np.repeat(
-        np.array([layout.prefix_blocks.get(r, 0) for r in ids], dtype=np.int64), lengths
-    )
-    per_block = layout.layers_per_item if granularity == "layer_block" else 1
-    rank = blocks * per_block + layer_of
-    if scope == "run":
-        rank += np.repeat(
-            np.array([layout.pinned_before.get(r, 0) for r in ids], dtype=np.int64), lengths
-        )
-    return np.where(blocks < region, rank, -1)
+        new_unit = np.ones(rows, dtype=bool)
+        new_unit[1:] = unit_of[1:] != unit_of[:-1]
+        bounds = [*np.flatnonzero(new_unit).tolist(), rows]
+    total = np.concatenate(([0], np.cumsum(lengths)))
+    for first, stop in itertools.pairwise(bounds):
+        start = first
+        while start < stop:
+            end = int(np.searchsorted(total, total[start] + CHUNK_ACCESSES, side="right")) - 1
+            end = min(max(end, start + 1), stop)
+            while end < stop and not group_start[end]:
+                end += 1
+            yield start, end
+            start = end

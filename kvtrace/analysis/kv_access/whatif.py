@@ -1,16 +1,25 @@
-"""The tier what-if: which tier serves each decode step's KV reads, how many bytes, how fast.
+"""The tier what-if: which tier serves each decode step's KV reads, how many bytes, how fast,
+and what a shared pool saves a request's time to first token.
 
 Tiers are listed fastest first, each with a capacity (items of the granularity), a
 bandwidth (GB/s, 10^9 bytes per second) and a latency per read (µs); the last tier is
-unbounded and holds everything (first touches are read from it).  An access is served by
-the first tier whose capacity, added to those of the tiers above it, would hit it under
-the policy: for LRU that is an exclusive LRU hierarchy (what `LruTiers` simulates live).
+unbounded and holds everything (first touches are read from it).  The policy decides
+which tier holds what (`kvtrace.analysis.kv_access.simulate`): LRU is an exclusive
+hierarchy read off the stack distances, FIFO is simulated tier by tier with demotion and
+promotion, OPT is the ceiling read off cumulative capacities.
 
-Per decode step (of one request for scope ``request``, the batched step for scope
-``run``) each tier with anything to read does one batched read: ``latency + bytes /
-bandwidth``.  Tiers are read concurrently, so a step's fetch time is the slowest tier's.
-A block item carries ``block_size x bytes_per_token`` bytes per layer, times the run's
-traced layers at granularity ``block`` (all layers of a block move together).
+Per decode step (of one request for scope ``request``, the run's slot for scope ``run``)
+each tier with anything to read does one batched read: ``latency + bytes / bandwidth``.
+Tiers are read concurrently, so a step's fetch time is the slowest tier's.  A block item
+carries ``block_size x bytes_per_token`` bytes per layer, times the run's traced layers
+at granularity ``block`` (all layers of a block move together).
+
+With sharing ``content`` and scope ``run`` every request arriving finds the leading run of
+its prompt blocks that others wrote; reading them instead of computing them saves
+``recompute - fetch`` of its TTFT when that is positive (`recompute`).  Replication
+(``replicas``: tier name -> copies K) keeps K copies, in the tier above, of each block
+that tier read at least K times in the run (a copy pays for itself): the reads of those
+blocks move one tier up, and the copies cost K block transfers each.
 """
 
 from __future__ import annotations
@@ -28,18 +37,27 @@ import pyarrow as pa
 from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
+    DEFAULT_TPOT_MS,
     Granularity,
     Policy,
     Scope,
+    Sharing,
 )
 from kvtrace.analysis.kv_access.curves import (
     RunCurve,
     capacity_for,
-    check_arguments,
+    check_policy,
     combine,
-    share_units,
+    default_threads,
 )
-from kvtrace.analysis.kv_access.simulate import UnitOutcome
+from kvtrace.analysis.kv_access.plan import RunPlan, StreamSpec, run_plans
+from kvtrace.analysis.kv_access.recompute import (
+    PrefillCost,
+    boundary_tokens,
+    fetch_us,
+    prefill_cost,
+)
+from kvtrace.analysis.kv_access.simulate import RunOutcome, simulate_run
 from kvtrace.analysis.shares import request_shares, run_here
 from kvtrace.errors import InputError
 from kvtrace.sql.runs import run_ids
@@ -51,6 +69,7 @@ _KEYS = [
     ("policy", pa.string()),
     ("granularity", pa.string()),
     ("scope", pa.string()),
+    ("sharing", pa.string()),
 ]
 TIER_ROWS = pa.schema(
     [
@@ -58,25 +77,77 @@ TIER_ROWS = pa.schema(
         ("tier", pa.string()),
         ("capacity_blocks", pa.int64()),
         ("accesses_served", pa.int64()),
+        ("shared_served", pa.int64()),
         ("hit_rate", pa.float64()),
+        ("bytes_total", pa.int64()),
         ("bytes_per_step_p50", pa.int64()),
         ("bytes_per_step_p95", pa.int64()),
         ("fetch_us_p50", pa.float64()),
         ("fetch_us_p95", pa.float64()),
+        ("fetch_us_p99", pa.float64()),
+        ("recompute_boundary_tokens", pa.int64()),
     ]
 )
 RUN_ROWS = pa.schema(
     [
         *_KEYS,
+        ("stream_order", pa.string()),
+        ("sharing_rule", pa.string()),
+        ("requests", pa.int64()),
         ("steps", pa.int64()),
         ("accesses", pa.int64()),
         ("first_touches", pa.int64()),
+        ("shared_hits", pa.int64()),
         ("bytes_per_step_p50", pa.int64()),
         ("fetch_us_p50", pa.float64()),
         ("fetch_us_p95", pa.float64()),
+        ("fetch_us_p99", pa.float64()),
         *[(f"hbm_blocks_for_{round(t * 100)}pct", pa.int64()) for t in HIT_TARGETS],
+        ("prefill_source", pa.string()),
+        ("reused_prompt_tokens", pa.int64()),
+        ("ttft_saved_ms_mean", pa.float64()),
+        ("ttft_saved_ms_p50", pa.float64()),
+        ("ttft_saved_ms_max", pa.float64()),
     ]
 )
+SECOND_ROWS = pa.schema(
+    [
+        *_KEYS,
+        ("second", pa.int64()),
+        ("tier", pa.string()),
+        ("steps", pa.int64()),
+        ("accesses_served", pa.int64()),
+        ("bytes", pa.int64()),
+        ("fetch_us_p50", pa.float64()),
+        ("fetch_us_p99", pa.float64()),
+        ("working_set", pa.int64()),
+    ]
+)
+REQUEST_ROWS = pa.schema(
+    [
+        *_KEYS,
+        ("request_id", pa.int64()),
+        ("arrival_s", pa.float64()),
+        ("prompt_tokens", pa.int64()),
+        ("reused_tokens", pa.int64()),
+        ("fetch_us", pa.float64()),
+        ("recompute_us", pa.float64()),
+        ("ttft_saved_us", pa.float64()),
+    ]
+)
+REPLICA_ROWS = pa.schema(
+    [
+        *_KEYS,
+        ("tier", pa.string()),
+        ("copies", pa.int64()),
+        ("replicated_blocks", pa.int64()),
+        ("reads_moved", pa.int64()),
+        ("bytes_saved", pa.int64()),
+        ("copy_bytes", pa.int64()),
+        ("net_bytes_saved", pa.int64()),
+    ]
+)
+TABLES = ("tiers", "runs", "seconds", "requests", "replicas")
 
 
 @dataclass(frozen=True)
@@ -129,56 +200,96 @@ def check_tiers(tiers: Sequence[Tier]) -> None:
         raise InputError(f"only the last tier may be unbounded, not {unbounded[0]}")
 
 
+def parse_replicas(texts: Iterable[str]) -> dict[str, int]:
+    """``NAME=K`` settings (K >= 2 copies) as a dict."""
+    found: dict[str, int] = {}
+    for text in texts:
+        name, _, copies = text.partition("=")
+        try:
+            count = int(copies)
+        except ValueError:
+            count = 0
+        if not name or count < 2:
+            raise InputError(f"replicas {text!r} is not NAME=K with K at least 2 (e.g. remote=3)")
+        found[name] = count
+    return found
+
+
 @dataclass
 class WhatIf:
-    """Per (run, block size, tier) rows, and per (run, block size) rows."""
+    """The what-if's tables (see `TABLES`)."""
 
     tiers: pa.Table
     runs: pa.Table
+    seconds: pa.Table
+    requests: pa.Table
+    replicas: pa.Table
 
     def combined(self) -> pa.Table:
         """The tier rows with their run's figures beside them (one table to write out)."""
+        keys = [name for name, _ in _KEYS]
         run_columns = {
-            "steps": "steps",
-            "accesses": "accesses",
-            "first_touches": "first_touches",
-            "bytes_per_step_p50": "step_bytes_p50",
-            "fetch_us_p50": "step_fetch_us_p50",
-            "fetch_us_p95": "step_fetch_us_p95",
-            **{c: c for c in self.runs.column_names if c.startswith("hbm_blocks")},
+            name: (f"run_{name}" if name in self.tiers.column_names else name)
+            for name in self.runs.column_names
+            if name not in keys
         }
-        runs = self.runs.select(["run_id", "block_size", *run_columns]).rename_columns(
-            ["run_id", "block_size", *run_columns.values()]
+        runs = self.runs.select([*keys, *run_columns]).rename_columns(
+            [*keys, *run_columns.values()]
         )
-        joined = self.tiers.join(runs, keys=["run_id", "block_size"])
+        joined = self.tiers.join(runs, keys=keys)
         return joined.sort_by([("run_id", "ascending"), ("block_size", "ascending")])
+
+    def table(self, name: str) -> pa.Table:
+        """One of `TABLES`, or ``combined``."""
+        return self.combined() if name == "combined" else getattr(self, name)
 
 
 @dataclass(frozen=True)
 class WhatIfSpec:
     """What to simulate: block sizes, tiers (fastest first), policy, granularity, scope,
-    KV bytes per token and layer, and the runs by id or name (None: every DSA run)."""
+    sharing, KV bytes per token and layer, the runs by id or name (None: every DSA run),
+    the arrivals to replay (a workload run, scope run) at ``tpot_ms`` per step, the
+    prefill cost (``prefill_tok_s``, else the run ``cost_run``'s fitted batch timings)
+    and the replicated tiers (name -> copies)."""
 
     block_sizes: tuple[int, ...] = (64,)
     tiers: tuple[Tier, ...] = tuple(Tier.parse(text) for text in DEFAULT_TIERS)
     policy: Policy = "lru"
     granularity: Granularity = "block"
     scope: Scope = "request"
+    sharing: Sharing = "private"
     bytes_per_token: int = DEEPSEEK_V32_BYTES_PER_TOKEN
     runs: tuple[str, ...] | None = None
+    arrivals: str | None = None
+    tpot_ms: float = DEFAULT_TPOT_MS
+    prefill_tok_s: float | None = None
+    cost_run: str | None = None
+    replicas: tuple[tuple[str, int], ...] = ()
 
     def check(self) -> None:
         """One sentence for a setting the what-if cannot use."""
         check_tiers(self.tiers)
         if self.bytes_per_token < 1:
             raise InputError(f"bytes per token must be positive, got {self.bytes_per_token}")
+        check_policy(self.policy)
         for block_size in self.block_sizes:
-            check_arguments(block_size, self.policy, self.granularity, self.scope)
+            self.stream(block_size).check()
+        names = [t.name for t in self.tiers]
+        for name, _ in self.replicas:
+            if name not in names:
+                raise InputError(f"replicas name tier {name}, not one of " + ", ".join(names))
+            if name == names[0]:
+                raise InputError(f"tier {name} is the fastest: its copies have no closer tier")
+
+    def stream(self, block_size: int) -> StreamSpec:
+        return StreamSpec(
+            block_size, self.granularity, self.scope, self.sharing, self.arrivals, self.tpot_ms
+        )
 
 
 @dataclass(frozen=True)
 class WhatIfShare:
-    """The requests of one run (ids in a closed range; None: all) at one block size."""
+    """The requests of one run (indices in a closed range; None: all) at one block size."""
 
     block_size: int
     run_id: str
@@ -189,16 +300,16 @@ class WhatIfShare:
 class WhatIfAnalysis:
     """The what-if in shares (`kvtrace.analysis.shares`): a share is some requests of a
     run at a block size (scope ``run``: the whole run), simulated apart and merged in
-    request order into each run's curve."""
+    request order into each run's tables."""
 
     spec: WhatIfSpec
 
     def plan(self, con: duckdb.DuckDBPyConnection, tasks: int) -> list[WhatIfShare]:
         self.spec.check()
         requests = dict(
-            con.execute(
-                "SELECT run_id, list(DISTINCT request_id ORDER BY request_id) "
-                "FROM _dsa_access_rows GROUP BY run_id ORDER BY run_id"
+            con.sql(
+                "SELECT run_id, count(DISTINCT request_id) FROM _dsa_access_rows "
+                "GROUP BY run_id ORDER BY run_id"
             ).fetchall()
         )
         named = (
@@ -211,59 +322,85 @@ class WhatIfAnalysis:
             raise InputError(
                 "no DSA rows to simulate" + (" in the selected runs" if self.spec.runs else "")
             )
+        if self.spec.sharing == "content":
+            _check_shareable(con, chosen, self.spec.block_sizes[0])
         return [
             WhatIfShare(block_size, run_id, share)
             for block_size in self.spec.block_sizes
             for run_id in chosen
             for share in (
-                [None] if self.spec.scope == "run" else request_shares(requests[run_id], tasks)
+                [None]
+                if self.spec.scope == "run"
+                else request_shares(list(range(int(requests[run_id]))), tasks)
             )
         ]
 
-    def run(
-        self, con: duckdb.DuckDBPyConnection, share: WhatIfShare
-    ) -> tuple[list[UnitOutcome], int]:
+    def run(self, con: duckdb.DuckDBPyConnection, share: WhatIfShare) -> RunOutcome:
         spec = self.spec
-        return share_units(
+        (plan,) = run_plans(con, spec.stream(share.block_size), [share.run_id])
+        limits = tier_limits(spec.tiers)
+        watched = {_tier_index(spec, name): copies for name, copies in spec.replicas}
+        outcome = simulate_run(
             con,
-            share.block_size,
+            plan,
             spec.policy,
-            spec.granularity,
-            spec.scope,
-            tier_limits(spec.tiers),
-            share.run_id,
+            np.zeros(0, np.int64),
+            np.asarray(limits, dtype=np.int64),
             share.requests,
+            default_threads(),
+            watched,
         )
+        return outcome
 
     def merge(
         self,
         con: duckdb.DuckDBPyConnection,
         shares: list[WhatIfShare],
-        parts: list[tuple[list[UnitOutcome], int]],
+        parts: list[RunOutcome],
     ) -> WhatIf:
         spec = self.spec
-        return whatif_of_curves(
-            _curves(shares, parts),
-            tiers=spec.tiers,
-            policy=spec.policy,
-            granularity=spec.granularity,
-            scope=spec.scope,
-            bytes_per_token=spec.bytes_per_token,
-            selected=spec.runs,
+        cost = prefill_cost(con, spec.prefill_tok_s, spec.cost_run)
+        return whatif_of_curves(_curves(con, spec, shares, parts), spec=spec, cost=cost)
+
+
+def _tier_index(spec: WhatIfSpec, name: str) -> int:
+    return [t.name for t in spec.tiers].index(name)
+
+
+def _check_shareable(con: duckdb.DuckDBPyConnection, runs: list[str], block_size: int) -> None:
+    """One sentence when a run has neither token ids nor prefix keys to share by."""
+    shareable = {
+        run_id
+        for (run_id,) in con.sql(
+            "SELECT DISTINCT run_id FROM dsa_block_keys($bs) WHERE len(block_keys) > 0",
+            params={"bs": block_size},
+        ).fetchall()
+    }
+    lacking = [run for run in runs if run not in shareable]
+    if lacking:
+        raise InputError(
+            f"run {lacking[0]} records neither token ids nor prefix keys, so its blocks "
+            "cannot be shared by content; use --sharing private"
         )
 
 
 def _curves(
-    shares: list[WhatIfShare], parts: list[tuple[list[UnitOutcome], int]]
+    con: duckdb.DuckDBPyConnection,
+    spec: WhatIfSpec,
+    shares: list[WhatIfShare],
+    parts: list[RunOutcome],
 ) -> Iterator[tuple[int, RunCurve]]:
-    """Each (block size, run)'s curve from its shares' units, in plan order."""
-    for (block_size, _), group in itertools.groupby(
+    """Each (block size, run)'s curve from its shares' outcomes, in plan order."""
+    for (block_size, run_id), group in itertools.groupby(
         zip(shares, parts, strict=True), key=lambda pair: (pair[0].block_size, pair[0].run_id)
     ):
-        grouped = list(group)
-        units = [unit for _, (part_units, _) in grouped for unit in part_units]
-        if units:
-            yield block_size, combine(units, np.zeros(0, np.int64), grouped[0][1][1])
+        grouped = [part for _, part in group]
+        merged = grouped[0]
+        for outcome in grouped[1:]:
+            merged.add(outcome)
+        if merged.units:
+            (plan,) = run_plans(con, spec.stream(block_size), [run_id])
+            yield block_size, combine(plan, merged, np.zeros(0, np.int64))
 
 
 def whatif(con: duckdb.DuckDBPyConnection, spec: WhatIfSpec) -> WhatIf:
@@ -278,92 +415,217 @@ def tier_limits(tiers: Sequence[Tier]) -> list[int]:
 
 
 def whatif_of_curves(
-    curves: Iterable[tuple[int, RunCurve]],
-    *,
-    tiers: Sequence[Tier],
-    policy: Policy,
-    granularity: Granularity,
-    scope: Scope,
-    bytes_per_token: int,
-    selected: Sequence[str] | None,
+    curves: Iterable[tuple[int, RunCurve]], *, spec: WhatIfSpec, cost: PrefillCost
 ) -> WhatIf:
-    """The what-if rows of simulated runs, given as (block size, curve) in order (the
+    """The what-if tables of simulated runs, given as (block size, curve) in order (the
     one place they are computed, however the curves were simulated)."""
-    tier_rows, run_rows = [], []
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
     for block_size, curve in curves:
         base = {
             "run_id": curve.run_id,
             "block_size": block_size,
-            "policy": policy,
-            "granularity": granularity,
-            "scope": scope,
+            "policy": spec.policy,
+            "granularity": spec.granularity,
+            "scope": spec.scope,
+            "sharing": spec.sharing,
         }
-        item_bytes = block_size * bytes_per_token * (curve.layers if granularity == "block" else 1)
-        tier_rows += _tier_rows(base, curve, tiers, item_bytes)
-        run_rows.append({**base, **_run_row(curve, tiers, item_bytes)})
-    if not run_rows:
-        raise InputError("no DSA rows to simulate" + (" in the selected runs" if selected else ""))
-    return WhatIf(
-        pa.Table.from_pylist(tier_rows, TIER_ROWS), pa.Table.from_pylist(run_rows, RUN_ROWS)
-    )
-
-
-def _per_step(curve: RunCurve, tiers: Sequence[Tier]) -> np.ndarray:
-    counts = [c for c in curve.step_tiers if len(c)]
-    return np.concatenate(counts) if counts else np.zeros((0, len(tiers)), dtype=np.int64)
-
-
-def _fetch_us(counts: np.ndarray, tiers: Sequence[Tier], item_bytes: int) -> np.ndarray:
-    """Per step and tier: latency plus transfer time, 0 where nothing is read."""
-    latency = np.array([t.latency_us for t in tiers])
-    bandwidth = np.array([t.gbps for t in tiers]) * 1e9
-    return np.where(counts > 0, latency + counts * item_bytes / bandwidth * 1e6, 0.0)
-
-
-def _percentiles(values: np.ndarray, whole: bool = False) -> tuple[Any, Any]:
-    """p50 and p95 (linear), rounded to whole numbers when ``whole``; None when empty."""
-    if len(values) == 0:
-        return None, None
-    p50, p95 = np.percentile(values, [50, 95])
-    return (round(p50), round(p95)) if whole else (float(p50), float(p95))
-
-
-def _tier_rows(
-    base: dict[str, Any], curve: RunCurve, tiers: Sequence[Tier], item_bytes: int
-) -> list[dict[str, Any]]:
-    counts = _per_step(curve, tiers)
-    fetch = _fetch_us(counts, tiers, item_bytes)
-    rows = []
-    for index, tier in enumerate(tiers):
-        served = int(counts[:, index].sum())
-        bytes_p50, bytes_p95 = _percentiles(counts[:, index] * item_bytes, whole=True)
-        fetch_p50, fetch_p95 = _percentiles(fetch[:, index])
-        rows.append(
-            {
-                **base,
-                "tier": tier.name,
-                "capacity_blocks": tier.capacity,
-                "accesses_served": served,
-                "hit_rate": served / curve.accesses if curve.accesses else None,
-                "bytes_per_step_p50": bytes_p50,
-                "bytes_per_step_p95": bytes_p95,
-                "fetch_us_p50": fetch_p50,
-                "fetch_us_p95": fetch_p95,
-            }
-        )
-    return rows
-
-
-def _run_row(curve: RunCurve, tiers: Sequence[Tier], item_bytes: int) -> dict[str, Any]:
-    counts = _per_step(curve, tiers)
-    step_fetch = _fetch_us(counts, tiers, item_bytes).max(axis=1, initial=0.0)
-    fetch_p50, fetch_p95 = _percentiles(step_fetch)
-    return {
-        "steps": len(counts),
-        "accesses": curve.accesses,
-        "first_touches": curve.first_touches,
-        "bytes_per_step_p50": _percentiles(counts.sum(axis=1) * item_bytes, whole=True)[0],
-        "fetch_us_p50": fetch_p50,
-        "fetch_us_p95": fetch_p95,
-        **{f"hbm_blocks_for_{round(t * 100)}pct": capacity_for(curve, t) for t in HIT_TARGETS},
+        figures = _RunFigures(curve, spec, block_size, cost)
+        rows["tiers"] += [{**base, **row} for row in figures.tier_rows()]
+        rows["runs"].append({**base, **figures.run_row()})
+        rows["seconds"] += [{**base, **row} for row in figures.second_rows()]
+        rows["requests"] += [{**base, **row} for row in figures.request_rows()]
+        rows["replicas"] += [{**base, **row} for row in figures.replica_rows()]
+    if not rows["runs"]:
+        raise InputError("no DSA rows to simulate" + (" in the selected runs" if spec.runs else ""))
+    schemas = {
+        "tiers": TIER_ROWS,
+        "runs": RUN_ROWS,
+        "seconds": SECOND_ROWS,
+        "requests": REQUEST_ROWS,
+        "replicas": REPLICA_ROWS,
     }
+    return WhatIf(**{name: pa.Table.from_pylist(rows[name], schemas[name]) for name in TABLES})
+
+
+def _percentiles(values: np.ndarray, quantiles: Sequence[float]) -> list[float | None]:
+    """Linear percentiles (numpy's default); None when there are no values."""
+    if len(values) == 0:
+        return [None] * len(quantiles)
+    return [float(v) for v in np.percentile(values, list(quantiles))]
+
+
+class _RunFigures:
+    """The rows of one (run, block size) from its curve."""
+
+    def __init__(self, curve: RunCurve, spec: WhatIfSpec, block_size: int, cost: PrefillCost):
+        self.curve, self.spec, self.cost, self.block_size = curve, spec, cost, block_size
+        self.plan: RunPlan = curve.plan
+        self.tiers = list(spec.tiers)
+        layers = len(self.plan.layers)
+        per_item = layers if spec.granularity == "block" else 1
+        self.item_bytes = block_size * spec.bytes_per_token * per_item
+        self.token_bytes = spec.bytes_per_token * layers  # one token, every traced layer
+        counts = curve.outcome.slot_levels
+        self.counts = counts[counts.sum(axis=1) > 0]  # the slots that read anything
+        self.fetch = self._fetch(self.counts)
+        self.requests = self._request_rows()
+
+    def _fetch(self, counts: np.ndarray) -> np.ndarray:
+        """Per step and tier: latency plus transfer time, 0 where nothing is read."""
+        latency = np.array([t.latency_us for t in self.tiers])
+        bandwidth = np.array([t.gbps for t in self.tiers]) * 1e9
+        result: np.ndarray = np.where(
+            counts > 0, latency + counts * self.item_bytes / bandwidth * 1e6, 0.0
+        )
+        return result
+
+    def tier_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        shared = self.curve.outcome.shared_levels
+        for index, tier in enumerate(self.tiers):
+            column = self.counts[:, index]
+            served = int(column.sum())
+            p50, p95 = _percentiles(column * self.item_bytes, (50, 95))
+            f50, f95, f99 = _percentiles(self.fetch[:, index], (50, 95, 99))
+            rows.append(
+                {
+                    "tier": tier.name,
+                    "capacity_blocks": tier.capacity,
+                    "accesses_served": served,
+                    "shared_served": int(shared[index]),
+                    "hit_rate": served / self.curve.accesses if self.curve.accesses else None,
+                    "bytes_total": served * self.item_bytes,
+                    "bytes_per_step_p50": None if p50 is None else round(p50),
+                    "bytes_per_step_p95": None if p95 is None else round(p95),
+                    "fetch_us_p50": f50,
+                    "fetch_us_p95": f95,
+                    "fetch_us_p99": f99,
+                    "recompute_boundary_tokens": boundary_tokens(tier, self.token_bytes, self.cost),
+                }
+            )
+        return rows
+
+    def run_row(self) -> dict[str, Any]:
+        step_fetch = self.fetch.max(axis=1, initial=0.0)
+        f50, f95, f99 = _percentiles(step_fetch, (50, 95, 99))
+        saved = np.array([row["ttft_saved_us"] for row in self.requests]) / 1000
+        reused = sum(row["reused_tokens"] for row in self.requests)
+        shared = self.curve.outcome.shared_levels
+        return {
+            "stream_order": self.plan.order,
+            "sharing_rule": _rule_text(self.plan.rules),
+            "requests": len(self.plan.requests),
+            "steps": len(self.counts),
+            "accesses": self.curve.accesses,
+            "first_touches": self.curve.first_touches,
+            "shared_hits": int(shared[:-1].sum()),
+            "bytes_per_step_p50": (
+                None
+                if len(self.counts) == 0
+                else round(float(np.percentile(self.counts.sum(axis=1) * self.item_bytes, 50)))
+            ),
+            "fetch_us_p50": f50,
+            "fetch_us_p95": f95,
+            "fetch_us_p99": f99,
+            **{
+                f"hbm_blocks_for_{round(t * 100)}pct": capacity_for(self.curve, t)
+                for t in HIT_TARGETS
+            },
+            "prefill_source": self.cost.source,
+            "reused_prompt_tokens": reused,
+            "ttft_saved_ms_mean": float(saved.mean()) if len(saved) else None,
+            "ttft_saved_ms_p50": _percentiles(saved, (50,))[0],
+            "ttft_saved_ms_max": float(saved.max()) if len(saved) else None,
+        }
+
+    def second_rows(self) -> list[dict[str, Any]]:
+        """Per second of the stream's time and tier: steps, accesses, bytes, fetch time,
+        and the items touched that second (the pool's working set)."""
+        seconds = self.plan.slot_seconds
+        outcome = self.curve.outcome
+        if seconds is None or outcome.second_items is None:
+            return []
+        start = seconds.min(initial=0)
+        counts = outcome.slot_levels
+        reading = counts.sum(axis=1) > 0
+        second_of = np.floor(seconds - start).astype(np.int64)[reading]
+        counts = counts[reading]
+        fetch = self._fetch(counts)
+        rows = []
+        for second in np.unique(second_of).tolist():
+            at = second_of == second
+            for index, tier in enumerate(self.tiers):
+                f50, f99 = _percentiles(fetch[at, index], (50, 99))
+                served = int(counts[at, index].sum())
+                rows.append(
+                    {
+                        "second": second,
+                        "tier": tier.name,
+                        "steps": int(at.sum()),
+                        "accesses_served": served,
+                        "bytes": served * self.item_bytes,
+                        "fetch_us_p50": f50,
+                        "fetch_us_p99": f99,
+                        "working_set": int(outcome.second_items[second]),
+                    }
+                )
+        return rows
+
+    def _request_rows(self) -> list[dict[str, Any]]:
+        """Per request: the prompt tokens it found in the pool and the TTFT they save."""
+        plan = self.plan
+        probes = {p.request: p for p in self.curve.outcome.probes}
+        seconds = plan.slot_seconds
+        rows = []
+        for index, request_id in enumerate(plan.requests.tolist()):
+            probe = probes.get(index)
+            tokens = 0 if probe is None else probe.blocks * self.block_size
+            fetch = (
+                0.0 if probe is None else fetch_us(probe.tier_items, self.tiers, self.item_bytes)
+            )
+            recompute = tokens * self.cost.seconds_per_token * 1e6
+            arrival = int(plan.arrival_slot[index])
+            rows.append(
+                {
+                    "request_id": request_id,
+                    "arrival_s": None
+                    if seconds is None
+                    else float(seconds[arrival] - seconds.min()),
+                    "prompt_tokens": int(plan.prompt_tokens[index]),
+                    "reused_tokens": tokens,
+                    "fetch_us": fetch,
+                    "recompute_us": recompute,
+                    "ttft_saved_us": max(0.0, recompute - fetch),
+                }
+            )
+        return rows
+
+    def request_rows(self) -> list[dict[str, Any]]:
+        return self.requests
+
+    def replica_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for name, copies in self.spec.replicas:
+            index = _tier_index(self.spec, name)
+            blocks, moved = self.curve.outcome.replicated.get(index, (0, 0))
+            saved = moved * self.item_bytes
+            copy_bytes = blocks * copies * self.item_bytes
+            rows.append(
+                {
+                    "tier": name,
+                    "copies": copies,
+                    "replicated_blocks": blocks,
+                    "reads_moved": moved,
+                    "bytes_saved": saved,
+                    "copy_bytes": copy_bytes,
+                    "net_bytes_saved": saved - copy_bytes,
+                }
+            )
+        return rows
+
+
+def _rule_text(rules: dict[str, int]) -> str:
+    """How a run's blocks were named: the rule, or the rules with their request counts."""
+    if len(rules) == 1:
+        return next(iter(rules))
+    return ", ".join(f"{rule} ({n} requests)" for rule, n in sorted(rules.items()))

@@ -50,22 +50,41 @@ CREATE MACRO kvtrace_prefix_blocks(pos, region_blocks, bs) AS
 CREATE MACRO kvtrace_touched_blocks(pos, bs) AS
     list_sort(list_distinct(list_transform(pos, lambda p: p // bs)));
 
--- @macro kvtrace_hit_curve(bs, policy, granularity, scope, capacities)
+-- @macro kvtrace_block_keys(tokens, bs)
+-- Content keys of the full blocks of one token list (see dsa_block_keys): the hash of the
+-- tokens up to each block's end, by DuckDB's hash here (other values than kvtrace's
+-- numbers, equal exactly when kvtrace's are).
+CREATE MACRO kvtrace_block_keys(tokens, bs) AS
+    list_transform(range(len(tokens) // bs),
+                   lambda j: (hash(tokens[1:(j + 1) * bs]) & 4611686018427387903)::BIGINT
+                             | 4611686018427387904);
+
+-- @macro kvtrace_prefix_block_keys(prefix_key, blocks)
+-- The keys (prefix_key, j) of blocks 0 .. blocks - 1 (see dsa_block_keys), by DuckDB's hash.
+CREATE MACRO kvtrace_prefix_block_keys(prefix_key, blocks) AS
+    CASE WHEN prefix_key IS NOT NULL THEN
+        list_transform(range(greatest(blocks, 0)),
+                       lambda j: (hash(prefix_key, j) & 4611686018427387903)::BIGINT
+                                 | 4611686018427387904)
+    END;
+
+-- @macro kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
-CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities) AS
+CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing) AS
     CAST(error('dsa_hit_curve runs cache simulations in Python: use "kvtrace sql" or '
                || 'kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, block_size INTEGER, policy VARCHAR, granularity VARCHAR,
-                   scope VARCHAR, capacity_blocks BIGINT, accesses BIGINT, hits BIGINT,
-                   hit_rate DOUBLE, missed_blocks BIGINT)[]);
+                   scope VARCHAR, sharing VARCHAR, capacity_blocks BIGINT, accesses BIGINT,
+                   hits BIGINT, shared_hits BIGINT, hit_rate DOUBLE, missed_blocks BIGINT)[]);
 
--- @macro kvtrace_reuse(bs, granularity, scope)
+-- @macro kvtrace_reuse(bs, granularity, scope, sharing)
 -- Stack distances need kvtrace's compiled kernels: not available in a plain shell.
-CREATE MACRO kvtrace_reuse(bs, granularity, scope) AS
+CREATE MACRO kvtrace_reuse(bs, granularity, scope, sharing) AS
     CAST(error('dsa_reuse runs cache simulations in Python: use "kvtrace sql" or '
                || 'kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, block_size INTEGER, granularity VARCHAR, scope VARCHAR,
-                   distance BIGINT, accesses BIGINT)[]);
+                   sharing VARCHAR, distance BIGINT, accesses BIGINT,
+                   shared_accesses BIGINT)[]);
 
 -- @macro kvtrace_prefix_hit_curve(policy, capacities)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
