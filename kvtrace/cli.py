@@ -112,6 +112,40 @@ OutputOption = Annotated[
     Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
 ]
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")]
+DsaRunOption = Annotated[
+    list[str] | None,
+    typer.Option("--run", help="Run id or run name (repeatable) [default: every DSA run]."),
+]
+BlockSizesOption = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--block-size", help="Block size in tokens to re-bin at (repeatable) [default: 64]."
+    ),
+]
+GranularityOption = Annotated[
+    Granularity,
+    typer.Option(
+        "--granularity",
+        help="block: (request, block), all layers move together; layer_block: (request, "
+        "layer, block).",
+    ),
+]
+SharingOption = Annotated[
+    Sharing,
+    typer.Option(
+        "--sharing",
+        help="private: every request's KV is its own; content: blocks are named by their "
+        "tokens (or prefix key), so requests holding the same ones share them.",
+    ),
+]
+ScopeOption = Annotated[
+    Scope | None,
+    typer.Option(
+        "--scope",
+        help="request: a cache per request; run: one pool for a run's requests "
+        "[default: run with --sharing content or --arrivals, else request].",
+    ),
+]
 
 
 @app.callback()
@@ -614,14 +648,8 @@ WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "repli
 
 @app.command()
 def whatif(
-    run: Annotated[
-        list[str] | None,
-        typer.Option(help="Run id or run name (repeatable) [default: every DSA run]."),
-    ] = None,
-    block_size: Annotated[
-        list[int] | None,
-        typer.Option(help="Block size in tokens to re-bin at (repeatable) [default: 64]."),
-    ] = None,
+    run: DsaRunOption = None,
+    block_size: BlockSizesOption = None,
     tier: Annotated[
         list[str] | None,
         typer.Option(
@@ -638,27 +666,9 @@ def whatif(
             "opt (Belady: the ceiling) or pin_prefix."
         ),
     ] = "lru",
-    granularity: Annotated[
-        Granularity,
-        typer.Option(
-            help="block: (request, block), all layers move together; layer_block: (request, "
-            "layer, block)."
-        ),
-    ] = "block",
-    sharing: Annotated[
-        Sharing,
-        typer.Option(
-            help="private: every request's KV is its own; content: blocks are named by their "
-            "tokens (or prefix key), so requests holding the same ones share them."
-        ),
-    ] = "private",
-    scope: Annotated[
-        Scope | None,
-        typer.Option(
-            help="request: a cache per request; run: one pool for a run's requests "
-            "[default: run with --sharing content or --arrivals, else request]."
-        ),
-    ] = None,
+    granularity: GranularityOption = "block",
+    sharing: SharingOption = "private",
+    scope: ScopeOption = None,
     arrivals: Annotated[
         str | None,
         typer.Option(
@@ -754,6 +764,63 @@ def whatif(
         _emit(b"\n".join(render(part, "table") for part in shown), None)
     else:
         _emit(render(result.table(table), chosen), output)
+
+
+@app.command("hit-curve")
+def hit_curve(
+    run: DsaRunOption = None,
+    block_size: BlockSizesOption = None,
+    policy: Annotated[
+        Policy,
+        typer.Option(help="lru, fifo, opt (Belady: the ceiling) or pin_prefix."),
+    ] = "lru",
+    granularity: GranularityOption = "block",
+    sharing: SharingOption = "private",
+    scope: ScopeOption = None,
+    capacity: Annotated[
+        list[int] | None,
+        typer.Option(help="A capacity in items to report besides the powers of two (repeatable)."),
+    ] = None,
+    sample: Annotated[
+        float,
+        typer.Option(
+            help="Estimate an LRU curve from this share of the items, sampled by a hash of "
+            "their keys (SHARDS): for streams too long to simulate whole [default: 1, exact]."
+        ),
+    ] = 1.0,
+    fmt: FormatOption = "table",
+    output: OutputOption = None,
+) -> None:
+    """Hit rate against cache capacity, per run: the rows of dsa_hit_curve.
+
+    Example: kvtrace hit-curve --sharing content --sample 0.01
+    """
+    from kvtrace.analysis.kv_access.curves import hit_curve_table
+    from kvtrace.analysis.kv_access.plan import StreamSpec
+    from kvtrace.analysis.kv_access.whatif import check_shareable
+    from kvtrace.sql.query import render
+    from kvtrace.sql.runs import run_ids
+
+    chosen = _output_format(fmt, output)
+    con = connect(_open())
+    runs = run_ids(con, run, having="dsa_steps", what="DSA rows") if run else None
+    specs = [
+        StreamSpec(
+            size,
+            granularity,
+            scope or ("run" if sharing == "content" else "request"),
+            sharing,
+            sample=sample,
+        )
+        for size in block_size or [DEFAULT_BLOCK_SIZE]
+    ]
+    for spec in specs:
+        spec.check()
+        if sharing == "content":
+            check_shareable(con, runs, spec.block_size)
+    with _busy("Simulating the cache"):
+        table = hit_curve_table(con, specs, policy, capacity or [], runs)
+    _emit(render(table, chosen), output)
 
 
 def _executor(engine: str, address: str | None) -> Executor | None:

@@ -55,13 +55,18 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         scope: pa.ChunkedArray,
         capacities: pa.ChunkedArray,
         sharing: pa.ChunkedArray,
+        sample: pa.ChunkedArray,
     ) -> pa.Array:
         from kvtrace.analysis.kv_access import curves
 
         found = curves.hit_curve_rows(
             cursor(),
             curves.StreamSpec.checked(
-                _constant(bs), _constant(granularity), _constant(scope), _constant(sharing)
+                _constant(bs),
+                _constant(granularity),
+                _constant(scope),
+                _constant(sharing),
+                _constant(sample),
             ),
             _constant(policy),
             _constant(capacities) or [],
@@ -101,7 +106,7 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         (
             "kvtrace_hit_curve",
             hit_curve,
-            ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]", "VARCHAR"],
+            ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT[]", "VARCHAR", "DOUBLE"],
             HIT_CURVE,
         ),
         ("kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR"], REUSE),

@@ -30,7 +30,8 @@ _LAYER_SEED = 0x165667B19E3779F9
 
 
 @njit(inline="always", cache=True)
-def _mix(x: np.uint64) -> np.uint64:
+def mix64(x: np.uint64) -> np.uint64:
+    """SplitMix64's finaliser: a well-mixed 64-bit hash of a 64-bit integer."""
     x = np.uint64(x)
     x ^= x >> np.uint64(30)
     x *= np.uint64(0xBF58476D1CE4E5B9)
@@ -53,12 +54,12 @@ def _chained(  # pragma: no cover
     out = np.empty(out_offsets[-1], dtype=np.int64)
     for r in range(len(offsets) - 1):
         start, end = offsets[r], offsets[r + 1]
-        h = _mix(np.uint64(_BLOCK_SEED) ^ np.uint64(block_size))
+        h = mix64(np.uint64(_BLOCK_SEED) ^ np.uint64(block_size))
         k = out_offsets[r]
         for j in range((end - start) // block_size):
             first = start + j * block_size
             for i in range(first, first + block_size):
-                h = _mix(h ^ np.uint64(np.uint32(tokens[i])))
+                h = mix64(h ^ np.uint64(np.uint32(tokens[i])))
             out[k + j] = _fold(h)
     return out
 
@@ -88,7 +89,7 @@ def _prefix_keys(  # pragma: no cover
     out = np.empty(offsets[-1], dtype=np.int64)
     for r in range(len(bases)):
         for j in range(counts[r]):
-            out[offsets[r] + j] = _fold(_mix(np.uint64(bases[r]) ^ _mix(np.uint64(j + 1))))
+            out[offsets[r] + j] = _fold(mix64(np.uint64(bases[r]) ^ mix64(np.uint64(j + 1))))
     return out
 
 
@@ -113,7 +114,7 @@ def _layered(keys: np.ndarray, layers: np.ndarray) -> np.ndarray:  # pragma: no 
     out = np.empty(len(keys), dtype=np.int64)
     for i in range(len(keys)):
         out[i] = _fold(
-            _mix(np.uint64(keys[i]) ^ _mix(np.uint64(_LAYER_SEED) + np.uint64(layers[i])))
+            mix64(np.uint64(keys[i]) ^ mix64(np.uint64(_LAYER_SEED) + np.uint64(layers[i])))
         )
     return out
 

@@ -7,7 +7,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtrace.analysis.kv_access import DEFAULT_TIERS
+from kvtrace.analysis.kv_access import DEFAULT_TIERS, Sharing
+from kvtrace.analysis.kv_access import Scope as CacheScope
 from kvtrace.analysis.kv_access.whatif import WhatIfSpec, whatif
 from kvtrace.reports.charts import WIDTH, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
@@ -15,6 +16,15 @@ from kvtrace.reports.selection import select_runs
 from kvtrace.sql.catalog import cursor_of
 
 FINE, COARSE = 16, 64
+
+
+# The pools compared side by side: (label, scope, sharing).  One cache per request is the
+# classic private simulation; one pool with private blocks isolates what sharing adds.
+POOLS: tuple[tuple[str, CacheScope, Sharing], ...] = (
+    ("per-request caches", "request", "private"),
+    ("one pool, private blocks", "run", "private"),
+    ("one pool, shared by content", "run", "content"),
+)
 
 
 def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:
@@ -27,17 +37,62 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
         what="DSA runs",
     )
     chosen = [row[0] for row in con.execute("SELECT run_id FROM report_runs").fetchall()]
-    spec = WhatIfSpec(block_sizes=(FINE, COARSE), runs=tuple(chosen))
-    result = whatif(cursor_of(con), spec)
-    order = {t.name: i for i, t in enumerate(spec.tiers)}
-    table = result.tiers.append_column(
-        "tier_order", pa.array([order[name] for name in result.tiers["tier"].to_pylist()])
-    )
-    con.register("_report_whatif_arrow", table)
-    con.execute("CREATE OR REPLACE TEMP TABLE report_whatif AS FROM _report_whatif_arrow")
-    con.unregister("_report_whatif_arrow")
+    shareable = _shareable_runs(con, chosen)
+    tiers, run_rows = [], []
+    for order, (label, scope, sharing) in enumerate(POOLS):
+        pool_runs = shareable if sharing == "content" else chosen
+        if not pool_runs:
+            continue
+        spec = WhatIfSpec(
+            block_sizes=(FINE, COARSE),
+            runs=tuple(pool_runs),
+            scope=scope,
+            sharing=sharing,
+        )
+        result = whatif(cursor_of(con), spec)
+        tiers.append(_labelled(result.tiers, label, order, spec))
+        run_rows.append(_labelled(result.runs, label, order, spec))
+    _store(con, "report_whatif", pa.concat_tables(tiers))
+    _store(con, "report_whatif_runs", pa.concat_tables(run_rows))
     lines.append(f"block sizes {FINE} and {COARSE} tokens; tiers " + " ".join(DEFAULT_TIERS))
+    unshared = [run for run in chosen if run not in shareable]
+    if unshared:
+        lines.append(
+            "no shared pool for " + ", ".join(unshared) + " (neither token ids nor prefix keys)"
+        )
     return Scope(lines, {"fine": FINE, "coarse": COARSE})
+
+
+def _shareable_runs(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[str]:
+    """The runs whose blocks have content keys (token ids or prefix keys)."""
+    keyed = {
+        run_id
+        for (run_id,) in cursor_of(con)
+        .sql(
+            "SELECT DISTINCT run_id FROM dsa_block_keys($bs) WHERE len(block_keys) > 0",
+            params={"bs": FINE},
+        )
+        .fetchall()
+    }
+    return [run for run in runs if run in keyed]
+
+
+def _labelled(table: pa.Table, pool: str, order: int, spec: WhatIfSpec) -> pa.Table:
+    """``table`` with the pool's label and order, and each tier's place in the hierarchy."""
+    table = table.append_column("pool", pa.array([pool] * len(table), pa.string()))
+    table = table.append_column("pool_order", pa.array([order] * len(table), pa.int64()))
+    if "tier" in table.column_names:
+        place = {t.name: i for i, t in enumerate(spec.tiers)}
+        table = table.append_column(
+            "tier_order", pa.array([place[name] for name in table["tier"].to_pylist()])
+        )
+    return table
+
+
+def _store(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    con.register("_report_arrow", table)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS FROM _report_arrow")
+    con.unregister("_report_arrow")
 
 
 def _hit_curves(rows: pa.Table):
@@ -110,7 +165,8 @@ REPORT = ReportDefinition(
     name="whatif",
     title="kvtrace KV tier what-if report",
     summary="What a KV cache in HBM, host memory and a remote pool would serve of each "
-    "decode step's sparse-attention top-k, by policy, capacity and block size.",
+    "decode step's sparse-attention top-k, by policy, capacity and block size, and what "
+    "a pool shared by content adds over private caches.",
     select=select,
     sections=(
         Section(
@@ -138,9 +194,17 @@ REPORT = ReportDefinition(
             chart=_step_overlap,
         ),
         Section(
+            "pools",
+            "Private and shared pools side by side",
+            "kvtrace whatif with the default tiers and LRU, for per-request caches, one pool "
+            "of private blocks, and one pool whose blocks are shared by content: the HBM hit "
+            "rate, the hits on blocks another request brought in, and the time to first "
+            "token that prompt blocks found in the pool save against recomputing them.",
+        ),
+        Section(
             "tiers",
             "Bytes and fetch time per decode step, per tier",
-            "kvtrace whatif with the default tiers (LRU, one cache per request).",
+            "The same three pools, tier by tier.",
         ),
     ),
 )

@@ -168,7 +168,36 @@ def test_the_whatif_report_holds_the_tier_table_of_kvtrace_whatif(root, tmp_path
         row for row in csv.DictReader(io.StringIO(result.stdout)) if row["tier"] == "remote"
     )
     assert f"<td>{int(remote['accesses_served']):,}</td>" in html
-    assert html.count("<section ") == 5 and "FROM dsa_hit_curve(" in html
+    assert html.count("<section ") == 6 and "FROM dsa_hit_curve(" in html
+
+
+def test_the_whatif_report_sets_the_shared_pool_beside_the_private_ones(root, tmp_path):
+    html = _render(root, "whatif", tmp_path / "whatif.html")
+    shared = kvtrace(
+        "-w",
+        str(root),
+        "whatif",
+        "--run",
+        "chat",
+        "--block-size",
+        "16",
+        "--sharing",
+        "content",
+        "--table",
+        "runs",
+        "--format",
+        "csv",
+    )
+    assert shared.returncode == 0, shared.stderr
+    (row,) = csv.DictReader(io.StringIO(shared.stdout))
+    # the chat run's requests are turns of one conversation: later turns find earlier
+    # turns' prompt blocks in the shared pool, which saves prefill time
+    assert int(row["reused_prompt_tokens"]) > 0 and float(row["ttft_saved_ms_max"]) > 0
+    pools = html[html.index("Private and shared pools side by side</h2>") :]
+    pools = pools[: pools.index("</section>")]
+    assert "per-request caches" in pools and "one pool, shared by content" in pools
+    assert f"<td>{int(row['reused_prompt_tokens']):,}</td>" in pools
+    assert f"<td>{int(row['shared_hits']):,}</td>" in pools
 
 
 def test_the_eval_report_diffs_the_two_runs_it_was_given(root, tmp_path):

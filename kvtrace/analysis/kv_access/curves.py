@@ -13,13 +13,23 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
+from kvtrace.analysis.columns import HIT_CURVE
 from kvtrace.analysis.kv_access import POLICIES, Policy
 from kvtrace.analysis.kv_access.plan import RunPlan, StreamSpec, run_plans
 from kvtrace.analysis.kv_access.simulate import RunOutcome, grid, simulate_run
-from kvtrace.errors import QueryError
+from kvtrace.errors import InputError, QueryError
 
-__all__ = ["RunCurve", "StreamSpec", "check_policy", "hit_curve_rows", "reuse_rows", "run_curves"]
+__all__ = [
+    "RunCurve",
+    "StreamSpec",
+    "check_policy",
+    "hit_curve_rows",
+    "hit_curve_table",
+    "reuse_rows",
+    "run_curves",
+]
 
 
 def check_policy(policy: str, capacities: Sequence[int] = ()) -> None:
@@ -71,6 +81,10 @@ def run_curves(
     at a time (of its request indices ``requests`` only, when given)."""
     spec.check()
     check_policy(policy, capacities)
+    if spec.sample < 1 and (policy != "lru" or len(tier_limits)):
+        raise QueryError(
+            "sampling (SHARDS) estimates LRU hit curves only: use policy lru, or sample 1"
+        )
     named = np.asarray(sorted(set(int(c) for c in capacities)), dtype=np.int64)
     limits = np.asarray(tier_limits, dtype=np.int64)
     for plan in run_plans(con, spec, list(runs) if runs is not None else None):
@@ -127,10 +141,11 @@ def hit_curve_rows(
     spec: StreamSpec,
     policy: Policy,
     capacities: Sequence[int] = (),
+    runs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of ``dsa_hit_curve`` (see its documentation)."""
+    """The rows of ``dsa_hit_curve`` (see its documentation), of every run or of ``runs``."""
     rows = []
-    for curve in run_curves(con, spec, policy, capacities):
+    for curve in run_curves(con, spec, policy, capacities, runs=runs):
         base = {
             "run_id": curve.run_id,
             "block_size": spec.block_size,
@@ -154,6 +169,20 @@ def hit_curve_rows(
                 }
             )
     return rows
+
+
+def hit_curve_table(
+    con: duckdb.DuckDBPyConnection,
+    specs: Sequence[StreamSpec],
+    policy: Policy,
+    capacities: Sequence[int] = (),
+    runs: Sequence[str] | None = None,
+) -> pa.Table:
+    """The rows of ``dsa_hit_curve`` for each stream of ``specs``, as one table."""
+    rows = [row for spec in specs for row in hit_curve_rows(con, spec, policy, capacities, runs)]
+    if not rows:
+        raise InputError("no DSA rows to simulate" + (" in the selected runs" if runs else ""))
+    return pa.Table.from_pylist(rows, pa.schema(list(HIT_CURVE)))
 
 
 def reuse_rows(con: duckdb.DuckDBPyConnection, spec: StreamSpec) -> list[dict[str, Any]]:

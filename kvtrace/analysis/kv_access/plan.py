@@ -44,8 +44,9 @@ _NEVER = np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """Which access stream: block size, granularity, scope, sharing, and the arrivals to
-    replay (a workload run's id or name, scope ``run`` only) at ``tpot_ms`` per step."""
+    """Which access stream: block size, granularity, scope, sharing, the arrivals to
+    replay (a workload run's id or name, scope ``run`` only) at ``tpot_ms`` per step, and
+    the share of items kept by spatial sampling (``sample`` < 1: SHARDS, LRU only)."""
 
     block_size: int
     granularity: Granularity = "block"
@@ -53,6 +54,7 @@ class StreamSpec:
     sharing: Sharing = "private"
     arrivals: str | None = None
     tpot_ms: float = DEFAULT_TPOT_MS
+    sample: float = 1.0
 
     def check(self) -> None:
         """Raise `QueryError` with one sentence for a setting the stream cannot take."""
@@ -71,11 +73,15 @@ class StreamSpec:
             raise QueryError("replaying arrivals needs scope run (one pool for the run)")
         if not (self.tpot_ms > 0 and math.isfinite(self.tpot_ms)):
             raise QueryError(f"the time per decode step must be positive, got {self.tpot_ms}")
+        if self.sample is None or not 0 < self.sample <= 1:
+            raise QueryError(f"the sample rate must lie in (0, 1], got {self.sample}")
 
     @classmethod
-    def checked(cls, block_size: Any, granularity: Any, scope: Any, sharing: Any) -> StreamSpec:
+    def checked(
+        cls, block_size: Any, granularity: Any, scope: Any, sharing: Any, sample: Any = 1.0
+    ) -> StreamSpec:
         """A spec from SQL arguments, checked."""
-        spec = cls(block_size, granularity, scope, sharing)
+        spec = cls(block_size, granularity, scope, sharing, sample=sample)
         spec.check()
         return spec
 

@@ -50,6 +50,7 @@ from kvtrace.kernels.cache_sim import (
     opt_hits,
     tally_distances,
 )
+from kvtrace.kernels.sampling import sampled
 
 
 @dataclass
@@ -126,6 +127,17 @@ def counts_below(hist: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     return below
 
 
+def _fraction_below(hist: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """For each bound x: the observations of ``hist`` (per value d) below x, when the
+    observation d stands for a value spread evenly over [d, d + 1)."""
+    cumulative = np.concatenate(([0], np.cumsum(hist)))
+    whole = np.clip(np.floor(bounds).astype(np.int64), 0, len(hist))
+    part = np.where(whole < len(hist), bounds - whole, 0.0)
+    padded = np.concatenate([hist, [0]])
+    below: np.ndarray = cumulative[whole] + padded[whole] * part
+    return below
+
+
 def _levels_of_distances(distances: np.ndarray, limits: np.ndarray) -> np.ndarray:
     """The tier of each access from its LRU distance: the first whose cumulative capacity
     exceeds it; the last tier for first touches (distance -1)."""
@@ -143,20 +155,29 @@ def _add_hist(hist: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 class _Lru:
-    """LRU over a unit fed chunk by chunk (nothing of the stream is kept)."""
+    """LRU over a unit fed chunk by chunk (nothing of the stream is kept).
 
-    def __init__(self, limits: np.ndarray) -> None:
+    At a sample ``rate`` below 1 only the accesses to sampled items are simulated
+    (`kvtrace.kernels.sampling`) and `finish` scales the curve back (SHARDS-adj); the
+    tiers are then not counted."""
+
+    def __init__(self, limits: np.ndarray, rate: float = 1.0, salt: int = 0) -> None:
         self.limits = limits
+        self.rate, self.salt = rate, salt
         self.want_levels = False  # whether feed returns each access's tier
         self.stack = LruStack()
         self.hist = np.zeros(0, dtype=np.int64)
         self.shared_hist = np.zeros(0, dtype=np.int64)
-        self.accesses = self.cold = 0
+        self.accesses = self.cold = self.offered = 0
 
     def feed(
         self, items: np.ndarray, first: np.ndarray, slots: np.ndarray, counts: _Counts
     ) -> np.ndarray | None:
         """Count the accesses; their tiers when ``want_levels``."""
+        self.offered += len(items)
+        if self.rate < 1:
+            kept = sampled(items, self.rate, self.salt)
+            items, first, slots = items[kept], first[kept], slots[kept]
         distances = self.stack.distances(items)
         size = self.stack.distinct + 1
         if size > len(self.hist):
@@ -180,6 +201,8 @@ class _Lru:
         return _levels_of_distances(self.stack.peek(items), self.limits)
 
     def finish(self, named: np.ndarray) -> UnitOutcome:
+        if self.rate < 1:
+            return self._scaled(named)
         distinct = self.stack.distinct
         capacities = grid(distinct)
         return UnitOutcome(
@@ -194,6 +217,36 @@ class _Lru:
             counts_below(self.shared_hist, named),
             self.hist,
             self.shared_hist,
+        )
+
+    def _scaled(self, named: np.ndarray) -> UnitOutcome:
+        """The unit's curve estimated from its sample: a sampled distance d stands for a
+        distance spread evenly over [d / rate, (d + 1) / rate), a sampled access for
+        1 / rate accesses, and the difference between the accesses seen and those the
+        sample stands for is added to the hits of the shortest distances, [0, 1 / rate)
+        (SHARDS-adj: it corrects a sample that came out larger or smaller than expected,
+        mostly by the hottest items)."""
+        scale = 1.0 / self.rate
+        adjust = self.offered - self.accesses * scale
+        distinct = round(self.stack.distinct * scale)
+        capacities = grid(distinct)
+
+        def estimate(hist: np.ndarray, at: np.ndarray, extra: float) -> np.ndarray:
+            below = _fraction_below(hist, at * self.rate)
+            estimated = np.rint(below * scale + extra * np.clip(at * self.rate, 0.0, 1.0))
+            return np.clip(estimated, 0, self.offered).astype(np.int64)
+
+        hits = int(np.clip(round((self.accesses - self.cold) * scale + adjust), 0, self.offered))
+        return UnitOutcome(
+            self.offered,
+            distinct,
+            self.offered - hits,
+            distinct,
+            estimate(self.hist, capacities, adjust),
+            estimate(self.shared_hist, capacities, 0.0),
+            (hits, round(int(self.shared_hist.sum()) * scale)),
+            estimate(self.hist, named, adjust),
+            estimate(self.shared_hist, named, 0.0),
         )
 
 
@@ -477,7 +530,7 @@ class _UnitRun:
         self.counts, self.probes, self.tiers = counts, probes, len(limits) + 1
         self.simulation: _Lru | _Gathered
         if policy == "lru":
-            self.simulation = _Lru(limits)
+            self.simulation = _Lru(limits, plan.spec.sample, 0 if unit is None else unit + 1)
         elif policy == "pin_prefix":
             self.simulation = _PinPrefix(limits, plan.pinned_items(unit), _rank_lookup(plan, unit))
         else:
@@ -485,7 +538,12 @@ class _UnitRun:
         self.last_second = (
             np.full(plan.items, -1, dtype=np.int64) if counts.seconds is not None else None
         )
-        probing = plan.spec.scope == "run" and plan.spec.sharing == "content" and policy != "opt"
+        probing = (
+            plan.spec.scope == "run"
+            and plan.spec.sharing == "content"
+            and policy != "opt"
+            and plan.spec.sample == 1
+        )
         self.arrivals = (
             np.argsort(plan.arrival_slot, kind="stable") if probing else np.zeros(0, np.int64)
         )

@@ -323,7 +323,7 @@ class WhatIfAnalysis:
                 "no DSA rows to simulate" + (" in the selected runs" if self.spec.runs else "")
             )
         if self.spec.sharing == "content":
-            _check_shareable(con, chosen, self.spec.block_sizes[0])
+            check_shareable(con, chosen, self.spec.block_sizes[0])
         return [
             WhatIfShare(block_size, run_id, share)
             for block_size in self.spec.block_sizes
@@ -367,16 +367,19 @@ def _tier_index(spec: WhatIfSpec, name: str) -> int:
     return [t.name for t in spec.tiers].index(name)
 
 
-def _check_shareable(con: duckdb.DuckDBPyConnection, runs: list[str], block_size: int) -> None:
-    """One sentence when a run has neither token ids nor prefix keys to share by."""
-    shareable = {
-        run_id
-        for (run_id,) in con.sql(
-            "SELECT DISTINCT run_id FROM dsa_block_keys($bs) WHERE len(block_keys) > 0",
-            params={"bs": block_size},
-        ).fetchall()
-    }
-    lacking = [run for run in runs if run not in shareable]
+def check_shareable(
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None, block_size: int
+) -> None:
+    """One sentence when a run (of ``runs``, or of every DSA run) has neither token ids
+    nor prefix keys to share blocks by."""
+    keyed = con.sql(
+        "SELECT run_id, bool_or(len(block_keys) > 0) FROM dsa_block_keys($bs) GROUP BY run_id",
+        params={"bs": block_size},
+    ).fetchall()
+    shareable = {run_id for run_id, has_keys in keyed if has_keys}
+    lacking = [
+        run for run in (runs if runs is not None else [r for r, _ in keyed]) if run not in shareable
+    ]
     if lacking:
         raise InputError(
             f"run {lacking[0]} records neither token ids nor prefix keys, so its blocks "

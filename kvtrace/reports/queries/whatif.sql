@@ -56,12 +56,32 @@ FROM dsa_step_overlap(getvariable('fine'))
 WHERE run_id IN (SELECT run_id FROM report_runs) AND prev_step_reused IS NOT NULL
 GROUP BY ALL ORDER BY series, layer_id;
 
+-- @query pools
+-- Per run and block size, the three pools of the report side by side (default tiers,
+-- LRU): per-request caches, one pool of private blocks, one pool shared by content.
+-- hbm_hit_rate is the first tier's share of the accesses; shared_hits the hits on blocks
+-- another request brought in; reused_prompt_tokens the prompt tokens found in the pool
+-- when requests arrived, and ttft_saved_ms (mean, max) the prefill time they save against
+-- recomputing them (net of fetching them).  stream_order is the order requests met the
+-- pool, sharing_rule how blocks were named.
+SELECT r.run_id, r.block_size, r.pool, round(t.hit_rate, 4) AS hbm_hit_rate,
+       r.shared_hits, r.reused_prompt_tokens, round(r.ttft_saved_ms_mean, 2)
+           AS ttft_saved_ms_mean, round(r.ttft_saved_ms_max, 2) AS ttft_saved_ms_max,
+       round(r.fetch_us_p99, 1) AS fetch_us_p99, r.stream_order, r.sharing_rule
+FROM report_whatif_runs r
+JOIN report_whatif t USING (run_id, block_size, pool)
+WHERE t.tier_order = 0
+ORDER BY r.run_id, r.block_size, r.pool_order;
+
 -- @query tiers
 -- kvtrace whatif with its default tiers (hbm:4096:3000:0, host:65536:50:5,
--- remote:inf:20:30; capacity in blocks, GB/s, µs per read), LRU, per-request caches,
--- 656 bytes per token and layer: each tier's share of the accesses, bytes per decode step
--- and fetch time per step (p50/p95, linear).
-SELECT run_id, block_size, tier, capacity_blocks, accesses_served, round(hit_rate, 4)
-           AS hit_rate, bytes_per_step_p50, bytes_per_step_p95,
-       round(fetch_us_p50, 1) AS fetch_us_p50, round(fetch_us_p95, 1) AS fetch_us_p95
-FROM report_whatif ORDER BY run_id, block_size, tier_order;
+-- remote:inf:20:30; capacity in blocks, GB/s, µs per read), LRU, 656 bytes per token and
+-- layer, for each pool: each tier's share of the accesses, those on blocks another
+-- request brought in (shared_served), bytes per decode step and fetch time per step
+-- (p50/p95, linear), and the prompt length from which fetching from the tier beats
+-- recomputing (recompute_boundary_tokens; empty when it never does).
+SELECT run_id, block_size, pool, tier, capacity_blocks, accesses_served, shared_served,
+       round(hit_rate, 4) AS hit_rate, bytes_per_step_p50, bytes_per_step_p95,
+       round(fetch_us_p50, 1) AS fetch_us_p50, round(fetch_us_p95, 1) AS fetch_us_p95,
+       recompute_boundary_tokens
+FROM report_whatif ORDER BY run_id, block_size, pool_order, tier_order;

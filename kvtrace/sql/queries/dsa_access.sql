@@ -302,7 +302,7 @@ AS TABLE
 SELECT r.*, r.accesses / sum(r.accesses) OVER (PARTITION BY r.run_id) AS share
 FROM (SELECT unnest(kvtrace_reuse(bs, granularity, scope, sharing), recursive := true)) AS r;
 
--- @macro dsa_hit_curve(bs, policy, granularity, scope, capacities, sharing)
+-- @macro dsa_hit_curve(bs, policy, granularity, scope, capacities, sharing, sample)
 -- Per run: hits of a cache of each capacity under a policy: 'lru' (the default; every
 -- capacity from one stack-distance pass), 'opt' (Belady: the ceiling no online policy
 -- beats), 'fifo', or 'pin_prefix' (the prefix regions of prefix-cache hits pinned, LRU
@@ -310,7 +310,15 @@ FROM (SELECT unnest(kvtrace_reuse(bs, granularity, scope, sharing), recursive :=
 -- 4, ... up to the first power of two at or above the largest working set (distinct
 -- items of a unit), plus those listed in `capacities`.  A hit on a request's first touch
 -- of an item another request brought in is also counted as a shared hit.
--- Defaults: granularity 'block', scope 'request', sharing 'private'.
+-- `sample` < 1 estimates an LRU curve from the accesses to a spatially hashed sample of
+-- the items (SHARDS, FAST'15, with its size correction): a sampled stack distance d
+-- stands for one in [d, d + 1) / sample and a sampled access for 1 / sample.  Hits are
+-- then estimates, for streams too long to simulate whole; their error falls with the
+-- number of items sampled (benchmarks/bench_whatif.py measures it), so keep
+-- sample x distinct items in the tens of thousands.  LRU only.
+-- Defaults: granularity 'block', scope 'request', sharing 'private', sample 1 (exact).
+-- Example: FROM dsa_hit_curve(64, 'lru', scope := 'run', sharing := 'content',
+--                             sample := 0.01)
 -- @column run_id           the run
 -- @column block_size       the block size asked for
 -- @column policy           lru, opt, fifo or pin_prefix
@@ -324,7 +332,8 @@ FROM (SELECT unnest(kvtrace_reuse(bs, granularity, scope, sharing), recursive :=
 -- @column hit_rate         hits / accesses
 -- @column missed_blocks    accesses - hits (first touches included)
 CREATE MACRO dsa_hit_curve(bs, policy := 'lru', granularity := 'block', scope := 'request',
-                           capacities := []::BIGINT[], sharing := 'private') AS TABLE
+                           capacities := []::BIGINT[], sharing := 'private',
+                           sample := 1.0) AS TABLE
 SELECT unnest(kvtrace_hit_curve(bs, policy, granularity, scope, capacities::BIGINT[],
-                                sharing),
+                                sharing, sample::DOUBLE),
               recursive := true);

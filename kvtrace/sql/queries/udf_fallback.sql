@@ -68,9 +68,9 @@ CREATE MACRO kvtrace_prefix_block_keys(prefix_key, blocks) AS
                                  | 4611686018427387904)
     END;
 
--- @macro kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing)
+-- @macro kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing, sample)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
-CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing) AS
+CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing, sample) AS
     CAST(error('dsa_hit_curve runs cache simulations in Python: use "kvtrace sql" or '
                || 'kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, block_size INTEGER, policy VARCHAR, granularity VARCHAR,
