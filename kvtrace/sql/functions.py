@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from duckdb import func
 
-from kvtrace.kernels import block_keys, block_stats
+from kvtrace.kernels import block_stats
 from kvtrace.kernels.block_stats import PositionLists
 
 BLOCK_STATS = pa.struct(
@@ -87,6 +87,8 @@ def touched_blocks_udf(positions: pa.ChunkedArray, block_size: pa.ChunkedArray) 
 def block_keys_udf(tokens: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.Array:
     """The content key of every full block of each token list (`chained_block_keys`);
     NULL for a NULL list."""
+    from kvtrace.kernels import block_keys  # numba: compiled on first use, not on connect
+
     lists = PositionLists.from_arrow(tokens)
     sizes = _numbers(block_size)
     keys = np.zeros(0, dtype=np.int64)
@@ -103,6 +105,8 @@ def block_keys_udf(tokens: pa.ChunkedArray, block_size: pa.ChunkedArray) -> pa.A
 
 def prefix_block_keys_udf(prefix_key: pa.ChunkedArray, blocks: pa.ChunkedArray) -> pa.Array:
     """The keys (prefix key, j) of blocks j = 0 .. blocks - 1; NULL without a prefix key."""
+    from kvtrace.kernels import block_keys
+
     keys = prefix_key.to_pylist()
     counts = np.maximum(np.nan_to_num(np.asarray(blocks.to_numpy(), dtype=np.float64)), 0)
     counts = counts.astype(np.int64)
