@@ -1,21 +1,27 @@
-"""What-if benchmark: kvtrace's cache simulation against an OrderedDict LRU, in one run.
+"""What-if benchmark: a shared, content-addressed KV pool against the private one and
+against a brute-force simulator, in one run.
 
-    python benchmarks/bench_whatif.py --requests 32 --steps 256
+    python benchmarks/bench_whatif.py                 # traces the workload (about 6 min)
+    python benchmarks/bench_whatif.py --warehouse WH  # a warehouse traced before
 
-Traces a synthetic DSA workload (16 layers, top-2048 of a 16k-token context; the
-selections of `kvtrace.synthetic`) into a temporary warehouse with the live tracer, then
-on the same access stream (block size 64, one cache per request) measures, in
-interleaved rounds:
+The workload (`whatif_workload`): 32 requests decoding 256 steps in batches of 8, each
+reading one of 4 documents of 12,288 shared tokens, 16 layers, top-2048, block size 64:
+2.07 M block accesses, 29.4 M layer-block accesses.  In interleaved rounds it measures:
 
-1. the LRU stack-distance pass alone (`kvtrace.kernels.cache_sim.LruStack`), in accesses
-   per second on one core, at granularity block and layer_block;
-2. a 16-capacity LRU sweep: kvtrace (one stack-distance pass, every capacity) against
-   what a researcher would write, an ``OrderedDict`` LRU simulated once per capacity;
-3. the whole ``dsa_hit_curve`` query (reading the trace and building the stream
-   included) for the same sweep.
+1. ``kvtrace whatif`` at granularity layer_block, in this process and as a user runs it
+   (a fresh ``kvtrace`` process, its peak RSS read from ``wait4``): the private pool of
+   one cache per request (the what-if as it was), one private pool for the run, and one
+   pool shared by content;
+2. the shared pool at granularity block against a brute-force exclusive LRU hierarchy
+   written with ``OrderedDict`` (HBM and host tiers, demotion and promotion) over the
+   same stream read from ``dsa_access`` (the read included, as the what-if includes
+   its own): the same tier counts, and the time of each;
+3. SHARDS: the exact LRU curve against ``sample`` 0.1 and 0.01, mean absolute error of
+   the hit rate over 100 evenly spaced capacities and the time of each, on the shared
+   pool's layer-block stream and on a synthetic Zipf stream of 20 M accesses over 4 M
+   items (where a 1 % sample holds 28,000 items).
 
-Prints medians with their spread, checks that both give the same hits, and writes the
-figures as JSON to ``benchmarks/out/``.
+Prints medians and writes the figures as JSON to ``benchmarks/out/whatif.json``.
 """
 
 from __future__ import annotations
@@ -23,196 +29,200 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from bench_warehouse import machine
+from whatif_workload import trace
 
 from kvtrace import connect
-from kvtrace.analysis.kv_access.stream import read_pieces, run_layouts
-from kvtrace.collectors.dsa_tracer import DsaTracer
-from kvtrace.kernels.cache_sim import LruStack
-from kvtrace.synthetic import dsa_selection
+from kvtrace.analysis.kv_access.curves import hit_curve_rows
+from kvtrace.analysis.kv_access.plan import StreamSpec
+from kvtrace.analysis.kv_access.simulate import _Counts, _Lru
+from kvtrace.analysis.kv_access.whatif import WhatIfSpec, whatif
 from kvtrace.warehouse import Warehouse
 
 HERE = Path(__file__).parent
-BLOCK_SIZE = 64
-CAPACITIES = [16, 24, 32, 48, 64, 96, 128, 160, 192, 208, 224, 232, 240, 248, 256, 512]
+KVTRACE = str(Path(sys.executable).with_name("kvtrace"))
+POOLS = {
+    "private, a cache per request": ("request", "private"),
+    "private, one pool": ("run", "private"),
+    "shared by content, one pool": ("run", "content"),
+}
+HBM, HOST = 4096, 65536  # the default tiers' capacities, in items
 
 
-def trace(root: Path, requests: int, steps: int, layers: int, prompt: int) -> Warehouse:
-    warehouse = Warehouse(root, create=True)
-    rng = np.random.default_rng(0)
-    with DsaTracer(
-        warehouse,
-        run_name="bench-whatif",
-        dataset="synthetic-bench",
-        block_sizes=(BLOCK_SIZE,),
-        topk=2048,
-    ) as tracer:
-        for request in range(requests):
-            tracer.begin_request(request, list(range(prompt)))
-            segments = [
-                (int(rng.integers(0, prompt)), int(rng.integers(16, 200))) for _ in range(4)
-            ]
-            for step in range(prompt, prompt + steps):
-                with tracer.step(step):
-                    for layer in range(layers):
-                        tracer.record_topk(
-                            layer, dsa_selection(rng, step + 1, 2048, layer, segments)
-                        )
-            tracer.end_request(request, new_tokens=steps)
-    return warehouse
+def median_seconds(function: Callable[[], object], rounds: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
 
 
-def streams(con, granularity: str) -> list[np.ndarray]:
-    layouts = run_layouts(con, BLOCK_SIZE, granularity)
-    units: dict[int, list[np.ndarray]] = {}
-    for piece in read_pieces(con, BLOCK_SIZE, granularity, "request", layouts):
-        units.setdefault(piece.request_id, []).append(piece.keys)
-    return [np.concatenate(parts) for parts in units.values()]
-
-
-def kvtrace_sweep(units: list[np.ndarray]) -> list[int]:
-    hits = np.zeros(len(CAPACITIES), dtype=np.int64)
-    for keys in units:
-        distances = LruStack().distances(keys)
-        reused = np.bincount(distances[distances >= 0])
-        cumulative = np.concatenate(([0], np.cumsum(reused)))
-        hits += cumulative[np.minimum(CAPACITIES, len(reused))]
-    return hits.tolist()
-
-
-def ordered_dict_sweep(units: list[list[int]]) -> list[int]:
-    """One OrderedDict LRU per capacity and request, the way it is usually written."""
-    totals = []
-    for capacity in CAPACITIES:
-        hits = 0
-        for keys in units:
-            cache: OrderedDict = OrderedDict()
-            for key in keys:
-                if key in cache:
-                    cache.move_to_end(key)
-                    hits += 1
-                else:
-                    cache[key] = True
-                    if len(cache) > capacity:
-                        cache.popitem(last=False)
-        totals.append(hits)
-    return totals
-
-
-def timed(work) -> tuple[float, object]:
+def command(warehouse: str, *args: str) -> tuple[float, float | None]:
+    """Wall seconds and peak RSS (MB) of one fresh ``kvtrace`` process.  The RSS comes
+    from GNU time when installed (a child forked from this process would count this
+    process's memory as its own)."""
+    timer = ["/usr/bin/time", "-f", "%M"] if Path("/usr/bin/time").exists() else []
     start = time.perf_counter()
-    result = work()
-    return time.perf_counter() - start, result
+    done = subprocess.run(
+        [*timer, KVTRACE, "-q", "-w", warehouse, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"kvtrace {' '.join(args)} failed: {done.stderr}")
+    return seconds, int(done.stderr.split()[-1]) / 1024 if timer else None
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
+def pools(con, warehouse: str, rounds: int) -> dict:
+    figures = {}
+    for name, (scope, sharing) in POOLS.items():
+        spec = WhatIfSpec(granularity="layer_block", scope=scope, sharing=sharing)
+        seconds, result = median_seconds(lambda spec=spec: whatif(con, spec), rounds)
+        accesses = int(result.runs["accesses"][0].as_py())
+        args = ["whatif", "--granularity", "layer_block", "--scope", scope, "--sharing", sharing]
+        runs = [command(warehouse, *args) for _ in range(rounds)]
+        cli = statistics.median(r[0] for r in runs)
+        figures[name] = {
+            "accesses": accesses,
+            "in_process_s": seconds,
+            "in_process_maccesses_per_s": accesses / seconds / 1e6,
+            "command_s": cli,
+            "command_maccesses_per_s": accesses / cli / 1e6,
+            "command_peak_rss_mb": max((r[1] for r in runs if r[1]), default=None),
+            "tier_hit_rates": dict(
+                zip(result.tiers["tier"].to_pylist(), result.tiers["hit_rate"].to_pylist())
+            ),
+            "shared_hits": int(result.runs["shared_hits"][0].as_py()),
+        }
+    return figures
+
+
+def brute_force_tiers(items: list[int]) -> list[int]:
+    """Accesses served by HBM, host and remote: an exclusive LRU hierarchy, by hand."""
+    hbm: OrderedDict[int, None] = OrderedDict()
+    host: OrderedDict[int, None] = OrderedDict()
+    served = [0, 0, 0]
+    for item in items:
+        if item in hbm:
+            served[0] += 1
+            hbm.move_to_end(item)
+            continue
+        if item in host:
+            served[1] += 1
+            del host[item]
+        else:
+            served[2] += 1
+        hbm[item] = None
+        if len(hbm) > HBM:
+            demoted, _ = hbm.popitem(last=False)
+            host[demoted] = None
+            if len(host) > HOST:
+                host.popitem(last=False)
+    return served
+
+
+def brute_force(con) -> list[int]:
+    """What a researcher would write: read the shared pool's stream, loop over it."""
+    rows = con.sql(
+        "SELECT items FROM dsa_access(64, 'block', 'content') ORDER BY pool_step, request_id"
+    ).fetchall()
+    return brute_force_tiers([item for (listed,) in rows for item in listed])
+
+
+def against_brute_force(con, rounds: int) -> dict:
+    spec = WhatIfSpec(granularity="block", scope="run", sharing="content")
+    ours, result = median_seconds(lambda: whatif(con, spec), rounds)
+    theirs, served = median_seconds(lambda: brute_force(con), 1)
+    kvtrace_served = result.tiers["accesses_served"].to_pylist()
+    if kvtrace_served != served:
+        raise SystemExit(f"tier counts differ: kvtrace {kvtrace_served}, brute force {served}")
+    return {
+        "accesses": sum(served),
+        "tiers_served": served,
+        "kvtrace_whatif_s": ours,
+        "brute_force_s": theirs,
+        "speedup": theirs / ours,
+    }
+
+
+def _errors(exact: np.ndarray, estimate: np.ndarray) -> dict:
+    return {
+        "mae": float(np.abs(exact - estimate).mean()),
+        "max": float(np.abs(exact - estimate).max()),
+    }
+
+
+def shards_on_the_pool(con) -> dict:
+    spec = StreamSpec(64, "layer_block", "run", "content")
+    span = max(r["capacity_blocks"] for r in hit_curve_rows(con, spec, "lru"))
+    capacities = np.unique(np.linspace(1, span, 100).astype(np.int64)).tolist()
+    figures: dict = {"capacities": len(capacities)}
+    exact = None
+    for rate in (1.0, 0.1, 0.01):
+        sampled = StreamSpec(64, "layer_block", "run", "content", sample=rate)
+        seconds, rows = median_seconds(
+            lambda s=sampled: hit_curve_rows(con, s, "lru", capacities), 1
+        )
+        curve = np.array([r["hit_rate"] for r in rows if r["capacity_blocks"] in capacities])
+        exact = curve if exact is None else exact
+        figures[str(rate)] = {"seconds": seconds, **_errors(exact, curve)}
+    return figures
+
+
+def shards_on_zipf(accesses: int = 20_000_000, items: int = 4_000_000) -> dict:
+    rng = np.random.default_rng(11)
+    weights = 1.0 / np.arange(1, items + 1) ** 0.8
+    stream = rng.choice(items, size=accesses, p=weights / weights.sum()).astype(np.int64)
+    capacities = np.unique(np.linspace(1, items, 100).astype(np.int64))
+    figures: dict = {"accesses": accesses, "items": items, "distinct": len(np.unique(stream))}
+    exact = None
+    for rate in (1.0, 0.1, 0.01):
+        start = time.perf_counter()
+        lru = _Lru(np.zeros(0, np.int64), rate)
+        counts = _Counts(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), None, None)
+        for first in range(0, accesses, 1 << 20):
+            chunk = stream[first : first + (1 << 20)]
+            lru.feed(chunk, np.zeros(len(chunk), bool), np.zeros(len(chunk), np.int64), counts)
+        curve = lru.finish(capacities).named_hits / accesses
+        seconds = time.perf_counter() - start
+        exact = curve if exact is None else exact
+        figures[str(rate)] = {"seconds": seconds, **_errors(exact, curve)}
+    return figures
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--prompt", type=int, default=16000)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--warehouse", help="a warehouse holding the workload's trace")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--warehouse",
-        type=Path,
-        default=None,
-        help="Reuse the warehouse an earlier run traced (its sizes win)",
-    )
     args = parser.parse_args()
-    if args.warehouse is not None and args.warehouse.exists():
-        trace_s, warehouse = 0.0, Warehouse(args.warehouse)
-    else:
-        root = args.warehouse or Path(tempfile.mkdtemp(prefix="kvtrace-bench-whatif-")) / "wh"
-        trace_s, warehouse = timed(
-            lambda: trace(root, args.requests, args.steps, args.layers, args.prompt)
-        )
-    con = connect(warehouse)
-    blocks = streams(con, "block")
-    layer_blocks = streams(con, "layer_block")
-    as_lists = [keys.tolist() for keys in blocks]
-    accesses = sum(len(k) for k in blocks)
-    layer_accesses = sum(len(k) for k in layer_blocks)
-    print(
-        f"traced {args.requests} requests x {args.steps} steps x {args.layers} layers in "
-        f"{trace_s:.0f} s: {accesses:,} block accesses, {layer_accesses:,} layer-block "
-        "accesses"
-    )
-    kvtrace_sweep(blocks[:1])  # compile (numba caches the machine code on disk)
-
-    sql = (
-        f"SELECT capacity_blocks, hits FROM dsa_hit_curve({BLOCK_SIZE}, 'lru', "
-        f"capacities := {CAPACITIES}) WHERE list_contains({CAPACITIES}, capacity_blocks) "
-        "ORDER BY capacity_blocks"
-    )
-    times: dict[str, list[float]] = {
-        "pass_block": [],
-        "pass_layer_block": [],
-        "kvtrace_sweep": [],
-        "ordered_dict_sweep": [],
-        "hit_curve_query": [],
-    }
-    for _ in range(args.rounds):  # interleaved, so a noisy stretch hits every variant
-        times["pass_block"].append(timed(lambda: [LruStack().distances(k) for k in blocks])[0])
-        times["pass_layer_block"].append(
-            timed(lambda: [LruStack().distances(k) for k in layer_blocks])[0]
-        )
-        seconds, ours = timed(lambda: kvtrace_sweep(blocks))
-        times["kvtrace_sweep"].append(seconds)
-        seconds, theirs = timed(lambda: ordered_dict_sweep(as_lists))
-        times["ordered_dict_sweep"].append(seconds)
-        seconds, curve = timed(lambda: con.execute(sql).fetchall())
-        times["hit_curve_query"].append(seconds)
-        assert ours == theirs == [hits for _, hits in sorted(curve)], (ours, theirs, curve)
-
-    median = {name: statistics.median(values) for name, values in times.items()}
-    figures = {
-        "machine": machine(),
-        "accesses": accesses,
-        "layer_block_accesses": layer_accesses,
-        "capacities": CAPACITIES,
-        "seconds": times,
-        "pass_block_maccesses_per_s": accesses / median["pass_block"] / 1e6,
-        "pass_layer_block_maccesses_per_s": layer_accesses / median["pass_layer_block"] / 1e6,
-        "sweep_speedup": median["ordered_dict_sweep"] / median["kvtrace_sweep"],
-        "query_speedup": median["ordered_dict_sweep"] / median["hit_curve_query"],
-    }
-    print(f"\nMachine: {machine()}\n")
-    print(
-        f"| measure ({args.rounds} interleaved rounds, median (min-max)) | kvtrace | "
-        "baseline | ratio |\n|---|---|---|---|"
-    )
-    print(
-        f"| stack-distance pass, {accesses:,} block accesses | {spread(times['pass_block'])}"
-        f" = {figures['pass_block_maccesses_per_s']:.1f} M accesses/s | | |"
-    )
-    print(
-        f"| stack-distance pass, {layer_accesses:,} layer-block accesses | "
-        f"{spread(times['pass_layer_block'])} = "
-        f"{figures['pass_layer_block_maccesses_per_s']:.1f} M accesses/s | | |"
-    )
-    print(
-        f"| 16-capacity LRU sweep | {spread(times['kvtrace_sweep'])} | OrderedDict per "
-        f"capacity: {spread(times['ordered_dict_sweep'])} | "
-        f"{figures['sweep_speedup']:.0f}x |"
-    )
-    print(
-        f"| the same sweep as `dsa_hit_curve` (reads the trace) | "
-        f"{spread(times['hit_curve_query'])} | the OrderedDict sweep alone | "
-        f"{figures['query_speedup']:.0f}x |"
-    )
-    out = HERE / "out"
-    out.mkdir(exist_ok=True)
-    (out / "whatif.json").write_text(json.dumps(figures, indent=2))
+    with tempfile.TemporaryDirectory() as scratch:
+        root = args.warehouse or str(Path(scratch) / "wh")
+        if not args.warehouse:
+            trace(Path(root))
+        con = connect(Warehouse(root))
+        figures = {
+            "machine": machine(),
+            "pools_layer_block": pools(con, root, args.rounds),
+            "brute_force_block": against_brute_force(con, args.rounds),
+            "shards_pool_layer_block": shards_on_the_pool(con),
+            "shards_zipf": shards_on_zipf(),
+        }
+    out = HERE / "out" / "whatif.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ class RunOutcome:
     second_items: np.ndarray | None  # distinct items touched per second of the slots' time
     probes: list[Probe] = field(default_factory=list)
     replicated: dict[int, tuple[int, int]] = field(default_factory=dict)  # tier: blocks, reads
+    plan: RunPlan | None = None  # the run's plan, when the outcome is the whole run's
 
     def add(self, other: RunOutcome) -> None:
         """Fold in ``other`` (a later share of the same run)."""

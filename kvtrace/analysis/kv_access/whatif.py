@@ -350,6 +350,8 @@ class WhatIfAnalysis:
             default_threads(),
             watched,
         )
+        if share.requests is None:  # the whole run: merge need not plan it again
+            outcome.plan = plan
         return outcome
 
     def merge(
@@ -402,7 +404,7 @@ def _curves(
         for outcome in grouped[1:]:
             merged.add(outcome)
         if merged.units:
-            (plan,) = run_plans(con, spec.stream(block_size), [run_id])
+            plan = merged.plan or run_plans(con, spec.stream(block_size), [run_id])[0]
             yield block_size, combine(plan, merged, np.zeros(0, np.int64))
 
 
