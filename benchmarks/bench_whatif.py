@@ -102,7 +102,11 @@ def pools(con, warehouse: str, rounds: int) -> dict:
             "command_maccesses_per_s": accesses / cli / 1e6,
             "command_peak_rss_mb": max((r[1] for r in runs if r[1]), default=None),
             "tier_hit_rates": dict(
-                zip(result.tiers["tier"].to_pylist(), result.tiers["hit_rate"].to_pylist())
+                zip(
+                    result.tiers["tier"].to_pylist(),
+                    result.tiers["hit_rate"].to_pylist(),
+                    strict=True,
+                )
             ),
             "shared_hits": int(result.runs["shared_hits"][0].as_py()),
         }

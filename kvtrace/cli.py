@@ -757,7 +757,7 @@ def whatif(
     )
     with _busy("Simulating the tiers"):
         result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
-    if chosen == "table" and output is None:
+    if chosen == "table" and output is None and table == "combined":
         orders = sorted(set(result.runs["stream_order"].to_pylist()))
         err.print(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
         shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
@@ -816,8 +816,8 @@ def hit_curve(
     ]
     for spec in specs:
         spec.check()
-        if sharing == "content":
-            check_shareable(con, runs, spec.block_size)
+    if sharing == "content":
+        check_shareable(con, runs)
     with _busy("Simulating the cache"):
         table = hit_curve_table(con, specs, policy, capacity or [], runs)
     _emit(render(table, chosen), output)

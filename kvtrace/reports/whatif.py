@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from kvtrace.analysis.kv_access import DEFAULT_TIERS, Sharing
 from kvtrace.analysis.kv_access import Scope as CacheScope
-from kvtrace.analysis.kv_access.whatif import WhatIfSpec, whatif
+from kvtrace.analysis.kv_access.whatif import WhatIfSpec, shareable_runs, whatif
 from kvtrace.reports.charts import WIDTH, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
@@ -37,7 +37,8 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
         what="DSA runs",
     )
     chosen = [row[0] for row in con.execute("SELECT run_id FROM report_runs").fetchall()]
-    shareable = _shareable_runs(con, chosen)
+    keyed = shareable_runs(cursor_of(con))
+    shareable = [run for run in chosen if run in keyed]
     tiers, run_rows = [], []
     for order, (label, scope, sharing) in enumerate(POOLS):
         pool_runs = shareable if sharing == "content" else chosen
@@ -61,20 +62,6 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
             "no shared pool for " + ", ".join(unshared) + " (neither token ids nor prefix keys)"
         )
     return Scope(lines, {"fine": FINE, "coarse": COARSE})
-
-
-def _shareable_runs(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[str]:
-    """The runs whose blocks have content keys (token ids or prefix keys)."""
-    keyed = {
-        run_id
-        for (run_id,) in cursor_of(con)
-        .sql(
-            "SELECT DISTINCT run_id FROM dsa_block_keys($bs) WHERE len(block_keys) > 0",
-            params={"bs": FINE},
-        )
-        .fetchall()
-    }
-    return [run for run in runs if run in keyed]
 
 
 def _labelled(table: pa.Table, pool: str, order: int, spec: WhatIfSpec) -> pa.Table:

@@ -502,3 +502,12 @@ def test_bad_replica_settings_are_one_sentence():
     spec = WhatIfSpec(replicas=(("hbm", 2),))
     with pytest.raises(KvtraceError, match="fastest"):
         spec.check()
+
+
+def test_the_table_asked_for_is_printed_on_a_terminal_too(together, cli, warehouse):
+    status, out, err = cli(
+        "-w", warehouse.location, "whatif", "--sharing", "content", "--table", "requests"
+    )
+    assert status == 0, err
+    assert out.splitlines()[0].split()[-3:] == ["fetch_us", "recompute_us", "ttft_saved_us"]
+    assert len(out.splitlines()) == 2 + len(PROMPTS) + 1  # header, rule, rows, count

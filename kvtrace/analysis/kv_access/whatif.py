@@ -323,7 +323,7 @@ class WhatIfAnalysis:
                 "no DSA rows to simulate" + (" in the selected runs" if self.spec.runs else "")
             )
         if self.spec.sharing == "content":
-            check_shareable(con, chosen, self.spec.block_sizes[0])
+            check_shareable(con, chosen)
         return [
             WhatIfShare(block_size, run_id, share)
             for block_size in self.spec.block_sizes
@@ -369,19 +369,21 @@ def _tier_index(spec: WhatIfSpec, name: str) -> int:
     return [t.name for t in spec.tiers].index(name)
 
 
-def check_shareable(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None, block_size: int
-) -> None:
+def shareable_runs(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The runs whose blocks can be named by content: they record token ids or prefix
+    keys (whether or not a block of a given size is full)."""
+    return {
+        run_id for (run_id,) in con.sql("SELECT DISTINCT run_id FROM dsa_block_keys(1)").fetchall()
+    }
+
+
+def check_shareable(con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None) -> None:
     """One sentence when a run (of ``runs``, or of every DSA run) has neither token ids
     nor prefix keys to share blocks by."""
-    keyed = con.sql(
-        "SELECT run_id, bool_or(len(block_keys) > 0) FROM dsa_block_keys($bs) GROUP BY run_id",
-        params={"bs": block_size},
-    ).fetchall()
-    shareable = {run_id for run_id, has_keys in keyed if has_keys}
-    lacking = [
-        run for run in (runs if runs is not None else [r for r, _ in keyed]) if run not in shareable
-    ]
+    if runs is None:
+        runs = [r for (r,) in con.sql("SELECT DISTINCT run_id FROM dsa_steps").fetchall()]
+    shareable = shareable_runs(con)
+    lacking = [run for run in runs if run not in shareable]
     if lacking:
         raise InputError(
             f"run {lacking[0]} records neither token ids nor prefix keys, so its blocks "
