@@ -41,6 +41,13 @@ PREFIX_HIT_CURVE = pa.struct(
         ("accesses", pa.int64()),
         ("hits", pa.int64()),
         ("hit_rate", pa.float64()),
+        ("semantics", pa.string()),
+        ("weight", pa.string()),
+        ("warmup", pa.float64()),
+        ("capacity_bytes", pa.int64()),
+        ("requests", pa.int64()),
+        ("hit_tokens", pa.int64()),
+        ("tokens", pa.int64()),
     ]
 )
 COST_MODEL = pa.struct(

@@ -89,12 +89,29 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         )
         return rows(REUSE, found, bs)
 
-    def prefix_hit_curve(policy: pa.ChunkedArray, capacities: pa.ChunkedArray) -> pa.Array:
+    def prefix_hit_curve(
+        policy: pa.ChunkedArray,
+        capacities: pa.ChunkedArray,
+        semantics: pa.ChunkedArray,
+        weight: pa.ChunkedArray,
+        warmup: pa.ChunkedArray,
+        capacity_bytes: pa.ChunkedArray,
+        bytes_per_token: pa.ChunkedArray,
+        model: pa.ChunkedArray,
+    ) -> pa.Array:
         from kvtrace.analysis import prefix_cache
 
-        found = prefix_cache.prefix_hit_curve_rows(
-            cursor(), _constant(policy), _constant(capacities) or []
+        spec = prefix_cache.PrefixCurveSpec(
+            policy=_constant(policy),
+            capacities=tuple(_constant(capacities) or []),
+            semantics=_constant(semantics),
+            weight=_constant(weight),
+            warmup=_constant(warmup),
+            capacity_bytes=tuple(_constant(capacity_bytes) or []),
+            bytes_per_token=_constant(bytes_per_token),
+            model=_constant(model),
         )
+        found = prefix_cache.prefix_hit_curve_rows(cursor(), spec)
         return rows(PREFIX_HIT_CURVE, found, policy)
 
     def cost_model(source: pa.ChunkedArray) -> pa.Array:
@@ -110,10 +127,30 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
             HIT_CURVE,
         ),
         ("kvtrace_reuse", reuse, ["BIGINT", "VARCHAR", "VARCHAR", "VARCHAR"], REUSE),
-        ("kvtrace_prefix_hit_curve", prefix_hit_curve, ["VARCHAR", "BIGINT[]"], PREFIX_HIT_CURVE),
+        (
+            "kvtrace_prefix_hit_curve",
+            prefix_hit_curve,
+            [
+                "VARCHAR",
+                "BIGINT[]",
+                "VARCHAR",
+                "VARCHAR",
+                "DOUBLE",
+                "BIGINT[]",
+                "DOUBLE",
+                "VARCHAR",
+            ],
+            PREFIX_HIT_CURVE,
+        ),
         ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
     ]
     for name, function, arguments, struct in functions:
         con.create_function(
-            name, function, arguments, f"{duckdb_type(struct)}[]", type=_ARROW, side_effects=True
+            name,
+            function,
+            arguments,
+            f"{duckdb_type(struct)}[]",
+            type=_ARROW,
+            side_effects=True,
+            null_handling="special",  # NULL arguments (no model, no byte size) reach Python
         )

@@ -86,13 +86,16 @@ CREATE MACRO kvtrace_reuse(bs, granularity, scope, sharing) AS
                    sharing VARCHAR, distance BIGINT, accesses BIGINT,
                    shared_accesses BIGINT)[]);
 
--- @macro kvtrace_prefix_hit_curve(policy, capacities)
+-- @macro kvtrace_prefix_hit_curve(policy, capacities, semantics, weight, warmup, capacity_bytes, bytes_per_token, model)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
-CREATE MACRO kvtrace_prefix_hit_curve(policy, capacities) AS
+CREATE MACRO kvtrace_prefix_hit_curve(policy, capacities, semantics, weight, warmup,
+                                      capacity_bytes, bytes_per_token, model) AS
     CAST(error('workload_prefix_hit_curve runs cache simulations in Python: use '
                || '"kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, policy VARCHAR, capacity_blocks BIGINT, accesses BIGINT,
-                   hits BIGINT, hit_rate DOUBLE)[]);
+                   hits BIGINT, hit_rate DOUBLE, semantics VARCHAR, weight VARCHAR,
+                   warmup DOUBLE, capacity_bytes BIGINT, requests BIGINT, hit_tokens BIGINT,
+                   tokens BIGINT)[]);
 
 -- @macro kvtrace_cost_model(source)
 -- Least-squares fitting runs in Python: not available in a plain shell.

@@ -249,17 +249,48 @@ JOIN first_anywhere AS a USING (run_id, hash_id)
 GROUP BY b.run_id, b.session_id
 ORDER BY b.run_id, b.session_id;
 
--- @macro workload_prefix_hit_curve(policy, capacities)
--- Per run with hashes: hits of one prefix cache shared by all requests, by capacity in
--- blocks, under 'lru' (the default; every capacity from one stack-distance pass), 'opt'
--- (Belady: the ceiling) or 'fifo'.  Capacities 1, 2, 4, ... up to the first power of two
--- at or above the distinct blocks, plus those listed.  A first read is a miss, so the
--- largest capacity reaches reuse_share of workload_prefix_reuse.
+-- @macro workload_prefix_hit_curve(policy, capacities, semantics, weight, warmup, capacity_bytes, bytes_per_token, model)
+-- Per run with hashes: hits of one prefix cache shared by all requests (in arrival
+-- order), by capacity.  Capacities in blocks: 1, 2, 4, ... up to the first power of two
+-- at or above the distinct blocks, plus `capacities`, plus each byte budget of
+-- `capacity_bytes` as floor(budget / (bytes per token x tokens per block)), the bytes
+-- per token given or those of `model` (kvtrace/analysis/kv_layouts.py: deepseek-v3.2,
+-- deepseek-v3, llama-3-8b, llama-3-70b, qwen3-8b, qwen3-32b, qwen3-235b-a22b).
+-- semantics 'block' (the default): a block cache, every block read hits or misses on its
+-- own, under 'lru' (every capacity from one stack-distance pass), 'opt' (Belady) or
+-- 'fifo'; the largest capacity reaches reuse_share of workload_prefix_reuse.
+-- semantics 'prefix': what engines reuse, the leading run of the request's blocks cached
+-- when it arrives; then 'lru' and 'fifo' touch every block of the request in order (a
+-- hash-chained block pool, as vLLM's), 'radix_lru' refreshes the hit run and inserts
+-- under cached parents, evicting least recently used leaves only (SGLang's radix tree),
+-- 'opt' evicts the leaf needed again last and skips a block needed later than all
+-- (Belady over the tree's leaves: the ceiling).
+-- weight: 'blocks' (hit blocks / blocks read), 'tokens' (hit tokens / input tokens; a
+-- block holds the trace's tokens per block, the last one what is left of the input) or
+-- 'requests' (the mean of each request's token hit share).  warmup: the share of the
+-- earliest requests left out of the counts (not out of the cache).
+-- Example (prefix, blocks of 4 tokens, capacity 2, radix_lru): requests [a, b] (8
+-- tokens), [a, c] (6 tokens), [a, b] (8 tokens).  The second finds a cached (1 block, 4
+-- tokens), inserts c after evicting leaf b; the third finds a and not b: 1 block again.
+-- Token hit rate 8 / 22; with warmup := 0.5 (the first request left out) 8 / 14.
 -- @column run_id           the run
--- @column policy           lru, opt or fifo
+-- @column policy           lru, opt, fifo or radix_lru
 -- @column capacity_blocks  cache capacity in blocks
--- @column accesses         blocks read
--- @column hits             blocks the cache served
--- @column hit_rate         hits / accesses
-CREATE MACRO workload_prefix_hit_curve(policy := 'lru', capacities := []::BIGINT[]) AS TABLE
-SELECT unnest(kvtrace_prefix_hit_curve(policy, capacities::BIGINT[]), recursive := true);
+-- @column accesses         blocks read by the counted requests
+-- @column hits             of those, blocks the cache served
+-- @column hit_rate         hits by the weight over the total by the weight
+-- @column semantics        block or prefix
+-- @column weight           blocks, tokens or requests
+-- @column warmup           the share of requests left out of the counts
+-- @column capacity_bytes   the byte budget the capacity comes from (NULL: given in blocks)
+-- @column requests         requests counted
+-- @column hit_tokens       input tokens of the served blocks
+-- @column tokens           input tokens of the counted requests
+CREATE MACRO workload_prefix_hit_curve(policy := 'lru', capacities := []::BIGINT[],
+                                       semantics := 'block', weight := 'blocks',
+                                       warmup := 0.0, capacity_bytes := []::BIGINT[],
+                                       bytes_per_token := NULL, model := NULL) AS TABLE
+SELECT unnest(kvtrace_prefix_hit_curve(policy, capacities::BIGINT[], semantics, weight,
+                                       warmup::DOUBLE, capacity_bytes::BIGINT[],
+                                       bytes_per_token::DOUBLE, model::VARCHAR),
+              recursive := true);

@@ -1,0 +1,304 @@
+"""Prefix caches as serving engines run them: per request, the leading run of its blocks
+found in the cache.
+
+A trace is requests in arrival order, each a list of block ids (``ids`` flattened,
+request r holding ``ids[starts[r]:starts[r + 1]]``, dense ids 0 .. n - 1).  Every
+function returns, per request, how many of its leading blocks were cached when it
+arrived (the hit), for one capacity in blocks:
+
+- `hash_chain_hits` (vLLM's block pool: a block is named by the hash of everything up to
+  its end): after the hit is counted, every block of the request is touched in order,
+  a hit refreshed, a miss inserted; ``lru`` evicts the least recently used block,
+  ``fifo`` the oldest inserted one (a hit is not refreshed).
+- `radix_hits` (SGLang's radix tree): blocks are nodes of the tree of prefixes; only
+  the leading hits are refreshed, a miss is inserted only under a cached parent, and only
+  a leaf outside the current request's cached path is evicted (``radix_lru``: the least
+  recently used; ``opt``: the one needed again last), so a child is never cached
+  without its parent.  When nothing can be evicted the request stops inserting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kvtrace.kernels.cache_sim import ItemIds
+
+
+@njit(nogil=True, cache=True)
+def _leading_run(  # pragma: no cover
+    ids: np.ndarray, start: int, end: int, present: np.ndarray
+) -> int:
+    run = 0
+    for index in range(start, end):
+        if not present[ids[index]]:
+            break
+        run += 1
+    return run
+
+
+@njit(nogil=True, cache=True)
+def _hash_chain_lru(  # pragma: no cover
+    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int
+) -> np.ndarray:
+    head = n_items  # the list's sentinel: after it the most recent, before it the least
+    after = np.full(n_items + 1, head, dtype=np.int64)
+    before = np.full(n_items + 1, head, dtype=np.int64)
+    present = np.zeros(n_items, dtype=np.bool_)
+    size = 0
+    hits = np.zeros(len(starts) - 1, dtype=np.int64)
+    for request in range(len(starts) - 1):
+        start, end = starts[request], starts[request + 1]
+        hits[request] = _leading_run(ids, start, end, present)
+        for index in range(start, end):
+            item = ids[index]
+            if present[item]:
+                after[before[item]] = after[item]
+                before[after[item]] = before[item]
+            else:
+                present[item] = True
+                size += 1
+            after[item] = after[head]
+            before[item] = head
+            before[after[head]] = item
+            after[head] = item
+            if size > capacity:
+                oldest = before[head]
+                after[before[oldest]] = head
+                before[head] = before[oldest]
+                present[oldest] = False
+                size -= 1
+    return hits
+
+
+@njit(nogil=True, cache=True)
+def _hash_chain_fifo(  # pragma: no cover
+    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int
+) -> np.ndarray:
+    queue = np.empty(len(ids), dtype=np.int64)
+    first = last = 0
+    present = np.zeros(n_items, dtype=np.bool_)
+    hits = np.zeros(len(starts) - 1, dtype=np.int64)
+    for request in range(len(starts) - 1):
+        start, end = starts[request], starts[request + 1]
+        hits[request] = _leading_run(ids, start, end, present)
+        for index in range(start, end):
+            item = ids[index]
+            if present[item]:
+                continue
+            present[item] = True
+            queue[last] = item
+            last += 1
+            if last - first > capacity:
+                present[queue[first]] = False
+                first += 1
+    return hits
+
+
+def hash_chain_hits(
+    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int, policy: str
+) -> np.ndarray:
+    """Per request, its leading blocks cached on arrival (see the module docstring)."""
+    simulate = _hash_chain_lru if policy == "lru" else _hash_chain_fifo
+    return simulate(
+        np.ascontiguousarray(ids, np.int64),
+        np.ascontiguousarray(starts, np.int64),
+        n_items,
+        capacity,
+    )
+
+
+def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The node of the prefix tree each block of each request is (1, 2, ...; 0 is the
+    root), and each node's parent: requests share a node when they share every block up
+    to it."""
+    ids = np.asarray(ids, dtype=np.int64)
+    lengths = np.diff(starts)
+    nodes = np.zeros(len(ids), dtype=np.int64)
+    parent = np.zeros(1, dtype=np.int64)
+    numbering = ItemIds()
+    above = np.zeros(len(lengths), dtype=np.int64)  # each request's node at the last depth
+    for depth in range(int(lengths.max(initial=0))):
+        deep = np.flatnonzero(lengths > depth)
+        at = starts[deep] + depth
+        numbered = numbering.ids((above[deep] << np.int64(31)) | ids[at]) + 1
+        if numbering.count + 1 > len(parent):
+            parent = np.concatenate([parent, np.zeros(numbering.count + 1 - len(parent), np.int64)])
+        parent[numbered] = above[deep]
+        nodes[at] = numbered
+        above[deep] = numbered
+    return nodes, parent
+
+
+@njit(nogil=True, cache=True)
+def _heap_push(  # pragma: no cover
+    keys: np.ndarray, items: np.ndarray, size: int, key: int, item: int
+) -> int:
+    at = size
+    keys[at], items[at] = key, item
+    while at > 0:
+        up = (at - 1) >> 1
+        if keys[up] <= keys[at]:
+            break
+        keys[up], keys[at] = keys[at], keys[up]
+        items[up], items[at] = items[at], items[up]
+        at = up
+    return size + 1
+
+
+@njit(nogil=True, cache=True)
+def _heap_pop(  # pragma: no cover
+    keys: np.ndarray, items: np.ndarray, size: int
+) -> tuple[int, int, int]:
+    key, item = keys[0], items[0]
+    size -= 1
+    keys[0], items[0] = keys[size], items[size]
+    at = 0
+    while True:
+        low = 2 * at + 1
+        if low >= size:
+            break
+        if low + 1 < size and keys[low + 1] < keys[low]:
+            low += 1
+        if keys[at] <= keys[low]:
+            break
+        keys[low], keys[at] = keys[at], keys[low]
+        items[low], items[at] = items[at], items[low]
+        at = low
+    return key, item, size
+
+
+@njit(nogil=True, cache=True)
+def _order(key: int, node: int, optimal: bool) -> int:  # pragma: no cover
+    """A leaf's place in the eviction heap (smallest first): LRU by last use, OPT by
+    the latest next use; ties go to the node numbered last."""
+    rank = (np.int64(1) << 31) - key if optimal else key
+    return int((rank << 32) | ((np.int64(1) << 32) - 1 - node))
+
+
+@njit(nogil=True, cache=True)
+def _radix(  # pragma: no cover
+    nodes: np.ndarray,
+    starts: np.ndarray,
+    parent: np.ndarray,
+    capacity: int,
+    next_use: np.ndarray,
+    optimal: bool,
+) -> np.ndarray:
+    n = len(parent)
+    present = np.zeros(n, dtype=np.bool_)
+    present[0] = True
+    children = np.zeros(n, dtype=np.int64)
+    state = np.zeros(n, dtype=np.int64)  # LRU: last use; OPT: the next request using it
+    guarded = np.zeros(n, dtype=np.int64)  # the request whose cached path holds the node
+    room = 4 * len(nodes) + 16
+    heap_keys = np.empty(room, dtype=np.int64)
+    heap_items = np.empty(room, dtype=np.int64)
+    held = np.empty(room, dtype=np.int64)
+    heap = 0
+    clock = 0
+    size = 0
+    hits = np.zeros(len(starts) - 1, dtype=np.int64)
+    for request in range(len(starts) - 1):
+        start, end = starts[request], starts[request + 1]
+        run = _leading_run(nodes, start, end, present)
+        hits[request] = run
+        for index in range(start, start + run):
+            node = nodes[index]
+            clock += 1
+            state[node] = next_use[index] if optimal else clock
+            if children[node] == 0:
+                order = _order(state[node], node, optimal)
+                heap = _heap_push(heap_keys, heap_items, heap, order, node)
+        for index in range(start, end):  # the path as cached now (as SGLang locks it)
+            if present[nodes[index]]:
+                guarded[nodes[index]] = request + 1
+        for index in range(start + run, end):
+            node = nodes[index]
+            if present[node]:
+                continue
+            if size >= capacity:  # evict a leaf off this request's path
+                skipped = 0
+                evicted = False
+                while heap > 0:
+                    order, victim, heap = _heap_pop(heap_keys, heap_items, heap)
+                    if (
+                        not present[victim]
+                        or children[victim] != 0
+                        or _order(state[victim], victim, optimal) != order
+                    ):
+                        continue
+                    if guarded[victim] == request + 1:
+                        held[skipped] = victim
+                        skipped += 1
+                        continue
+                    if optimal and state[victim] <= next_use[index]:
+                        heap = _heap_push(heap_keys, heap_items, heap, order, victim)
+                        break  # every leaf is needed sooner than this block
+                    present[victim] = False
+                    size -= 1
+                    up = parent[victim]
+                    children[up] -= 1
+                    if up > 0 and present[up] and children[up] == 0:
+                        order = _order(state[up], up, optimal)
+                        heap = _heap_push(heap_keys, heap_items, heap, order, up)
+                    evicted = True
+                    break
+                for k in range(skipped):
+                    order = _order(state[held[k]], held[k], optimal)
+                    heap = _heap_push(heap_keys, heap_items, heap, order, held[k])
+                if not evicted:
+                    break
+            if size >= capacity or not present[parent[node]]:
+                break
+            present[node] = True
+            size += 1
+            children[parent[node]] += 1
+            clock += 1
+            state[node] = next_use[index] if optimal else clock
+            heap = _heap_push(heap_keys, heap_items, heap, _order(state[node], node, optimal), node)
+        if heap > room - len(nodes) - 8:  # drop stale entries before the heap fills
+            kept = 0
+            for k in range(heap):
+                item = heap_items[k]
+                if (
+                    present[item]
+                    and children[item] == 0
+                    and _order(state[item], item, optimal) == heap_keys[k]
+                ):
+                    held[kept] = item
+                    kept += 1
+            heap = 0
+            for k in range(kept):
+                order = _order(state[held[k]], held[k], optimal)
+                heap = _heap_push(heap_keys, heap_items, heap, order, held[k])
+    return hits
+
+
+@njit(nogil=True, cache=True)
+def _next_uses(nodes: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover
+    never = len(starts)  # one past the last request
+    last = np.full(n, never, dtype=np.int64)
+    out = np.empty(len(nodes), dtype=np.int64)
+    for request in range(len(starts) - 2, -1, -1):
+        for index in range(starts[request], starts[request + 1]):
+            out[index] = last[nodes[index]]
+        for index in range(starts[request], starts[request + 1]):
+            last[nodes[index]] = request
+    return out
+
+
+def radix_hits(
+    nodes: np.ndarray, starts: np.ndarray, parent: np.ndarray, capacity: int, policy: str
+) -> np.ndarray:
+    """Per request, its leading blocks cached on arrival in a radix tree of ``capacity``
+    blocks (`radix_nodes` gives ``nodes`` and ``parent``) under ``radix_lru``, or under
+    ``opt``: the leaf used again last is evicted, and a block needed later than every
+    cached leaf is not inserted (Belady over the tree's leaves)."""
+    nodes = np.ascontiguousarray(nodes, np.int64)
+    starts = np.ascontiguousarray(starts, np.int64)
+    optimal = policy == "opt"
+    next_use = _next_uses(nodes, starts, len(parent)) if optimal else np.zeros(0, np.int64)
+    return _radix(
+        nodes, starts, np.ascontiguousarray(parent, np.int64), capacity, next_use, optimal
+    )
