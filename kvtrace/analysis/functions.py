@@ -23,6 +23,7 @@ from kvtrace.sql.catalog import cursor_of
 from kvtrace.sql.functions import duckdb_type
 
 _ARROW = func.PythonUDFType.ARROW
+_NULLS_REACH_PYTHON = func.FunctionNullHandling.SPECIAL  # no model, no byte size: NULL
 
 
 def _constant(column: pa.ChunkedArray) -> Any:
@@ -152,5 +153,5 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
             f"{duckdb_type(struct)}[]",
             type=_ARROW,
             side_effects=True,
-            null_handling="special",  # NULL arguments (no model, no byte size) reach Python
+            null_handling=_NULLS_REACH_PYTHON,
         )
