@@ -18,12 +18,15 @@ holds ``hash_block_tokens`` tokens, the last one what is left of the input) over
 tokens; ``requests`` the mean over requests of their token hit share.  ``warmup`` leaves
 the earliest share of the requests out of the counts, not out of the cache.  Capacities
 are 1, 2, 4, ... up to the first power of two at or above the run's distinct blocks,
-plus those named in blocks or as byte budgets.
+plus those named in blocks or as byte budgets; with semantics ``prefix``, where each
+capacity is a simulation of its own, only those named when any are.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +159,8 @@ def prefix_hit_curve_rows(
         trace = _load(con, run_id, spec.warmup)
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         grid = 2 ** np.arange(max(trace.distinct - 1, 0).bit_length() + 1, dtype=np.int64)
+        if spec.semantics == "prefix" and (spec.capacities or budgets):
+            grid = grid[:0]  # a simulation per capacity: only those asked for
         wanted = np.unique(
             np.concatenate([grid, np.asarray(spec.capacities, np.int64), list(budgets)]).astype(
                 np.int64
@@ -252,12 +257,16 @@ def _prefix_counts(
         nodes, parent = radix_nodes(trace.ids, trace.starts)
     sums = [np.concatenate([[0.0], np.cumsum(w)]) for w in (blocks, tokens, weighted)]
     first = trace.starts[:-1]
-    out = []
-    for capacity in capacities.tolist():
+
+    def simulate(capacity: int) -> tuple[int, int, float]:
         if policy in ("radix_lru", "opt"):
             hits = radix_hits(nodes, trace.starts, parent, capacity, policy)
         else:
             hits = hash_chain_hits(trace.ids, trace.starts, trace.distinct, capacity, policy)
         ends = first + hits
-        out.append(tuple(float((s[ends] - s[first]).sum()) for s in sums))
-    return [(round(b), round(t), w) for b, t, w in out]
+        b, t, w = (float((s[ends] - s[first]).sum()) for s in sums)
+        return round(b), round(t), w
+
+    # the kernels release the GIL: one capacity per core
+    with ThreadPoolExecutor(max_workers=min(len(capacities), os.cpu_count() or 1) or 1) as pool:
+        return list(pool.map(simulate, capacities.tolist()))

@@ -252,8 +252,9 @@ ORDER BY b.run_id, b.session_id;
 -- @macro workload_prefix_hit_curve(policy, capacities, semantics, weight, warmup, capacity_bytes, bytes_per_token, model)
 -- Per run with hashes: hits of one prefix cache shared by all requests (in arrival
 -- order), by capacity.  Capacities in blocks: 1, 2, 4, ... up to the first power of two
--- at or above the distinct blocks, plus `capacities`, plus each byte budget of
--- `capacity_bytes` as floor(budget / (bytes per token x tokens per block)), the bytes
+-- at or above the distinct blocks (with semantics 'prefix' only when none is named),
+-- plus `capacities`, plus each byte budget of `capacity_bytes` as
+-- floor(budget / (bytes per token x tokens per block)), the bytes
 -- per token given or those of `model` (kvtrace/analysis/kv_layouts.py: deepseek-v3.2,
 -- deepseek-v3, llama-3-8b, llama-3-70b, qwen3-8b, qwen3-32b, qwen3-235b-a22b).
 -- semantics 'block' (the default): a block cache, every block read hits or misses on its
