@@ -50,6 +50,22 @@ PREFIX_HIT_CURVE = pa.struct(
         ("tokens", pa.int64()),
     ]
 )
+PREFIX_REQUESTS = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("policy", pa.string()),
+        ("semantics", pa.string()),
+        ("capacity_blocks", pa.int64()),
+        ("request_idx", pa.int64()),
+        ("counted", pa.bool_()),
+        ("tokens", pa.int64()),
+        ("blocks", pa.int64()),
+        ("hit_blocks", pa.int64()),
+        ("hit_tokens", pa.int64()),
+        ("ttft_saved_ms", pa.float64()),
+        ("prefill_source", pa.string()),
+    ]
+)
 COST_MODEL = pa.struct(
     [
         ("run_id", pa.string()),

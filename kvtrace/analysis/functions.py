@@ -1,5 +1,5 @@
 """The SQL functions behind the analyses: ``kvtrace_hit_curve``, ``kvtrace_reuse``,
-``kvtrace_prefix_hit_curve`` and ``kvtrace_cost_model``.
+``kvtrace_prefix_hit_curve``, ``kvtrace_prefix_requests`` and ``kvtrace_cost_model``.
 
 Each is called with constant arguments from a table macro of the SQL library
 (``dsa_hit_curve``, ``dsa_reuse``, ``workload_prefix_hit_curve``,
@@ -18,7 +18,13 @@ import duckdb
 import pyarrow as pa
 from duckdb import func
 
-from kvtrace.analysis.columns import COST_MODEL, HIT_CURVE, PREFIX_HIT_CURVE, REUSE
+from kvtrace.analysis.columns import (
+    COST_MODEL,
+    HIT_CURVE,
+    PREFIX_HIT_CURVE,
+    PREFIX_REQUESTS,
+    REUSE,
+)
 from kvtrace.sql.catalog import cursor_of
 from kvtrace.sql.functions import duckdb_type
 
@@ -115,6 +121,33 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         found = prefix_cache.prefix_hit_curve_rows(cursor(), spec)
         return rows(PREFIX_HIT_CURVE, found, policy)
 
+    def prefix_requests(
+        policy: pa.ChunkedArray,
+        capacities: pa.ChunkedArray,
+        semantics: pa.ChunkedArray,
+        warmup: pa.ChunkedArray,
+        capacity_bytes: pa.ChunkedArray,
+        bytes_per_token: pa.ChunkedArray,
+        model: pa.ChunkedArray,
+        prefill_tok_s: pa.ChunkedArray,
+        cost_run: pa.ChunkedArray,
+    ) -> pa.Array:
+        from kvtrace.analysis import prefix_cache
+
+        spec = prefix_cache.PrefixCurveSpec(
+            policy=_constant(policy),
+            capacities=tuple(_constant(capacities) or []),
+            semantics=_constant(semantics),
+            warmup=_constant(warmup),
+            capacity_bytes=tuple(_constant(capacity_bytes) or []),
+            bytes_per_token=_constant(bytes_per_token),
+            model=_constant(model),
+        )
+        found = prefix_cache.prefix_request_rows(
+            cursor(), spec, _constant(prefill_tok_s), _constant(cost_run)
+        )
+        return rows(PREFIX_REQUESTS, found, policy)
+
     def cost_model(source: pa.ChunkedArray) -> pa.Array:
         from kvtrace.analysis import cost_model as model
 
@@ -142,6 +175,15 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
                 "VARCHAR",
             ],
             PREFIX_HIT_CURVE,
+        ),
+        (
+            "kvtrace_prefix_requests",
+            prefix_requests,
+            [
+                *("VARCHAR", "BIGINT[]", "VARCHAR", "DOUBLE", "BIGINT[]", "DOUBLE", "VARCHAR"),
+                *("DOUBLE", "VARCHAR"),
+            ],
+            PREFIX_REQUESTS,
         ),
         ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
     ]

@@ -99,6 +99,7 @@ class _Trace:
     distinct: int
     block_tokens: int
     measured_from: int  # the first request counted (the rest is warm-up)
+    request_idx: list[int]  # each request's index in the trace
 
     @property
     def requests(self) -> int:
@@ -122,7 +123,7 @@ class _Trace:
 
 def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> _Trace:
     table = con.sql(
-        "SELECT hash_ids, input_tokens, hash_block_tokens FROM workload_requests "
+        "SELECT request_idx, hash_ids, input_tokens, hash_block_tokens FROM workload_requests "
         "WHERE run_id = $run AND hash_ids IS NOT NULL ORDER BY request_idx",
         params={"run": run_id},
     ).to_arrow_table()
@@ -138,7 +139,9 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> _Trace:
     tokens = np.clip(left, 0, block_tokens).astype(np.int64)
     ids, distinct = dense_ids(keys)
     requests = len(lengths)
-    return _Trace(ids, starts, tokens, distinct, block_tokens, math.floor(requests * warmup))
+    measured_from = math.floor(requests * warmup)
+    indices = table["request_idx"].to_pylist()
+    return _Trace(ids, starts, tokens, distinct, block_tokens, measured_from, indices)
 
 
 def prefix_hit_curve_rows(
@@ -147,15 +150,8 @@ def prefix_hit_curve_rows(
     """One row per (run, capacity): the ``workload_prefix_hit_curve`` columns."""
     spec.check()
     token_bytes = spec.token_bytes()
-    runs = [
-        row[0]
-        for row in con.sql(
-            "SELECT DISTINCT run_id FROM workload_requests WHERE hash_ids IS NOT NULL "
-            "ORDER BY run_id"
-        ).fetchall()
-    ]
     rows = []
-    for run_id in runs:
+    for run_id in _runs_with_hashes(con):
         trace = _load(con, run_id, spec.warmup)
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         grid = 2 ** np.arange(max(trace.distinct - 1, 0).bit_length() + 1, dtype=np.int64)
@@ -216,6 +212,38 @@ def _budgets(
     return found
 
 
+class _Simulation:
+    """Which of a run's block reads hit, per capacity (the shared preparation kept)."""
+
+    def __init__(self, trace: _Trace, policy: str, semantics: str) -> None:
+        self.trace, self.policy, self.semantics = trace, policy, semantics
+        lengths = np.diff(trace.starts)
+        self.position = np.arange(len(trace.ids)) - np.repeat(trace.starts[:-1], lengths)
+        self.lengths = lengths
+        self.distances: np.ndarray | None = None
+        self.tree: tuple[np.ndarray, np.ndarray] | None = None
+        if semantics == "block" and policy == "lru":
+            self.distances = LruStack().distances(trace.ids)
+        if semantics == "prefix" and policy in ("radix_lru", "opt"):
+            self.tree = radix_nodes(trace.ids, trace.starts)
+
+    def hits(self, capacity: int) -> np.ndarray:
+        """Per block read: whether the cache of ``capacity`` blocks served it."""
+        trace = self.trace
+        if self.semantics == "block":
+            if self.distances is not None:
+                hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
+                return hit
+            simulate = opt_hits if self.policy == "opt" else fifo_hits
+            return simulate(trace.ids, trace.distinct, capacity)
+        if self.tree is not None:
+            runs = radix_hits(self.tree[0], trace.starts, self.tree[1], capacity, self.policy)
+        else:
+            runs = hash_chain_hits(trace.ids, trace.starts, trace.distinct, capacity, self.policy)
+        leading: np.ndarray = self.position < np.repeat(runs, self.lengths)
+        return leading
+
+
 def _counted(
     trace: _Trace, spec: PrefixCurveSpec, capacities: np.ndarray
 ) -> list[tuple[int, int, float]]:
@@ -223,50 +251,80 @@ def _counted(
     blocks = trace.weights("blocks")
     tokens = trace.weights("tokens")
     weighted = trace.weights(spec.weight)
-    if spec.semantics == "block":
-        if spec.policy == "lru":
-            distances = LruStack().distances(trace.ids)
-            reused = distances >= 0
-            order = np.argsort(distances[reused], kind="stable")
-            ranked = distances[reused][order]
-            sums = [
-                np.concatenate([[0.0], np.cumsum(w[reused][order])])
-                for w in (blocks, tokens, weighted)
-            ]
-            at = np.searchsorted(ranked, capacities, side="left")
-            return [(round(sums[0][k]), round(sums[1][k]), float(sums[2][k])) for k in at]
-        simulate = opt_hits if spec.policy == "opt" else fifo_hits
-        masks = [simulate(trace.ids, trace.distinct, int(c)) for c in capacities]
-        return [
-            (round(blocks[m].sum()), round(tokens[m].sum()), float(weighted[m].sum()))
-            for m in masks
+    simulation = _Simulation(trace, spec.policy, spec.semantics)
+    if simulation.distances is not None:  # every capacity from the one pass
+        distances = simulation.distances
+        reused = distances >= 0
+        order = np.argsort(distances[reused], kind="stable")
+        ranked = distances[reused][order]
+        sums = [
+            np.concatenate([[0.0], np.cumsum(w[reused][order])]) for w in (blocks, tokens, weighted)
         ]
-    return _prefix_counts(trace, spec.policy, capacities, blocks, tokens, weighted)
+        at = np.searchsorted(ranked, capacities, side="left")
+        return [(round(sums[0][k]), round(sums[1][k]), float(sums[2][k])) for k in at]
 
-
-def _prefix_counts(
-    trace: _Trace,
-    policy: str,
-    capacities: np.ndarray,
-    blocks: np.ndarray,
-    tokens: np.ndarray,
-    weighted: np.ndarray,
-) -> list[tuple[int, int, float]]:
-    """Prefix semantics: per capacity, the weights of each request's leading hit run."""
-    if policy in ("radix_lru", "opt"):
-        nodes, parent = radix_nodes(trace.ids, trace.starts)
-    sums = [np.concatenate([[0.0], np.cumsum(w)]) for w in (blocks, tokens, weighted)]
-    first = trace.starts[:-1]
-
-    def simulate(capacity: int) -> tuple[int, int, float]:
-        if policy in ("radix_lru", "opt"):
-            hits = radix_hits(nodes, trace.starts, parent, capacity, policy)
-        else:
-            hits = hash_chain_hits(trace.ids, trace.starts, trace.distinct, capacity, policy)
-        ends = first + hits
-        b, t, w = (float((s[ends] - s[first]).sum()) for s in sums)
-        return round(b), round(t), w
+    def count(capacity: int) -> tuple[int, int, float]:
+        hit = simulation.hits(capacity)
+        return round(blocks[hit].sum()), round(tokens[hit].sum()), float(weighted[hit].sum())
 
     # the kernels release the GIL: one capacity per core
-    with ThreadPoolExecutor(max_workers=min(len(capacities), os.cpu_count() or 1) or 1) as pool:
-        return list(pool.map(simulate, capacities.tolist()))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(capacities), os.cpu_count() or 1))) as pool:
+        return list(pool.map(count, capacities.tolist()))
+
+
+def prefix_request_rows(
+    con: duckdb.DuckDBPyConnection,
+    spec: PrefixCurveSpec,
+    prefill_tok_s: float | None = None,
+    cost_run: str | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of ``workload_prefix_requests``: per run, capacity and request, the
+    prompt tokens the cache served and the prefill time they save."""
+    from kvtrace.analysis.kv_access.recompute import prefill_cost
+
+    spec.check()
+    if not spec.capacities and not spec.capacity_bytes:
+        raise QueryError("name the cache capacity (capacities or capacity_bytes)")
+    cost = prefill_cost(con, prefill_tok_s, cost_run)
+    token_bytes = spec.token_bytes()
+    rows = []
+    for run_id in _runs_with_hashes(con):
+        trace = _load(con, run_id, spec.warmup)
+        budgets = _budgets(spec, token_bytes, trace.block_tokens)
+        simulation = _Simulation(trace, spec.policy, spec.semantics)
+        summed = np.concatenate([[0], np.cumsum(trace.tokens)])
+        per_request = summed[trace.starts[1:]] - summed[trace.starts[:-1]]
+        for capacity in sorted(set(spec.capacities) | set(budgets)):
+            hit = simulation.hits(capacity)
+            blocks = np.concatenate([[0], np.cumsum(hit)])
+            tokens = np.concatenate([[0], np.cumsum(np.where(hit, trace.tokens, 0))])
+            hit_blocks = blocks[trace.starts[1:]] - blocks[trace.starts[:-1]]
+            hit_tokens = tokens[trace.starts[1:]] - tokens[trace.starts[:-1]]
+            for index in range(trace.requests):
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "policy": spec.policy,
+                        "semantics": spec.semantics,
+                        "capacity_blocks": capacity,
+                        "request_idx": trace.request_idx[index],
+                        "counted": index >= trace.measured_from,
+                        "tokens": int(per_request[index]),
+                        "blocks": int(trace.starts[index + 1] - trace.starts[index]),
+                        "hit_blocks": int(hit_blocks[index]),
+                        "hit_tokens": int(hit_tokens[index]),
+                        "ttft_saved_ms": float(hit_tokens[index]) * cost.seconds_per_token * 1e3,
+                        "prefill_source": cost.source,
+                    }
+                )
+    return rows
+
+
+def _runs_with_hashes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [
+        row[0]
+        for row in con.sql(
+            "SELECT DISTINCT run_id FROM workload_requests WHERE hash_ids IS NOT NULL "
+            "ORDER BY run_id"
+        ).fetchall()
+    ]

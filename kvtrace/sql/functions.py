@@ -166,8 +166,9 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def duckdb_type(struct: pa.StructType) -> str:
-    """The DuckDB name of a struct of integers, doubles and text."""
+    """The DuckDB name of a struct of integers, doubles, booleans and text."""
     names = {
+        pa.bool_(): "BOOLEAN",
         pa.int32(): "INTEGER",
         pa.float64(): "DOUBLE",
         pa.int64(): "BIGINT",

@@ -321,3 +321,63 @@ def test_bad_arguments_are_one_sentence(random_traces, arguments, message):
     con, _, _ = random_traces[1]
     with pytest.raises(QueryError, match=re.escape(message)):
         run_query(con, f"FROM workload_prefix_hit_curve({arguments})")
+
+
+def test_per_request_hits_add_up_to_the_curve_and_save_prefill_time(random_traces):
+    con, requests, inputs = random_traces[2]
+    rows = con.sql(
+        "SELECT request_idx, counted, tokens, hit_blocks, hit_tokens, ttft_saved_ms "
+        "FROM workload_prefix_requests('radix_lru', [5], warmup := 0.5, prefill_tok_s := 1000) "
+        "ORDER BY request_idx"
+    ).fetchall()
+    runs = _radix(requests, 5, "radix_lru")
+    assert [r[3] for r in rows] == runs
+    for (_, counted, tokens, hit_blocks, hit_tokens, saved), n, index in zip(
+        rows, inputs, range(len(rows)), strict=True
+    ):
+        assert counted == (index >= len(requests) // 2)
+        assert tokens == n
+        assert hit_tokens == min(hit_blocks * BLOCK, n)
+        assert saved == pytest.approx(hit_tokens)  # 1 ms per token at 1,000 tokens/s
+    (curve,) = con.sql(
+        "SELECT hit_tokens FROM workload_prefix_hit_curve('radix_lru', [5], 'prefix', "
+        "'tokens', 0.5) WHERE capacity_blocks = 5"
+    ).fetchall()
+    assert curve[0] == sum(r[4] for r in rows if r[1])
+
+
+def test_the_prefix_tree_by_brute_force(random_traces):
+    con, requests, inputs = random_traces[1]
+    (row,) = con.sql(
+        "SELECT requests, nodes, leaves, max_depth, mean_branching, shared_nodes, "
+        "shared_token_share, infinite_hit_rate, isl_p50 FROM workload_prefix_tree"
+    ).fetchall()
+    holders: dict[tuple, set] = {}
+    for r, blocks in enumerate(requests):
+        for i in range(len(blocks)):
+            holders.setdefault(tuple(blocks[: i + 1]), set()).add(r)
+    nodes = set(holders)
+    children = {n: [m for m in nodes if len(m) == len(n) + 1 and m[:-1] == n] for n in nodes}
+    sizes = [
+        [max(0, min(BLOCK, n - i * BLOCK)) for i in range(len(b))]
+        for b, n in zip(requests, inputs, strict=True)
+    ]
+    shared = sum(
+        s
+        for b, sz in zip(requests, sizes, strict=True)
+        for i, s in enumerate(sz)
+        if len(holders[tuple(b[: i + 1])]) >= 2
+    )
+    infinite = _radix(requests, 10**9, "radix_lru")
+    served = sum(sum(sz[:run]) for sz, run in zip(sizes, infinite, strict=True))
+    total = sum(map(sum, sizes))
+    assert row[0] == len(requests)
+    assert row[1] == len(nodes)
+    assert row[2] == sum(1 for n in nodes if not children[n])
+    assert row[3] == max(map(len, requests))
+    inner = [len(c) for n, c in children.items() if c]
+    assert row[4] == pytest.approx(sum(inner) / len(inner))
+    assert row[5] == sum(1 for h in holders.values() if len(h) >= 2)
+    assert row[6] == pytest.approx(shared / total)
+    assert row[7] == pytest.approx(served / total)
+    assert row[8] == pytest.approx(float(np.median(inputs)))

@@ -97,6 +97,17 @@ CREATE MACRO kvtrace_prefix_hit_curve(policy, capacities, semantics, weight, war
                    warmup DOUBLE, capacity_bytes BIGINT, requests BIGINT, hit_tokens BIGINT,
                    tokens BIGINT)[]);
 
+-- @macro kvtrace_prefix_requests(policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model, prefill_tok_s, cost_run)
+-- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_prefix_requests(policy, capacities, semantics, warmup, capacity_bytes,
+                                     bytes_per_token, model, prefill_tok_s, cost_run) AS
+    CAST(error('workload_prefix_requests runs cache simulations in Python: use '
+               || '"kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, policy VARCHAR, semantics VARCHAR, capacity_blocks BIGINT,
+                   request_idx BIGINT, counted BOOLEAN, tokens BIGINT, blocks BIGINT,
+                   hit_blocks BIGINT, hit_tokens BIGINT, ttft_saved_ms DOUBLE,
+                   prefill_source VARCHAR)[]);
+
 -- @macro kvtrace_cost_model(source)
 -- Least-squares fitting runs in Python: not available in a plain shell.
 CREATE MACRO kvtrace_cost_model(source) AS

@@ -295,3 +295,106 @@ SELECT unnest(kvtrace_prefix_hit_curve(policy, capacities::BIGINT[], semantics, 
                                        warmup::DOUBLE, capacity_bytes::BIGINT[],
                                        bytes_per_token::DOUBLE, model::VARCHAR),
               recursive := true);
+
+-- @macro workload_prefix_requests(policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model, prefill_tok_s, cost_run)
+-- Per run, capacity (those named in blocks or bytes, as in workload_prefix_hit_curve) and
+-- request: the blocks and input tokens the cache served when the request arrived, and
+-- the time to first token they save: hit_tokens x the prefill seconds per token
+-- (`prefill_tok_s`, else the warehouse's fitted batch timings, `cost_run` choosing
+-- among several runs, else DeepSeek's published 73,700 tokens/s per H800 node).
+-- Defaults: semantics 'prefix', warmup 0 (requests of the warm-up have counted false).
+-- Example: the header example of workload_prefix_hit_curve at capacity 2 gives hit_blocks
+-- 0, 1, 1 and hit_tokens 0, 4, 4; at 73,700 tokens/s each hit saves 0.054 ms.
+-- @column run_id          the run
+-- @column policy          lru, opt, fifo or radix_lru
+-- @column semantics       block or prefix
+-- @column capacity_blocks cache capacity in blocks
+-- @column request_idx     the request
+-- @column counted         false for the warm-up's requests
+-- @column tokens          its input tokens in hashed blocks
+-- @column blocks          its blocks
+-- @column hit_blocks      blocks the cache served
+-- @column hit_tokens      input tokens of those blocks: prefill tokens saved
+-- @column ttft_saved_ms   hit_tokens x prefill seconds per token, in ms
+-- @column prefill_source  where the prefill cost comes from
+CREATE MACRO workload_prefix_requests(policy := 'lru', capacities := []::BIGINT[],
+                                      semantics := 'prefix', warmup := 0.0,
+                                      capacity_bytes := []::BIGINT[], bytes_per_token := NULL,
+                                      model := NULL, prefill_tok_s := NULL,
+                                      cost_run := NULL) AS TABLE
+SELECT unnest(kvtrace_prefix_requests(policy, capacities::BIGINT[], semantics,
+                                      warmup::DOUBLE, capacity_bytes::BIGINT[],
+                                      bytes_per_token::DOUBLE, model::VARCHAR,
+                                      prefill_tok_s::DOUBLE, cost_run::VARCHAR),
+              recursive := true);
+
+-- @view workload_prefix_tree
+-- Per run with hashes: the tree of prompt prefixes its requests form (a node is a
+-- prefix: every block up to one, so requests share a node when they share everything
+-- before it), what an infinite prefix cache would serve, and the lengths of the requests.
+-- @column run_id               the run
+-- @column requests             requests with hashes
+-- @column nodes                distinct prefixes (blocks of the tree)
+-- @column leaves               prefixes no longer prefix extends
+-- @column max_depth            blocks of the longest prompt
+-- @column mean_depth           mean blocks per prompt
+-- @column mean_branching       mean children of a prefix that has any
+-- @column shared_nodes         prefixes two or more requests hold
+-- @column shared_token_share   input tokens in blocks of shared prefixes / input tokens
+-- @column infinite_hit_rate    input tokens an infinite prefix cache serves (leading runs of prefixes earlier requests held) / input tokens
+-- @column isl_mean             mean input tokens
+-- @column isl_p50              median input tokens
+-- @column isl_p99              99th percentile of input tokens
+-- @column osl_mean             mean output tokens
+-- @column osl_p50              median output tokens
+-- @column osl_p99              99th percentile of output tokens
+CREATE VIEW workload_prefix_tree AS
+WITH blocks AS (
+    SELECT b.run_id, b.request_idx, b.position,
+           least(b.hash_block_tokens,
+                 greatest(r.input_tokens - (b.position - 1) * b.hash_block_tokens, 0))
+               AS tokens,
+           hash(r.hash_ids[1:b.position]) AS node,
+           hash(r.hash_ids[1:b.position - 1]) AS parent
+    FROM _workload_blocks AS b
+    JOIN workload_requests AS r USING (run_id, request_idx)
+), uses AS (
+    SELECT run_id, node, any_value(parent) AS parent, count(*) AS holders,
+           min(request_idx) AS first_request
+    FROM blocks GROUP BY run_id, node
+), served AS (
+    SELECT b.run_id, b.request_idx, b.tokens,
+           bool_and(u.first_request < b.request_idx) OVER (
+               PARTITION BY b.run_id, b.request_idx ORDER BY b.position
+           ) AS leading_hit
+    FROM blocks AS b JOIN uses AS u USING (run_id, node)
+), branching AS (
+    SELECT run_id, parent, count(*) AS children
+    FROM uses WHERE parent IN (SELECT node FROM uses AS p WHERE p.run_id = uses.run_id)
+    GROUP BY run_id, parent
+), lengths AS (
+    SELECT run_id, count(*) AS requests,
+           avg(input_tokens) AS isl_mean, median(input_tokens) AS isl_p50,
+           quantile_cont(input_tokens, 0.99) AS isl_p99,
+           avg(output_tokens) AS osl_mean, median(output_tokens) AS osl_p50,
+           quantile_cont(output_tokens, 0.99) AS osl_p99,
+           max(len(hash_ids)) AS max_depth, avg(len(hash_ids)) AS mean_depth
+    FROM workload_requests WHERE hash_ids IS NOT NULL GROUP BY run_id
+)
+SELECT l.run_id, l.requests,
+       (SELECT count(*) FROM uses AS u WHERE u.run_id = l.run_id) AS nodes,
+       (SELECT count(*) FROM uses AS u WHERE u.run_id = l.run_id
+            AND u.node NOT IN (SELECT parent FROM uses AS c WHERE c.run_id = l.run_id))
+           AS leaves,
+       l.max_depth, l.mean_depth,
+       (SELECT avg(children) FROM branching AS b WHERE b.run_id = l.run_id) AS mean_branching,
+       (SELECT count(*) FROM uses AS u WHERE u.run_id = l.run_id AND u.holders >= 2)
+           AS shared_nodes,
+       (SELECT sum(b.tokens) FILTER (WHERE u.holders >= 2) / sum(b.tokens)
+        FROM blocks AS b JOIN uses AS u USING (run_id, node) WHERE b.run_id = l.run_id)
+           AS shared_token_share,
+       (SELECT sum(tokens) FILTER (WHERE leading_hit) / sum(tokens)
+        FROM served AS s WHERE s.run_id = l.run_id) AS infinite_hit_rate,
+       l.isl_mean, l.isl_p50, l.isl_p99, l.osl_mean, l.osl_p50, l.osl_p99
+FROM lengths AS l
+ORDER BY l.run_id;
