@@ -37,7 +37,12 @@ import pyarrow.compute as pc
 from kvtrace.analysis.kv_layouts import bytes_per_token
 from kvtrace.errors import QueryError
 from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits
-from kvtrace.kernels.prefix_sim import hash_chain_hits, radix_hits, radix_nodes
+from kvtrace.kernels.prefix_sim import (
+    fifo_prefix_hits,
+    leading_lru_distances,
+    radix_hits,
+    radix_nodes,
+)
 
 PREFIX_POLICIES = ("lru", "opt", "fifo", "radix_lru")
 SEMANTICS = ("block", "prefix")
@@ -222,24 +227,28 @@ class _Simulation:
         self.lengths = lengths
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, np.ndarray] | None = None
-        if semantics == "block" and policy == "lru":
-            self.distances = LruStack().distances(trace.ids)
+        if policy == "lru":  # every capacity from one stack-distance pass
+            self.distances = (
+                LruStack().distances(trace.ids)
+                if semantics == "block"
+                else leading_lru_distances(trace.ids, trace.starts)
+            )
         if semantics == "prefix" and policy in ("radix_lru", "opt"):
             self.tree = radix_nodes(trace.ids, trace.starts)
 
     def hits(self, capacity: int) -> np.ndarray:
         """Per block read: whether the cache of ``capacity`` blocks served it."""
         trace = self.trace
+        if self.distances is not None:
+            hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
+            return hit
         if self.semantics == "block":
-            if self.distances is not None:
-                hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
-                return hit
             simulate = opt_hits if self.policy == "opt" else fifo_hits
             return simulate(trace.ids, trace.distinct, capacity)
         if self.tree is not None:
             runs = radix_hits(self.tree[0], trace.starts, self.tree[1], capacity, self.policy)
         else:
-            runs = hash_chain_hits(trace.ids, trace.starts, trace.distinct, capacity, self.policy)
+            runs = fifo_prefix_hits(trace.ids, trace.starts, trace.distinct, capacity)
         leading: np.ndarray = self.position < np.repeat(runs, self.lengths)
         return leading
 

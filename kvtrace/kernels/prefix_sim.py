@@ -6,10 +6,11 @@ request r holding ``ids[starts[r]:starts[r + 1]]``, dense ids 0 .. n - 1).  Ever
 function returns, per request, how many of its leading blocks were cached when it
 arrived (the hit), for one capacity in blocks:
 
-- `hash_chain_hits` (vLLM's block pool: a block is named by the hash of everything up to
-  its end): after the hit is counted, every block of the request is touched in order,
-  a hit refreshed, a miss inserted; ``lru`` evicts the least recently used block,
-  ``fifo`` the oldest inserted one (a hit is not refreshed).
+- `leading_lru_distances` and `fifo_prefix_hits` (vLLM's block pool: a block is named
+  by the hash of everything up to its end): after the hit is counted, every block of
+  the request is touched in order, a hit refreshed, a miss inserted; LRU evicts the
+  least recently used block (every capacity from one pass), FIFO the oldest inserted
+  one (a hit is not refreshed).
 - `radix_hits` (SGLang's radix tree): blocks are nodes of the tree of prefixes; only
   the leading hits are refreshed, a miss is inserted only under a cached parent, and only
   a leaf outside the current request's cached path is evicted (``radix_lru``: the least
@@ -22,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvtrace.kernels.cache_sim import ItemIds
+from kvtrace.kernels.cache_sim import ItemIds, LruStack
 
 
 @njit(nogil=True, cache=True)
@@ -38,37 +39,48 @@ def _leading_run(  # pragma: no cover
 
 
 @njit(nogil=True, cache=True)
-def _hash_chain_lru(  # pragma: no cover
-    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int
+def _leading_distances(  # pragma: no cover
+    ids: np.ndarray, starts: np.ndarray, at_access: np.ndarray, never: int
 ) -> np.ndarray:
-    head = n_items  # the list's sentinel: after it the most recent, before it the least
-    after = np.full(n_items + 1, head, dtype=np.int64)
-    before = np.full(n_items + 1, head, dtype=np.int64)
-    present = np.zeros(n_items, dtype=np.bool_)
-    size = 0
-    hits = np.zeros(len(starts) - 1, dtype=np.int64)
+    """Per block read: the largest LRU distance, as the request arrived, of the blocks up
+    to it in its request (``never`` when one of them was not cached at all)."""
+    previous = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
+    before = np.empty(len(ids), dtype=np.int64)  # each read's item's last read before
+    out = np.empty(len(ids), dtype=np.int64)
     for request in range(len(starts) - 1):
         start, end = starts[request], starts[request + 1]
-        hits[request] = _leading_run(ids, start, end, present)
-        for index in range(start, end):
-            item = ids[index]
-            if present[item]:
-                after[before[item]] = after[item]
-                before[after[item]] = before[item]
-            else:
-                present[item] = True
-                size += 1
-            after[item] = after[head]
-            before[item] = head
-            before[after[head]] = item
-            after[head] = item
-            if size > capacity:
-                oldest = before[head]
-                after[before[oldest]] = head
-                before[head] = before[oldest]
-                present[oldest] = False
-                size -= 1
-    return hits
+        for j in range(start, end):
+            before[j] = previous[ids[j]]
+        largest = -1
+        for j in range(start, end):
+            if before[j] < 0:
+                largest = never
+            elif largest < never:
+                # the blocks read before it in this request with an older (or no) last
+                # read were not between it and its last read when the request arrived
+                newer = 0
+                for i in range(start, j):
+                    if before[i] < before[j]:
+                        newer += 1
+                largest = max(largest, at_access[j] - newer)
+            out[j] = largest
+        for j in range(start, end):
+            previous[ids[j]] = j
+    return out
+
+
+def leading_lru_distances(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """For a hash-chained LRU pool (every block of a request touched after its hit is
+    counted): per block read, the smallest capacity minus one that serves it and every
+    block before it in its request when the request arrives, so that a request's hit at
+    capacity C is its reads with a value below C (never-cached reads get len(ids)).
+
+    One stack-distance pass answers every capacity: a block's distance as the request
+    arrived is its distance when read less the blocks read before it in the request
+    whose previous read was older than its own."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    at_access = LruStack().distances(ids)
+    return _leading_distances(ids, np.ascontiguousarray(starts, np.int64), at_access, len(ids))
 
 
 @njit(nogil=True, cache=True)
@@ -95,12 +107,12 @@ def _hash_chain_fifo(  # pragma: no cover
     return hits
 
 
-def hash_chain_hits(
-    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int, policy: str
+def fifo_prefix_hits(
+    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int
 ) -> np.ndarray:
-    """Per request, its leading blocks cached on arrival (see the module docstring)."""
-    simulate = _hash_chain_lru if policy == "lru" else _hash_chain_fifo
-    return simulate(
+    """Per request, its leading blocks cached on arrival in a FIFO pool of ``capacity``
+    blocks (see the module docstring)."""
+    return _hash_chain_fifo(
         np.ascontiguousarray(ids, np.int64),
         np.ascontiguousarray(starts, np.int64),
         n_items,

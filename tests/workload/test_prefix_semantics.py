@@ -5,6 +5,7 @@ bad arguments."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -381,3 +382,25 @@ def test_the_prefix_tree_by_brute_force(random_traces):
     assert row[6] == pytest.approx(shared / total)
     assert row[7] == pytest.approx(served / total)
     assert row[8] == pytest.approx(float(np.median(inputs)))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_stack_distance_pass_gives_the_lru_pool_at_every_capacity(seed):
+    from kvtrace.kernels.cache_sim import dense_ids
+    from kvtrace.kernels.prefix_sim import leading_lru_distances
+
+    rng = np.random.default_rng(seed)
+    requests = [
+        [int(b) for b in rng.integers(0, 30, size=int(rng.integers(1, 9)))] for _ in range(60)
+    ]
+    requests = [list(dict.fromkeys(blocks)) for blocks in requests]  # a prompt's blocks differ
+    flat = np.array([b for blocks in requests for b in blocks])
+    starts = np.concatenate([[0], np.cumsum([len(b) for b in requests])])
+    ids, _ = dense_ids(flat)
+    leading = leading_lru_distances(ids, starts)
+    for capacity in (1, 2, 3, 5, 8, 13, 40):
+        runs = [
+            int(((leading[s:e] >= 0) & (leading[s:e] < capacity)).sum())
+            for s, e in itertools.pairwise(starts)
+        ]
+        assert runs == _hash_chain(requests, capacity, "lru"), capacity
