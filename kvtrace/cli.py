@@ -48,6 +48,7 @@ from kvtrace.collectors.collect_options import (
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
 from kvtrace.errors import (
     IngestRejected,
+    InputError,
     KvtraceError,
     Terminated,
     WarehouseDamaged,
@@ -764,6 +765,84 @@ def whatif(
         _emit(b"\n".join(render(part, "table") for part in shown), None)
     else:
         _emit(render(result.table(table), chosen), output)
+
+
+@app.command("prefix-curve")
+def prefix_curve(
+    run: Annotated[
+        list[str] | None,
+        typer.Option(help="Run id or run name (repeatable) [default: every run with hash_ids]."),
+    ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="lru or fifo (a hash-chained block pool, as vLLM's), radix_lru (SGLang's "
+            "radix tree) or opt (Belady over the tree's leaves)."
+        ),
+    ] = "lru",
+    semantics: Annotated[
+        str,
+        typer.Option(help="prefix: the leading run of cached blocks; block: a block cache."),
+    ] = "prefix",
+    weight: Annotated[
+        str, typer.Option(help="tokens, blocks or requests (the mean per request).")
+    ] = "tokens",
+    warmup: Annotated[
+        float, typer.Option(help="Share of the earliest requests left out of the counts.")
+    ] = 0.0,
+    capacity: Annotated[
+        list[int] | None, typer.Option(help="Cache capacity in blocks (repeatable).")
+    ] = None,
+    capacity_gib: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="Cache capacity in GiB (repeatable; needs --model or --bytes-per-token)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="The model whose KV bytes per token turn GiB into blocks."),
+    ] = None,
+    bytes_per_token: Annotated[
+        float | None, typer.Option(help="KV bytes per token, all layers.")
+    ] = None,
+    fmt: FormatOption = "table",
+    output: OutputOption = None,
+) -> None:
+    """Hit rate of a prefix cache shared by a workload trace's requests, by capacity: the
+    rows of workload_prefix_hit_curve.
+
+    Example: kvtrace prefix-curve --policy radix_lru --warmup 0.5 --capacity-gib 512
+    --model llama-3-8b
+    """
+    import pyarrow as pa
+
+    from kvtrace.analysis.columns import PREFIX_HIT_CURVE
+    from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_rows
+    from kvtrace.sql.query import render
+    from kvtrace.sql.runs import run_ids
+
+    chosen = _output_format(fmt, output)
+    con = connect(_open())
+    spec = PrefixCurveSpec(
+        policy=policy,
+        capacities=tuple(capacity or []),
+        semantics=semantics,
+        weight=weight,
+        warmup=warmup,
+        capacity_bytes=tuple(round(g * 2**30) for g in capacity_gib or []),
+        bytes_per_token=bytes_per_token,
+        model=model,
+    )
+    runs = run_ids(con, run, having="workload_requests", what="workload rows") if run else None
+    with _busy("Simulating the prefix cache"):
+        rows = prefix_hit_curve_rows(con, spec, runs)
+    if not rows:
+        raise InputError(
+            "no workload run has block hashes (hash_ids), so no prefix cache can be "
+            "simulated; Mooncake-format traces carry them"
+        )
+    _emit(render(pa.Table.from_pylist(rows, pa.schema(list(PREFIX_HIT_CURVE))), chosen), output)
 
 
 @app.command("hit-curve")

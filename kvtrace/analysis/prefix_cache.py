@@ -150,13 +150,14 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> _Trace:
 
 
 def prefix_hit_curve_rows(
-    con: duckdb.DuckDBPyConnection, spec: PrefixCurveSpec
+    con: duckdb.DuckDBPyConnection, spec: PrefixCurveSpec, runs: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    """One row per (run, capacity): the ``workload_prefix_hit_curve`` columns."""
+    """One row per (run, capacity): the ``workload_prefix_hit_curve`` columns, of every
+    run with block hashes or of ``runs`` (each must have them)."""
     spec.check()
     token_bytes = spec.token_bytes()
     rows = []
-    for run_id in _runs_with_hashes(con):
+    for run_id in _runs_with_hashes(con) if runs is None else _checked(con, runs):
         trace = _load(con, run_id, spec.warmup)
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         grid = 2 ** np.arange(max(trace.distinct - 1, 0).bit_length() + 1, dtype=np.int64)
@@ -327,6 +328,18 @@ def prefix_request_rows(
                     }
                 )
     return rows
+
+
+def _checked(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[str]:
+    """``runs``, or one sentence naming one without block hashes."""
+    hashed = set(_runs_with_hashes(con))
+    for run in runs:
+        if run not in hashed:
+            raise QueryError(
+                f"run {run} has no block hashes (hash_ids), so no prefix cache can be "
+                "simulated over it; Mooncake-format traces carry them"
+            )
+    return runs
 
 
 def _runs_with_hashes(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -404,3 +404,53 @@ def test_one_stack_distance_pass_gives_the_lru_pool_at_every_capacity(seed):
             for s, e in itertools.pairwise(starts)
         ]
         assert runs == _hash_chain(requests, capacity, "lru"), capacity
+
+
+def test_the_prefix_curve_command_prints_the_curve(warehouse, tmp_path, cli):
+    requests, inputs = _random_trace(3)
+    _store(warehouse, tmp_path, requests, inputs)
+    status, out, err = cli(
+        "-w",
+        warehouse.location,
+        "prefix-curve",
+        "--policy",
+        "radix_lru",
+        "--capacity",
+        "5",
+        "--warmup",
+        "0.5",
+        "--format",
+        "csv",
+    )
+    assert status == 0, err
+    (row,) = [line.split(",") for line in out.splitlines()[1:]]
+    expected = _expected(requests, inputs, 5, "radix_lru", "prefix", "tokens", 0.5)
+    assert float(row[5]) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--capacity", "0"], "cache capacities must be at least 1 block"),
+        (["--capacity-gib", "1", "--model", "gpt-9"], "no KV layout is known for 'gpt-9'"),
+        (["--capacity-gib", "1"], "byte budgets need bytes_per_token or a model"),
+    ],
+)
+def test_bad_prefix_curve_settings_exit_with_one_sentence(
+    warehouse, tmp_path, cli, arguments, message
+):
+    _store(warehouse, tmp_path, *_random_trace(4))
+    status, _, err = cli("-w", warehouse.location, "prefix-curve", *arguments)
+    assert status != 0 and message in err
+    assert "Traceback" not in err
+
+
+def test_a_trace_without_hashes_is_one_sentence(warehouse, cli):
+    ingest(warehouse, [str(DATA / "azure_llm_inference_code.csv")])
+    status, _, err = cli("-w", warehouse.location, "prefix-curve")
+    assert status != 0 and "no workload run has block hashes (hash_ids)" in err
+    status, _, err = cli(
+        "-w", warehouse.location, "prefix-curve", "--run", "azure_llm_inference_code"
+    )
+    assert status != 0 and "has no block hashes (hash_ids)" in err
+    assert "Traceback" not in err
