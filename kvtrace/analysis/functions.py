@@ -10,9 +10,10 @@ first call, not when a connection is opened.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -28,12 +29,38 @@ from kvtrace.analysis.columns import (
 from kvtrace.sql.catalog import cursor_of
 from kvtrace.sql.functions import duckdb_type
 
+if TYPE_CHECKING:
+    from kvtrace.analysis.prefix_cache import PrefixCurveSpec
+
 _ARROW = func.PythonUDFType.ARROW
 _NULLS_REACH_PYTHON = func.FunctionNullHandling.SPECIAL  # no model, no byte size: NULL
 
 
 def _constant(column: pa.ChunkedArray) -> Any:
     return column[0].as_py() if len(column) else None
+
+
+def _prefix_spec(
+    policy: pa.ChunkedArray,
+    capacities: pa.ChunkedArray,
+    semantics: pa.ChunkedArray,
+    warmup: pa.ChunkedArray,
+    capacity_bytes: pa.ChunkedArray,
+    bytes_per_token: pa.ChunkedArray,
+    model: pa.ChunkedArray,
+) -> PrefixCurveSpec:
+    """The prefix-cache spec of a SQL call's (constant) arguments."""
+    from kvtrace.analysis.prefix_cache import PrefixCurveSpec
+
+    return PrefixCurveSpec(
+        policy=_constant(policy),
+        capacities=tuple(_constant(capacities) or []),
+        semantics=_constant(semantics),
+        warmup=_constant(warmup),
+        capacity_bytes=tuple(_constant(capacity_bytes) or []),
+        bytes_per_token=_constant(bytes_per_token),
+        model=_constant(model),
+    )
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
@@ -108,16 +135,10 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     ) -> pa.Array:
         from kvtrace.analysis import prefix_cache
 
-        spec = prefix_cache.PrefixCurveSpec(
-            policy=_constant(policy),
-            capacities=tuple(_constant(capacities) or []),
-            semantics=_constant(semantics),
-            weight=_constant(weight),
-            warmup=_constant(warmup),
-            capacity_bytes=tuple(_constant(capacity_bytes) or []),
-            bytes_per_token=_constant(bytes_per_token),
-            model=_constant(model),
+        spec = _prefix_spec(
+            policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model
         )
+        spec = dataclasses.replace(spec, weight=_constant(weight))
         found = prefix_cache.prefix_hit_curve_rows(cursor(), spec)
         return rows(PREFIX_HIT_CURVE, found, policy)
 
@@ -134,14 +155,8 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     ) -> pa.Array:
         from kvtrace.analysis import prefix_cache
 
-        spec = prefix_cache.PrefixCurveSpec(
-            policy=_constant(policy),
-            capacities=tuple(_constant(capacities) or []),
-            semantics=_constant(semantics),
-            warmup=_constant(warmup),
-            capacity_bytes=tuple(_constant(capacity_bytes) or []),
-            bytes_per_token=_constant(bytes_per_token),
-            model=_constant(model),
+        spec = _prefix_spec(
+            policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model
         )
         found = prefix_cache.prefix_request_rows(
             cursor(), spec, _constant(prefill_tok_s), _constant(cost_run)

@@ -73,13 +73,7 @@ WITH requests AS (
                AS tpot_s
     FROM request_timings
 ), spans AS (
-    SELECT q.run_id,
-           coalesce(try_cast(json_extract_string(any_value(r.collector_config),
-                                                 '$.duration_s') AS DOUBLE),
-                    max(q.arrival_s + q.e2e_s) - min(q.arrival_s)) AS duration_s
-    FROM requests AS q
-    LEFT JOIN runs AS r USING (run_id)
-    GROUP BY q.run_id
+    SELECT run_id, span_s AS duration_s FROM _timing_spans
 ), gaps AS (
     SELECT run_id, unnest(itl_s) AS itl_s FROM requests WHERE ok
 ), itl AS (

@@ -56,6 +56,18 @@ UNPIVOT (SELECT run_id, request_idx, ttft_s AS ttft, tpot_s AS tpot, e2e_s AS e2
          FROM request_timings WHERE error IS NULL)
 ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
 
+-- @view _timing_spans
+-- Per run of request_timings: its span, the benchmark's recorded duration when the run
+-- has one, else from the first arrival to the last completion.
+CREATE VIEW _timing_spans AS
+SELECT t.run_id,
+       coalesce(try_cast(json_extract_string(any_value(r.collector_config), '$.duration_s')
+                         AS DOUBLE),
+                max(t.arrival_s + t.e2e_s) - min(t.arrival_s)) AS span_s
+FROM request_timings AS t
+LEFT JOIN runs AS r USING (run_id)
+GROUP BY t.run_id;
+
 -- @view timing_latency_summary
 -- @alias request_latency_summary
 -- Latency percentiles per run and metric (successful requests).
@@ -96,14 +108,6 @@ WITH judged AS (
            AND (tpot_slo_s IS NULL OR coalesce(tpot_s, 0) <= tpot_slo_s)
            AND (e2e_slo_s IS NULL OR e2e_s <= e2e_slo_s) AS met
     FROM request_timings
-), spans AS (
-    SELECT j.run_id,
-           coalesce(try_cast(json_extract_string(any_value(r.collector_config),
-                                                 '$.duration_s') AS DOUBLE),
-                    max(j.arrival_s + j.e2e_s) - min(j.arrival_s)) AS span_s
-    FROM judged AS j
-    LEFT JOIN runs AS r USING (run_id)
-    GROUP BY j.run_id
 )
 SELECT j.run_id, count(*) AS requests, count(*) FILTER (WHERE j.failed) AS failed,
        count(*) FILTER (WHERE j.met) AS met,
@@ -111,7 +115,7 @@ SELECT j.run_id, count(*) AS requests, count(*) FILTER (WHERE j.failed) AS faile
        any_value(s.span_s) AS span_s,
        count(*) FILTER (WHERE j.met) / nullif(any_value(s.span_s), 0) AS goodput_per_s
 FROM judged AS j
-JOIN spans AS s USING (run_id)
+JOIN _timing_spans AS s USING (run_id)
 GROUP BY j.run_id
 ORDER BY j.run_id;
 
