@@ -774,18 +774,19 @@ def prefix_curve(
         typer.Option(help="Run id or run name (repeatable) [default: every run with hash_ids]."),
     ] = None,
     policy: Annotated[
-        str,
+        Literal["lru", "fifo", "radix_lru", "opt"],
         typer.Option(
             help="lru or fifo (a hash-chained block pool, as vLLM's), radix_lru (SGLang's "
             "radix tree) or opt (Belady over the tree's leaves)."
         ),
     ] = "lru",
     semantics: Annotated[
-        str,
+        Literal["prefix", "block"],
         typer.Option(help="prefix: the leading run of cached blocks; block: a block cache."),
     ] = "prefix",
     weight: Annotated[
-        str, typer.Option(help="tokens, blocks or requests (the mean per request).")
+        Literal["tokens", "blocks", "requests"],
+        typer.Option(help="tokens, blocks or requests (the mean per request)."),
     ] = "tokens",
     warmup: Annotated[
         float, typer.Option(help="Share of the earliest requests left out of the counts.")
