@@ -66,7 +66,7 @@ def _prefix_curve(rows: pa.Table):
                 title="prefix cache capacity (blocks, log scale)",
             ),
             y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("policy:N", title="policy"),
+            color=alt.Color("cache:N", title="cache"),
             strokeDash=alt.StrokeDash("run:N", title="run"),
         )
     )
@@ -110,7 +110,9 @@ REPORT = ReportDefinition(
         Section(
             "prefix_curve",
             "Prefix-cache hit rate by capacity",
-            "One cache shared by the trace's requests; OPT is the ceiling.",
+            "One cache shared by the trace's requests: a block cache (every block read on "
+            "its own; OPT is its ceiling) against what engines reuse, the leading run of a "
+            "request's cached blocks, in input tokens.",
             chart=_prefix_curve,
             empty="No selected trace records block hashes.",
         ),

@@ -223,6 +223,13 @@ def test_the_workload_report_holds_the_fidelity_of_the_simulation(root, tmp_path
     assert "Select a measured and a simulated run" not in html
 
 
+def test_the_workload_report_sets_engine_prefix_caches_beside_the_block_cache(root, tmp_path):
+    html = _render(root, "workload", tmp_path / "workload.html")
+    for cache in ("block cache, lru", "block cache, opt", "LRU pool, prefix tokens"):
+        assert f'"cache": "{cache}"' in html or f'"cache":"{cache}"' in html, cache
+    assert "radix tree, prefix tokens" in html
+
+
 def test_the_timeline_report_draws_a_typical_iteration_and_the_copy_bandwidth(root, tmp_path):
     html = _render(root, "timeline", tmp_path / "timeline.html")
     assert html.count("<section ") == 9 and html.count("data-spec=") == 4

@@ -29,16 +29,25 @@ JOIN report_runs AS r USING (run_id)
 ORDER BY run, l.model, l.log_type;
 
 -- @query prefix_curve
--- Hit rate of one prefix cache shared by a trace's requests, by capacity in blocks, for
--- LRU and its OPT ceiling: run, policy, capacity_blocks, hit_rate.
+-- Hit rate of one prefix cache shared by a trace's requests, by capacity in blocks: the
+-- block cache under LRU and its OPT ceiling (block reads served), and what engines
+-- serve, the leading run of cached blocks of a vLLM-style LRU pool and of SGLang's
+-- radix tree (input tokens served): run, cache, capacity_blocks, hit_rate.
 WITH curves AS (
-    FROM workload_prefix_hit_curve('lru')
-    UNION ALL FROM workload_prefix_hit_curve('opt')
+    SELECT *, 'block cache, ' || policy AS cache FROM workload_prefix_hit_curve('lru')
+    UNION ALL
+    SELECT *, 'block cache, ' || policy FROM workload_prefix_hit_curve('opt')
+    UNION ALL
+    SELECT *, 'LRU pool, prefix tokens' FROM workload_prefix_hit_curve(
+        'lru', semantics := 'prefix', weight := 'tokens')
+    UNION ALL
+    SELECT *, 'radix tree, prefix tokens' FROM workload_prefix_hit_curve(
+        'radix_lru', semantics := 'prefix', weight := 'tokens')
 )
-SELECT r.run_name AS run, c.policy, c.capacity_blocks, c.hit_rate
+SELECT r.run_name AS run, c.cache, c.capacity_blocks, c.hit_rate
 FROM curves AS c
 JOIN report_runs AS r USING (run_id)
-ORDER BY run, c.policy, c.capacity_blocks;
+ORDER BY run, c.cache, c.capacity_blocks;
 
 -- @query latency_cdf
 -- Share of successful requests at or below each latency, per run and metric (TTFT,
