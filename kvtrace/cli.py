@@ -48,7 +48,6 @@ from kvtrace.collectors.collect_options import (
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
 from kvtrace.errors import (
     IngestRejected,
-    InputError,
     KvtraceError,
     Terminated,
     WarehouseDamaged,
@@ -816,10 +815,7 @@ def prefix_curve(
     Example: kvtrace prefix-curve --policy radix_lru --warmup 0.5 --capacity-gib 512
     --model llama-3-8b
     """
-    import pyarrow as pa
-
-    from kvtrace.analysis.columns import PREFIX_HIT_CURVE
-    from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_rows
+    from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_table
     from kvtrace.sql.query import render
     from kvtrace.sql.runs import run_ids
 
@@ -837,13 +833,8 @@ def prefix_curve(
     )
     runs = run_ids(con, run, having="workload_requests", what="workload rows") if run else None
     with _busy("Simulating the prefix cache"):
-        rows = prefix_hit_curve_rows(con, spec, runs)
-    if not rows:
-        raise InputError(
-            "no workload run has block hashes (hash_ids), so no prefix cache can be "
-            "simulated; Mooncake-format traces carry them"
-        )
-    _emit(render(pa.Table.from_pylist(rows, pa.schema(list(PREFIX_HIT_CURVE))), chosen), output)
+        table = prefix_hit_curve_table(con, spec, runs)
+    _emit(render(table, chosen), output)
 
 
 @app.command("hit-curve")

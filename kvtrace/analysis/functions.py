@@ -10,7 +10,6 @@ first call, not when a connection is opened.
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -48,14 +47,17 @@ def _prefix_spec(
     capacity_bytes: pa.ChunkedArray,
     bytes_per_token: pa.ChunkedArray,
     model: pa.ChunkedArray,
+    weight: pa.ChunkedArray | None = None,
 ) -> PrefixCurveSpec:
-    """The prefix-cache spec of a SQL call's (constant) arguments."""
+    """The prefix-cache spec of a SQL call's (constant) arguments (per-request rows take
+    no weight)."""
     from kvtrace.analysis.prefix_cache import PrefixCurveSpec
 
     return PrefixCurveSpec(
         policy=_constant(policy),
         capacities=tuple(_constant(capacities) or []),
         semantics=_constant(semantics),
+        weight="blocks" if weight is None else _constant(weight),
         warmup=_constant(warmup),
         capacity_bytes=tuple(_constant(capacity_bytes) or []),
         bytes_per_token=_constant(bytes_per_token),
@@ -136,9 +138,8 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         from kvtrace.analysis import prefix_cache
 
         spec = _prefix_spec(
-            policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model
+            policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model, weight
         )
-        spec = dataclasses.replace(spec, weight=_constant(weight))
         found = prefix_cache.prefix_hit_curve_rows(cursor(), spec)
         return rows(PREFIX_HIT_CURVE, found, policy)
 

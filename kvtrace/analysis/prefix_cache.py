@@ -24,6 +24,7 @@ capacity is a simulation of its own, only those named when any are.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,10 +33,12 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvtrace.analysis.columns import PREFIX_HIT_CURVE
 from kvtrace.analysis.kv_layouts import bytes_per_token
-from kvtrace.errors import QueryError
+from kvtrace.errors import InputError, QueryError
 from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits
 from kvtrace.kernels.prefix_sim import (
     fifo_prefix_hits,
@@ -169,14 +172,11 @@ def prefix_hit_curve_rows(
             )
         )
         counted = _counted(trace, spec, wanted)
-        tokens_weights = trace.weights("tokens")
-        measured = slice(trace.starts[trace.measured_from], None)
-        accesses = len(trace.ids) - int(trace.starts[trace.measured_from])
-        denominator = {
-            "blocks": accesses,
-            "tokens": float(tokens_weights.sum()),
-            "requests": trace.requests - trace.measured_from,
-        }[spec.weight]
+        first_read = int(trace.starts[trace.measured_from])
+        accesses = len(trace.ids) - first_read
+        tokens = int(trace.tokens[first_read:].sum())
+        requests = trace.requests - trace.measured_from
+        denominator = {"blocks": accesses, "tokens": tokens, "requests": requests}[spec.weight]
         for capacity, (hits, hit_tokens, weighted) in zip(wanted.tolist(), counted, strict=True):
             for budget in budgets.get(capacity, [None]):
                 rows.append(
@@ -191,12 +191,26 @@ def prefix_hit_curve_rows(
                         "weight": spec.weight,
                         "warmup": spec.warmup,
                         "capacity_bytes": budget,
-                        "requests": trace.requests - trace.measured_from,
+                        "requests": requests,
                         "hit_tokens": hit_tokens,
-                        "tokens": int(trace.tokens[measured].sum()),
+                        "tokens": tokens,
                     }
                 )
     return rows
+
+
+def prefix_hit_curve_table(
+    con: duckdb.DuckDBPyConnection, spec: PrefixCurveSpec, runs: list[str] | None = None
+) -> pa.Table:
+    """The rows of `prefix_hit_curve_rows` as one table, or one sentence when no run has
+    block hashes."""
+    rows = prefix_hit_curve_rows(con, spec, runs)
+    if not rows:
+        raise InputError(
+            "no workload run has block hashes (hash_ids), so no prefix cache can be "
+            "simulated; Mooncake-format traces carry them"
+        )
+    return pa.Table.from_pylist(rows, pa.schema(list(PREFIX_HIT_CURVE)))
 
 
 def _budgets(
@@ -223,9 +237,6 @@ class _Simulation:
 
     def __init__(self, trace: _Trace, policy: str, semantics: str) -> None:
         self.trace, self.policy, self.semantics = trace, policy, semantics
-        lengths = np.diff(trace.starts)
-        self.position = np.arange(len(trace.ids)) - np.repeat(trace.starts[:-1], lengths)
-        self.lengths = lengths
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, np.ndarray] | None = None
         if policy == "lru":  # every capacity from one stack-distance pass
@@ -250,8 +261,17 @@ class _Simulation:
             runs = radix_hits(self.tree[0], trace.starts, self.tree[1], capacity, self.policy)
         else:
             runs = fifo_prefix_hits(trace.ids, trace.starts, trace.distinct, capacity)
-        leading: np.ndarray = self.position < np.repeat(runs, self.lengths)
+        leading: np.ndarray = self._position < np.repeat(runs, np.diff(trace.starts))
         return leading
+
+    @functools.cached_property
+    def _position(self) -> np.ndarray:
+        """Each read's place in its request (needed only to expand per-request runs)."""
+        starts = self.trace.starts
+        position: np.ndarray = np.arange(len(self.trace.ids)) - np.repeat(
+            starts[:-1], np.diff(starts)
+        )
+        return position
 
 
 def _counted(
