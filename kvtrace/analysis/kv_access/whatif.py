@@ -372,9 +372,11 @@ def _tier_index(spec: WhatIfSpec, name: str) -> int:
 def shareable_runs(con: duckdb.DuckDBPyConnection) -> set[str]:
     """The runs whose blocks can be named by content: they record token ids or prefix
     keys (whether or not a block of a given size is full)."""
-    return {
-        run_id for (run_id,) in con.sql("SELECT DISTINCT run_id FROM dsa_block_keys(1)").fetchall()
-    }
+    held = con.sql(  # the sources dsa_block_keys names blocks from, without hashing them
+        "SELECT run_id FROM dsa_request_tokens UNION SELECT run_id FROM _dsa_key_regions "
+        "WHERE prefix_key IS NOT NULL AND key_tokens IS NOT NULL"
+    ).fetchall()
+    return {run_id for (run_id,) in held}
 
 
 def check_shareable(con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None) -> None:
