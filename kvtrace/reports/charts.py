@@ -42,6 +42,21 @@ def series_color(table: pa.Table, field: str = "series") -> Any:
     return alt.Undefined
 
 
+def capacity_curve(rows: pa.Table, *, x_title: str, color: Any, dash: Any) -> alt.Chart:
+    """Hit rate (0 to 1) against cache capacity in blocks on a log2 axis, a line with
+    points per series."""
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", base=2), title=x_title),
+            y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
+            color=color,
+            strokeDash=dash,
+        )
+    )
+
+
 def spec(chart: Any) -> dict:
     """The chart's Vega-Lite spec, checked against the schema by altair."""
     return chart.to_dict()

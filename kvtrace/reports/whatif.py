@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from kvtrace.analysis.kv_access import DEFAULT_TIERS, Sharing
 from kvtrace.analysis.kv_access import Scope as CacheScope
 from kvtrace.analysis.kv_access.whatif import WhatIfSpec, shareable_runs, whatif
-from kvtrace.reports.charts import WIDTH, data, series_color
+from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 from kvtrace.sql.catalog import cursor_of
@@ -84,19 +84,11 @@ def _store(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
 
 def _hit_curves(rows: pa.Table):
     runs = set(rows["run_id"].to_pylist())
-    chart = (
-        alt.Chart(data(rows), width=WIDTH)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X(
-                "capacity_blocks:Q",
-                scale=alt.Scale(type="log", base=2),
-                title="cache capacity (blocks, log scale)",
-            ),
-            y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("policy:N", title="policy"),
-            strokeDash=alt.StrokeDash("block_size:N", title="block size"),
-        )
+    chart = capacity_curve(
+        rows,
+        x_title="cache capacity (blocks, log scale)",
+        color=alt.Color("policy:N", title="policy"),
+        dash=alt.StrokeDash("block_size:N", title="block size"),
     )
     return chart.facet(row=alt.Row("run_id:N", title="run")) if len(runs) > 1 else chart
 

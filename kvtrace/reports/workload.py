@@ -6,7 +6,7 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, data, series_color
+from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 
@@ -56,19 +56,11 @@ def _arrivals(rows: pa.Table):
 
 
 def _prefix_curve(rows: pa.Table):
-    return (
-        alt.Chart(data(rows), width=WIDTH)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X(
-                "capacity_blocks:Q",
-                scale=alt.Scale(type="log", base=2),
-                title="prefix cache capacity (blocks, log scale)",
-            ),
-            y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("cache:N", title="cache"),
-            strokeDash=alt.StrokeDash("run:N", title="run"),
-        )
+    return capacity_curve(
+        rows,
+        x_title="prefix cache capacity (blocks, log scale)",
+        color=alt.Color("cache:N", title="cache"),
+        dash=alt.StrokeDash("run:N", title="run"),
     )
 
 
