@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+# What names a simulated stream and its policy: the leading columns of the hit curve and
+# of every what-if table.
+SIMULATION_KEYS = [
+    ("run_id", pa.string()),
+    ("block_size", pa.int32()),
+    ("policy", pa.string()),
+    ("granularity", pa.string()),
+    ("scope", pa.string()),
+    ("sharing", pa.string()),
+]
 HIT_CURVE = pa.struct(
     [
-        ("run_id", pa.string()),
-        ("block_size", pa.int32()),
-        ("policy", pa.string()),
-        ("granularity", pa.string()),
-        ("scope", pa.string()),
-        ("sharing", pa.string()),
+        *SIMULATION_KEYS,
         ("capacity_blocks", pa.int64()),
         ("accesses", pa.int64()),
         ("hits", pa.int64()),

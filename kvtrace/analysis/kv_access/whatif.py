@@ -34,6 +34,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from kvtrace.analysis.columns import SIMULATION_KEYS
 from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
@@ -63,17 +64,9 @@ from kvtrace.errors import InputError
 from kvtrace.sql.runs import run_ids
 
 HIT_TARGETS = (0.90, 0.95, 0.99)
-_KEYS = [
-    ("run_id", pa.string()),
-    ("block_size", pa.int32()),
-    ("policy", pa.string()),
-    ("granularity", pa.string()),
-    ("scope", pa.string()),
-    ("sharing", pa.string()),
-]
 TIER_ROWS = pa.schema(
     [
-        *_KEYS,
+        *SIMULATION_KEYS,
         ("tier", pa.string()),
         ("capacity_blocks", pa.int64()),
         ("accesses_served", pa.int64()),
@@ -90,7 +83,7 @@ TIER_ROWS = pa.schema(
 )
 RUN_ROWS = pa.schema(
     [
-        *_KEYS,
+        *SIMULATION_KEYS,
         ("stream_order", pa.string()),
         ("sharing_rule", pa.string()),
         ("requests", pa.int64()),
@@ -112,7 +105,7 @@ RUN_ROWS = pa.schema(
 )
 SECOND_ROWS = pa.schema(
     [
-        *_KEYS,
+        *SIMULATION_KEYS,
         ("second", pa.int64()),
         ("tier", pa.string()),
         ("steps", pa.int64()),
@@ -125,7 +118,7 @@ SECOND_ROWS = pa.schema(
 )
 REQUEST_ROWS = pa.schema(
     [
-        *_KEYS,
+        *SIMULATION_KEYS,
         ("request_id", pa.int64()),
         ("arrival_s", pa.float64()),
         ("prompt_tokens", pa.int64()),
@@ -137,7 +130,7 @@ REQUEST_ROWS = pa.schema(
 )
 REPLICA_ROWS = pa.schema(
     [
-        *_KEYS,
+        *SIMULATION_KEYS,
         ("tier", pa.string()),
         ("copies", pa.int64()),
         ("replicated_blocks", pa.int64()),
@@ -227,7 +220,7 @@ class WhatIf:
 
     def combined(self) -> pa.Table:
         """The tier rows with their run's figures beside them (one table to write out)."""
-        keys = [name for name, _ in _KEYS]
+        keys = [name for name, _ in SIMULATION_KEYS]
         run_columns = {
             name: (f"run_{name}" if name in self.tiers.column_names else name)
             for name in self.runs.column_names
