@@ -36,6 +36,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvtrace.kernels.heap import heap_pop, heap_push
+
 _EMPTY = -1
 _MIN_SLOTS = 1 << 16
 _WINDOW_PER_ITEM = 32  # time slots per live item: the window is renumbered rarely
@@ -531,8 +533,9 @@ def _opt(  # pragma: no cover
     hits = np.zeros(n, dtype=np.bool_)
     cached = np.zeros(n_items, dtype=np.bool_)
     due = np.zeros(n_items, dtype=np.int64)  # next use of each cached item
-    heap_due = np.empty(n + 1, dtype=np.int64)  # max-heap of (next use, item), lazily pruned
-    heap_item = np.empty(n + 1, dtype=np.int64)
+    # (-next use, item): the item used again last on top; entries pruned lazily
+    heap_keys = np.empty(n + 1, dtype=np.int64)
+    heap_items = np.empty(n + 1, dtype=np.int64)
     heap_size = 0
     size = 0
     for i in range(n):
@@ -541,38 +544,15 @@ def _opt(  # pragma: no cover
             hits[i] = True
         elif size == capacity:
             while True:  # pop until an entry that still describes a cached item
-                top_due, top_item = heap_due[0], heap_item[0]
-                heap_size -= 1
-                heap_due[0], heap_item[0] = heap_due[heap_size], heap_item[heap_size]
-                k = 0
-                while True:
-                    child = 2 * k + 1
-                    if child >= heap_size:
-                        break
-                    if child + 1 < heap_size and heap_due[child + 1] > heap_due[child]:
-                        child += 1
-                    if heap_due[child] <= heap_due[k]:
-                        break
-                    heap_due[k], heap_due[child] = heap_due[child], heap_due[k]
-                    heap_item[k], heap_item[child] = heap_item[child], heap_item[k]
-                    k = child
-                if cached[top_item] and due[top_item] == top_due:
+                key, top_item, heap_size = heap_pop(heap_keys, heap_items, heap_size)
+                if cached[top_item] and due[top_item] == -key:
                     cached[top_item] = False
                     break
         else:
             size += 1
         cached[x] = True
         due[x] = following[i]
-        k = heap_size  # push (next use, item)
-        heap_due[k], heap_item[k] = following[i], x
-        heap_size += 1
-        while k > 0:
-            parent = (k - 1) // 2
-            if heap_due[parent] >= heap_due[k]:
-                break
-            heap_due[k], heap_due[parent] = heap_due[parent], heap_due[k]
-            heap_item[k], heap_item[parent] = heap_item[parent], heap_item[k]
-            k = parent
+        heap_size = heap_push(heap_keys, heap_items, heap_size, -following[i], x)
     return hits
 
 

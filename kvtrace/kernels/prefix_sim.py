@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from kvtrace.kernels.cache_sim import ItemIds, LruStack
+from kvtrace.kernels.heap import heap_pop, heap_push
 
 
 @njit(nogil=True, cache=True)
@@ -143,44 +144,6 @@ def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 @njit(nogil=True, cache=True)
-def _heap_push(  # pragma: no cover
-    keys: np.ndarray, items: np.ndarray, size: int, key: int, item: int
-) -> int:
-    at = size
-    keys[at], items[at] = key, item
-    while at > 0:
-        up = (at - 1) >> 1
-        if keys[up] <= keys[at]:
-            break
-        keys[up], keys[at] = keys[at], keys[up]
-        items[up], items[at] = items[at], items[up]
-        at = up
-    return size + 1
-
-
-@njit(nogil=True, cache=True)
-def _heap_pop(  # pragma: no cover
-    keys: np.ndarray, items: np.ndarray, size: int
-) -> tuple[int, int, int]:
-    key, item = keys[0], items[0]
-    size -= 1
-    keys[0], items[0] = keys[size], items[size]
-    at = 0
-    while True:
-        low = 2 * at + 1
-        if low >= size:
-            break
-        if low + 1 < size and keys[low + 1] < keys[low]:
-            low += 1
-        if keys[at] <= keys[low]:
-            break
-        keys[low], keys[at] = keys[at], keys[low]
-        items[low], items[at] = items[at], items[low]
-        at = low
-    return key, item, size
-
-
-@njit(nogil=True, cache=True)
 def _order(key: int, node: int, optimal: bool) -> int:  # pragma: no cover
     """A leaf's place in the eviction heap (smallest first): LRU by last use, OPT by
     the latest next use; ties go to the node numbered last."""
@@ -221,7 +184,7 @@ def _radix(  # pragma: no cover
             state[node] = next_use[index] if optimal else clock
             if children[node] == 0:
                 order = _order(state[node], node, optimal)
-                heap = _heap_push(heap_keys, heap_items, heap, order, node)
+                heap = heap_push(heap_keys, heap_items, heap, order, node)
         for index in range(start, end):  # the path as cached now (as SGLang locks it)
             if present[nodes[index]]:
                 guarded[nodes[index]] = request + 1
@@ -233,7 +196,7 @@ def _radix(  # pragma: no cover
                 skipped = 0
                 evicted = False
                 while heap > 0:
-                    order, victim, heap = _heap_pop(heap_keys, heap_items, heap)
+                    order, victim, heap = heap_pop(heap_keys, heap_items, heap)
                     if (
                         not present[victim]
                         or children[victim] != 0
@@ -245,7 +208,7 @@ def _radix(  # pragma: no cover
                         skipped += 1
                         continue
                     if optimal and state[victim] <= next_use[index]:
-                        heap = _heap_push(heap_keys, heap_items, heap, order, victim)
+                        heap = heap_push(heap_keys, heap_items, heap, order, victim)
                         break  # every leaf is needed sooner than this block
                     present[victim] = False
                     size -= 1
@@ -253,12 +216,12 @@ def _radix(  # pragma: no cover
                     children[up] -= 1
                     if up > 0 and present[up] and children[up] == 0:
                         order = _order(state[up], up, optimal)
-                        heap = _heap_push(heap_keys, heap_items, heap, order, up)
+                        heap = heap_push(heap_keys, heap_items, heap, order, up)
                     evicted = True
                     break
                 for k in range(skipped):
                     order = _order(state[held[k]], held[k], optimal)
-                    heap = _heap_push(heap_keys, heap_items, heap, order, held[k])
+                    heap = heap_push(heap_keys, heap_items, heap, order, held[k])
                 if not evicted:
                     break
             if size >= capacity or not present[parent[node]]:
@@ -268,7 +231,7 @@ def _radix(  # pragma: no cover
             children[parent[node]] += 1
             clock += 1
             state[node] = next_use[index] if optimal else clock
-            heap = _heap_push(heap_keys, heap_items, heap, _order(state[node], node, optimal), node)
+            heap = heap_push(heap_keys, heap_items, heap, _order(state[node], node, optimal), node)
         if heap > room - len(nodes) - 8:  # drop stale entries before the heap fills
             kept = 0
             for k in range(heap):
@@ -283,7 +246,7 @@ def _radix(  # pragma: no cover
             heap = 0
             for k in range(kept):
                 order = _order(state[held[k]], held[k], optimal)
-                heap = _heap_push(heap_keys, heap_items, heap, order, held[k])
+                heap = heap_push(heap_keys, heap_items, heap, order, held[k])
     return hits
 
 
