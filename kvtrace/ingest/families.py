@@ -72,6 +72,6 @@ def unknown(probe: Probe) -> InputError:
         "(selected_token_pos), pool snapshots (worker_id, held_tokens), request metrics "
         "(execution_mode, latency_s), RULER predictions (pred, outputs), arrival traces "
         "(Mooncake JSONL; Azure, BurstGPT, Splitwise CSV), benchmark results (vLLM, "
-        "AIPerf, Vidur), Kineto profiler traces (traceEvents) and serving run summaries "
+        "SGLang bench_serving, AIPerf, GenAI-Perf, Vidur), Kineto profiler traces (traceEvents) and serving run summaries "
         "(*_summary.json); --kind forces one"
     )

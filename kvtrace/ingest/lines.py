@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -131,6 +131,19 @@ def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
             except zlib.error as exc:
                 raise InputError(f"{path}: corrupt gzip data ({exc})") from None
             compressed = decompressor.unused_data
+
+
+def read_json_document(path: Path) -> dict[str, Any]:
+    """The one JSON object a file holds; `InputError` when it holds something else."""
+    try:
+        document = json.loads(read_content(path))
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to read") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{path} holds no JSON object")
+    return document
 
 
 def decode_json(text: bytes) -> object:

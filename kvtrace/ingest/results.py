@@ -19,7 +19,10 @@
   ``batch_num_decode_tokens``, ``batch_execution_time``.
 
 A value that is not a number, or a negative time or length, sends its row to the
-quarantine with the reason.
+quarantine with the reason.  The files that carry the tool's own summary (SGLang's
+bench_serving lines, AIPerf's and GenAI-Perf's JSON exports) are read by
+`kvtrace.ingest.bench_summaries`.  Runs are named after their file, or after their
+folder for the fixed names AIPerf and GenAI-Perf give (``profile_export*``).
 """
 
 from __future__ import annotations
@@ -33,9 +36,15 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.bench_summaries import (
+    is_sglang_record,
+    is_summary_export,
+    read_sglang_lines,
+    read_summary_export,
+)
 from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import json_records, raw_text, read_content
+from kvtrace.ingest.lines import json_records, raw_text, read_json_document
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.ingest.values import finite_number, whole_number
@@ -43,6 +52,7 @@ from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
 ResultFormat = Literal["vllm", "aiperf", "vidur_requests", "vidur_batches"]
+FIXED_NAMES = "profile_export"  # AIPerf's and GenAI-Perf's files, named the same in every run
 
 VIDUR_REQUEST_COLUMNS = {
     "input_tokens": "request_num_prefill_tokens",
@@ -106,7 +116,7 @@ def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
         REQUEST_TIMINGS.schema,
         "request_idx",
         "request_timings",
-        {"origin": "simulated"},
+        {"origin": "simulated", "load_level": 0},
     )
 
 
@@ -152,7 +162,7 @@ def _read_csv(
 
 def read_vllm_result(path: Path) -> ResultFileResult:
     """The per-request records of a vLLM benchmark result JSON."""
-    document = _json(path)
+    document = read_json_document(path)
     lists = {
         key: document.get(key)
         for key in ("input_lens", "output_lens", "ttfts", "itls", "errors", "e2els")
@@ -225,6 +235,7 @@ def _vllm_row(i: int, lists: dict[str, Any]) -> tuple[dict[str, Any], str]:
             else (None if error or ttft is None else ttft + sum(itl or []))
         )
         row = {
+            "load_level": 0,
             "request_idx": i,
             "origin": "measured",
             "input_tokens": count("input_lens"),
@@ -290,6 +301,7 @@ def _aiperf_row(record: object, index: int) -> tuple[dict[str, Any], int | None]
     start = record["metadata"].get("request_start_ns")
     start = None if start is None else whole_number("request_start_ns", start)
     return {
+        "load_level": 0,
         "request_idx": whole_number("session_num", record["metadata"].get("session_num", index)),
         "origin": "measured",
         "input_tokens": _count(metrics, "input_sequence_length", "error_isl"),
@@ -319,21 +331,10 @@ def _count(metrics: dict[str, Any], *names: str) -> int | None:
     return None
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(read_content(path))
-    except RecursionError:
-        raise InputError(f"{path} is nested too deeply to read") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise InputError(f"{path} holds no JSON object")
-    return document
-
-
 class BenchmarkFamily:
-    """Per-request results of serving benchmarks (vLLM's result JSON, AIPerf's records)
-    and of simulators (Vidur's request and batch metrics)."""
+    """Per-request results and summaries of serving benchmarks (vLLM's result JSON,
+    SGLang's bench_serving lines, AIPerf's records and summary, GenAI-Perf's export) and
+    of simulators (Vidur's request and batch metrics)."""
 
     name = "benchmark"
 
@@ -341,8 +342,16 @@ class BenchmarkFamily:
         if not probe.is_json_document:
             return detect_results_csv(probe.csv_header)
         head = probe.head
+        if b'"median_e2e_latency_ms"' in head:
+            record = probe.first_record
+            if record is not None and is_sglang_record(record):
+                return "sglang"
         if b'"ttfts"' in head or (b'"input_lens"' in head and b'"output_lens"' in head):
             return "vllm"
+        if b'"request_throughput"' in head and probe.path.name.endswith(".json"):
+            document = _document_or_none(probe.path)
+            if document is not None and (fmt := is_summary_export(document)) is not None:
+                return fmt
         record = probe.first_record
         return "aiperf" if record is not None and is_aiperf_record(record) else None
 
@@ -350,11 +359,26 @@ class BenchmarkFamily:
         return self.recognise(probe) or "aiperf"
 
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
-        return options.run_name or probe.path.name.split(".")[0]
+        if options.run_name:
+            return options.run_name
+        path = probe.path
+        if path.name.startswith(FIXED_NAMES) and path.parent.name:
+            return path.parent.name
+        return path.name.split(".")[0]
 
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
+        labelled = {"experiment": options.experiment} if options.experiment else {}
+        if fmt == "sglang":
+            summaries, requests, rejected = read_sglang_lines(probe.path)
+            stored = sink.write_rows("request_timings", requests)
+            stored += sink.write_rows("benchmark_summaries", summaries)
+            return FileRows("benchmark", rows=stored, rejected=rejected, config=labelled)
+        if fmt in ("aiperf_summary", "genai_perf"):
+            summary, settings = read_summary_export(probe.path, fmt)
+            stored = sink.write_rows("benchmark_summaries", [summary])
+            return FileRows("benchmark", rows=stored, config=settings | labelled)
         result = (
             read_vllm_result(probe.path)
             if fmt == "vllm"
@@ -367,8 +391,15 @@ class BenchmarkFamily:
             kind,
             rows=sink.write(result.table, result.rows),
             rejected=result.rejected,
-            config=result.run_config,
+            config=result.run_config | labelled,
         )
+
+
+def _document_or_none(path: Path) -> dict[str, Any] | None:
+    try:
+        return read_json_document(path)
+    except InputError:
+        return None
 
 
 BENCHMARK = BenchmarkFamily()

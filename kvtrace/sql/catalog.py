@@ -6,6 +6,9 @@ Each file opens with comments that document its objects::
     -- What the object answers.
     -- @column offset_p50   median offset (linear interpolation)
 
+``-- @alias old_name`` keeps a former name for one release; ``-- @columns_of name``
+documents an object with the columns of one documented above it in the same file.
+
 A file names the files whose objects it uses in its header, as Perfetto's standard
 library includes its modules::
 
@@ -37,6 +40,7 @@ FALLBACK_FILE = "udf_fallback.sql"
 _OBJECT = re.compile(r"^--\s*@(view|macro)\s+([A-Za-z_][\w]*)(\([^)]*\))?\s*$")
 _COLUMN = re.compile(r"^--\s*@column\s+(\w+)\s+(.*)$")
 _ALIAS = re.compile(r"^--\s*@alias\s+(\w+)\s*$")
+_COLUMNS_OF = re.compile(r"^--\s*@columns_of\s+(\w+)\s*$")  # the columns of an object above
 _CREATES = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
 _REQUIRES = re.compile(r"^--\s*@requires\s+(\S+)\s*$", re.MULTILINE)
 
@@ -88,6 +92,11 @@ def parse_docs(name: str, text: str) -> list[SqlObject]:
             current.columns[match[1]] = match[2].strip()
         elif current is not None and (match := _ALIAS.match(stripped)):
             current.aliases.append(match[1])
+        elif current is not None and (match := _COLUMNS_OF.match(stripped)):
+            source = next((obj for obj in objects if obj.name == match[1]), None)
+            if source is None:
+                raise QueryError(f"{name}: @columns_of {match[1]} names no object above it")
+            current.columns.update(source.columns)
         elif current is not None and not current.columns:
             text_line = stripped[2:].strip()
             current.description = " ".join(filter(None, [current.description, text_line]))

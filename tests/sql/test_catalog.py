@@ -98,7 +98,7 @@ def test_every_public_object_carries_its_family_prefix():
 def test_former_names_answer_as_their_objects(warehouse):
     con = connect(warehouse)
     aliased = [obj for obj in documented_objects() if obj.aliases]
-    assert len(aliased) == 13
+    assert len(aliased) == 12
     for obj in aliased:
         arguments = ARGUMENTS.get(obj.name, "()") if obj.kind == "macro" else ""
         new = con.execute(f"DESCRIBE SELECT * FROM {obj.name}{arguments}").fetchall()

@@ -58,16 +58,12 @@ def results(warehouse, tmp_path):
 
 
 def test_latency_percentiles_leave_failed_requests_out(results):
-    rows = {
-        metric: (origin, n, p50)
-        for origin, metric, n, p50 in results.execute(
-            "SELECT origin, metric, requests, p50_s FROM timing_latency_summary s "
-            "JOIN runs r USING (run_id) WHERE r.run_name = 'vllm-run'"
-        ).fetchall()
-    }
-    assert rows["ttft"] == ("measured", 3, pytest.approx(0.2))  # of 0.1, 0.2, 0.4
-    assert rows["tpot"] == ("measured", 3, pytest.approx(0.02))  # of 0.02, 0.02, 0.05
-    assert rows["e2e"] == ("measured", 3, pytest.approx(0.22))  # of 0.14, 0.22, 0.55
+    row = results.execute(
+        "SELECT origin, completed, median_ttft_ms, median_tpot_ms, median_e2el_ms "
+        "FROM serving_benchmark s JOIN runs r USING (run_id) WHERE r.run_name = 'vllm-run'"
+    ).fetchall()
+    # of 0.1, 0.2, 0.4; of 0.04/2, 0.02/1, 0.15/3; of 0.14, 0.22, 0.55
+    assert row == [("measured", 3, pytest.approx(200), pytest.approx(20), pytest.approx(220))]
 
 
 def test_slo_attainment_and_goodput(results):
@@ -238,14 +234,12 @@ def test_the_readme_examples_agree_with_numpy(warehouse):
     ttft = np.array(document["ttfts"])[ok]
     e2e = np.array([document["ttfts"][i] + sum(document["itls"][i]) for i in ok])
     con = connect(warehouse)
-    rows = dict(
-        con.execute(
-            "SELECT metric, p90_s FROM timing_latency_summary s JOIN runs r USING (run_id) "
-            "WHERE r.run_name = 'vllm_bench_example'"
-        ).fetchall()
-    )
-    assert rows["ttft"] == pytest.approx(np.percentile(ttft, 90))
-    assert rows["e2e"] == pytest.approx(np.percentile(e2e, 90))
+    ((p90_ttft_ms, p90_e2el_ms),) = con.execute(
+        "SELECT p90_ttft_ms, p90_e2el_ms FROM serving_benchmark s JOIN runs r USING (run_id) "
+        "WHERE r.run_name = 'vllm_bench_example'"
+    ).fetchall()
+    assert p90_ttft_ms == pytest.approx(np.percentile(ttft, 90) * 1e3)
+    assert p90_e2el_ms == pytest.approx(np.percentile(e2e, 90) * 1e3)
     met = con.execute(
         "SELECT met FROM timing_slo_attainment(ttft_slo_s := 0.25, tpot_slo_s := "
         "0.025) s JOIN runs r USING (run_id) WHERE r.run_name = "

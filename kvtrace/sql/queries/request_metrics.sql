@@ -150,9 +150,9 @@ GROUP BY run_id, experiment, execution_mode
 ORDER BY run_id, requests DESC;
 
 -- @view request_latency_by_mode
--- @alias latency_summary
 -- Latency and time to first token of successful requests per run and execution mode
--- (execution_mode NULL: all modes).  Failed requests are left out: they end early and
+-- (execution_mode NULL: all modes): the breakdown serving_benchmark, which has a run's
+-- other numbers, cannot express.  Failed requests are left out: they end early and
 -- would make a run that fails more look faster.
 -- @column run_id          the run
 -- @column experiment      experiment label

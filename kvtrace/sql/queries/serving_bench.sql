@@ -1,24 +1,41 @@
--- The serving-benchmark table: one row per run (a load level), in the layout serving
--- benchmarks print (vLLM's `vllm bench serve`, SGLang's bench_serving, AIPerf).
+-- The serving-benchmark table: one row per run and load level, in the layout serving
+-- benchmarks print (vLLM's `vllm bench serve`, SGLang's bench_serving, AIPerf,
+-- GenAI-Perf), over every run that recorded requests: benchmark and simulator results
+-- (request_timings), replayed serving requests (request_metrics) and the requests of
+-- collected DSA runs (requests, end-to-end latency only).
 --
--- Definitions, as those tools compute them from their per-request records:
+-- Where the tool's own file holds its summary (SGLang's bench_serving lines, AIPerf's
+-- profile_export_aiperf.json, GenAI-Perf's profile_export_genai_perf.json: the
+-- benchmark_summaries table), a number it printed is the number shown; what it did not
+-- print (SGLang has no p90, none has goodput under your SLOs) is computed from the
+-- per-request records when the file has them.  `source` says which: requests, summary,
+-- or summary+requests.
+--
+-- Definitions, as the tools compute them from their per-request records:
 --   completed / failed: requests without / with an error;
---   duration: the benchmark's recorded duration (vLLM's `duration`), else from the first
---     arrival to the last completion;
+--   duration: the benchmark's recorded duration (vLLM's `duration`, SGLang's), else from
+--     the first arrival to the last completion;
 --   throughputs: completed requests, input tokens of completed requests, their output
 --     tokens, and both together, per second of the duration;
 --   TTFT and E2EL: per completed request;
 --   TPOT: per completed request with more than one output token,
 --     (e2e - ttft) / (output_tokens - 1): the decode time spread over the tokens after
---     the first (vLLM's, SGLang's and AIPerf's "inter token latency");
+--     the first.  vLLM and SGLang call it TPOT; AIPerf and GenAI-Perf call the same
+--     number "inter token latency", and their tpot columns here hold it;
 --   ITL: every gap between streamed chunks of every completed request, pooled (vLLM,
 --     SGLang; AIPerf's "inter chunk latency").  A chunk may hold several tokens, so the
 --     mean ITL is not the mean TPOT; kvtrace's request_timings.tpot_s of a vLLM file is
---     the request's mean ITL, and this table does not use it;
+--     the request's mean ITL, and this table does not use it.  GenAI-Perf reports no
+--     chunk gaps: its ITL columns are NULL;
+--   an SGLang file keeps no per-request end-to-end latency: computed, it is TTFT plus the
+--     request's chunk gaps (the tool's own adds the wait for the stream's end marker),
+--     which is why its printed E2E and TPOT are the ones shown;
 --   mean, median, std (population, as numpy's) and p90 / p99 (linear interpolation, as
 --     numpy's percentile), in milliseconds;
 --   goodput: completed requests meeting every SLO given (milliseconds; a request with
---     one output token has TPOT 0, as vLLM counts it) per second of the duration.
+--     one output token has TPOT 0, as vLLM counts it) per second of the duration;
+--   prefix_hit_rate: cached prompt tokens over the prompt tokens of completed requests,
+--     where the run recorded them (replayed serving requests, collected DSA runs).
 --
 -- Worked example: two completed requests over a 2 s benchmark, (ttft 0.1 s, e2e 0.5 s,
 -- 5 output tokens, ITL [0.1, 0.1, 0.1, 0.1]) and (ttft 0.3 s, e2e 0.3 s, 1 output
@@ -28,12 +45,95 @@
 --
 -- @requires tables.sql
 -- @requires timings.sql
+-- @requires request_metrics.sql
+
+-- @view _serving_requests
+-- Every request of every run that recorded requests, in one shape.
+CREATE VIEW _serving_requests AS
+SELECT run_id, load_level, origin, arrival_s, input_tokens, output_tokens, itl_s,
+       error IS NULL AS ok, ttft_s, e2e_s, NULL::BIGINT AS cached_tokens
+FROM request_timings
+UNION ALL
+SELECT run_id, 0, 'measured', arrival_s, input_tokens, output_tokens, NULL, NOT is_error,
+       ttft_s, latency_s, cached_tokens
+FROM request_metrics
+UNION ALL
+SELECT run_id, 0, 'measured', arrival_s, prompt_tokens, new_tokens, NULL,
+       status IS DISTINCT FROM 'error', NULL, latency_ms / 1e3, prefix_cached_tokens
+FROM requests
+WHERE latency_ms IS NOT NULL;
+
+-- @macro _serving_computed(ttft_slo_ms, tpot_slo_ms, e2e_slo_ms)
+-- The benchmark table's numbers computed from the per-request records.
+CREATE MACRO _serving_computed(ttft_slo_ms, tpot_slo_ms, e2e_slo_ms) AS TABLE
+WITH requests AS (
+    SELECT *, CASE WHEN output_tokens > 1 THEN (e2e_s - ttft_s) / (output_tokens - 1) END
+                  AS tpot_s
+    FROM _serving_requests
+), spans AS (
+    SELECT run_id, load_level,
+           coalesce(CASE WHEN load_level = 0
+                         THEN try_cast(json_extract_string(any_value(r.collector_config),
+                                                           '$.duration_s') AS DOUBLE) END,
+                    max(q.arrival_s + q.e2e_s) - min(q.arrival_s)) AS duration_s
+    FROM _serving_requests AS q
+    LEFT JOIN runs AS r USING (run_id)
+    GROUP BY run_id, load_level
+), gaps AS (
+    SELECT run_id, load_level, unnest(itl_s) AS itl_s FROM requests WHERE ok
+), itl AS (
+    SELECT run_id, load_level, avg(itl_s) * 1e3 AS mean_itl_ms,
+           quantile_cont(itl_s, 0.5) * 1e3 AS median_itl_ms,
+           stddev_pop(itl_s) * 1e3 AS std_itl_ms,
+           quantile_cont(itl_s, 0.9) * 1e3 AS p90_itl_ms,
+           quantile_cont(itl_s, 0.99) * 1e3 AS p99_itl_ms
+    FROM gaps GROUP BY run_id, load_level
+), counted AS (
+    SELECT run_id, load_level, any_value(origin) AS origin,
+           count(*) FILTER (WHERE ok) AS completed,
+           count(*) FILTER (WHERE NOT ok) AS failed,
+           coalesce(sum(input_tokens) FILTER (WHERE ok), 0) AS total_input_tokens,
+           coalesce(sum(output_tokens) FILTER (WHERE ok), 0) AS total_output_tokens,
+           sum(cached_tokens) FILTER (WHERE ok)
+               / nullif(sum(input_tokens) FILTER (WHERE ok AND cached_tokens IS NOT NULL), 0)
+               AS prefix_hit_rate,
+           count(*) FILTER (
+               WHERE ok
+               AND (ttft_slo_ms IS NULL OR ttft_s * 1e3 <= ttft_slo_ms)
+               AND (tpot_slo_ms IS NULL OR coalesce(tpot_s, 0) * 1e3 <= tpot_slo_ms)
+               AND (e2e_slo_ms IS NULL OR e2e_s * 1e3 <= e2e_slo_ms)
+           ) AS good,
+           avg(ttft_s) FILTER (WHERE ok) * 1e3 AS mean_ttft_ms,
+           quantile_cont(ttft_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_ttft_ms,
+           stddev_pop(ttft_s) FILTER (WHERE ok) * 1e3 AS std_ttft_ms,
+           quantile_cont(ttft_s, 0.9) FILTER (WHERE ok) * 1e3 AS p90_ttft_ms,
+           quantile_cont(ttft_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_ttft_ms,
+           avg(tpot_s) FILTER (WHERE ok) * 1e3 AS mean_tpot_ms,
+           quantile_cont(tpot_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_tpot_ms,
+           stddev_pop(tpot_s) FILTER (WHERE ok) * 1e3 AS std_tpot_ms,
+           quantile_cont(tpot_s, 0.9) FILTER (WHERE ok) * 1e3 AS p90_tpot_ms,
+           quantile_cont(tpot_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_tpot_ms,
+           avg(e2e_s) FILTER (WHERE ok) * 1e3 AS mean_e2el_ms,
+           quantile_cont(e2e_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_e2el_ms,
+           stddev_pop(e2e_s) FILTER (WHERE ok) * 1e3 AS std_e2el_ms,
+           quantile_cont(e2e_s, 0.9) FILTER (WHERE ok) * 1e3 AS p90_e2el_ms,
+           quantile_cont(e2e_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_e2el_ms
+    FROM requests GROUP BY run_id, load_level
+)
+SELECT c.*, s.duration_s, i.* EXCLUDE (run_id, load_level)
+FROM counted AS c
+JOIN spans AS s USING (run_id, load_level)
+LEFT JOIN itl AS i USING (run_id, load_level);
 
 -- @macro serving_benchmark_table(ttft_slo_ms, tpot_slo_ms, e2e_slo_ms)
--- One row per benchmark or simulator run of request_timings, in the column layout of
--- serving benchmarks (see the definitions above); goodput is NULL without an SLO.
+-- One row per run and load level, in the column layout of serving benchmarks (see the
+-- definitions above); goodput is NULL without an SLO or without per-request records.
 -- @column run_id                     the run
+-- @column load_level                 the load level within the run (0 for one-level formats)
 -- @column origin                     measured or simulated
+-- @column source                     requests, summary (the tool's printed numbers) or both
+-- @column request_rate               the request rate asked for (inf: all at once), when recorded
+-- @column max_concurrency            the concurrency limit, when recorded
 -- @column completed                  requests without an error
 -- @column failed                     requests with an error
 -- @column duration_s                 the benchmark's duration
@@ -64,70 +164,81 @@
 -- @column std_e2el_ms                standard deviation
 -- @column p90_e2el_ms                90th percentile
 -- @column p99_e2el_ms                99th percentile
+-- @column prefix_hit_rate            cached prompt tokens / prompt tokens, where recorded
 CREATE MACRO serving_benchmark_table(ttft_slo_ms := NULL, tpot_slo_ms := NULL,
                                      e2e_slo_ms := NULL) AS TABLE
-WITH requests AS (
-    SELECT run_id, origin, request_idx, arrival_s, input_tokens, output_tokens, itl_s,
-           error IS NULL AS ok, ttft_s, e2e_s,
-           CASE WHEN output_tokens > 1 THEN (e2e_s - ttft_s) / (output_tokens - 1) END
-               AS tpot_s
-    FROM request_timings
-), spans AS (
-    SELECT run_id, span_s AS duration_s FROM _timing_spans
-), gaps AS (
-    SELECT run_id, unnest(itl_s) AS itl_s FROM requests WHERE ok
-), itl AS (
-    SELECT run_id, avg(itl_s) * 1e3 AS mean_itl_ms,
-           quantile_cont(itl_s, 0.5) * 1e3 AS median_itl_ms,
-           stddev_pop(itl_s) * 1e3 AS std_itl_ms,
-           quantile_cont(itl_s, 0.9) * 1e3 AS p90_itl_ms,
-           quantile_cont(itl_s, 0.99) * 1e3 AS p99_itl_ms
-    FROM gaps GROUP BY run_id
-), counted AS (
-    SELECT run_id, any_value(origin) AS origin,
-           count(*) FILTER (WHERE ok) AS completed,
-           count(*) FILTER (WHERE NOT ok) AS failed,
-           coalesce(sum(input_tokens) FILTER (WHERE ok), 0) AS total_input_tokens,
-           coalesce(sum(output_tokens) FILTER (WHERE ok), 0) AS total_output_tokens,
-           count(*) FILTER (
-               WHERE ok
-               AND (ttft_slo_ms IS NOT NULL OR tpot_slo_ms IS NOT NULL
-                    OR e2e_slo_ms IS NOT NULL)
-               AND (ttft_slo_ms IS NULL OR ttft_s * 1e3 <= ttft_slo_ms)
-               AND (tpot_slo_ms IS NULL OR coalesce(tpot_s, 0) * 1e3 <= tpot_slo_ms)
-               AND (e2e_slo_ms IS NULL OR e2e_s * 1e3 <= e2e_slo_ms)
-           ) AS good,
-           avg(ttft_s) FILTER (WHERE ok) * 1e3 AS mean_ttft_ms,
-           quantile_cont(ttft_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_ttft_ms,
-           stddev_pop(ttft_s) FILTER (WHERE ok) * 1e3 AS std_ttft_ms,
-           quantile_cont(ttft_s, 0.9) FILTER (WHERE ok) * 1e3 AS p90_ttft_ms,
-           quantile_cont(ttft_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_ttft_ms,
-           avg(tpot_s) FILTER (WHERE ok) * 1e3 AS mean_tpot_ms,
-           quantile_cont(tpot_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_tpot_ms,
-           stddev_pop(tpot_s) FILTER (WHERE ok) * 1e3 AS std_tpot_ms,
-           quantile_cont(tpot_s, 0.9) FILTER (WHERE ok) * 1e3 AS p90_tpot_ms,
-           quantile_cont(tpot_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_tpot_ms,
-           avg(e2e_s) FILTER (WHERE ok) * 1e3 AS mean_e2el_ms,
-           quantile_cont(e2e_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_e2el_ms,
-           stddev_pop(e2e_s) FILTER (WHERE ok) * 1e3 AS std_e2el_ms,
-           quantile_cont(e2e_s, 0.9) FILTER (WHERE ok) * 1e3 AS p90_e2el_ms,
-           quantile_cont(e2e_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_e2el_ms
-    FROM requests GROUP BY run_id
+WITH c AS (
+    SELECT * FROM _serving_computed(ttft_slo_ms, tpot_slo_ms, e2e_slo_ms)
+), t AS (
+    SELECT * FROM benchmark_summaries
+), joined AS (
+    SELECT coalesce(c.run_id, t.run_id) AS run_id,
+           coalesce(c.load_level, t.load_level) AS load_level,
+           c.run_id IS NOT NULL AS has_requests, t.run_id IS NOT NULL AS has_summary,
+           c.origin, c.good, c.prefix_hit_rate,
+           coalesce(t.completed, c.completed) AS completed,
+           coalesce(t.failed, c.failed) AS failed,
+           coalesce(t.duration_s, c.duration_s) AS duration_s,
+           coalesce(t.total_input_tokens, c.total_input_tokens) AS total_input_tokens,
+           coalesce(t.total_output_tokens, c.total_output_tokens) AS total_output_tokens,
+           t.request_rate, t.max_concurrency, t.request_throughput, t.input_throughput,
+           t.output_throughput, t.total_token_throughput,
+           coalesce(t.mean_ttft_ms, c.mean_ttft_ms) AS mean_ttft_ms,
+           coalesce(t.median_ttft_ms, c.median_ttft_ms) AS median_ttft_ms,
+           coalesce(t.std_ttft_ms, c.std_ttft_ms) AS std_ttft_ms,
+           coalesce(t.p90_ttft_ms, c.p90_ttft_ms) AS p90_ttft_ms,
+           coalesce(t.p99_ttft_ms, c.p99_ttft_ms) AS p99_ttft_ms,
+           coalesce(t.mean_tpot_ms, c.mean_tpot_ms) AS mean_tpot_ms,
+           coalesce(t.median_tpot_ms, c.median_tpot_ms) AS median_tpot_ms,
+           coalesce(t.std_tpot_ms, c.std_tpot_ms) AS std_tpot_ms,
+           coalesce(t.p90_tpot_ms, c.p90_tpot_ms) AS p90_tpot_ms,
+           coalesce(t.p99_tpot_ms, c.p99_tpot_ms) AS p99_tpot_ms,
+           coalesce(t.mean_itl_ms, c.mean_itl_ms) AS mean_itl_ms,
+           coalesce(t.median_itl_ms, c.median_itl_ms) AS median_itl_ms,
+           coalesce(t.std_itl_ms, c.std_itl_ms) AS std_itl_ms,
+           coalesce(t.p90_itl_ms, c.p90_itl_ms) AS p90_itl_ms,
+           coalesce(t.p99_itl_ms, c.p99_itl_ms) AS p99_itl_ms,
+           coalesce(t.mean_e2el_ms, c.mean_e2el_ms) AS mean_e2el_ms,
+           coalesce(t.median_e2el_ms, c.median_e2el_ms) AS median_e2el_ms,
+           coalesce(t.std_e2el_ms, c.std_e2el_ms) AS std_e2el_ms,
+           coalesce(t.p90_e2el_ms, c.p90_e2el_ms) AS p90_e2el_ms,
+           coalesce(t.p99_e2el_ms, c.p99_e2el_ms) AS p99_e2el_ms
+    FROM c FULL JOIN t USING (run_id, load_level)
 )
-SELECT c.run_id, c.origin, c.completed, c.failed, s.duration_s, c.total_input_tokens,
-       c.total_output_tokens, c.completed / s.duration_s AS request_throughput,
+SELECT j.run_id, j.load_level, coalesce(j.origin, 'measured') AS origin,
+       CASE WHEN j.has_requests AND j.has_summary THEN 'summary+requests'
+            WHEN j.has_summary THEN 'summary' ELSE 'requests' END AS source,
+       coalesce(j.request_rate,
+                try_cast(json_extract_string(r.collector_config, '$.request_rate') AS DOUBLE))
+           AS request_rate,
+       coalesce(j.max_concurrency,
+                try_cast(json_extract_string(r.collector_config, '$.max_concurrency')
+                         AS BIGINT)) AS max_concurrency,
+       j.completed, j.failed, j.duration_s, j.total_input_tokens, j.total_output_tokens,
+       coalesce(j.request_throughput, j.completed / j.duration_s) AS request_throughput,
        CASE WHEN ttft_slo_ms IS NOT NULL OR tpot_slo_ms IS NOT NULL
                  OR e2e_slo_ms IS NOT NULL
-            THEN c.good / s.duration_s END AS request_goodput,
-       c.total_input_tokens / s.duration_s AS input_throughput,
-       c.total_output_tokens / s.duration_s AS output_throughput,
-       (c.total_input_tokens + c.total_output_tokens) / s.duration_s
+            THEN j.good / j.duration_s END AS request_goodput,
+       coalesce(j.input_throughput, j.total_input_tokens / j.duration_s) AS input_throughput,
+       coalesce(j.output_throughput, j.total_output_tokens / j.duration_s)
+           AS output_throughput,
+       coalesce(j.total_token_throughput,
+                (j.total_input_tokens + j.total_output_tokens) / j.duration_s)
            AS total_token_throughput,
-       c.mean_ttft_ms, c.median_ttft_ms, c.std_ttft_ms, c.p90_ttft_ms, c.p99_ttft_ms,
-       c.mean_tpot_ms, c.median_tpot_ms, c.std_tpot_ms, c.p90_tpot_ms, c.p99_tpot_ms,
-       i.mean_itl_ms, i.median_itl_ms, i.std_itl_ms, i.p90_itl_ms, i.p99_itl_ms,
-       c.mean_e2el_ms, c.median_e2el_ms, c.std_e2el_ms, c.p90_e2el_ms, c.p99_e2el_ms
-FROM counted AS c
-JOIN spans AS s USING (run_id)
-LEFT JOIN itl AS i USING (run_id)
-ORDER BY c.run_id;
+       j.* EXCLUDE (run_id, load_level, has_requests, has_summary, origin, good,
+                    prefix_hit_rate, completed, failed, duration_s, total_input_tokens,
+                    total_output_tokens, request_rate, max_concurrency, request_throughput,
+                    input_throughput, output_throughput, total_token_throughput),
+       j.prefix_hit_rate
+FROM joined AS j
+LEFT JOIN runs AS r USING (run_id)
+ORDER BY j.run_id, j.load_level;
+
+-- @view serving_benchmark
+-- @alias latency_summary
+-- @alias request_latency_summary
+-- @alias timing_latency_summary
+-- serving_benchmark_table() without SLOs: every run's benchmark rows.
+-- @columns_of serving_benchmark_table
+CREATE VIEW serving_benchmark AS
+SELECT * FROM serving_benchmark_table();

@@ -18,6 +18,8 @@
 -- @view request_timings
 -- One row per request of a benchmark or simulator run.
 -- @column run_id              the run
+-- @column load_level          the load level within the run (a line of an SGLang
+--                             bench_serving file), 0 for one-level formats
 -- @column request_idx         the request's index in the result file
 -- @column origin              measured or simulated
 -- @column arrival_s           arrival time, when the source records it
@@ -31,10 +33,58 @@
 -- @column preemptions         restarts of the request (simulators)
 -- @column error               the error of a failed request, else NULL
 CREATE VIEW request_timings AS
+SELECT * EXCLUDE (_row) REPLACE (coalesce(load_level, 0) AS load_level)
+FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY run_id, coalesce(load_level, 0), request_idx
+    ) AS _row
+    FROM _request_timings_files
+)
+WHERE _row = 1;
+
+-- @view benchmark_summaries
+-- What a serving benchmark printed for a load level, when its file holds its summary
+-- (SGLang's bench_serving lines, AIPerf's and GenAI-Perf's JSON exports), in the column
+-- names of serving_benchmark_table; NULL where the tool does not report a number.
+-- @column run_id                  the run
+-- @column load_level              the load level within the run, as in request_timings
+-- @column tool                    sglang, aiperf or genai-perf
+-- @column request_rate            the request rate asked for (inf: all at once)
+-- @column max_concurrency         the concurrency limit
+-- @column completed               completed requests
+-- @column failed                  failed requests
+-- @column duration_s              the benchmark's duration
+-- @column total_input_tokens      input tokens of completed requests
+-- @column total_output_tokens     output tokens of completed requests
+-- @column request_throughput      requests per second
+-- @column input_throughput        input tokens per second
+-- @column output_throughput       output tokens per second
+-- @column total_token_throughput  input and output tokens per second
+-- @column mean_ttft_ms            TTFT: mean
+-- @column median_ttft_ms          median
+-- @column std_ttft_ms             standard deviation
+-- @column p90_ttft_ms             90th percentile
+-- @column p99_ttft_ms             99th percentile
+-- @column mean_tpot_ms            TPOT: mean
+-- @column median_tpot_ms          median
+-- @column std_tpot_ms             standard deviation
+-- @column p90_tpot_ms             90th percentile
+-- @column p99_tpot_ms             99th percentile
+-- @column mean_itl_ms             ITL: mean
+-- @column median_itl_ms           median
+-- @column std_itl_ms              standard deviation
+-- @column p90_itl_ms              90th percentile
+-- @column p99_itl_ms              99th percentile
+-- @column mean_e2el_ms            end-to-end latency: mean
+-- @column median_e2el_ms          median
+-- @column std_e2el_ms             standard deviation
+-- @column p90_e2el_ms             90th percentile
+-- @column p99_e2el_ms             99th percentile
+CREATE VIEW benchmark_summaries AS
 SELECT * EXCLUDE (_row)
 FROM (
-    SELECT *, row_number() OVER (PARTITION BY run_id, request_idx) AS _row
-    FROM _request_timings_files
+    SELECT *, row_number() OVER (PARTITION BY run_id, load_level) AS _row
+    FROM _benchmark_summaries_files
 )
 WHERE _row = 1;
 
@@ -52,47 +102,39 @@ SELECT DISTINCT * FROM _batch_metrics_files;
 -- @view _timing_long
 -- Every successful request's latencies, one row per (request, metric).
 CREATE VIEW _timing_long AS
-UNPIVOT (SELECT run_id, request_idx, ttft_s AS ttft, tpot_s AS tpot, e2e_s AS e2e
+UNPIVOT (SELECT run_id, load_level, request_idx, ttft_s AS ttft, tpot_s AS tpot, e2e_s AS e2e
          FROM request_timings WHERE error IS NULL)
 ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
 
 -- @view _timing_spans
--- Per run of request_timings: its span, the benchmark's recorded duration when the run
--- has one, else from the first arrival to the last completion.
+-- Per run and load level of request_timings: its span, the benchmark's recorded
+-- duration when a one-level run has one, else from the first arrival to the last
+-- completion.
 CREATE VIEW _timing_spans AS
-SELECT t.run_id,
-       coalesce(try_cast(json_extract_string(any_value(r.collector_config), '$.duration_s')
-                         AS DOUBLE),
+SELECT t.run_id, t.load_level,
+       coalesce(CASE WHEN t.load_level = 0
+                     THEN try_cast(json_extract_string(any_value(r.collector_config),
+                                                       '$.duration_s') AS DOUBLE) END,
                 max(t.arrival_s + t.e2e_s) - min(t.arrival_s)) AS span_s
 FROM request_timings AS t
 LEFT JOIN runs AS r USING (run_id)
-GROUP BY t.run_id;
+GROUP BY t.run_id, t.load_level;
 
--- @view timing_latency_summary
--- @alias request_latency_summary
--- Latency percentiles per run and metric (successful requests).
--- @column run_id    the run
--- @column origin    measured or simulated
--- @column metric    ttft, tpot or e2e
--- @column requests  requests with a value
--- @column mean_s    mean
--- @column p50_s     median
--- @column p90_s     90th percentile
--- @column p99_s     99th percentile
-CREATE VIEW timing_latency_summary AS
-SELECT l.run_id, any_value(t.origin) AS origin, l.metric, count(*) AS requests,
-       avg(l.seconds) AS mean_s, quantile_cont(l.seconds, 0.5) AS p50_s,
-       quantile_cont(l.seconds, 0.9) AS p90_s, quantile_cont(l.seconds, 0.99) AS p99_s
-FROM _timing_long AS l
-JOIN (SELECT DISTINCT run_id, origin FROM request_timings) AS t USING (run_id)
-GROUP BY l.run_id, l.metric
-ORDER BY l.run_id, l.metric;
+-- @view _timing_percentiles
+-- Latency percentiles per run and metric of successful requests (the fidelity table's
+-- input; serving_benchmark has them in the layout benchmarks print).
+CREATE VIEW _timing_percentiles AS
+SELECT run_id, metric, quantile_cont(seconds, 0.5) AS p50_s,
+       quantile_cont(seconds, 0.9) AS p90_s, quantile_cont(seconds, 0.99) AS p99_s
+FROM _timing_long
+GROUP BY run_id, metric;
 
 -- @macro timing_slo_attainment(ttft_slo_s, tpot_slo_s, e2e_slo_s)
 -- @alias slo_attainment
--- Per run: the share of requests meeting every given SLO (seconds; NULL skips one) and
--- goodput, those requests per second of the run.
+-- Per run and load level: the share of requests meeting every given SLO (seconds; NULL
+-- skips one) and goodput, those requests per second of the run.
 -- @column run_id        the run
+-- @column load_level    the load level within the run
 -- @column requests      requests, failed ones included
 -- @column failed        failed requests
 -- @column met           requests meeting every SLO
@@ -102,22 +144,22 @@ ORDER BY l.run_id, l.metric;
 CREATE MACRO timing_slo_attainment(ttft_slo_s := NULL, tpot_slo_s := NULL, e2e_slo_s := NULL)
 AS TABLE
 WITH judged AS (
-    SELECT run_id, arrival_s, e2e_s, error IS NOT NULL AS failed,
+    SELECT run_id, load_level, arrival_s, e2e_s, error IS NOT NULL AS failed,
            error IS NULL
            AND (ttft_slo_s IS NULL OR ttft_s <= ttft_slo_s)
            AND (tpot_slo_s IS NULL OR coalesce(tpot_s, 0) <= tpot_slo_s)
            AND (e2e_slo_s IS NULL OR e2e_s <= e2e_slo_s) AS met
     FROM request_timings
 )
-SELECT j.run_id, count(*) AS requests, count(*) FILTER (WHERE j.failed) AS failed,
+SELECT j.run_id, j.load_level, count(*) AS requests, count(*) FILTER (WHERE j.failed) AS failed,
        count(*) FILTER (WHERE j.met) AS met,
        count(*) FILTER (WHERE j.met) / count(*) AS attainment,
        any_value(s.span_s) AS span_s,
        count(*) FILTER (WHERE j.met) / nullif(any_value(s.span_s), 0) AS goodput_per_s
 FROM judged AS j
-JOIN _timing_spans AS s USING (run_id)
-GROUP BY j.run_id
-ORDER BY j.run_id;
+JOIN _timing_spans AS s USING (run_id, load_level)
+GROUP BY j.run_id, j.load_level
+ORDER BY j.run_id, j.load_level;
 
 -- @macro timing_fidelity(measured, simulated)
 -- A simulated run against a measured one (runs by name or id), percentile by percentile:
@@ -129,10 +171,10 @@ ORDER BY j.run_id;
 -- @column rel_error    (simulated - measured) / measured
 CREATE MACRO timing_fidelity(measured, simulated) AS TABLE
 WITH picked AS (
-    SELECT 'measured' AS side, * FROM timing_latency_summary
+    SELECT 'measured' AS side, * FROM _timing_percentiles
     WHERE run_id = _eval_run(measured)
     UNION ALL
-    SELECT 'simulated' AS side, * FROM timing_latency_summary
+    SELECT 'simulated' AS side, * FROM _timing_percentiles
     WHERE run_id = _eval_run(simulated)
 ), long AS (
     UNPIVOT (SELECT side, metric, p50_s AS p50, p90_s AS p90, p99_s AS p99 FROM picked)

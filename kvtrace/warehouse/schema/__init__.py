@@ -16,7 +16,12 @@ from kvtrace.warehouse.schema.dsa import (
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, NEEDLE_SPANS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
-from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS, WORKLOAD_REQUESTS
+from kvtrace.warehouse.schema.workload import (
+    BATCH_METRICS,
+    BENCHMARK_SUMMARIES,
+    REQUEST_TIMINGS,
+    WORKLOAD_REQUESTS,
+)
 
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
@@ -36,6 +41,7 @@ TABLES: dict[str, TableSpec] = {
         NEEDLE_SPANS,
         WORKLOAD_REQUESTS,
         REQUEST_TIMINGS,
+        BENCHMARK_SUMMARIES,
         BATCH_METRICS,
         TIMELINE_EVENTS,
     )

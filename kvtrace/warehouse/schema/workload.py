@@ -32,6 +32,9 @@ REQUEST_TIMINGS = TableSpec(
     pa.schema(
         [
             ("run_id", pa.string()),
+            # the load level within the run: the line of an SGLang bench_serving file (one
+            # line per request rate or concurrency), 0 for one-level formats
+            ("load_level", pa.int64()),
             ("request_idx", pa.int64()),
             ("origin", pa.string()),  # measured (a benchmark) or simulated (a simulator)
             ("arrival_s", pa.float64()),
@@ -47,9 +50,43 @@ REQUEST_TIMINGS = TableSpec(
         ]
     ),
     partition_by=("run_id",),
-    sort_by=("request_idx",),
-    record_key=("request_idx",),
+    sort_by=("load_level", "request_idx"),
+    record_key=("load_level", "request_idx"),
 )
+
+_STATISTICS = ("mean", "median", "std", "p90", "p99")
+BENCHMARK_SUMMARIES = TableSpec(
+    "benchmark_summaries",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("load_level", pa.int64()),  # as in request_timings
+            ("tool", pa.string()),  # sglang, aiperf or genai-perf: who computed the numbers
+            ("request_rate", pa.float64()),  # the rate asked for; inf: all at once
+            ("max_concurrency", pa.int64()),
+            ("completed", pa.int64()),
+            ("failed", pa.int64()),
+            ("duration_s", pa.float64()),
+            ("total_input_tokens", pa.int64()),
+            ("total_output_tokens", pa.int64()),
+            ("request_throughput", pa.float64()),
+            ("input_throughput", pa.float64()),
+            ("output_throughput", pa.float64()),
+            ("total_token_throughput", pa.float64()),
+            *(
+                (f"{statistic}_{metric}_ms", pa.float64())
+                for metric in ("ttft", "tpot", "itl", "e2el")
+                for statistic in _STATISTICS
+            ),
+        ]
+    ),
+    partition_by=("run_id",),
+    sort_by=("load_level",),
+    record_key=("load_level",),
+)
+"""What a serving benchmark printed for a load level, when its file holds the summary:
+one row per (run, load level), in ``serving_benchmark_table``'s column names; NULL where
+the tool does not report a number."""
 
 BATCH_METRICS = TableSpec(
     "batch_metrics",

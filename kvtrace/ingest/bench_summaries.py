@@ -1,0 +1,212 @@
+"""Read serving-benchmark files that carry the tool's own summary.
+
+- ``sglang``: SGLang's ``bench_serving`` output, one JSON line appended per load level
+  (request rate or concurrency): the summary the tool printed (``completed``,
+  ``duration``, ``mean_ttft_ms``, ``p99_e2e_latency_ms``, ...) and, with
+  ``--output-details``, the per-request lists ``input_lens``, ``output_lens``, ``ttfts``
+  and ``itls`` (seconds) and ``errors``.  The file is one run; its line (from 0) is the
+  load level.  There is no per-request end-to-end latency: a request's is its TTFT plus
+  its chunk gaps.
+- ``aiperf_summary``: AIPerf's ``profile_export_aiperf.json``, and ``genai_perf``:
+  GenAI-Perf's ``profile_export_genai_perf.json``: one object of metrics, each
+  ``{unit, avg, p50, p90, p99, std, ...}``.  Their "inter token latency" is the time per
+  output token after the first, so it fills the TPOT columns; AIPerf's "inter chunk
+  latency" fills the ITL ones.
+
+Summary rows go to ``benchmark_summaries`` in the column names of
+``serving_benchmark_table``; per-request rows to ``request_timings``.  A line whose
+summary is not numbers goes to the quarantine whole; a line whose details are not
+well-formed keeps its summary and quarantines the details, saying why.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from kvtrace.errors import InputError
+from kvtrace.ingest.lines import json_records, raw_text, read_json_document
+from kvtrace.ingest.values import finite_number, whole_number
+from kvtrace.warehouse.rejects import BadLine
+
+STATISTICS = {"mean": "avg", "median": "p50", "std": "std", "p90": "p90", "p99": "p99"}
+SGLANG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency"}
+SGLANG_DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+# The metrics of AIPerf's and GenAI-Perf's JSON exports, by kvtrace's names.
+EXPORT_METRICS = {
+    "ttft": "time_to_first_token",
+    "tpot": "inter_token_latency",
+    "itl": "inter_chunk_latency",
+    "e2el": "request_latency",
+}
+_TO_MS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "ns": 1e-6}
+
+
+def is_sglang_record(record: dict[str, Any]) -> bool:
+    return "median_e2e_latency_ms" in record and "completed" in record
+
+
+def is_summary_export(document: dict[str, Any]) -> str | None:
+    """``aiperf_summary`` or ``genai_perf`` for a JSON export of either tool, else None."""
+    throughput = document.get("request_throughput")
+    if not isinstance(throughput, dict) or "avg" not in throughput:
+        return None
+    if not isinstance(document.get("time_to_first_token", document.get("request_latency")), dict):
+        return None
+    return "aiperf_summary" if "benchmark_duration" in document else "genai_perf"
+
+
+def read_sglang_lines(
+    path: Path,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[BadLine]]:
+    """The summary rows and per-request rows of an SGLang bench_serving JSONL file."""
+    summaries: list[dict[str, Any]] = []
+    requests: list[dict[str, Any]] = []
+    rejected: list[BadLine] = []
+    for line_no, text, record in json_records(path, rejected):
+        level = line_no - 1
+        try:
+            if not isinstance(record, dict) or not is_sglang_record(record):
+                raise ValueError("not a bench_serving result line")
+            summaries.append(_sglang_summary(record, level))
+        except ValueError as exc:
+            rejected.append(BadLine(line_no, f"bad result line: {exc}"[:300], raw_text(text)))
+            continue
+        if not any(key in record for key in SGLANG_DETAILS):
+            continue
+        try:
+            rows = _sglang_requests(record, level)
+        except ValueError as exc:
+            reason = f"per-request details left out, the summary kept: {exc}"[:300]
+            rejected.append(BadLine(line_no, reason, raw_text(text)))
+            continue
+        summaries[-1]["failed"] = sum(row["error"] is not None for row in rows)
+        requests.extend(rows)
+    rejected.sort(key=lambda bad: bad.line_no)
+    return summaries, requests, rejected
+
+
+def _sglang_summary(record: dict[str, Any], level: int) -> dict[str, Any]:
+    def number(key: str) -> float | None:
+        value = record.get(key)
+        return None if value is None else finite_number(key, value, minimum=0)
+
+    def count(key: str) -> int | None:
+        value = record.get(key)
+        return None if value is None else whole_number(key, value)
+
+    rate = record.get("request_rate")
+    summary: dict[str, Any] = {
+        "load_level": level,
+        "tool": "sglang",
+        "request_rate": math.inf
+        if rate == math.inf
+        else (None if rate is None else finite_number("request_rate", rate, minimum=0)),
+        "max_concurrency": count("max_concurrency"),
+        "completed": count("completed"),
+        "duration_s": number("duration"),
+        "total_input_tokens": count("total_input_tokens"),
+        "total_output_tokens": count("total_output_tokens"),
+        "request_throughput": number("request_throughput"),
+        "input_throughput": number("input_throughput"),
+        "output_throughput": number("output_throughput"),
+        "total_token_throughput": number("total_throughput"),
+    }
+    for metric, name in SGLANG_METRICS.items():
+        for statistic in STATISTICS:
+            summary[f"{statistic}_{metric}_ms"] = number(f"{statistic}_{name}_ms")
+    return summary
+
+
+def _sglang_requests(record: dict[str, Any], level: int) -> list[dict[str, Any]]:
+    ttfts = record.get("ttfts")
+    count = len(ttfts) if isinstance(ttfts, list) else 0
+    lists: dict[str, list[Any]] = {}
+    for key in SGLANG_DETAILS:
+        value = record.get(key)
+        if not isinstance(value, list) or len(value) != count:
+            raise ValueError(f"{key} must be a list of one value per request ({count}, like ttfts)")
+        lists[key] = value
+    rows = []
+    for i in range(count):
+        error = lists["errors"][i] or None
+        gaps = lists["itls"][i]
+        if not isinstance(gaps, list):
+            raise ValueError(f"itls[{i}] must be a list of non-negative numbers")
+        itl = [finite_number(f"itls[{i}]", gap, minimum=0) for gap in gaps]
+        ttft = finite_number(f"ttfts[{i}]", lists["ttfts"][i], minimum=0)
+        rows.append(
+            {
+                "load_level": level,
+                "request_idx": i,
+                "origin": "measured",
+                "input_tokens": whole_number(f"input_lens[{i}]", lists["input_lens"][i]),
+                "output_tokens": whole_number(f"output_lens[{i}]", lists["output_lens"][i]),
+                "ttft_s": None if error else ttft,
+                "itl_s": itl,
+                "tpot_s": sum(itl) / len(itl) if itl and not error else None,
+                "e2e_s": None if error else ttft + sum(itl),
+                "error": None if error is None else str(error),
+            }
+        )
+    return rows
+
+
+def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The summary row of an AIPerf or GenAI-Perf JSON export, and the run's settings."""
+    document = read_json_document(path)
+    tool = "aiperf" if fmt == "aiperf_summary" else "genai-perf"
+
+    def stat(metric: str, statistic: str, unit_to: dict[str, float]) -> float | None:
+        entry = document.get(metric)
+        if not isinstance(entry, dict) or entry.get(statistic) is None:
+            return None
+        value = finite_number(f"{metric}.{statistic}", entry[statistic])
+        unit = str(entry.get("unit", ""))
+        if unit_to is _TO_MS and unit not in _TO_MS:
+            raise InputError(f"{path}: {metric} is in {unit!r}, not a unit of time")
+        return value * unit_to.get(unit, 1.0)
+
+    def total(metric: str) -> int | None:
+        value = stat(metric, "avg", {})
+        return None if value is None else round(value)
+
+    duration = stat("benchmark_duration", "avg", {"sec": 1.0, "s": 1.0, "ms": 1e-3})
+    settings = _load_settings(document.get("input_config"))
+    summary: dict[str, Any] = {
+        "load_level": 0,
+        "tool": tool,
+        "request_rate": settings.get("request_rate"),
+        "max_concurrency": settings.get("max_concurrency"),
+        "completed": total("request_count"),
+        "failed": total("error_request_count") or (0 if tool == "aiperf" else None),
+        "duration_s": duration,
+        "total_input_tokens": total("total_isl"),
+        "total_output_tokens": total("total_osl"),
+        "request_throughput": stat("request_throughput", "avg", {}),
+        "output_throughput": stat("output_token_throughput", "avg", {}),
+    }
+    try:
+        for metric, name in EXPORT_METRICS.items():
+            for statistic, key in STATISTICS.items():
+                summary[f"{statistic}_{metric}_ms"] = stat(name, key, _TO_MS)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    return summary, {k: v for k, v in settings.items() if v is not None}
+
+
+def _load_settings(config: object) -> dict[str, Any]:
+    """The request rate and concurrency an export's ``input_config`` asked for."""
+    if not isinstance(config, dict):
+        return {}
+    places = [config, config.get("loadgen") or {}]
+    found: dict[str, Any] = {}
+    for place in places:
+        if not isinstance(place, dict):
+            continue
+        if isinstance(place.get("concurrency"), int):
+            found["max_concurrency"] = place["concurrency"]
+        if isinstance(place.get("request_rate"), (int, float)):
+            found["request_rate"] = float(place["request_rate"])
+    return found
