@@ -206,7 +206,10 @@ def ingest(
     ] = None,
     experiment: Annotated[
         str | None,
-        typer.Option(help="Label for serving runs, e.g. exp2_2p6d (default: the run name)."),
+        typer.Option(
+            help="Label for serving and benchmark runs, e.g. exp2_2p6d (default: the run "
+            "name); the serving report covers an experiment's runs together."
+        ),
     ] = None,
     strict: Annotated[bool, typer.Option(help="Exit non-zero when any line was rejected.")] = False,
     columns: Annotated[
@@ -1163,6 +1166,14 @@ def report_command(
         list[str] | None,
         typer.Option(help="Experiment label to cover (repeatable); compare: the two sides."),
     ] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="METRIC=MS",
+            help="serving: a service-level objective, ttft, tpot or e2el in milliseconds "
+            "(repeatable), drawn as a line and counted in the goodput.",
+        ),
+    ] = None,
     as_of: AsOfOption = None,
 ) -> None:
     """Render a self-contained HTML report (charts and tables, with their SQL).
@@ -1173,13 +1184,47 @@ def report_command(
     Example: kvtrace report dsa --run demo-ruler-dsa-ref --output dsa.html
     """
     _write_report(
-        _open(as_of=as_of), name, runs=run or [], experiments=experiment or [], output=output
+        _open(as_of=as_of),
+        name,
+        runs=run or [],
+        experiments=experiment or [],
+        output=output,
+        slos=_slos(name, slo or []),
     )
     out.print(f"wrote {output}")
 
 
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+def _slos(report: str, given: list[str]) -> dict[str, float]:
+    """``--slo METRIC=MS`` values by metric; one sentence for a malformed one."""
+    if given and report != "serving":
+        raise KvtraceError("--slo applies to the serving report only")
+    slos: dict[str, float] = {}
+    for text in given:
+        metric, _, value = text.partition("=")
+        try:
+            milliseconds = float(value)
+        except ValueError:
+            milliseconds = -1.0
+        if metric not in SLO_METRICS or not milliseconds > 0:
+            raise KvtraceError(
+                f"expected --slo METRIC=MS with METRIC one of {', '.join(SLO_METRICS)} and MS "
+                f"a positive number of milliseconds, got {text!r}"
+            )
+        slos[metric] = milliseconds
+    return slos
+
+
 def _write_report(
-    warehouse: Warehouse, name: str, *, runs: list[str], experiments: list[str], output: Path
+    warehouse: Warehouse,
+    name: str,
+    *,
+    runs: list[str],
+    experiments: list[str],
+    output: Path,
+    slos: dict[str, float] | None = None,
 ) -> None:
     """Render report ``name`` to ``output``; its command line is the one that makes it
     again (the warehouse version pinned)."""
@@ -1193,6 +1238,8 @@ def _write_report(
         raise KvtraceError(f"expected {', '.join(known)} for the report, got {name!r}")
     selection = [arg for run in runs for arg in ("--run", run)]
     selection += [arg for label in experiments for arg in ("--experiment", label)]
+    for metric, milliseconds in (slos or {}).items():
+        selection += ["--slo", f"{metric}={milliseconds:g}"]
     command_line = shlex.join(
         [
             "kvtrace",
@@ -1208,7 +1255,12 @@ def _write_report(
         ]
     )
     html = render_report(
-        warehouse, known[name], runs=runs, experiments=experiments, command_line=command_line
+        warehouse,
+        known[name],
+        runs=runs,
+        experiments=experiments,
+        command_line=command_line,
+        settings={f"slo_{metric}_ms": ms for metric, ms in (slos or {}).items()},
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     from kvtrace.sql.query import write_output

@@ -24,11 +24,14 @@ def render_report(
     experiments: list[str],
     command_line: str,
     generated_at: datetime | None = None,
+    settings: dict[str, float] | None = None,
 ) -> str:
-    """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select."""
+    """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select;
+    ``settings`` are the user's values its queries read (``getvariable``)."""
     con = connect(warehouse)
     try:
         scope = report.select(con, runs, experiments)
+        scope.variables.update(settings or {})
         for name, value in sorted(scope.variables.items()):
             con.execute(f"SET VARIABLE {name} = ?", [value])
         queries = load_queries(report.name)

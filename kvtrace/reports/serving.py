@@ -1,4 +1,5 @@
-"""The serving report: where errors cluster and how latency splits by execution mode."""
+"""The serving report: latency against throughput across load levels, the
+serving-benchmark table, where errors cluster and how latency splits by execution mode."""
 
 from __future__ import annotations
 
@@ -6,8 +7,44 @@ import altair as alt
 import pyarrow as pa
 
 from kvtrace.reports.charts import WIDTH, data, series_color
-from kvtrace.reports.model import ReportDefinition, Section
-from kvtrace.reports.selection import runs_in
+from kvtrace.reports.model import ReportDefinition, Scope, Section
+from kvtrace.reports.selection import select_runs
+
+# Runs with serving requests or benchmark results; the experiment of a benchmark run is
+# the --experiment it was ingested with.
+CANDIDATES = """
+SELECT t.run_id, r.run_name,
+       coalesce(t.experiment, json_extract_string(r.collector_config, '$.experiment'))
+           AS experiment
+FROM (SELECT run_id, experiment FROM request_metrics
+      UNION SELECT run_id, NULL FROM request_timings
+      UNION SELECT run_id, NULL FROM benchmark_summaries) AS t
+LEFT JOIN runs AS r USING (run_id)
+"""
+
+
+def select(con, runs: list[str], experiments: list[str]) -> Scope:
+    return Scope(
+        select_runs(con, CANDIDATES, runs=runs, experiments=experiments, what="serving runs")
+    )
+
+
+def _latency_throughput(rows: pa.Table):
+    base = alt.Chart(data(rows), width=WIDTH // 3 - 20, height=220)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("request_throughput:Q", title="requests per second"),
+        y=alt.Y("latency_ms:Q", title="milliseconds"),
+        color=series_color(rows, "series"),
+        strokeDash=alt.StrokeDash("statistic:N", title=None),
+        detail="run_id:N",
+        tooltip=["series:N", "load_level:Q", "statistic:N", "request_throughput:Q", "latency_ms:Q"],
+    )
+    slo = base.mark_rule(color="firebrick", strokeDash=[4, 3]).encode(y="slo_ms:Q")
+    return (
+        alt.layer(lines, slo)
+        .facet(column=alt.Column("metric:N", title=None, sort=["TTFT", "TPOT", "E2E latency"]))
+        .resolve_scale(y="independent")
+    )
 
 
 def _deciles(rows: pa.Table):
@@ -67,10 +104,25 @@ def _latency(rows: pa.Table):
 REPORT = ReportDefinition(
     name="serving",
     title="kvtrace serving report",
-    summary="Error rates over the run (equal-time and equal-count bins), per worker and "
+    summary="Latency against throughput across load levels and the serving-benchmark "
+    "table; error rates over the run (equal-time and equal-count bins), per worker and "
     "per session; the execution-mode mix; latency per mode.",
-    select=runs_in("request_metrics", "serving runs"),
+    select=select,
     sections=(
+        Section(
+            "latency_throughput",
+            "Latency against throughput",
+            "One point per load level (a benchmark run, or a line of an SGLang sweep); "
+            "solid: median, dashed: p99; red: the SLO given with --slo.",
+            chart=_latency_throughput,
+            empty="No run recorded request latencies.",
+        ),
+        Section(
+            "benchmark",
+            "Serving-benchmark table",
+            "In the layout serving benchmarks print; source says whether a number is the "
+            "tool's own summary or computed from its per-request records.",
+        ),
         Section(
             "deciles",
             "Error rate per decile",

@@ -18,7 +18,7 @@ from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
-from tests.conftest import warehouse_at
+from tests.conftest import DATA, warehouse_at
 from tests.reports.browser import open_report
 from tests.serving.fixtures import pool_rows, request_rows, write
 from tests.test_cli import kvtrace
@@ -41,10 +41,11 @@ CONFIG = DsaRefConfig(
     index_topk=64,
     max_seq_len=4096,
 )
+SGLANG_SWEEP = DATA / "workload" / "sglang_bench_serving_example.jsonl"
 COMMANDS = {
     "dsa": ["report", "dsa"],
     "pool": ["report", "pool"],
-    "serving": ["report", "serving"],
+    "serving": ["report", "serving", "--slo", "ttft=300", "--slo", "tpot=40"],
     "compare": ["report", "compare", "--experiment", "exp-a", "--experiment", "exp-b"],
     "compare-dsa": ["report", "compare", "--run", "chat", "--run", "niah"],
     "whatif": ["report", "whatif"],
@@ -109,6 +110,7 @@ def root(tmp_path_factory) -> str:
             str(workload / "mooncake.jsonl"),
             str(workload / "bench.json"),
             str(workload / "request_metrics.csv"),
+            str(SGLANG_SWEEP),
         ],
     )
     ingest(
@@ -228,6 +230,25 @@ def test_the_workload_report_sets_engine_prefix_caches_beside_the_block_cache(ro
     for cache in ("block cache, lru", "block cache, opt", "LRU pool, prefix tokens"):
         assert f'"cache": "{cache}"' in html or f'"cache":"{cache}"' in html, cache
     assert "radix tree, prefix tokens" in html
+
+
+def test_the_serving_report_draws_each_sweep_against_its_slos(root, tmp_path):
+    html = _render(root, "serving", tmp_path / "serving.html")
+    assert "Setting slo_ttft_ms" in html and "Setting slo_tpot_ms" in html
+    assert "--slo ttft=300 --slo tpot=40" in html  # the command that makes it again
+    points = re.findall(r'"series": ?"sglang_bench_serving_example"', html)
+    assert len(points) == 3 * 3 * 2  # load levels x metrics x (median, p99)
+    assert re.search(r'"slo_ms": ?300\.0', html) and re.search(r'"slo_ms": ?40\.0', html)
+    assert "summary+requests" in html  # the table says where its numbers come from
+
+
+def test_slos_are_checked_and_belong_to_the_serving_report(root, tmp_path):
+    output = str(tmp_path / "r.html")
+    wrong = kvtrace("-w", str(root), "report", "serving", "--slo", "ttft", "--output", output)
+    assert wrong.returncode != 0 and "expected --slo METRIC=MS" in wrong.stderr
+    elsewhere = kvtrace("-w", str(root), "report", "pool", "--slo", "ttft=1", "--output", output)
+    assert elsewhere.returncode != 0
+    assert "--slo applies to the serving report only" in elsewhere.stderr
 
 
 def test_the_timeline_report_draws_a_typical_iteration_and_the_copy_bandwidth(root, tmp_path):

@@ -1,4 +1,36 @@
--- Queries of the serving report over the runs in report_runs (request_metrics).
+-- Queries of the serving report over the runs in report_runs (replayed serving
+-- requests and serving-benchmark runs).  The SLOs given with --slo are the variables
+-- slo_ttft_ms, slo_tpot_ms and slo_e2el_ms (NULL when not given).
+
+-- @query benchmark
+-- The serving-benchmark table of the runs, one row per load level, goodput under the
+-- SLOs given.
+SELECT r.run_name, b.* EXCLUDE (origin)
+FROM serving_benchmark_table(ttft_slo_ms := getvariable('slo_ttft_ms'),
+                             tpot_slo_ms := getvariable('slo_tpot_ms'),
+                             e2e_slo_ms := getvariable('slo_e2el_ms')) AS b
+JOIN report_runs AS r USING (run_id)
+ORDER BY r.experiment NULLS LAST, r.run_name, b.load_level;
+
+-- @query latency_throughput
+-- Latency against request throughput: the median and p99 of TTFT, TPOT and end-to-end
+-- latency at each load level, with the SLO of each metric when one was given.
+WITH b AS (
+    SELECT coalesce(r.experiment, r.run_name) AS series, b.*
+    FROM serving_benchmark AS b JOIN report_runs AS r USING (run_id)
+), long AS (
+    SELECT series, run_id, load_level, request_throughput, 'TTFT' AS metric,
+           median_ttft_ms AS median_ms, p99_ttft_ms AS p99_ms,
+           getvariable('slo_ttft_ms')::DOUBLE AS slo_ms, 1 AS metric_order FROM b
+    UNION ALL
+    SELECT series, run_id, load_level, request_throughput, 'TPOT', median_tpot_ms,
+           p99_tpot_ms, getvariable('slo_tpot_ms')::DOUBLE, 2 FROM b
+    UNION ALL
+    SELECT series, run_id, load_level, request_throughput, 'E2E latency', median_e2el_ms,
+           p99_e2el_ms, getvariable('slo_e2el_ms')::DOUBLE, 3 FROM b
+)
+UNPIVOT long ON median_ms AS 'median', p99_ms AS 'p99' INTO NAME statistic VALUE latency_ms
+ORDER BY metric_order, series, request_throughput;
 
 -- @query deciles
 -- Error rate per decile of the run, with equal-time bins and equal-count bins side by
