@@ -200,8 +200,8 @@ def ingest(
     kind: Annotated[
         Kind | None,
         typer.Option(
-            help="Read every file as dsa, pool, requests, eval, workload, benchmark, timeline "
-            "or summary (default: told by each file's content)."
+            help="Read every file as dsa, pool, requests, eval, workload, benchmark, timeline, "
+            "kv-events or summary (default: told by each file's content)."
         ),
     ] = None,
     experiment: Annotated[
@@ -384,6 +384,86 @@ def collect_pool(
     out.print(
         f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
         f"with errors, {report.rows:,} rows into run {report.run_id}"
+    )
+
+
+@collect_app.command("kv-events")
+def collect_kv_events_command(
+    endpoint: Annotated[
+        list[str],
+        typer.Option(
+            metavar="[NAME=]tcp://HOST:PORT",
+            help="An engine's KV-event publisher (vLLM: the 'endpoint' of "
+            "--kv-events-config, port 5557 by default). Repeat for each engine.",
+        ),
+    ],
+    replay: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="tcp://HOST:PORT",
+            help="The replay endpoint of each --endpoint, in the same order (vLLM: "
+            "'replay_endpoint', 5558): missed batches are fetched from it.",
+        ),
+    ] = None,
+    topic: Annotated[str, typer.Option(help="The topic to subscribe to (vLLM: 'topic').")] = "",
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
+    ] = None,
+    connect_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for a first event before giving up.")
+    ] = 10.0,
+    run_name: Annotated[
+        str | None, typer.Option(help="Run name (default: kv-events-<time>).")
+    ] = None,
+) -> None:
+    """Record the KV-cache events engines publish (block stored, removed, cleared) into
+    kv_events and kv_event_blocks, committed in small batches.
+
+    Start vLLM with --kv-events-config '{"enable_kv_cache_events": true, "publisher":
+    "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic":
+    "kv-events"}'.  Missed sequence numbers are replayed or recorded as gaps; an
+    unreadable message is an error row; Ctrl-C or SIGTERM writes what came and closes the
+    run.
+
+    Example: kvtrace collect kv-events --endpoint gpu0=tcp://127.0.0.1:5557 --replay
+    tcp://127.0.0.1:5558 --topic kv-events --duration 600
+    """
+    from kvtrace.collectors.kv_event_subscriber import EventSource, collect_kv_events
+
+    replays = replay or []
+    if len(replays) > len(endpoint):
+        raise KvtraceError("give at most one --replay per --endpoint, in the same order")
+    sources = [
+        EventSource.parse(text, replays[i] if i < len(replays) else None)
+        for i, text in enumerate(endpoint)
+    ]
+    warehouse = _open(create=True)
+
+    def show(report) -> None:
+        if not options.quiet and err.is_terminal:
+            err.print(
+                f"{report.messages:,} batches, {report.events:,} block events, "
+                f"{report.gaps:,} gaps, {report.errors:,} errors",
+                end="\r",
+            )
+
+    stop = threading.Event()
+    with _stopped_by_sigterm(stop):
+        report = collect_kv_events(
+            warehouse,
+            sources,
+            topic=topic,
+            duration_s=duration,
+            connect_timeout_s=connect_timeout,
+            run_name=run_name,
+            on_batch=show,
+            stop=stop,
+        )
+    out.print(
+        f"recorded {len(sources)} engine(s): {report.messages:,} batches, "
+        f"{report.events:,} block events ({report.replayed:,} batches replayed, "
+        f"{report.gaps:,} gaps, {report.errors:,} unreadable) into run {report.run_id}"
     )
 
 

@@ -71,6 +71,22 @@ PREFIX_REQUESTS = pa.struct(
         ("prefill_source", pa.string()),
     ]
 )
+KV_CACHE_FIDELITY = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("worker", pa.string()),
+        ("t_s", pa.float64()),
+        ("capacity_blocks", pa.int64()),
+        ("observed_stored", pa.int64()),
+        ("simulated_stored", pa.int64()),
+        ("observed_removed", pa.int64()),
+        ("simulated_evicted", pa.int64()),
+        ("observed_restores", pa.int64()),
+        ("simulated_restores", pa.int64()),
+        ("observed_resident", pa.int64()),
+        ("simulated_resident", pa.int64()),
+    ]
+)
 COST_MODEL = pa.struct(
     [
         ("run_id", pa.string()),

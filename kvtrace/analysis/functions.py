@@ -1,10 +1,11 @@
 """The SQL functions behind the analyses: ``kvtrace_hit_curve``, ``kvtrace_reuse``,
-``kvtrace_prefix_hit_curve``, ``kvtrace_prefix_requests`` and ``kvtrace_cost_model``.
+``kvtrace_prefix_hit_curve``, ``kvtrace_prefix_requests``, ``kvtrace_cost_model`` and
+``kvtrace_kv_cache_fidelity``.
 
 Each is called with constant arguments from a table macro of the SQL library
 (``dsa_hit_curve``, ``dsa_reuse``, ``workload_prefix_hit_curve``,
-``timing_cost_model``), reads what it needs through a cursor of the calling connection,
-runs the analysis and returns its rows as one list.  The compiled kernels load on the
+``timing_cost_model``, ``kv_cache_fidelity``), reads what it needs through a cursor of
+the calling connection, runs the analysis and returns its rows as one list.  The compiled kernels load on the
 first call, not when a connection is opened.
 """
 
@@ -21,6 +22,7 @@ from duckdb import func
 from kvtrace.analysis.columns import (
     COST_MODEL,
     HIT_CURVE,
+    KV_CACHE_FIDELITY,
     PREFIX_HIT_CURVE,
     PREFIX_REQUESTS,
     REUSE,
@@ -164,6 +166,16 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         )
         return rows(PREFIX_REQUESTS, found, policy)
 
+    def kv_cache_fidelity(
+        policy: pa.ChunkedArray, capacity_blocks: pa.ChunkedArray, bucket_s: pa.ChunkedArray
+    ) -> pa.Array:
+        from kvtrace.analysis.kv_cache_fidelity import kv_cache_fidelity_rows
+
+        found = kv_cache_fidelity_rows(
+            cursor(), _constant(policy), _constant(capacity_blocks), _constant(bucket_s)
+        )
+        return rows(KV_CACHE_FIDELITY, found, policy)
+
     def cost_model(source: pa.ChunkedArray) -> pa.Array:
         from kvtrace.analysis import cost_model as model
 
@@ -202,6 +214,12 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
             PREFIX_REQUESTS,
         ),
         ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
+        (
+            "kvtrace_kv_cache_fidelity",
+            kv_cache_fidelity,
+            ["VARCHAR", "BIGINT", "DOUBLE"],
+            KV_CACHE_FIDELITY,
+        ),
     ]
     for name, function, arguments, struct in functions:
         con.create_function(

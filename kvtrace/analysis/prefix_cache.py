@@ -98,7 +98,7 @@ class PrefixCurveSpec:
 
 
 @dataclass
-class _Trace:
+class PrefixTrace:
     """A run's requests as flat block ids with per-block token weights."""
 
     ids: np.ndarray  # dense block id of every read, request after request
@@ -129,7 +129,7 @@ class _Trace:
         return values
 
 
-def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> _Trace:
+def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> PrefixTrace:
     table = con.sql(
         "SELECT request_idx, hash_ids, input_tokens, hash_block_tokens FROM workload_requests "
         "WHERE run_id = $run AND hash_ids IS NOT NULL ORDER BY request_idx",
@@ -149,7 +149,7 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> _Trace:
     requests = len(lengths)
     measured_from = math.floor(requests * warmup)
     indices = table["request_idx"].to_pylist()
-    return _Trace(ids, starts, tokens, distinct, block_tokens, measured_from, indices)
+    return PrefixTrace(ids, starts, tokens, distinct, block_tokens, measured_from, indices)
 
 
 def prefix_hit_curve_rows(
@@ -232,10 +232,10 @@ def _budgets(
     return found
 
 
-class _Simulation:
+class PrefixSimulation:
     """Which of a run's block reads hit, per capacity (the shared preparation kept)."""
 
-    def __init__(self, trace: _Trace, policy: str, semantics: str) -> None:
+    def __init__(self, trace: PrefixTrace, policy: str, semantics: str) -> None:
         self.trace, self.policy, self.semantics = trace, policy, semantics
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, np.ndarray] | None = None
@@ -275,13 +275,13 @@ class _Simulation:
 
 
 def _counted(
-    trace: _Trace, spec: PrefixCurveSpec, capacities: np.ndarray
+    trace: PrefixTrace, spec: PrefixCurveSpec, capacities: np.ndarray
 ) -> list[tuple[int, int, float]]:
     """Per capacity: measured hit blocks, hit tokens and the weighted hits."""
     blocks = trace.weights("blocks")
     tokens = trace.weights("tokens")
     weighted = trace.weights(spec.weight)
-    simulation = _Simulation(trace, spec.policy, spec.semantics)
+    simulation = PrefixSimulation(trace, spec.policy, spec.semantics)
     if simulation.distances is not None:  # every capacity from the one pass
         distances = simulation.distances
         reused = distances >= 0
@@ -321,7 +321,7 @@ def prefix_request_rows(
     for run_id in _runs_with_hashes(con):
         trace = _load(con, run_id, spec.warmup)
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
-        simulation = _Simulation(trace, spec.policy, spec.semantics)
+        simulation = PrefixSimulation(trace, spec.policy, spec.semantics)
         summed = np.concatenate([[0], np.cumsum(trace.tokens)])
         per_request = summed[trace.starts[1:]] - summed[trace.starts[:-1]]
         for capacity in sorted(set(spec.capacities) | set(budgets)):

@@ -13,6 +13,7 @@ from kvtrace.ingest.dsa import DSA
 from kvtrace.ingest.eval_preds import EVAL
 from kvtrace.ingest.family import Family, IngestOptions
 from kvtrace.ingest.kineto import TIMELINE
+from kvtrace.ingest.kv_events import KV_EVENTS_FAMILY
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.results import BENCHMARK
 from kvtrace.ingest.run_summary import RUN_SUMMARY
@@ -22,6 +23,7 @@ from kvtrace.ingest.workload import WORKLOAD
 FAMILIES: tuple[Family, ...] = (
     TIMELINE,
     BENCHMARK,
+    KV_EVENTS_FAMILY,
     POOL,
     REQUESTS,
     EVAL,
@@ -72,6 +74,7 @@ def unknown(probe: Probe) -> InputError:
         "(selected_token_pos), pool snapshots (worker_id, held_tokens), request metrics "
         "(execution_mode, latency_s), RULER predictions (pred, outputs), arrival traces "
         "(Mooncake JSONL; Azure, BurstGPT, Splitwise CSV), benchmark results (vLLM, "
-        "SGLang bench_serving, AIPerf, GenAI-Perf, Vidur), Kineto profiler traces (traceEvents) and serving run summaries "
-        "(*_summary.json); --kind forces one"
+        "SGLang bench_serving, AIPerf, GenAI-Perf, Vidur), KV-cache event batches "
+        "(BlockStored, BlockRemoved), Kineto profiler traces (traceEvents) and serving run "
+        "summaries (*_summary.json); --kind forces one"
     )

@@ -62,7 +62,7 @@ def test_a_healthy_warehouse_checks_clean(three_ingests, cli):
     location, _ = three_ingests
     status, out, _ = cli("-w", location, "check")
     # each DSA ingest writes dsa_steps, requests, runs and the two histograms
-    assert status == 0 and out.strip().endswith("is healthy: 19 logs and 15 data files checked")
+    assert status == 0 and out.strip().endswith("is healthy: 21 logs and 15 data files checked")
 
 
 def _repair_then_ingest_again(cli, location: str, traces, expected_sources: set[str]) -> None:

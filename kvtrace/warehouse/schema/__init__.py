@@ -14,6 +14,7 @@ from kvtrace.warehouse.schema.dsa import (
     DSA_STEPS,
 )
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, NEEDLE_SPANS
+from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 from kvtrace.warehouse.schema.workload import (
@@ -44,6 +45,8 @@ TABLES: dict[str, TableSpec] = {
         BENCHMARK_SUMMARIES,
         BATCH_METRICS,
         TIMELINE_EVENTS,
+        KV_EVENTS,
+        KV_EVENT_BLOCKS,
     )
 }
 

@@ -1,0 +1,140 @@
+"""The prefix-cache what-if against an engine's own KV cache (``kv_cache_fidelity``).
+
+An engine's KV-cache events show what its pool did; ``kv_events_as_workload`` turns its
+stored events into the requests that caused them (each a chain of block hashes, its
+reused prefix included).  Replaying those requests through the simulator with the
+engine's pool size and policy, bucket by bucket in time, puts what the simulation
+predicts beside what the engine did: blocks stored (misses), evicted, stored again
+after an eviction, and resident.  Where they agree the what-if can be trusted for that
+engine; where they part, the table shows when.
+
+The simulated pool holds ``capacity_blocks`` blocks (by default the most the engine held
+at once, its pool as far as the events show); every miss inserts a block and, once the
+pool is full, evicts one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow.compute as pc
+
+from kvtrace.analysis.prefix_cache import PrefixSimulation, PrefixTrace
+from kvtrace.errors import InputError
+
+POLICIES = ("lru", "fifo", "radix_lru")
+
+
+def kv_cache_fidelity_rows(
+    con: duckdb.DuckDBPyConnection,
+    policy: str,
+    capacity_blocks: int | None,
+    bucket_s: float,
+) -> list[dict[str, Any]]:
+    """Per run, worker and time bucket: observed against simulated pool activity."""
+    if policy not in POLICIES:
+        raise InputError(f"expected a policy of {', '.join(POLICIES)}, got {policy!r}")
+    if not bucket_s > 0:
+        raise InputError(f"the bucket must be a positive number of seconds, got {bucket_s}")
+    if capacity_blocks is not None and capacity_blocks < 1:
+        raise InputError(f"the capacity must be at least one block, got {capacity_blocks}")
+    observed = _observed(con, bucket_s)
+    rows: list[dict[str, Any]] = []
+    for (run_id, worker), buckets in sorted(observed.items()):
+        trace, times = _trace(con, run_id, worker)
+        if trace is None:
+            continue
+        capacity = capacity_blocks or max(b["resident_blocks"] for b in buckets.values())
+        simulated = _simulated(trace, times, policy, capacity, bucket_s)
+        for bucket in sorted(set(buckets) | set(simulated)):
+            seen = buckets.get(bucket, {})
+            sim = simulated.get(bucket, {})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "worker": worker,
+                    "t_s": bucket * bucket_s,
+                    "capacity_blocks": capacity,
+                    "observed_stored": seen.get("stored", 0),
+                    "simulated_stored": sim.get("stored", 0),
+                    "observed_removed": seen.get("removed", 0),
+                    "simulated_evicted": sim.get("evicted", 0),
+                    "observed_restores": seen.get("restores", 0),
+                    "simulated_restores": sim.get("restores", 0),
+                    "observed_resident": seen.get("resident_blocks"),
+                    "simulated_resident": sim.get("resident"),
+                }
+            )
+    return rows
+
+
+def _observed(
+    con: duckdb.DuckDBPyConnection, bucket_s: float
+) -> dict[tuple[str, str], dict[int, dict[str, int]]]:
+    """What each worker's pool did per bucket, over all its media."""
+    found: dict[tuple[str, str], dict[int, dict[str, int]]] = {}
+    for run_id, worker, bucket, stored, removed, restores, resident in con.execute(
+        "SELECT run_id, worker, round(t_s / $b)::BIGINT, sum(stored), sum(removed), "
+        "sum(restores), sum(resident_blocks) FROM kv_pool_residency($b) GROUP BY ALL",
+        {"b": bucket_s},
+    ).fetchall():
+        found.setdefault((run_id, worker), {})[bucket] = {
+            "stored": int(stored),
+            "removed": int(removed),
+            "restores": int(restores),
+            "resident_blocks": int(resident),
+        }
+    return found
+
+
+def _trace(
+    con: duckdb.DuckDBPyConnection, run_id: str, worker: str
+) -> tuple[PrefixTrace | None, np.ndarray]:
+    """The worker's stored events as requests of block chains, and their times (s)."""
+    table = con.sql(
+        "SELECT timestamp, hash_ids FROM kv_events_as_workload "
+        "WHERE run_id = $run AND worker = $worker ORDER BY request_idx",
+        params={"run": run_id, "worker": worker},
+    ).to_arrow_table()
+    if table.num_rows == 0:
+        return None, np.empty(0)
+    lists = table["hash_ids"]
+    ids = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
+    lengths = np.asarray(pc.list_value_length(lists).to_numpy(zero_copy_only=False), np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    distinct = int(ids.max()) + 1 if len(ids) else 0
+    trace = PrefixTrace(
+        ids, starts, np.ones(len(ids), np.int64), distinct, 1, 0, list(range(len(lengths)))
+    )
+    times = np.asarray(table["timestamp"].to_numpy(zero_copy_only=False), np.float64) / 1e3
+    return trace, times
+
+
+def _simulated(
+    trace: PrefixTrace, times: np.ndarray, policy: str, capacity: int, bucket_s: float
+) -> dict[int, dict[str, int]]:
+    """Per bucket: the simulated pool's stores, evictions, re-stores and occupancy."""
+    hit = PrefixSimulation(trace, policy, "prefix").hits(capacity)
+    miss = ~hit
+    first = np.zeros(len(trace.ids), bool)
+    first[np.unique(trace.ids, return_index=True)[1]] = True
+    restore = miss & ~first
+    inserted = np.cumsum(miss)
+    evicted = np.maximum(inserted - capacity, 0)
+    lengths = np.diff(trace.starts)
+    buckets = np.repeat(np.floor(times / bucket_s).astype(np.int64), lengths)
+    found: dict[int, dict[str, int]] = {}
+    previous_evicted = 0
+    for bucket in np.unique(buckets):
+        inside = buckets == bucket
+        last = int(np.flatnonzero(inside)[-1])
+        found[int(bucket)] = {
+            "stored": int(miss[inside].sum()),
+            "evicted": int(evicted[last]) - previous_evicted,
+            "restores": int(restore[inside].sum()),
+            "resident": int(min(inserted[last], capacity)),
+        }
+        previous_evicted = int(evicted[last])
+    return found
