@@ -1,6 +1,9 @@
-"""Read recorded KV-cache events: one event batch per line (JSONL).
+"""Read recorded KV-cache events: one event batch per line (JSONL), or a raw msgpack
+capture (``*.msgpack``, ``*.mpk``: the payloads as the engine sent them, one after
+another, each a batch or ``[seq, batch]`` with the batch as an object or as the
+payload's bytes).
 
-A line is a batch as the engine sent it, decoded: ``{"seq": 7, "ts": ..., "events":
+A JSONL line is a batch as the engine sent it, decoded: ``{"seq": 7, "ts": ..., "events":
 [...], "data_parallel_rank": 0}`` (events as tagged maps, ``{"type": "BlockStored",
 ...}``, or tagged arrays, ``["BlockStored", hashes, parent, ...]``), or an array-like
 batch ``[ts, events, rank]``.  ``seq`` defaults to the line's place in the file and
@@ -14,8 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from kvtrace.errors import InputError
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import json_records, raw_text
+from kvtrace.ingest.lines import json_records, raw_text, read_content
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.ingest.values import BadValue, whole_number
@@ -24,6 +28,8 @@ from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 
 EVENT_TAGS = (b'"BlockStored"', b'"BlockRemoved"', b'"AllBlocksCleared"')
+CAPTURE_SUFFIXES = (".msgpack", ".mpk", ".msgpack.gz", ".mpk.gz")
+RAW_TAGS = (b"BlockStored", b"BlockRemoved", b"AllBlocksCleared")
 
 
 def is_event_batch(record: dict[str, Any]) -> bool:
@@ -37,6 +43,8 @@ class KvEventsFamily:
     name = "kv-events"
 
     def recognise(self, probe: Probe) -> str | None:
+        if probe.path.name.endswith(CAPTURE_SUFFIXES) and any(t in probe.head for t in RAW_TAGS):
+            return "msgpack"
         if not any(tag in probe.head for tag in EVENT_TAGS):
             return None
         record = probe.first_record
@@ -46,7 +54,7 @@ class KvEventsFamily:
         return None
 
     def forced_format(self, probe: Probe) -> str:
-        return "jsonl"
+        return "msgpack" if probe.path.name.endswith(CAPTURE_SUFFIXES) else "jsonl"
 
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
         return options.run_name or probe.path.name.split(".")[0]
@@ -54,20 +62,8 @@ class KvEventsFamily:
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
-        rows = BatchRows()
-        rejected: list[BadLine] = []
-        default_worker = probe.path.name.split(".")[0]
-        for line_no, text, record in json_records(probe.path, rejected, advance):
-            try:
-                seq, worker = line_no - 1, default_worker
-                if isinstance(record, dict):
-                    if record.get("seq") is not None:
-                        seq = whole_number("seq", record["seq"])
-                    if isinstance(record.get("worker"), str):
-                        worker = record["worker"]
-                rows.extend(batch_rows(record, seq, worker))
-            except (MalformedBatch, BadValue) as exc:
-                rejected.append(BadLine(line_no, f"not a KV-event batch: {exc}", raw_text(text)))
+        reader = _capture_rows if fmt == "msgpack" else _jsonl_rows
+        rows, rejected = reader(probe, advance)
         stored = sink.write("kv_events", pa.Table.from_pylist(rows.events, schema=KV_EVENTS.schema))
         blocks = {block["block_hash"]: block for block in reversed(rows.blocks)}  # first wins
         sink.write(
@@ -75,6 +71,57 @@ class KvEventsFamily:
             pa.Table.from_pylist(list(blocks.values()), schema=KV_EVENT_BLOCKS.schema),
         )
         return FileRows("kv_events", rows=stored, rejected=rejected)
+
+
+def _jsonl_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLine]]:
+    rows = BatchRows()
+    rejected: list[BadLine] = []
+    default_worker = probe.path.name.split(".")[0]
+    for line_no, text, record in json_records(probe.path, rejected, advance):
+        try:
+            seq, worker = line_no - 1, default_worker
+            if isinstance(record, dict):
+                if record.get("seq") is not None:
+                    seq = whole_number("seq", record["seq"])
+                if isinstance(record.get("worker"), str):
+                    worker = record["worker"]
+            rows.extend(batch_rows(record, seq, worker))
+        except (MalformedBatch, BadValue) as exc:
+            rejected.append(BadLine(line_no, f"not a KV-event batch: {exc}", raw_text(text)))
+    return rows, rejected
+
+
+def _capture_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLine]]:
+    """The batches of a msgpack capture; a value that is not one is quarantined, with its
+    place in the file (the n-th value) as its line number."""
+    try:
+        import msgpack
+    except ImportError:
+        raise InputError(
+            f"{probe.path}: reading a msgpack capture needs msgpack: "
+            "pip install 'kvtrace[kv-events]'"
+        ) from None
+    rows = BatchRows()
+    rejected: list[BadLine] = []
+    worker = probe.path.name.split(".")[0]
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(read_content(probe.path))
+    index = 0
+    try:
+        for index, value in enumerate(unpacker, 1):
+            seq, batch = index - 1, value
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], int):
+                seq, batch = value
+            try:
+                if isinstance(batch, bytes):
+                    batch = msgpack.unpackb(batch, raw=False, strict_map_key=False)
+                rows.extend(batch_rows(batch, seq, worker))
+            except (MalformedBatch, ValueError) as exc:
+                rejected.append(BadLine(index, f"not a KV-event batch: {exc}"[:300], ""))
+    except (ValueError, msgpack.UnpackException) as exc:
+        rejected.append(BadLine(index + 1, f"the capture is cut or corrupt here: {exc}", ""))
+    advance(probe.source.size)
+    return rows, rejected
 
 
 KV_EVENTS_FAMILY = KvEventsFamily()

@@ -419,3 +419,32 @@ def test_the_sample_of_an_lru_engine_is_reproduced_minute_by_minute(warehouse):
         "FROM kv_cache_fidelity(capacity_blocks := 300, bucket_s := 60.0)"
     ).fetchall()[0][0]
     assert smaller > 0  # a pool half the size evicts more than the engine did
+
+
+def test_a_raw_msgpack_capture_ingests_like_the_stream(warehouse, tmp_path):
+    import msgpack
+
+    payloads = [
+        msgspec.msgpack.encode(ArrayBatch(1.0, [_stored([1, 2], None, 0)], 0)),
+        msgspec.msgpack.encode(ArrayBatch(2.0, [BlockRemoved([1], "GPU")], 0)),
+    ]
+    path = tmp_path / "gpu0.msgpack"
+    path.write_bytes(
+        msgpack.packb([7, payloads[0]])  # (seq, payload) as the wire carries them
+        + payloads[1]  # a bare batch: its place in the file is its seq
+        + msgpack.packb("not a batch")
+    )
+    report = ingest(warehouse, [str(path)])
+    assert (report.files[0].fmt, report.files[0].rejected) == ("msgpack", 1)
+    rows = (
+        connect(warehouse)
+        .sql(
+            "SELECT worker, seq, kind, block_hash FROM kv_events ORDER BY seq, position, block_idx"
+        )
+        .fetchall()
+    )
+    assert rows == [
+        ("gpu0", 1, "removed", "1"),
+        ("gpu0", 7, "stored", "1"),
+        ("gpu0", 7, "stored", "2"),
+    ]
