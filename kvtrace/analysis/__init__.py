@@ -28,10 +28,14 @@ if TYPE_CHECKING:
 
 def connect(
     warehouse: Warehouse | str | os.PathLike[str] | None = None,
+    *,
+    for_sql: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table, view, macro and function of a warehouse.
 
-    ``warehouse`` is an open `Warehouse` or its path (default: `default_path`).
+    ``warehouse`` is an open `Warehouse` or its path (default: `default_path`).  With
+    ``for_sql``, only the views, macros and tables that SQL names are bound (with what
+    they require): faster to open, for that SQL alone.
 
     Examples
     --------
@@ -44,4 +48,4 @@ def connect(
 
     if not isinstance(warehouse, Warehouse):
         warehouse = Warehouse(warehouse or default_path())
-    return open_connection(warehouse, functions=register)
+    return open_connection(warehouse, functions=register, for_sql=for_sql)

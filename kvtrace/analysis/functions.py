@@ -5,8 +5,8 @@
 Each is called with constant arguments from a table macro of the SQL library
 (``dsa_hit_curve``, ``dsa_reuse``, ``workload_prefix_hit_curve``,
 ``timing_cost_model``, ``kv_cache_fidelity``), reads what it needs through a cursor of
-the calling connection, runs the analysis and returns its rows as one list.  The compiled kernels load on the
-first call, not when a connection is opened.
+the calling connection, runs the analysis and returns its rows as one list.  The compiled
+kernels load on the first call, not when a connection is opened.
 """
 
 from __future__ import annotations

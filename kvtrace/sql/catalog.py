@@ -194,11 +194,13 @@ def table_sources(warehouse: Warehouse) -> dict[str, list[str]]:
     return {name: [warehouse.schema_file(name), *by_table.get(name, [])] for name in TABLES}
 
 
-def base_views_sql(warehouse: Warehouse) -> str:
+def base_views_sql(warehouse: Warehouse, tables: set[str] | None = None) -> str:
     """``CREATE VIEW _<table>_files`` statements over the files of the warehouse's
-    snapshot."""
+    snapshot (of every table, or of ``tables``)."""
     statements = []
     for name, files in table_sources(warehouse).items():
+        if tables is not None and name not in tables:
+            continue
         listed = ", ".join(quote_literal(f) for f in files)
         statements.append(
             f"CREATE VIEW _{name}_files AS SELECT * FROM read_parquet([{listed}], "
@@ -227,7 +229,9 @@ def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return cursor
 
 
-def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> None:
+def _register_datasets(
+    con: duckdb.DuckDBPyConnection, warehouse: Warehouse, tables: set[str]
+) -> None:
     """``_<table>_files`` as Arrow datasets over an object store: DuckDB scans them
     through Arrow's file system, reading no file until a query needs it."""
     import pyarrow.dataset as ds
@@ -235,6 +239,8 @@ def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> 
     filesystem, base = warehouse.storage.arrow_filesystem()
     files = warehouse.snapshot().files
     for name, spec in TABLES.items():
+        if name not in tables:
+            continue
         paths = [
             f"{base}/{p}" for p in files.filter(pc.equal(files["table"], name))["path"].to_pylist()
         ]
@@ -244,27 +250,35 @@ def _register_datasets(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> 
 
 
 def open_connection(
-    warehouse: Warehouse, *, functions: Callable[[duckdb.DuckDBPyConnection], None]
+    warehouse: Warehouse,
+    *,
+    functions: Callable[[duckdb.DuckDBPyConnection], None],
+    for_sql: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, the library's views and
     its list functions.
 
     ``functions`` installs the functions the library's macros call besides those (the
     analysis layer's, `kvtrace.analysis.functions.register`): DuckDB binds a macro's
-    functions when the macro is created.
+    functions when the macro is created.  With ``for_sql``, only what that SQL names is
+    bound: the library files defining its names with the files they require, and the
+    tables those read (a command answers sooner; see `files_for`).
     """
+    sql_files, tables = (library(), set(TABLES)) if for_sql is None else files_for(for_sql)
     con = duckdb.connect(":memory:")
     if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
         con.register_filesystem(filesystem)  # for SQL that names warehouse files
-        _register_datasets(con, warehouse)
-    else:
-        con.execute(base_views_sql(warehouse))
-    snapshot = warehouse.snapshot()
-    _register(con, "_warehouse_commits_arrow", snapshot.commits)
-    _register(con, "_warehouse_files_arrow", snapshot.files)
+        if tables:
+            _register_datasets(con, warehouse, tables)
+    elif tables:
+        con.execute(base_views_sql(warehouse, tables))
+    if tables or any(_SNAPSHOT_TABLES.search(f.text) for f in sql_files):
+        snapshot = warehouse.snapshot()
+        _register(con, "_warehouse_commits_arrow", snapshot.commits)
+        _register(con, "_warehouse_files_arrow", snapshot.files)
     list_functions.register(con)
     functions(con)
-    for sql_file in library():
+    for sql_file in sql_files:
         try:
             con.execute(sql_file.text)
             if aliases := alias_sql(sql_file):
@@ -272,6 +286,46 @@ def open_connection(
         except duckdb.Error as exc:
             raise QueryError(f"loading {sql_file.name} failed: {exc}") from exc
     return con
+
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_TABLE_FILES = re.compile(r"\b_(\w+?)_(?:files|dataset)\b")
+_SNAPSHOT_TABLES = re.compile(r"\b_warehouse_(?:commits|files)_arrow\b")
+
+
+@cache
+def _definers() -> dict[str, str]:
+    """Which library file creates each name (aliases included), lower-cased."""
+    found: dict[str, str] = {}
+    for sql_file in library():
+        for name in sql_file.creates:
+            found[name.lower()] = sql_file.name
+        for obj in sql_file.objects:
+            for alias in obj.aliases:
+                found[alias.lower()] = sql_file.name
+    return found
+
+
+def files_for(sql: str) -> tuple[tuple[SqlFile, ...], set[str]]:
+    """The library files ``sql`` needs (those creating a name it uses, and the files they
+    require, in load order) and the warehouse tables they and ``sql`` read."""
+    definers = _definers()
+    by_name = {f.name: f for f in library()}
+    wanted = {definers[word.lower()] for word in _WORD.findall(sql) if word.lower() in definers}
+    pending = list(wanted)
+    while pending:
+        for required in by_name[pending.pop()].requires:
+            if required not in wanted:
+                wanted.add(required)
+                pending.append(required)
+    chosen = tuple(f for f in library() if f.name in wanted)
+    tables = {
+        name
+        for text in (sql, *(f.text for f in chosen))
+        for name in _TABLE_FILES.findall(text)
+        if name in TABLES
+    }
+    return chosen, tables
 
 
 def _literal(value: object) -> str:

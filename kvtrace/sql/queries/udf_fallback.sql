@@ -116,3 +116,14 @@ CREATE MACRO kvtrace_cost_model(source) AS
                    per_prefill_token_s DOUBLE, per_decode_token_s DOUBLE,
                    per_kv_token_s DOUBLE, r2 DOUBLE, residual_p50_s DOUBLE,
                    residual_p90_s DOUBLE, residual_p99_s DOUBLE)[]);
+
+-- @macro kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s)
+-- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s) AS
+    CAST(error('kv_cache_fidelity runs cache simulations in Python: use "kvtrace sql" or '
+               || 'kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, worker VARCHAR, t_s DOUBLE, capacity_blocks BIGINT,
+                   observed_stored BIGINT, simulated_stored BIGINT, observed_removed BIGINT,
+                   simulated_evicted BIGINT, observed_restores BIGINT,
+                   simulated_restores BIGINT, observed_resident BIGINT,
+                   simulated_resident BIGINT)[]);

@@ -1,0 +1,179 @@
+"""Whole-process benchmark: kvtrace commands as a user runs them, each beside the tool a
+user would reach for instead, every pair measured in the same round, rounds interleaved.
+
+    python benchmarks/bench_commands.py [--rounds 5]
+
+Rows (each a fresh process on each side):
+
+1. ``kvtrace --help``, beside a bare ``python -c pass`` (the interpreter's own floor);
+2. ``kvtrace sql "SELECT 1"``, beside DuckDB answering the same from Python;
+3. ``kvtrace sql`` of a run's arrival summary and request lengths on the Mooncake
+   conversation trace's warehouse, beside DuckDB reading the trace's JSONL for the same
+   two aggregates;
+4. the Mooncake trace ingested and those two queries asked (three commands), beside
+   pandas reading the JSONL and computing them (one process);
+5. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
+   prefix semantics, token weight, warm-up 0.5), beside ``kvcache-simulator run``'s
+   sweep of the same trace (which computes three policies at 13 budgets; its own floor).
+
+Prints a Markdown table of medians with the machine described, and writes
+``benchmarks/out/commands.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_warehouse import machine
+
+HERE = Path(__file__).parent
+TRACE = HERE.parent / "tests" / "data" / "mooncake_conversation_trace.jsonl"
+BIN = Path(sys.executable).parent
+KVTRACE = str(BIN / "kvtrace")
+PY = sys.executable
+CAPACITIES = "[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]"
+WORKLOAD_SQL = (
+    "SELECT requests, round(rate_per_s, 4), round(gap_cv, 4) FROM workload_arrival_summary; "
+    "SELECT requests, input_mean, input_p90, output_mean FROM workload_lengths"
+)
+DUCKDB_JSONL = f"""
+import duckdb
+con = duckdb.connect()
+con.sql("CREATE VIEW t AS SELECT * FROM read_json_auto('{TRACE}')")
+print(con.sql('''SELECT count(*), (count(*) - 1) / ((max(timestamp) - min(timestamp)) / 1000.0)
+                 FROM t''').fetchall())
+print(con.sql('''SELECT avg(input_length), quantile_cont(input_length, 0.9), avg(output_length)
+                 FROM t''').fetchall())
+"""
+PANDAS = f"""
+import pandas as pd
+frame = pd.read_json('{TRACE}', lines=True)
+arrival = frame['timestamp'].sort_values() / 1000.0
+gaps = arrival.diff().dropna()
+span = arrival.iloc[-1] - arrival.iloc[0]
+print(len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean())
+inputs = frame['input_length']
+print(inputs.mean(), inputs.quantile(0.9), frame['output_length'].mean())
+"""
+
+
+def timed(commands: list[list[str]]) -> float:
+    """Seconds to run ``commands`` one after another, each a fresh process."""
+    start = time.perf_counter()
+    for command in commands:
+        subprocess.run(command, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def rows(root: str, scratch: Path) -> list[tuple[str, str, list[list[str]], list[list[str]]]]:
+    """(job, other tool, its commands, kvtrace's commands) for each row."""
+    fresh = str(scratch / "fresh")
+    return [
+        ("`kvtrace --help`", "`python -c pass`", [[PY, "-c", "pass"]], [[KVTRACE, "--help"]]),
+        (
+            '`kvtrace sql "SELECT 1"`',
+            "DuckDB from Python",
+            [[PY, "-c", "import duckdb; duckdb.sql('SELECT 1').fetchall()"]],
+            [[KVTRACE, "-w", root, "sql", "SELECT 1"]],
+        ),
+        (
+            "arrival summary + lengths, Mooncake warehouse",
+            "DuckDB over the JSONL",
+            [[PY, "-c", DUCKDB_JSONL]],
+            [[KVTRACE, "-w", root, "sql", WORKLOAD_SQL]],
+        ),
+        (
+            "Mooncake ingest + the 2 queries",
+            "pandas read + the same aggregates",
+            [[PY, "-c", PANDAS]],
+            [
+                ["rm", "-rf", fresh],
+                [KVTRACE, "-q", "-w", fresh, "ingest", str(TRACE)],
+                [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[0]],
+                [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[1]],
+            ],
+        ),
+        (
+            "Mooncake prefix hit curve, 11 capacities",
+            "`kvcache-simulator run`",
+            [
+                [
+                    str(BIN / "kvcache-simulator"),
+                    "run",
+                    "--trace",
+                    str(TRACE),
+                    "--model",
+                    "llama-3.1-8b",
+                    "--block-size",
+                    "512",
+                    "--format",
+                    "json",
+                    "--no-progress",
+                ]
+            ],
+            [
+                [
+                    KVTRACE,
+                    "-w",
+                    root,
+                    "sql",
+                    f"FROM workload_prefix_hit_curve('radix_lru', {CAPACITIES}, 'prefix', "
+                    "'tokens', 0.5)",
+                ]
+            ],
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="kvtrace-bench-commands-"))
+    try:
+        root = str(scratch / "warehouse")
+        subprocess.run([KVTRACE, "-q", "-w", root, "ingest", str(TRACE)], check=True)
+        table = rows(root, scratch)
+        times: dict[str, dict[str, list[float]]] = {
+            job: {"other": [], "kvtrace": []} for job, *_ in table
+        }
+        for _ in range(args.rounds):
+            for job, _tool, theirs, ours in table:
+                times[job]["other"].append(timed(theirs))
+                times[job]["kvtrace"].append(timed(ours))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results = []
+    print(f"Machine: {machine()}; medians of {args.rounds} interleaved rounds.\n")
+    print("| job | other tool | other | kvtrace | ratio (other / kvtrace) |")
+    print("|---|---|---|---|---|")
+    for job, tool, *_ in table:
+        other = statistics.median(times[job]["other"])
+        ours = statistics.median(times[job]["kvtrace"])
+        results.append(
+            {
+                "job": job,
+                "other_tool": tool,
+                "other_s": other,
+                "kvtrace_s": ours,
+                "ratio": other / ours,
+            }
+        )
+        print(f"| {job} | {tool} | {other:.2f} s | {ours:.2f} s | {other / ours:.2f}x |")
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    (out / "commands.json").write_text(
+        json.dumps({"machine": machine(), "rounds": args.rounds, "rows": results}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    main()
