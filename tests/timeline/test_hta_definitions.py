@@ -173,3 +173,101 @@ def test_an_unknown_definition_is_one_sentence(warehouse):
     for view in ("timeline_temporal_breakdown", "timeline_launch_summary"):
         with pytest.raises(Exception, match="definitions must be 'kvtrace' or 'hta', got perfetto"):
             con.sql(f"FROM {view}(definitions := 'perfetto')").fetchall()
+
+
+def test_kernel_durations_are_htas_per_kernel_breakdown(warehouse, tmp_path):
+    folder = tmp_path / "alexnet"
+    folder.mkdir()
+    shutil.copy(TRACES["alexnet"], folder / "trace.json.gz")
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
+            _, per_kernel = analysis.get_gpu_kernel_breakdown(
+                visualize=False, include_memory_kernels=True, num_kernels=1000
+            )
+    finally:
+        logging.disable(logging.NOTSET)
+    ingest(warehouse, [str(folder)])
+    found = {
+        name: stats
+        for name, *stats in connect(warehouse)
+        .sql(
+            "SELECT name, total_us, max_us, min_us, mean_us, std_us FROM timeline_kernel_durations"
+        )
+        .fetchall()
+    }
+    compared = 0
+    for row in per_kernel.to_dict("records"):
+        if row["name"] in found:  # HTA also lists its cuda_sync events as kernels
+            expected = [row["sum (us)"], row["max (us)"], row["min (us)"], row["mean (us)"]]
+            assert found[row["name"]][:4] == pytest.approx(expected)
+            assert found[row["name"]][4] == pytest.approx(row["stddev"])
+            compared += 1
+    assert compared >= 10
+
+
+def test_the_diff_of_two_runs_against_counts_taken_from_the_json(warehouse, tmp_path):
+    with gzip.open(TRACES["alexnet"], "rt") as handle:
+        trace = json.load(handle)
+    events = trace["traceEvents"]
+    kernels = [i for i, e in enumerate(events) if e.get("cat") == "kernel"]
+    changed = dict(events[kernels[0]], dur=events[kernels[0]]["dur"] + 100)
+    removed_name = events[kernels[-1]]["name"]
+    b_events = [
+        changed if i == kernels[0] else e
+        for i, e in enumerate(events)
+        if not (e.get("cat") == "kernel" and e["name"] == removed_name)
+    ]
+    b_events.append(dict(events[kernels[1]], name="added_kernel"))
+    a = _trace(tmp_path / "a" / "rank0.pt.trace.json.gz", events)
+    b = _trace(tmp_path / "b" / "rank0.pt.trace.json.gz", b_events)
+    ingest(warehouse, [str(a)], run_name="before")
+    ingest(warehouse, [str(b)], run_name="after")
+    rows = {
+        (kind, name): (count_a, count_b, status)
+        for kind, name, count_a, count_b, status in connect(warehouse)
+        .sql("SELECT kind, name, count_a, count_b, status FROM timeline_diff('before', 'after')")
+        .fetchall()
+    }
+    removed_count = sum(1 for e in events if e.get("cat") == "kernel" and e["name"] == removed_name)
+    assert rows[("kernel", removed_name)] == (removed_count, 0, "removed")
+    assert rows[("kernel", "added_kernel")] == (0, 1, "added")
+    assert rows[("kernel", changed["name"])][2] == "changed"
+    assert {status for _, _, status in rows.values()} == {"added", "removed", "changed", "same"}
+
+
+def test_kernels_of_a_cuda_graph_launch_count_as_launched(warehouse, tmp_path):
+    """One cudaGraphLaunch starts three kernels that share its correlation id (HTA issue
+    290: HTA drops such kernels from its critical path)."""
+
+    def kernel(name: str, ts: int) -> dict:
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "ts": ts,
+            "dur": 10,
+            "pid": 0,
+            "tid": 7,
+            "args": {"stream": 7, "correlation": 42},
+        }
+
+    launch = {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaGraphLaunch",
+        "ts": 0,
+        "dur": 5,
+        "pid": 1,
+        "tid": 1,
+        "args": {"correlation": 42},
+    }
+    events = [launch, kernel("a", 20), kernel("b", 30), kernel("c", 40)]
+    ingest(warehouse, [str(_trace(tmp_path / "g" / "rank0.pt.trace.json.gz", events))])
+    con = connect(warehouse)
+    delays = con.sql("SELECT name, launch_delay_us FROM timeline_launches ORDER BY name")
+    assert delays.fetchall() == [("a", 20), ("b", 30), ("c", 40)]
+    peak = con.sql("SELECT max(peak) FROM timeline_queue_length(1)").fetchall()
+    assert peak == [(3,)]  # all three queued by the one launch

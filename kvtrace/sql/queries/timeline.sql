@@ -13,6 +13,8 @@
 -- stream 20 at [30, 60): the copy is overlapped for [30, 40) and [50, 60), 20 of its 30
 -- us, and 10 us are exposed.  An all-reduce (ncclDevKernel_AllReduce) on stream 30 at
 -- [40, 50) would not hide the rest: it is communication, not compute.
+--
+-- @requires tables.sql
 
 -- @view _timeline_steps
 -- The iterations: one row per ProfilerStep#N span, per run and rank (-1 when unknown).
@@ -376,3 +378,81 @@ WITH comm AS (
 SELECT *, overlapped_us / nullif(comm_us, 0) AS overlap_share
 FROM parts
 ORDER BY run_id, rank;
+
+-- @view timeline_kernel_durations
+-- The duration distribution of each kernel per rank: HTA's per-kernel breakdown (sum,
+-- mean, sample standard deviation, min, max) with linear percentiles, and the kernel's
+-- share of its type's time.  HTA folds all but its top kernels into "others"; this
+-- keeps every kernel.
+-- @column run_id         the run
+-- @column rank           the rank (-1 when unknown)
+-- @column kernel_type    computation, communication, memory or other
+-- @column name           the kernel (or copy, memset)
+-- @column kernels        its GPU events
+-- @column total_us       their summed durations
+-- @column mean_us        mean duration
+-- @column std_us         sample standard deviation (0 for a single event), as pandas' std
+-- @column min_us         shortest
+-- @column p50_us         median
+-- @column p90_us         90th percentile
+-- @column p99_us         99th percentile
+-- @column max_us         longest
+-- @column share_of_type  total_us / the type's total on the rank
+CREATE VIEW timeline_kernel_durations AS
+SELECT run_id, rank, kernel_type, name, count(*) AS kernels, sum(dur_us) AS total_us,
+       avg(dur_us) AS mean_us, coalesce(stddev_samp(dur_us), 0) AS std_us,
+       min(dur_us) AS min_us, quantile_cont(dur_us, 0.5) AS p50_us,
+       quantile_cont(dur_us, 0.9) AS p90_us, quantile_cont(dur_us, 0.99) AS p99_us,
+       max(dur_us) AS max_us,
+       sum(dur_us) / sum(sum(dur_us)) OVER (PARTITION BY run_id, rank, kernel_type)
+           AS share_of_type
+FROM _timeline_gpu_events
+GROUP BY run_id, rank, kernel_type, name
+ORDER BY run_id, rank, kernel_type, total_us DESC, name;
+
+-- @macro timeline_diff(run_a, run_b)
+-- HTA's trace diff between two runs (names or ids, the latest run of a name): per CPU
+-- operator and GPU kernel name, how often and for how long it ran in each, and whether
+-- run b added it, removed it, or changed its count or time.
+-- @column kind           cpu_op or kernel
+-- @column name           the operator or kernel
+-- @column count_a        times it ran in run a
+-- @column count_b        times it ran in run b
+-- @column total_us_a     its summed duration in run a
+-- @column total_us_b     its summed duration in run b
+-- @column count_diff     count_b - count_a
+-- @column total_us_diff  total_us_b - total_us_a
+-- @column status         added, removed, changed or same
+CREATE MACRO timeline_diff(run_a, run_b) AS TABLE
+WITH ids AS (
+    SELECT (SELECT run_id FROM runs_named([run_a])
+            ORDER BY by_id DESC, started_at DESC NULLS LAST LIMIT 1) AS a,
+           (SELECT run_id FROM runs_named([run_b])
+            ORDER BY by_id DESC, started_at DESC NULLS LAST LIMIT 1) AS b
+), sides AS (
+    SELECT CASE WHEN e.run_id = ids.a THEN 'a' ELSE 'b' END AS side,
+           CASE WHEN e.category = 'cpu_op' THEN 'cpu_op' ELSE 'kernel' END AS kind,
+           e.name, count(*) AS n, sum(e.dur_us) AS total_us
+    FROM _timeline_events_files AS e, ids
+    WHERE e.run_id IN (ids.a, ids.b)
+      AND (e.category = 'cpu_op' OR (e.stream IS NOT NULL
+           AND e.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')))
+    GROUP BY ALL
+), paired AS (
+    SELECT kind, name,
+           coalesce(sum(n) FILTER (WHERE side = 'a'), 0) AS count_a,
+           coalesce(sum(n) FILTER (WHERE side = 'b'), 0) AS count_b,
+           coalesce(sum(total_us) FILTER (WHERE side = 'a'), 0) AS total_us_a,
+           coalesce(sum(total_us) FILTER (WHERE side = 'b'), 0) AS total_us_b
+    FROM sides GROUP BY kind, name
+)
+SELECT kind, name, count_a, count_b, total_us_a, total_us_b, count_b - count_a AS count_diff,
+       total_us_b - total_us_a AS total_us_diff,
+       CASE WHEN count_a = 0 THEN 'added' WHEN count_b = 0 THEN 'removed'
+            WHEN count_a <> count_b OR total_us_a <> total_us_b THEN 'changed'
+            ELSE 'same' END AS status
+FROM paired, ids
+WHERE ids.a IS NOT NULL AND ids.b IS NOT NULL
+   OR error('timeline_diff: no run named ' || CASE WHEN ids.a IS NULL THEN run_a
+                                                   ELSE run_b END) IS NULL
+ORDER BY abs(total_us_b - total_us_a) DESC, kind, name;
