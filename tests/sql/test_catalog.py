@@ -27,6 +27,7 @@ ARGUMENTS = {
     "timing_fidelity": "('a', 'b')",
     "timeline_overlap": "([7], [20])",
     "timeline_copy_by_annotation": "('^layer')",
+    "timeline_diff": "('a', 'b')",
     "runs_named": "(['a'])",
 }
 
