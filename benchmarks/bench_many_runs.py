@@ -1,0 +1,147 @@
+"""Batch queries over many runs: a warehouse of ``--runs`` small collected DSA runs (and
+as many small workload traces), asked ``dsa_summary`` and a workload query across all of
+them as fresh ``kvtrace sql`` processes, before and after ``kvtrace optimize``.
+
+    python benchmarks/bench_many_runs.py [--runs 1000] [--rounds 3]
+
+Reports the ingest time, the Delta log of the busiest table (commits since its last
+checkpoint), the data files, and the two queries' wall time (medians), before and after
+optimize.  Writes ``benchmarks/out/many_runs.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_warehouse import machine
+
+from kvtrace.ingest import ingest
+from kvtrace.synthetic import write_seed_trace
+from kvtrace.warehouse import Warehouse
+
+HERE = Path(__file__).parent
+KVTRACE = str(Path(sys.executable).parent / "kvtrace")
+QUERIES = {
+    "dsa_summary": "SELECT count(*), avg(unique_blocks.mean) FROM dsa_summary",
+    "workload": "SELECT count(*), avg(rate_per_s) FROM workload_arrival_summary",
+}
+
+
+def write_runs(folder: Path, runs: int) -> list[Path]:
+    """``runs`` small DSA traces and as many 20-request Mooncake-format traces."""
+    paths = []
+    for i in range(runs):
+        trace = folder / f"run{i:04d}" / "block64" / "trace_steps_0_4.jsonl"
+        trace.parent.mkdir(parents=True)
+        write_seed_trace(
+            trace,
+            requests=2,
+            steps=2,
+            layers=2,
+            topk=64,
+            prompt_tokens=512,
+            run_name=f"run{i:04d}",
+            seed=i,
+        )
+        workload = folder / f"workload{i:04d}.jsonl"
+        workload.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "timestamp": 100 * r,
+                        "input_length": 1000 + r,
+                        "output_length": 50,
+                        "hash_ids": [i, i + 1, r],
+                    }
+                )
+                + "\n"
+                for r in range(20)
+            )
+        )
+        paths += [trace, workload]
+    return paths
+
+
+def log_state(root: Path, table: str) -> dict:
+    """Commits in the table's log since its last checkpoint, and its checkpoints."""
+    log = root / table / "_delta_log"
+    commits = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    checkpoints = sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
+    last = checkpoints[-1] if checkpoints else -1
+    return {
+        "commits": len(commits),
+        "checkpoints": len(checkpoints),
+        "commits_since_checkpoint": sum(1 for c in commits if c > last),
+    }
+
+
+def data_files(root: Path) -> int:
+    return sum(
+        1
+        for p in root.rglob("*.parquet")
+        if "_delta_log" not in p.parts and "_schema" not in p.parts
+    )
+
+
+def query_times(root: str, rounds: int) -> dict:
+    times: dict[str, list[float]] = {name: [] for name in QUERIES}
+    for _ in range(rounds):
+        for name, sql in QUERIES.items():
+            start = time.perf_counter()
+            subprocess.run([KVTRACE, "-w", root, "sql", sql], check=True, capture_output=True)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="kvtrace-bench-runs-"))
+    try:
+        paths = write_runs(scratch / "traces", args.runs)
+        root = scratch / "warehouse"
+        warehouse = Warehouse(str(root), create=True)
+        start = time.perf_counter()
+        ingest(warehouse, [str(p) for p in paths])
+        ingest_s = time.perf_counter() - start
+        before = {
+            "log": log_state(root, "dsa_steps"),
+            "journal": log_state(root, "_commits"),
+            "data_files": data_files(root),
+            "query_s": query_times(str(root), args.rounds),
+        }
+        start = time.perf_counter()
+        subprocess.run([KVTRACE, "-q", "-w", str(root), "optimize"], check=True)
+        optimize_s = time.perf_counter() - start
+        after = {
+            "data_files": data_files(root),
+            "query_s": query_times(str(root), args.rounds),
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    result = {
+        "machine": machine(),
+        "runs": args.runs,
+        "ingest_s": ingest_s,
+        "optimize_s": optimize_s,
+        "before_optimize": before,
+        "after_optimize": after,
+    }
+    print(json.dumps(result, indent=2))
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    (out / "many_runs.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
