@@ -8,6 +8,7 @@ its journal row lands; a writer that dies before then leaves nothing kvtrace sho
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from kvtrace.warehouse.storage import (
 )
 
 SCHEMA_DIR = "_schema"
+SCHEMA_STAMP = "_stamp"  # the digest of the schemas the files were written for
 MARKER = "kvtrace.json"
 FORMAT = 2  # 1: the manifest of kvtrace's own (converted by `kvtrace migrate`)
 COLLECTOR_APP_PREFIX = "kvtrace-commit:"  # the transaction of a commit of no source
@@ -191,7 +193,17 @@ class Warehouse:
         self.storage.write_atomic(MARKER, json.dumps({"format": FORMAT}).encode())
 
     def _ensure_schema_files(self) -> None:
-        """Keep one empty Parquet file per table, so every view has its columns when empty."""
+        """Keep one empty Parquet file per table, so every view has its columns when empty.
+
+        A stamp of the schemas they were last written for spares a command reading every
+        file's schema when nothing changed (one read and one listing instead)."""
+        stamp = _schema_stamp()
+        present = set(self.storage.listdir(SCHEMA_DIR))
+        if (
+            self.storage.read_bytes(f"{SCHEMA_DIR}/{SCHEMA_STAMP}") == stamp
+            and {f"{name}.parquet" for name in TABLES} <= present
+        ):
+            return
         filesystem, base = self.storage.arrow_filesystem()
         for spec in TABLES.values():
             relative = f"{SCHEMA_DIR}/{spec.name}.parquet"
@@ -205,6 +217,8 @@ class Warehouse:
             temp = self.storage.new_temp(".parquet")
             pq.write_table(spec.schema.empty_table(), temp)
             self.storage.publish(temp, relative)
+        if self.as_of is None:
+            self.storage.write_atomic(f"{SCHEMA_DIR}/{SCHEMA_STAMP}", stamp)
 
     def uri(self, relative: str) -> str:
         """The name DuckDB and Arrow read a warehouse file by."""
@@ -487,6 +501,12 @@ def create_tables(storage: Storage) -> None:
     journal.create(storage)
     with ThreadPoolExecutor(8) as pool:  # on an object store, each is a few round trips
         list(pool.map(lambda spec: create_table(storage, spec.name, spec.schema), TABLES.values()))
+
+
+def _schema_stamp() -> bytes:
+    """A digest of every table's schema: it changes when a kvtrace release changes one."""
+    text = "\n".join(f"{name}: {spec.schema}" for name, spec in sorted(TABLES.items()))
+    return hashlib.sha256(text.encode()).hexdigest().encode()
 
 
 def _parallel_parts(data: pa.Table) -> int:
