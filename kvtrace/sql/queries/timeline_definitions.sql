@@ -200,6 +200,24 @@ ORDER BY run_id, rank, total_us DESC;
 CREATE VIEW timeline_kernel_breakdown AS
 SELECT * FROM timeline_kernel_breakdown();
 
+-- @macro _timeline_launched(definitions, hta_calls)
+-- Each GPU event with the runtime call of the same correlation id that launched it:
+-- kvtrace's kernels by any runtime call, or (hta) every event with a stream launched by
+-- one of hta_calls (HTA's launch analysis and queue length take different lists).
+CREATE MACRO _timeline_launched(definitions, hta_calls) AS TABLE
+SELECT k.run_id, coalesce(k.rank, -1) AS rank, k.stream, k.name, d.checked AS definitions,
+       c.ts_us AS call_us, c.dur_us AS call_dur_us, k.ts_us AS start_us, k.dur_us
+FROM _timeline_events_files AS k
+JOIN _timeline_events_files AS c
+    ON k.run_id = c.run_id AND k.rank IS NOT DISTINCT FROM c.rank
+   AND k.correlation = c.correlation
+CROSS JOIN _timeline_definitions(definitions) AS d
+WHERE c.category = 'cuda_runtime'
+  AND CASE d.checked
+          WHEN 'kvtrace' THEN k.category = 'kernel'
+          ELSE k.stream IS NOT NULL AND list_contains(hta_calls, c.name)
+      END;
+
 -- @macro timeline_launches(definitions)
 -- Every GPU event with the CUDA runtime call that launched it (same correlation id): how
 -- long the CPU spent launching, how long the event waited to start, how long it ran.
@@ -215,22 +233,12 @@ SELECT * FROM timeline_kernel_breakdown();
 -- @column kernel_us       the event's duration (GPU)
 -- @column short_kernel    kernel_us shorter than launch_us: the CPU, not the GPU, sets the pace
 CREATE MACRO timeline_launches(definitions := 'kvtrace') AS TABLE
-SELECT k.run_id, coalesce(k.rank, -1) AS rank, k.stream, k.name, c.dur_us AS launch_us,
-       CASE WHEN definitions = 'hta' THEN greatest(k.ts_us - c.ts_us - c.dur_us, 0)
-            ELSE k.ts_us - c.ts_us END AS launch_delay_us,
-       k.dur_us AS kernel_us, k.dur_us < c.dur_us AS short_kernel
-FROM _timeline_events_files AS k
-JOIN _timeline_events_files AS c
-    ON k.run_id = c.run_id AND k.rank IS NOT DISTINCT FROM c.rank
-   AND k.correlation = c.correlation
-CROSS JOIN _timeline_definitions(definitions) AS d
-WHERE c.category = 'cuda_runtime'
-  AND CASE d.checked
-          WHEN 'kvtrace' THEN k.category = 'kernel'
-          ELSE k.stream IS NOT NULL
-              AND c.name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cudaMemcpyAsync',
-                             'cudaMemsetAsync')
-      END;
+SELECT run_id, rank, stream, name, call_dur_us AS launch_us,
+       CASE WHEN definitions = 'hta' THEN greatest(start_us - call_us - call_dur_us, 0)
+            ELSE start_us - call_us END AS launch_delay_us,
+       dur_us AS kernel_us, dur_us < call_dur_us AS short_kernel
+FROM _timeline_launched(definitions, ['cudaLaunchKernel', 'cudaLaunchKernelExC',
+                                      'cudaMemcpyAsync', 'cudaMemsetAsync']);
 
 -- @view timeline_launches
 -- timeline_launches() with kvtrace's definitions.
@@ -282,23 +290,13 @@ SELECT * FROM timeline_launch_summary();
 -- @column peak       the most queued at once within the window
 CREATE MACRO timeline_queue_length(step_us := 1000, definitions := 'kvtrace') AS TABLE
 WITH matched AS (
-    SELECT k.run_id, coalesce(k.rank, -1) AS rank, k.stream, c.ts_us AS launched,
-           CASE WHEN definitions = 'hta' THEN k.ts_us ELSE k.ts_us + k.dur_us END
-               AS finished
-    FROM _timeline_events_files AS k
-    JOIN _timeline_events_files AS c
-        ON k.run_id = c.run_id AND k.rank IS NOT DISTINCT FROM c.rank
-       AND k.correlation = c.correlation
-    CROSS JOIN _timeline_definitions(definitions) AS d
-    WHERE c.category = 'cuda_runtime'
-      AND CASE d.checked
-              WHEN 'kvtrace' THEN k.category = 'kernel'
-              ELSE k.stream IS NOT NULL
-                  AND c.name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC',
-                                 'cuLaunchKernel', 'cudaMemcpyAsync', 'cudaMemsetAsync',
-                                 'hipLaunchKernel', 'hipExtModuleLaunchKernel',
-                                 'hipMemcpyAsync', 'hipMemsetAsync', 'hipMemcpyWithStream')
-          END
+    SELECT run_id, rank, stream, call_us AS launched,
+           CASE WHEN definitions = 'hta' THEN start_us ELSE start_us + dur_us END AS finished
+    FROM _timeline_launched(definitions, ['cudaLaunchKernel', 'cudaLaunchKernelExC',
+                                          'cuLaunchKernel', 'cudaMemcpyAsync',
+                                          'cudaMemsetAsync', 'hipLaunchKernel',
+                                          'hipExtModuleLaunchKernel', 'hipMemcpyAsync',
+                                          'hipMemsetAsync', 'hipMemcpyWithStream'])
 ), changes AS (
     SELECT run_id, rank, stream, launched AS t, 1 AS delta FROM matched
     UNION ALL
