@@ -111,7 +111,12 @@ REPORT = ReportDefinition(
             chart=_bandwidth,
             empty="No copies of at least 1 MB in the selected traces.",
         ),
-        Section("temporal_breakdown", "Idle, compute and other GPU time (HTA's breakdown)"),
+        Section(
+            "temporal_breakdown",
+            "Idle, compute and other GPU time (HTA's breakdown)",
+            "With kvtrace's definitions (kernels, copies and memsets are GPU time) and "
+            "HTA's (every event with a stream, CUDA syncs included).",
+        ),
         Section(
             "comm_comp_overlap",
             "Communication hidden behind computation",
@@ -123,6 +128,10 @@ REPORT = ReportDefinition(
             "HTA's types: communication (^nccl.*Kernel), memory (copies, memsets), "
             "computation, other.",
         ),
-        Section("top_kernels", "The kernels with the most GPU time"),
+        Section(
+            "top_kernels",
+            "The kernels with the most GPU time",
+            "Per run and rank, with the distribution of one launch's duration.",
+        ),
     ),
 )

@@ -256,6 +256,10 @@ def test_the_timeline_report_draws_a_typical_iteration_and_the_copy_bandwidth(ro
     assert html.count("<section ") == 9 and html.count("data-spec=") == 4
     assert "No GPU events inside a ProfilerStep" not in html
     assert "No copies of at least 1 MB" not in html
+    breakdown = html[html.index("Idle, compute and other GPU time (HTA&#x27;s breakdown)</h2>") :]
+    breakdown = breakdown[: breakdown.index("</section>")]
+    assert ">kvtrace</td>" in breakdown and ">hta</td>" in breakdown
+    assert "p99_us" in html  # each top kernel's duration distribution
 
 
 def test_a_hostile_dataset_name_shows_as_text(root, tmp_path):

@@ -46,30 +46,34 @@ JOIN report_runs AS r USING (run_id)
 ORDER BY run, k.rank, k.total_us DESC;
 
 -- @query top_kernels
--- The 15 kernels with the most GPU time per run: name (its first 100 characters: C++
--- template names run long), launches, total and mean time.
-SELECT run, CASE WHEN length(name) > 100 THEN left(name, 100) || '...' ELSE name END AS name,
-       launches, total_us, mean_us
+-- The 15 kernels with the most GPU time per run and rank: name (its first 100
+-- characters: C++ template names run long), launches, total time and the distribution of
+-- one launch's duration (timeline_kernel_durations: linear percentiles).
+SELECT run, rank, CASE WHEN length(name) > 100 THEN left(name, 100) || '...' ELSE name END
+           AS name,
+       kernels AS launches, total_us, mean_us, p50_us, p90_us, p99_us, max_us
 FROM (
-    SELECT r.run_name AS run, e.name, count(*) AS launches, sum(e.dur_us) AS total_us,
-           avg(e.dur_us) AS mean_us,
-           row_number() OVER (PARTITION BY r.run_name ORDER BY sum(e.dur_us) DESC) AS place
-    FROM timeline_events AS e
+    SELECT r.run_name AS run, d.*,
+           row_number() OVER (PARTITION BY r.run_name, d.rank ORDER BY d.total_us DESC)
+               AS place
+    FROM timeline_kernel_durations AS d
     JOIN report_runs AS r USING (run_id)
-    WHERE e.category = 'kernel'
-    GROUP BY r.run_name, e.name
+    WHERE d.kernel_type IN ('computation', 'communication')
 )
 WHERE place <= 15
-ORDER BY run, total_us DESC;
+ORDER BY run, rank, total_us DESC;
 
 -- @query temporal_breakdown
 -- HTA's temporal breakdown per rank over the whole trace: idle, compute and other GPU
--- time against the span from the first GPU event to the last (microseconds and shares).
-SELECT r.run_name AS run, t.rank, t.kernel_time_us, t.idle_us, t.compute_us,
-       t.non_compute_us, t.idle_share, t.compute_share, t.non_compute_share
-FROM timeline_temporal_breakdown AS t
+-- time against the span from the first GPU event to the last (microseconds and shares),
+-- with kvtrace's definitions and with HTA's (which count CUDA syncs as GPU time).
+SELECT r.run_name AS run, t.rank, t.definitions, t.kernel_time_us, t.idle_us,
+       t.compute_us, t.non_compute_us, t.idle_share, t.compute_share, t.non_compute_share
+FROM (SELECT 'kvtrace' AS definitions, * FROM timeline_temporal_breakdown
+      UNION ALL
+      SELECT 'hta', * FROM timeline_temporal_breakdown(definitions := 'hta')) AS t
 JOIN report_runs AS r USING (run_id)
-ORDER BY run, t.rank;
+ORDER BY run, t.rank, t.definitions DESC;
 
 -- @query comm_comp_overlap
 -- HTA's communication / computation overlap per rank: the share of NCCL time during
