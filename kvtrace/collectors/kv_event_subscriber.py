@@ -36,7 +36,7 @@ from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 
 END_OF_REPLAY = -1
 RECEIVE_QUEUE = 10_000  # messages ZMQ holds per engine while a batch is being committed
-FLUSH_ROWS = 200_000  # commit early when this many event rows are waiting
+FLUSH_ROWS = 200_000  # commit as soon as this many event rows wait (reading stops there)
 REPLAY_TIMEOUT_S = 1.0
 POLL_MS = 100
 
@@ -148,7 +148,8 @@ def collect_kv_events(
                 if on_batch:
                     on_batch(report)
         for stream in streams:  # what arrived before the stop is kept
-            _drain(stream, pending.rows, report)
+            while _drain(stream, pending.rows, report):
+                writer.flush(pending)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how an open-ended collection ends: write what was received
     except InputError:
@@ -187,15 +188,16 @@ def _open_stream(context: Any, source: EventSource, topic: str) -> _Stream:
     return _Stream(source, sub, replay)
 
 
-def _drain(stream: _Stream, rows: BatchRows, report: CollectReport) -> None:
-    """Read every message waiting on ``stream`` (without blocking)."""
+def _drain(stream: _Stream, rows: BatchRows, report: CollectReport) -> bool:
+    """Read the messages waiting on ``stream`` (without blocking) until none is left, or
+    until `FLUSH_ROWS` rows wait to be committed; True in the second case."""
     import zmq
 
-    while True:
+    while len(rows.events) < FLUSH_ROWS:
         try:
             frames = stream.sub.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
-            return
+            return False
         report.messages += 1
         stream.heard = True
         if len(frames) != 3 or len(frames[1]) != 8:
@@ -213,6 +215,7 @@ def _drain(stream: _Stream, rows: BatchRows, report: CollectReport) -> None:
         if stream.last_seq is not None and seq > stream.last_seq + 1:
             _fill_gap(stream, seq, rows, report)
         _take(stream, seq, frames[2], rows, report)
+    return True
 
 
 def _take(
