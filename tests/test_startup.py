@@ -69,3 +69,63 @@ def test_numba_loads_when_a_kernel_runs(warehouse, tmp_path):
         tmp_path=tmp_path,
     )
     assert "numba" in loaded and not loaded & {"pandas", "torch"}
+
+
+def test_a_statement_binds_what_it_names_and_what_its_analyses_read(warehouse):
+    import duckdb
+
+    from kvtrace import connect
+    from kvtrace.analysis.functions import READS, register
+
+    def has(con, name: str) -> bool:
+        found = con.sql(f"SELECT count(*) FROM duckdb_views() WHERE view_name = '{name}'")
+        return bool(found.fetchall()[0][0])
+
+    small = connect(warehouse, for_sql="SELECT count(*) FROM runs")
+    assert has(small, "runs") and not has(small, "kv_events")
+    # the what-if reads the arrivals of workload runs when it runs: they are bound too
+    analysis = connect(warehouse, for_sql="FROM dsa_hit_curve(16)")
+    assert has(analysis, "workload_requests") and not has(analysis, "kv_events")
+    probe = duckdb.connect()
+    register(probe)
+    installed = {
+        name
+        for (name,) in probe.sql(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_name LIKE 'kvtrace_%'"
+        ).fetchall()
+    }
+    assert installed == set(READS)
+
+
+def test_every_analysis_answers_on_a_connection_bound_for_it(warehouse, synthetic_trace, tmp_path):
+    from kvtrace import connect
+
+    dsa = synthetic_trace(run_name="dsa-run", requests=2, steps=3, layers=2)
+    batches = tmp_path / "batch_metrics.csv"
+    batches.write_text(
+        "Batch Id,batch_size,batch_num_tokens,batch_num_prefill_tokens,"
+        "batch_num_decode_tokens,batch_execution_time\n"
+        + "".join(f"{i},2,{100 * i + 2},{100 * i},2,{0.01 + 0.0001 * i}\n" for i in range(20))
+    )
+    ingest(
+        warehouse,
+        [
+            str(dsa),
+            str(DATA / "mooncake_conversation_trace.jsonl"),
+            str(DATA / "kv_events" / "mooncake_lru600_events.jsonl"),
+            str(DATA / "workload" / "vidur_request_metrics_example.csv"),
+            str(batches),
+        ],
+    )
+    statements = [
+        "FROM dsa_hit_curve(16)",
+        "FROM dsa_reuse(16)",
+        "FROM workload_prefix_hit_curve('lru', [64], 'prefix')",
+        "FROM workload_prefix_requests('lru', [64])",
+        "FROM timing_cost_model()",
+        "FROM kv_cache_fidelity(bucket_s := 60.0)",
+    ]
+    for statement in statements:
+        rows = connect(warehouse, for_sql=statement).sql(statement).fetchall()
+        assert rows, statement

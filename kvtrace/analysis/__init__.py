@@ -42,10 +42,14 @@ def connect(
     >>> con = kvtrace.connect("kvtrace-warehouse")  # doctest: +SKIP
     >>> con.sql("SELECT * FROM dsa_summary").pl()  # doctest: +SKIP
     """
-    from kvtrace.analysis.functions import register
-    from kvtrace.sql.catalog import open_connection
+    from kvtrace.analysis.functions import READS, register
+    from kvtrace.sql.catalog import files_for, open_connection
     from kvtrace.warehouse import Warehouse
 
     if not isinstance(warehouse, Warehouse):
         warehouse = Warehouse(warehouse or default_path())
-    return open_connection(warehouse, functions=register, for_sql=for_sql)
+    also: list[str] = []
+    if for_sql is not None:  # an analysis reads views it names only when it runs
+        needed = "\n".join([for_sql, *(f.text for f in files_for(for_sql)[0])])
+        also = [file for name, files in READS.items() if name in needed for file in files]
+    return open_connection(warehouse, functions=register, for_sql=for_sql, with_files=also)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -254,6 +254,7 @@ def open_connection(
     *,
     functions: Callable[[duckdb.DuckDBPyConnection], None],
     for_sql: str | None = None,
+    with_files: Iterable[str] = (),
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, the library's views and
     its list functions.
@@ -262,9 +263,12 @@ def open_connection(
     analysis layer's, `kvtrace.analysis.functions.register`): DuckDB binds a macro's
     functions when the macro is created.  With ``for_sql``, only what that SQL names is
     bound: the library files defining its names with the files they require, and the
-    tables those read (a command answers sooner; see `files_for`).
+    tables those read (a command answers sooner; see `files_for`), and the files named in
+    ``with_files`` with theirs.
     """
-    sql_files, tables = (library(), set(TABLES)) if for_sql is None else files_for(for_sql)
+    sql_files, tables = (
+        (library(), set(TABLES)) if for_sql is None else files_for(for_sql, with_files)
+    )
     con = duckdb.connect(":memory:")
     if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
         con.register_filesystem(filesystem)  # for SQL that names warehouse files
@@ -307,12 +311,14 @@ def _definers() -> dict[str, str]:
     return found
 
 
-def files_for(sql: str) -> tuple[tuple[SqlFile, ...], set[str]]:
+def files_for(sql: str, also: Iterable[str] = ()) -> tuple[tuple[SqlFile, ...], set[str]]:
     """The library files ``sql`` needs (those creating a name it uses, and the files they
-    require, in load order) and the warehouse tables they and ``sql`` read."""
+    require, in load order), with the files ``also`` names and theirs, and the warehouse
+    tables all of them and ``sql`` read."""
     definers = _definers()
     by_name = {f.name: f for f in library()}
     wanted = {definers[word.lower()] for word in _WORD.findall(sql) if word.lower() in definers}
+    wanted |= set(also)
     pending = list(wanted)
     while pending:
         for required in by_name[pending.pop()].requires:
