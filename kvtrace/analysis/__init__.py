@@ -43,13 +43,13 @@ def connect(
     >>> con.sql("SELECT * FROM dsa_summary").pl()  # doctest: +SKIP
     """
     from kvtrace.analysis.functions import READS, register
-    from kvtrace.sql.catalog import files_for, open_connection
+    from kvtrace.sql.catalog import named_definitions, open_connection
     from kvtrace.warehouse import Warehouse
 
     if not isinstance(warehouse, Warehouse):
         warehouse = Warehouse(warehouse or default_path())
     also: list[str] = []
     if for_sql is not None:  # an analysis reads views it names only when it runs
-        needed = "\n".join([for_sql, *(f.text for f in files_for(for_sql)[0])])
-        also = [file for name, files in READS.items() if name in needed for file in files]
+        called = named_definitions(for_sql) + for_sql
+        also = [file for name, files in READS.items() if name in called for file in files]
     return open_connection(warehouse, functions=register, for_sql=for_sql, with_files=also)

@@ -311,6 +311,28 @@ def _definers() -> dict[str, str]:
     return found
 
 
+_STATEMENT = re.compile(
+    r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:VIEW|MACRO)\s+(\w+).*?(?=^CREATE\s|\Z)",
+    re.IGNORECASE | re.MULTILINE | re.DOTALL,
+)
+
+
+@cache
+def _statements() -> dict[str, str]:
+    """Each library object's CREATE statement, by its name (lower-cased)."""
+    found: dict[str, str] = {}
+    for sql_file in library():
+        for match in _STATEMENT.finditer(sql_file.text):
+            found[match[1].lower()] = match[0]
+    return found
+
+
+def named_definitions(sql: str) -> str:
+    """The CREATE statements of the library objects ``sql`` names, one after another."""
+    statements = _statements()
+    return "\n".join(statements.get(word.lower(), "") for word in set(_WORD.findall(sql)))
+
+
 def files_for(sql: str, also: Iterable[str] = ()) -> tuple[tuple[SqlFile, ...], set[str]]:
     """The library files ``sql`` needs (those creating a name it uses, and the files they
     require, in load order), with the files ``also`` names and theirs, and the warehouse
