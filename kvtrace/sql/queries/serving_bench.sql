@@ -45,23 +45,6 @@
 --
 -- @requires tables.sql
 -- @requires timings.sql
--- @requires request_metrics.sql
-
--- @view _serving_requests
--- Every request of every run that recorded requests, in one shape.
-CREATE VIEW _serving_requests AS
-SELECT run_id, load_level, origin, arrival_s, input_tokens, output_tokens, itl_s,
-       error IS NULL AS ok, ttft_s, e2e_s, NULL::BIGINT AS cached_tokens
-FROM request_timings
-UNION ALL
-SELECT run_id, 0, 'measured', arrival_s, input_tokens, output_tokens, NULL, NOT is_error,
-       ttft_s, latency_s, cached_tokens
-FROM request_metrics
-UNION ALL
-SELECT run_id, 0, 'measured', arrival_s, prompt_tokens, new_tokens, NULL,
-       status IS DISTINCT FROM 'error', NULL, latency_ms / 1e3, prefix_cached_tokens
-FROM requests
-WHERE latency_ms IS NOT NULL;
 
 -- @macro _serving_computed(ttft_slo_ms, tpot_slo_ms, e2e_slo_ms)
 -- The benchmark table's numbers computed from the per-request records.
@@ -71,14 +54,7 @@ WITH requests AS (
                   AS tpot_s
     FROM _serving_requests
 ), spans AS (
-    SELECT run_id, load_level,
-           coalesce(CASE WHEN load_level = 0
-                         THEN try_cast(json_extract_string(any_value(r.collector_config),
-                                                           '$.duration_s') AS DOUBLE) END,
-                    max(q.arrival_s + q.e2e_s) - min(q.arrival_s)) AS duration_s
-    FROM _serving_requests AS q
-    LEFT JOIN runs AS r USING (run_id)
-    GROUP BY run_id, load_level
+    SELECT run_id, load_level, span_s AS duration_s FROM _timing_spans
 ), gaps AS (
     SELECT run_id, load_level, unnest(itl_s) AS itl_s FROM requests WHERE ok
 ), itl AS (

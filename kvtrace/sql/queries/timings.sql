@@ -13,6 +13,7 @@
 -- is a relative error of (0.25 - 0.20) / 0.20 = +25 %.
 --
 -- @requires eval.sql
+-- @requires request_metrics.sql
 -- @requires tables.sql
 
 -- @view request_timings
@@ -106,19 +107,36 @@ UNPIVOT (SELECT run_id, load_level, request_idx, ttft_s AS ttft, tpot_s AS tpot,
          FROM request_timings WHERE error IS NULL)
 ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
 
+-- @view _serving_requests
+-- Every request of every run that recorded requests, in one shape: benchmark and
+-- simulator results, replayed serving requests and the requests of collected DSA runs.
+CREATE VIEW _serving_requests AS
+SELECT run_id, load_level, origin, arrival_s, input_tokens, output_tokens, itl_s,
+       error IS NULL AS ok, ttft_s, e2e_s, NULL::BIGINT AS cached_tokens
+FROM request_timings
+UNION ALL
+SELECT run_id, 0, 'measured', arrival_s, input_tokens, output_tokens, NULL, NOT is_error,
+       ttft_s, latency_s, cached_tokens
+FROM request_metrics
+UNION ALL
+SELECT run_id, 0, 'measured', arrival_s, prompt_tokens, new_tokens, NULL,
+       status IS DISTINCT FROM 'error', NULL, latency_ms / 1e3, prefix_cached_tokens
+FROM requests
+WHERE latency_ms IS NOT NULL;
+
 -- @view _timing_spans
--- Per run and load level of request_timings: its span, the benchmark's recorded
+-- Per run and load level of every run with requests: its span, the benchmark's recorded
 -- duration when a one-level run has one, else from the first arrival to the last
 -- completion.
 CREATE VIEW _timing_spans AS
-SELECT t.run_id, t.load_level,
-       coalesce(CASE WHEN t.load_level = 0
+SELECT q.run_id, q.load_level,
+       coalesce(CASE WHEN q.load_level = 0
                      THEN try_cast(json_extract_string(any_value(r.collector_config),
                                                        '$.duration_s') AS DOUBLE) END,
-                max(t.arrival_s + t.e2e_s) - min(t.arrival_s)) AS span_s
-FROM request_timings AS t
+                max(q.arrival_s + q.e2e_s) - min(q.arrival_s)) AS span_s
+FROM _serving_requests AS q
 LEFT JOIN runs AS r USING (run_id)
-GROUP BY t.run_id, t.load_level;
+GROUP BY q.run_id, q.load_level;
 
 -- @view _timing_percentiles
 -- Latency percentiles per run and metric of successful requests (the fidelity table's
