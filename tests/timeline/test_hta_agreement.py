@@ -5,9 +5,7 @@ does not: they mark time, they do no work), so the generated traces here carry n
 
 from __future__ import annotations
 
-import logging
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at
+from tests.timeline.hta_quiet import quiet_hta
 
 hta = pytest.importorskip("hta.trace_analysis")
 
@@ -24,18 +23,11 @@ SAMPLE = Path(__file__).parent.parent / "data" / "kineto_sampled_rank0.json.gz"
 
 
 def _hta(folder: Path) -> dict:
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
-            temporal = analysis.get_temporal_breakdown(visualize=False)
-            overlap = analysis.get_comm_comp_overlap(visualize=False)
-            _, kernels = analysis.get_gpu_kernel_breakdown(
-                visualize=False, include_memory_kernels=True
-            )
-    finally:
-        logging.disable(logging.NOTSET)
+    with quiet_hta():
+        analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
+        temporal = analysis.get_temporal_breakdown(visualize=False)
+        overlap = analysis.get_comm_comp_overlap(visualize=False)
+        _, kernels = analysis.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True)
     sums = kernels.groupby(["rank", "kernel_type"])["sum (us)"].sum()
     return {
         "temporal": sorted(

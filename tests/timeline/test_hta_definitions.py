@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
 from tests.conftest import DATA
+from tests.timeline.hta_quiet import quiet_hta
 
 hta = pytest.importorskip("hta.trace_analysis")
 
@@ -29,19 +28,12 @@ TRACES = {
 
 
 def _hta(folder: Path) -> dict:
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
-            temporal = analysis.get_temporal_breakdown(visualize=False)
-            types, _ = analysis.get_gpu_kernel_breakdown(
-                visualize=False, include_memory_kernels=True
-            )
-            queues = analysis.get_queue_length_time_series()
-            launches = analysis.get_cuda_kernel_launch_stats(visualize=False)
-    finally:
-        logging.disable(logging.NOTSET)
+    with quiet_hta():
+        analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
+        temporal = analysis.get_temporal_breakdown(visualize=False)
+        types, _ = analysis.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True)
+        queues = analysis.get_queue_length_time_series()
+        launches = analysis.get_cuda_kernel_launch_stats(visualize=False)
     (row,) = temporal.to_dict("records")
     (launch,) = launches.values()
     (queue,) = queues.values()
@@ -179,16 +171,11 @@ def test_kernel_durations_are_htas_per_kernel_breakdown(warehouse, tmp_path):
     folder = tmp_path / "alexnet"
     folder.mkdir()
     shutil.copy(TRACES["alexnet"], folder / "trace.json.gz")
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
-            _, per_kernel = analysis.get_gpu_kernel_breakdown(
-                visualize=False, include_memory_kernels=True, num_kernels=1000
-            )
-    finally:
-        logging.disable(logging.NOTSET)
+    with quiet_hta():
+        analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
+        _, per_kernel = analysis.get_gpu_kernel_breakdown(
+            visualize=False, include_memory_kernels=True, num_kernels=1000
+        )
     ingest(warehouse, [str(folder)])
     found = {
         name: stats
