@@ -360,6 +360,12 @@ collect_app = typer.Typer(
 app.add_typer(collect_app, name="collect")
 
 
+def _status_line(text: str) -> None:
+    """A collector's running count, written over itself on a terminal (not with --quiet)."""
+    if not options.quiet and err.is_terminal:
+        err.print(text, end="\r")
+
+
 @collect_app.command("pool")
 def collect_pool(
     endpoint: Annotated[
@@ -394,11 +400,9 @@ def collect_pool(
     warehouse = _open(create=True)
 
     def show(report) -> None:
-        if not options.quiet and err.is_terminal:
-            err.print(
-                f"{report.polls:,} polls, {report.errors:,} errors, {report.rows:,} rows written",
-                end="\r",
-            )
+        _status_line(
+            f"{report.polls:,} polls, {report.errors:,} errors, {report.rows:,} rows written"
+        )
 
     stop = threading.Event()
     with _stopped_by_sigterm(stop):
@@ -473,12 +477,10 @@ def collect_kv_events_command(
     warehouse = _open(create=True)
 
     def show(report) -> None:
-        if not options.quiet and err.is_terminal:
-            err.print(
-                f"{report.messages:,} batches, {report.events:,} block events, "
-                f"{report.gaps:,} gaps, {report.errors:,} errors",
-                end="\r",
-            )
+        _status_line(
+            f"{report.messages:,} batches, {report.events:,} block events, "
+            f"{report.gaps:,} gaps, {report.errors:,} errors"
+        )
 
     stop = threading.Event()
     with _stopped_by_sigterm(stop):

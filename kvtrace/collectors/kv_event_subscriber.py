@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kvtrace.collectors.endpoints import labelled
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.bookkeeping import collection_run_id, run_row
@@ -39,6 +40,7 @@ RECEIVE_QUEUE = 10_000  # messages ZMQ holds per engine while a batch is being c
 FLUSH_ROWS = 200_000  # commit as soon as this many event rows wait (reading stops there)
 REPLAY_TIMEOUT_S = 1.0
 POLL_MS = 100
+ZMQ_SCHEMES = ("tcp://", "ipc://", "inproc://")
 
 
 @dataclass(frozen=True)
@@ -52,14 +54,12 @@ class EventSource:
     @classmethod
     def parse(cls, endpoint: str, replay: str | None) -> EventSource:
         """``NAME=tcp://HOST:PORT`` or a bare endpoint (named after its host and port)."""
-        name, _, url = (
-            endpoint.partition("=") if "=" in endpoint.split("://")[0] else ("", "", endpoint)
-        )
-        if not url.startswith(("tcp://", "ipc://", "inproc://")):
+        name, url = labelled(endpoint)
+        if not url.startswith(ZMQ_SCHEMES):
             raise InputError(f"endpoint {endpoint!r} is not a ZMQ address (tcp://HOST:PORT)")
-        if replay is not None and not replay.startswith(("tcp://", "ipc://", "inproc://")):
+        if replay is not None and not replay.startswith(ZMQ_SCHEMES):
             raise InputError(f"replay endpoint {replay!r} is not a ZMQ address (tcp://HOST:PORT)")
-        return cls(name or url.split("://", 1)[1], url, replay)
+        return cls(name, url, replay)
 
 
 @dataclass

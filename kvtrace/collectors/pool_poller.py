@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from kvtrace.collectors.endpoints import labelled
 from kvtrace.collectors.pool_sources import (
     MalformedResponse,
     rows_from_prometheus,
@@ -49,10 +50,9 @@ class Endpoint:
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:
-        name, _, url = text.partition("=") if "=" in text.split("://")[0] else ("", "", text)
+        name, url = labelled(text)
         if not url.startswith(("http://", "https://")):
             raise InputError(f"endpoint {text!r} is not an http(s) URL (NAME=URL or URL)")
-        name = name or url.split("://", 1)[1].split("/", 1)[0]
         role = next((r for r in ("prefill", "decode") if r in name.lower()), None)
         return cls(name, url, role)
 
