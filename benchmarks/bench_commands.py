@@ -32,11 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_prefix import BIN, KVCACHE_SIMULATOR_RUN, TRACE
 from bench_warehouse import machine
 
 HERE = Path(__file__).parent
-TRACE = HERE.parent / "tests" / "data" / "mooncake_conversation_trace.jsonl"
-BIN = Path(sys.executable).parent
 KVTRACE = str(BIN / "kvtrace")
 PY = sys.executable
 CAPACITIES = "[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]"
@@ -104,21 +103,7 @@ def rows(root: str, scratch: Path) -> list[tuple[str, str, list[list[str]], list
         (
             "Mooncake prefix hit curve, 11 capacities",
             "`kvcache-simulator run`",
-            [
-                [
-                    str(BIN / "kvcache-simulator"),
-                    "run",
-                    "--trace",
-                    str(TRACE),
-                    "--model",
-                    "llama-3.1-8b",
-                    "--block-size",
-                    "512",
-                    "--format",
-                    "json",
-                    "--no-progress",
-                ]
-            ],
+            [KVCACHE_SIMULATOR_RUN],
             [
                 [
                     KVTRACE,

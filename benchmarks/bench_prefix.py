@@ -39,6 +39,12 @@ TRACE = HERE.parent / "tests" / "data" / "mooncake_conversation_trace.jsonl"
 BIN = Path(sys.executable).parent
 CAPACITIES = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
 POLICIES = {"fifo": "fifo", "radix_lru": "lru", "opt": "optimal"}  # kvtrace: theirs
+# kvcache-simulator's sweep of the trace: FIFO, LRU and optimal at Llama-3.1-8B's budgets
+KVCACHE_SIMULATOR_RUN = [
+    str(BIN / "kvcache-simulator"),
+    *("run", "--trace", str(TRACE), "--model", "llama-3.1-8b", "--block-size", "512"),
+    *("--format", "json", "--no-progress"),
+]
 
 
 def timed(command: list[str], rounds: int) -> tuple[float, str]:
@@ -64,22 +70,7 @@ def against_kvcache_simulator(root: str, rounds: int) -> dict:
     from kvcache_sim.simulator import run_sweep
     from kvcache_sim.trace import parse_trace_file
 
-    theirs_s, _ = timed(
-        [
-            str(BIN / "kvcache-simulator"),
-            "run",
-            "--trace",
-            str(TRACE),
-            "--model",
-            "llama-3.1-8b",
-            "--block-size",
-            "512",
-            "--format",
-            "json",
-            "--no-progress",
-        ],
-        rounds,
-    )
+    theirs_s, _ = timed(KVCACHE_SIMULATOR_RUN, rounds)
     ours_s, printed = timed(
         [
             str(BIN / "kvtrace"),
