@@ -98,6 +98,10 @@ def linear_quantile(values, q: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=np.float64), q))
 
 
+KVTRACE_PROCESS = [sys.executable, "-c", "from kvtrace.cli import main; main()"]
+"""The command line as a process of its own: what a signal or a crash reaches."""
+
+
 def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the command line in this process, as ``kvtrace ARGS`` would from ``cwd``.
 

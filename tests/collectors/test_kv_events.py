@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -31,7 +30,7 @@ from tests.collectors.kv_publisher import (
     MapBlockStored,
     Publisher,
 )
-from tests.conftest import DATA, warehouse_at
+from tests.conftest import DATA, KVTRACE_PROCESS, warehouse_at
 
 SETTLE_S = 0.5  # loopback delivery of what was just sent
 
@@ -232,9 +231,7 @@ def test_sigterm_or_ctrl_c_writes_what_came_and_closes_the_run(tmp_path, publish
     location = warehouse_at(tmp_path / "wh")
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-c",
-            "from kvtrace.cli import main; main()",
+            *KVTRACE_PROCESS,
             "-w",
             location,
             "collect",
@@ -269,9 +266,7 @@ def test_a_wrong_endpoint_exits_non_zero_with_one_sentence(tmp_path):
     location = warehouse_at(tmp_path / "wh")
     done = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            "from kvtrace.cli import main; main()",
+            *KVTRACE_PROCESS,
             "-w",
             location,
             "collect",

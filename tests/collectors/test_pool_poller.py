@@ -15,6 +15,7 @@ import pytest
 from kvtrace import connect
 from kvtrace.collectors.pool_poller import Endpoint, poll_pool
 from kvtrace.errors import InputError
+from tests.conftest import KVTRACE_PROCESS
 
 PROMETHEUS = """# HELP sglang:kv_available_tokens free tokens
 sglang:kv_available_tokens{tp_rank="0"} 70000
@@ -202,16 +203,13 @@ def test_sigterm_or_ctrl_c_flushes_the_rows_and_closes_the_run(tmp_path, server,
     import os
     import signal
     import subprocess
-    import sys
 
     from tests.conftest import warehouse_at
 
     location = warehouse_at(tmp_path / "wh")
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-c",
-            "from kvtrace.cli import main; main()",
+            *KVTRACE_PROCESS,
             "-w",
             location,
             "collect",

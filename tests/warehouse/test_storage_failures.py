@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import fanout, ingest
 from kvtrace.warehouse import Warehouse
-from tests.conftest import DATA, seed_record, warehouse_at, write_jsonl
+from tests.conftest import DATA, KVTRACE_PROCESS, seed_record, warehouse_at, write_jsonl
 from tests.s3_server import S3Server
 from tests.tcp_proxy import TcpProxy
 
@@ -72,9 +71,7 @@ def test_processes_racing_to_ingest_one_file_store_it_once_and_the_losers_say_so
     Warehouse(location, create=True)
     trace = DATA / "azure_llm_inference_code.csv"
     command = [
-        sys.executable,
-        "-c",
-        "from kvtrace.cli import main; main()",
+        *KVTRACE_PROCESS,
         "-w",
         location,
         "ingest",
