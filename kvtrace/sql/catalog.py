@@ -276,8 +276,7 @@ def open_connection(
             _register_datasets(con, warehouse, tables)
     elif tables:
         con.execute(base_views_sql(warehouse, tables))
-    pinned = warehouse.as_of is not None  # a version asked for must exist, read or not
-    if pinned or tables or any(_SNAPSHOT_TABLES.search(f.text) for f in sql_files):
+    if tables or any(_SNAPSHOT_TABLES.search(f.text) for f in sql_files):
         snapshot = warehouse.snapshot()
         _register(con, "_warehouse_commits_arrow", snapshot.commits)
         _register(con, "_warehouse_files_arrow", snapshot.files)

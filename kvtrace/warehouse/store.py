@@ -177,6 +177,8 @@ class Warehouse:
             )
         elif self.root is not None:  # an object store's views take the schema from Arrow
             self._ensure_schema_files()
+        if as_of is not None:
+            self.snapshot()  # a version asked for must exist, whatever is read of it
 
     # -- layout ---------------------------------------------------------------------------
 
