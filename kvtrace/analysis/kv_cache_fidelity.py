@@ -124,17 +124,20 @@ def _simulated(
     inserted = np.cumsum(miss)
     evicted = np.maximum(inserted - capacity, 0)
     lengths = np.diff(trace.starts)
+    # requests come in time order, so each bucket's reads are one contiguous range
     buckets = np.repeat(np.floor(times / bucket_s).astype(np.int64), lengths)
-    found: dict[int, dict[str, int]] = {}
-    previous_evicted = 0
-    for bucket in np.unique(buckets):
-        inside = buckets == bucket
-        last = int(np.flatnonzero(inside)[-1])
-        found[int(bucket)] = {
-            "stored": int(miss[inside].sum()),
-            "evicted": int(evicted[last]) - previous_evicted,
-            "restores": int(restore[inside].sum()),
-            "resident": int(min(inserted[last], capacity)),
+    found_buckets, first = np.unique(buckets, return_index=True)
+    last = np.append(first[1:], len(buckets)) - 1
+    stored = np.add.reduceat(miss.astype(np.int64), first)
+    restores = np.add.reduceat(restore.astype(np.int64), first)
+    evictions = np.diff(evicted[last], prepend=0)
+    resident = np.minimum(inserted[last], capacity)
+    return {
+        int(bucket): {
+            "stored": int(stored[k]),
+            "evicted": int(evictions[k]),
+            "restores": int(restores[k]),
+            "resident": int(resident[k]),
         }
-        previous_evicted = int(evicted[last])
-    return found
+        for k, bucket in enumerate(found_buckets)
+    }
