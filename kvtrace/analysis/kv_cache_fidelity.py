@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow.compute as pc
 
-from kvtrace.analysis.prefix_cache import PrefixSimulation, PrefixTrace
+from kvtrace.analysis.prefix_cache import PrefixSimulation, PrefixTrace, trace_of
 from kvtrace.errors import InputError
 
 POLICIES = ("lru", "fifo", "radix_lru")
@@ -41,11 +41,20 @@ def kv_cache_fidelity_rows(
     if capacity_blocks is not None and capacity_blocks < 1:
         raise InputError(f"the capacity must be at least one block, got {capacity_blocks}")
     observed = _observed(con, bucket_s)
+    requests = con.sql(
+        "SELECT run_id, worker, request_idx, timestamp, hash_ids, input_length AS input_tokens, "
+        "input_length // len(hash_ids) AS hash_block_tokens FROM kv_events_as_workload "
+        "ORDER BY run_id, worker, request_idx"
+    ).to_arrow_table()
     rows: list[dict[str, Any]] = []
     for (run_id, worker), buckets in sorted(observed.items()):
-        trace, times = _trace(con, run_id, worker)
-        if trace is None:
+        mine = requests.filter(
+            pc.and_(pc.equal(requests["run_id"], run_id), pc.equal(requests["worker"], worker))
+        )
+        if mine.num_rows == 0:
             continue
+        trace = trace_of(mine, warmup=0.0)
+        times = np.asarray(mine["timestamp"].to_numpy(zero_copy_only=False), np.float64) / 1e3
         capacity = capacity_blocks or max(b["resident_blocks"] for b in buckets.values())
         simulated = _simulated(trace, times, policy, capacity, bucket_s)
         for bucket in sorted(set(buckets) | set(simulated)):
@@ -87,29 +96,6 @@ def _observed(
             "resident_blocks": int(resident),
         }
     return found
-
-
-def _trace(
-    con: duckdb.DuckDBPyConnection, run_id: str, worker: str
-) -> tuple[PrefixTrace | None, np.ndarray]:
-    """The worker's stored events as requests of block chains, and their times (s)."""
-    table = con.sql(
-        "SELECT timestamp, hash_ids FROM kv_events_as_workload "
-        "WHERE run_id = $run AND worker = $worker ORDER BY request_idx",
-        params={"run": run_id, "worker": worker},
-    ).to_arrow_table()
-    if table.num_rows == 0:
-        return None, np.empty(0)
-    lists = table["hash_ids"]
-    ids = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
-    lengths = np.asarray(pc.list_value_length(lists).to_numpy(zero_copy_only=False), np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    distinct = int(ids.max()) + 1 if len(ids) else 0
-    trace = PrefixTrace(
-        ids, starts, np.ones(len(ids), np.int64), distinct, 1, 0, list(range(len(lengths)))
-    )
-    times = np.asarray(table["timestamp"].to_numpy(zero_copy_only=False), np.float64) / 1e3
-    return trace, times
 
 
 def _simulated(

@@ -135,6 +135,12 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> PrefixT
         "WHERE run_id = $run AND hash_ids IS NOT NULL ORDER BY request_idx",
         params={"run": run_id},
     ).to_arrow_table()
+    return trace_of(table, warmup)
+
+
+def trace_of(table: pa.Table, warmup: float) -> PrefixTrace:
+    """The trace of requests in order: ``request_idx``, ``hash_ids``, ``input_tokens``
+    and ``hash_block_tokens`` columns, as `workload_requests` has them."""
     lists = table["hash_ids"]
     keys = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
     lengths = np.asarray(pc.list_value_length(lists).to_numpy(zero_copy_only=False), np.int64)
