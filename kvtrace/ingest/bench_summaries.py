@@ -27,7 +27,12 @@ from typing import Any
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.lines import json_records, raw_text, read_json_document
-from kvtrace.ingest.values import finite_number, whole_number
+from kvtrace.ingest.values import (
+    MILLISECONDS_PER_UNIT,
+    SECONDS_PER_UNIT,
+    finite_number,
+    whole_number,
+)
 from kvtrace.warehouse.rejects import BadLine
 
 STATISTICS = {"mean": "avg", "median": "p50", "std": "std", "p90": "p90", "p99": "p99"}
@@ -40,7 +45,6 @@ EXPORT_METRICS = {
     "itl": "inter_chunk_latency",
     "e2el": "request_latency",
 }
-_TO_MS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "ns": 1e-6}
 
 
 def is_sglang_record(record: dict[str, Any]) -> bool:
@@ -158,21 +162,33 @@ def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str,
     document = read_json_document(path)
     tool = "aiperf" if fmt == "aiperf_summary" else "genai-perf"
 
-    def stat(metric: str, statistic: str, unit_to: dict[str, float]) -> float | None:
+    def stat(metric: str, statistic: str) -> tuple[float, str] | None:
+        """The statistic's value and its unit, when the export has it."""
         entry = document.get(metric)
         if not isinstance(entry, dict) or entry.get(statistic) is None:
             return None
         value = finite_number(f"{metric}.{statistic}", entry[statistic])
-        unit = str(entry.get("unit", ""))
-        if unit_to is _TO_MS and unit not in _TO_MS:
+        return value, str(entry.get("unit", ""))
+
+    def number(metric: str) -> float | None:
+        found = stat(metric, "avg")
+        return None if found is None else found[0]
+
+    def milliseconds(metric: str, statistic: str) -> float | None:
+        found = stat(metric, statistic)
+        if found is None:
+            return None
+        value, unit = found
+        if unit not in MILLISECONDS_PER_UNIT:
             raise InputError(f"{path}: {metric} is in {unit!r}, not a unit of time")
-        return value * unit_to.get(unit, 1.0)
+        return value * MILLISECONDS_PER_UNIT[unit]
 
     def total(metric: str) -> int | None:
-        value = stat(metric, "avg", {})
+        value = number(metric)
         return None if value is None else round(value)
 
-    duration = stat("benchmark_duration", "avg", {"sec": 1.0, "s": 1.0, "ms": 1e-3})
+    span = stat("benchmark_duration", "avg")  # seconds unless it says otherwise
+    duration = None if span is None else span[0] * SECONDS_PER_UNIT.get(span[1], 1.0)
     settings = _load_settings(document.get("input_config"))
     summary: dict[str, Any] = {
         "load_level": 0,
@@ -184,13 +200,13 @@ def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str,
         "duration_s": duration,
         "total_input_tokens": total("total_isl"),
         "total_output_tokens": total("total_osl"),
-        "request_throughput": stat("request_throughput", "avg", {}),
-        "output_throughput": stat("output_token_throughput", "avg", {}),
+        "request_throughput": number("request_throughput"),
+        "output_throughput": number("output_token_throughput"),
     }
     try:
         for metric, name in EXPORT_METRICS.items():
             for statistic, key in STATISTICS.items():
-                summary[f"{statistic}_{metric}_ms"] = stat(name, key, _TO_MS)
+                summary[f"{statistic}_{metric}_ms"] = milliseconds(name, key)
     except ValueError as exc:
         raise InputError(f"{path}: {exc}") from None
     return summary, {k: v for k, v in settings.items() if v is not None}

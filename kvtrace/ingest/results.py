@@ -47,7 +47,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import json_records, raw_text, read_json_document
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
-from kvtrace.ingest.values import finite_number, whole_number
+from kvtrace.ingest.values import SECONDS_PER_UNIT, finite_number, whole_number
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
@@ -251,9 +251,6 @@ def _vllm_row(i: int, lists: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return row, ""
 
 
-_SECONDS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-
-
 def read_aiperf_records(path: Path) -> ResultFileResult:
     """AIPerf's per-request records, one JSON object a line."""
     rows: list[dict[str, Any]] = []
@@ -316,12 +313,12 @@ def _aiperf_row(record: object, index: int) -> tuple[dict[str, Any], int | None]
 
 def _in_seconds(metric: dict[str, Any], name: str) -> float | list[float]:
     unit = str(metric.get("unit", "s"))
-    if unit not in _SECONDS:
+    if unit not in SECONDS_PER_UNIT:
         raise ValueError(f"{name} is in {unit!r}, not a unit of time")
     raw = metric["value"]
     if isinstance(raw, list):
-        return [finite_number(name, v, minimum=0) * _SECONDS[unit] for v in raw]
-    return finite_number(name, raw, minimum=0) * _SECONDS[unit]
+        return [finite_number(name, v, minimum=0) * SECONDS_PER_UNIT[unit] for v in raw]
+    return finite_number(name, raw, minimum=0) * SECONDS_PER_UNIT[unit]
 
 
 def _count(metrics: dict[str, Any], *names: str) -> int | None:

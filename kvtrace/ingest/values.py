@@ -10,6 +10,10 @@ from __future__ import annotations
 import math
 
 INT64_LIMIT = 2**63
+# units of time by their power of ten in seconds, as benchmark exports name them
+_TIME_UNITS = {"s": 0, "sec": 0, "ms": -3, "us": -6, "ns": -9}
+SECONDS_PER_UNIT = {unit: 10.0**power for unit, power in _TIME_UNITS.items()}
+MILLISECONDS_PER_UNIT = {unit: 10.0 ** (power + 3) for unit, power in _TIME_UNITS.items()}
 EXACT_LIMIT = 2.0**53  # magnitudes float64 holds exactly
 
 
