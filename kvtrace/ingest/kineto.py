@@ -152,6 +152,10 @@ class KinetoReader:
                 pa.string(),
             ),
             **integers,
+            "memory_bw_gbps": pa.array(
+                [float(v) if _is_number(v := a.get(_BANDWIDTH_ARG)) else None for a in args],
+                pa.float64(),
+            ),
         }
         return pa.table(columns, schema=TIMELINE_EVENTS.schema)
 
@@ -306,7 +310,10 @@ _INT_ARGS = (
     ("correlation", "correlation"),
     ("External id", "external_id"),
     ("bytes", "bytes"),
+    ("wait_on_stream", "wait_on_stream"),
+    ("wait_on_cuda_event_record_corr_id", "wait_on_correlation"),
 )
+_BANDWIDTH_ARG = "memory bandwidth (GB/s)"
 
 
 def _integers(values: list[Any]) -> pa.Array | None:

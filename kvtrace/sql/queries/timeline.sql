@@ -41,6 +41,9 @@ WHERE regexp_matches(name, '^ProfilerStep#\d+$');
 -- @column external_id  links a GPU event to its CPU operator
 -- @column copy_kind    HtoD, DtoH, DtoD, ... for copies
 -- @column bytes        bytes copied or set
+-- @column wait_on_stream       for a Stream Wait Event: the stream whose event it waits on
+-- @column wait_on_correlation  ... and the correlation of that event's cudaEventRecord
+-- @column memory_bw_gbps       a copy's or memset's bandwidth as the profiler gave it, GB/s
 -- @column iteration    the ProfilerStep#N the event starts in (NULL outside every step)
 CREATE VIEW timeline_events AS
 SELECT e.*, s.iteration

@@ -25,6 +25,9 @@ TIMELINE_EVENTS = TableSpec(
             ("external_id", pa.int64()),
             ("copy_kind", pa.string()),  # HtoD, DtoH, DtoD, ... for gpu_memcpy events
             ("bytes", pa.int64()),
+            ("wait_on_stream", pa.int64()),  # a Stream Wait Event's stream waited on
+            ("wait_on_correlation", pa.int64()),  # ... and its cudaEventRecord's correlation
+            ("memory_bw_gbps", pa.float64()),  # a copy's bandwidth as the profiler gave it
         ]
     ),
     partition_by=("run_id",),
