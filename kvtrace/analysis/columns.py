@@ -102,3 +102,29 @@ COST_MODEL = pa.struct(
         ("residual_p99_s", pa.float64()),
     ]
 )
+KERNEL_SEQUENCES = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("place", pa.int64()),
+        ("pattern", pa.string()),
+        ("kernels", pa.int64()),
+        ("count", pa.int64()),
+        ("gpu_kernel_us", pa.float64()),
+        ("cpu_op_us", pa.float64()),
+    ]
+)
+CRITICAL_PATH = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("step", pa.int64()),
+        ("edge_type", pa.string()),
+        ("event_idx", pa.int64()),
+        ("name", pa.string()),
+        ("category", pa.string()),
+        ("stream", pa.int64()),
+        ("bound_by", pa.string()),
+        ("duration_us", pa.float64()),
+    ]
+)

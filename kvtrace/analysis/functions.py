@@ -1,10 +1,11 @@
 """The SQL functions behind the analyses: ``kvtrace_hit_curve``, ``kvtrace_reuse``,
-``kvtrace_prefix_hit_curve``, ``kvtrace_prefix_requests``, ``kvtrace_cost_model`` and
-``kvtrace_kv_cache_fidelity``.
+``kvtrace_prefix_hit_curve``, ``kvtrace_prefix_requests``, ``kvtrace_cost_model``,
+``kvtrace_kv_cache_fidelity``, ``kvtrace_kernel_sequences`` and ``kvtrace_critical_path``.
 
 Each is called with constant arguments from a table macro of the SQL library
 (``dsa_hit_curve``, ``dsa_reuse``, ``workload_prefix_hit_curve``,
-``timing_cost_model``, ``kv_cache_fidelity``), reads what it needs through a cursor of
+``timing_cost_model``, ``kv_cache_fidelity``, ``timeline_kernel_sequences``,
+``timeline_critical_path``), reads what it needs through a cursor of
 the calling connection, runs the analysis and returns its rows as one list.  The compiled
 kernels load on the first call, not when a connection is opened.
 """
@@ -21,7 +22,9 @@ from duckdb import func
 
 from kvtrace.analysis.columns import (
     COST_MODEL,
+    CRITICAL_PATH,
     HIT_CURVE,
+    KERNEL_SEQUENCES,
     KV_CACHE_FIDELITY,
     PREFIX_HIT_CURVE,
     PREFIX_REQUESTS,
@@ -74,6 +77,8 @@ READS: dict[str, tuple[str, ...]] = {
     "kvtrace_prefix_requests": ("workload.sql", "dsa_steps.sql", "timings.sql"),
     "kvtrace_cost_model": ("timings.sql", "dsa_steps.sql"),
     "kvtrace_kv_cache_fidelity": ("kv_events.sql",),
+    "kvtrace_kernel_sequences": ("timeline.sql",),
+    "kvtrace_critical_path": ("timeline.sql",),
 }
 """The functions `register` installs, and the library files whose views each reads when
 it runs (a connection bound for one statement binds them too)."""
@@ -188,6 +193,26 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         )
         return rows(KV_CACHE_FIDELITY, found, policy)
 
+    def kernel_sequences(
+        operator: pa.ChunkedArray, min_pattern_len: pa.ChunkedArray, top_k: pa.ChunkedArray
+    ) -> pa.Array:
+        from kvtrace.analysis.kernel_sequences import kernel_sequence_rows
+
+        found = kernel_sequence_rows(
+            cursor(), _constant(operator), _constant(min_pattern_len), _constant(top_k)
+        )
+        return rows(KERNEL_SEQUENCES, found, operator)
+
+    def critical_path(
+        annotation: pa.ChunkedArray, instance: pa.ChunkedArray, definitions: pa.ChunkedArray
+    ) -> pa.Array:
+        from kvtrace.analysis.critical_path import critical_path_rows
+
+        found = critical_path_rows(
+            cursor(), _constant(annotation), _constant(instance), _constant(definitions)
+        )
+        return rows(CRITICAL_PATH, found, annotation)
+
     def cost_model(source: pa.ChunkedArray) -> pa.Array:
         from kvtrace.analysis import cost_model as model
 
@@ -231,6 +256,18 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
             kv_cache_fidelity,
             ["VARCHAR", "BIGINT", "DOUBLE"],
             KV_CACHE_FIDELITY,
+        ),
+        (
+            "kvtrace_kernel_sequences",
+            kernel_sequences,
+            ["VARCHAR", "BIGINT", "BIGINT"],
+            KERNEL_SEQUENCES,
+        ),
+        (
+            "kvtrace_critical_path",
+            critical_path,
+            ["VARCHAR", "BIGINT", "VARCHAR"],
+            CRITICAL_PATH,
         ),
     ]
     for name, function, arguments, struct in functions:

@@ -127,3 +127,20 @@ CREATE MACRO kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s) AS
                    simulated_evicted BIGINT, observed_restores BIGINT,
                    simulated_restores BIGINT, observed_resident BIGINT,
                    simulated_resident BIGINT)[]);
+
+-- @macro kvtrace_kernel_sequences(operator, min_pattern_len, top_k)
+-- Call stacks are built in Python: not available in a plain shell.
+CREATE MACRO kvtrace_kernel_sequences(operator, min_pattern_len, top_k) AS
+    CAST(error('timeline_kernel_sequences builds call stacks in Python: use "kvtrace sql" or '
+               || 'kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, rank BIGINT, place BIGINT, pattern VARCHAR, kernels BIGINT,
+                   count BIGINT, gpu_kernel_us DOUBLE, cpu_op_us DOUBLE)[]);
+
+-- @macro kvtrace_critical_path(annotation, instance, definitions)
+-- The critical path is a graph search in Python: not available in a plain shell.
+CREATE MACRO kvtrace_critical_path(annotation, instance, definitions) AS
+    CAST(error('timeline_critical_path searches a graph in Python: use "kvtrace sql" or '
+               || 'kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, rank BIGINT, step BIGINT, edge_type VARCHAR,
+                   event_idx BIGINT, name VARCHAR, category VARCHAR, stream BIGINT,
+                   bound_by VARCHAR, duration_us DOUBLE)[]);
