@@ -8,9 +8,10 @@ annotations, which HTA would count as compute), then runs, each in a fresh proce
 
 - HTA: ``TraceAnalysis`` (load every rank, last profiler step included) and its temporal
   breakdown, kernel breakdown (memory kernels included) and comm / comp overlap;
-- kvtrace: ``ingest --jobs <cores>`` into a new warehouse and the same three analyses
+- kvtrace, as a user runs it: the command ``kvtrace ingest --jobs <cores>`` into a new
+  warehouse, then one ``kvtrace sql`` asking the same three analyses
   (``timeline_temporal_breakdown``, ``timeline_kernel_breakdown``,
-  ``timeline_comm_comp_overlap``), then the three analyses alone on the warehouse built.
+  ``timeline_comm_comp_overlap``); then that ``kvtrace sql`` alone on the warehouse built.
 
 Both use every core (HTA parses ranks in a process pool).  Peak memory is the largest sum
 of the resident sets of the process and its children, sampled every 20 ms.  The answers
@@ -57,32 +58,20 @@ print(json.dumps({
                         if total > 0)}, default=float))
 """
 
-KVTRACE_RUN = """
-import json, os, sys
-from kvtrace.ingest import ingest
-from kvtrace import connect
-from kvtrace.warehouse import Warehouse
-if sys.argv[3] == "ingest":
-    ingest(Warehouse(sys.argv[2], create=True), [sys.argv[1]], jobs=os.cpu_count() or 1)
-con = connect(Warehouse(sys.argv[2]))
-con.execute("SET enable_progress_bar = false")
-q = lambda sql: [list(row) for row in con.execute(sql).fetchall()]
-print(json.dumps({
-    "temporal": q("SELECT rank, kernel_time_us, idle_us, compute_us "
-                  "FROM timeline_temporal_breakdown ORDER BY rank"),
-    "overlap_pctg": q("SELECT rank, round(100 * overlap_share, 2) "
-                      "FROM timeline_comm_comp_overlap ORDER BY rank"),
-    "kernel_us": q("SELECT rank, kernel_type, total_us FROM timeline_kernel_breakdown "
-                   "WHERE kernel_type <> 'other' ORDER BY ALL")}))
+KVTRACE_QUERY = """
+SELECT (SELECT list([rank, kernel_time_us, idle_us, compute_us] ORDER BY rank)
+        FROM timeline_temporal_breakdown) AS temporal,
+       (SELECT list([rank, round(100 * overlap_share, 2)] ORDER BY rank)
+        FROM timeline_comm_comp_overlap) AS overlap_pctg,
+       (SELECT list([rank::VARCHAR, kernel_type, total_us::VARCHAR] ORDER BY rank, kernel_type)
+        FROM timeline_kernel_breakdown WHERE kernel_type <> 'other') AS kernel_us
 """
 
 
-def measured(code: str, *args: str) -> tuple[float, float, dict]:
-    """Run ``code`` in a fresh Python; (seconds, peak MB of the process tree, its JSON)."""
+def measured(command: list[str]) -> tuple[float, float, str]:
+    """Run ``command``; (seconds, peak MB of its process tree, its output)."""
     start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True
-    )
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     peak = 0
     done = threading.Event()
 
@@ -104,8 +93,27 @@ def measured(code: str, *args: str) -> tuple[float, float, dict]:
     done.set()
     sampler.join()
     if process.returncode:
-        raise SystemExit(f"benchmark step failed: {' '.join(args)}")
-    return seconds, peak / 1e6, json.loads(out.strip().splitlines()[-1])
+        raise SystemExit(f"benchmark step failed: {' '.join(command)}")
+    return seconds, peak / 1e6, out
+
+
+def hta_run(traces: Path) -> tuple[float, float, dict]:
+    seconds, peak, out = measured([sys.executable, "-c", HTA_RUN, str(traces)])
+    return seconds, peak, json.loads(out.strip().splitlines()[-1])
+
+
+def kvtrace_run(traces: Path, warehouse: Path, ingest: bool) -> tuple[float, float, dict]:
+    """``kvtrace ingest`` (when asked) and one ``kvtrace sql`` for the three analyses, as
+    a user runs them: seconds summed, peak memory the larger of the two processes'."""
+    kvtrace = [sys.executable, "-m", "kvtrace", "--warehouse", str(warehouse)]
+    seconds = peak = 0.0
+    if ingest:
+        cores = str(os.cpu_count() or 1)
+        seconds, peak, _ = measured([*kvtrace, "--quiet", "ingest", str(traces), "--jobs", cores])
+    query_s, query_peak, out = measured([*kvtrace, "sql", KVTRACE_QUERY, "--format", "json"])
+    (answers,) = json.loads(out)
+    answers["kernel_us"] = [[int(r), kind, float(us)] for r, kind, us in answers["kernel_us"]]
+    return seconds + query_s, max(peak, query_peak), answers
 
 
 def _median(results: list[tuple[float, float, dict]]) -> tuple[float, float, dict]:
@@ -155,14 +163,14 @@ def main() -> None:
                 traces / f"rank{rank}.pt.trace.json", shape, rank=rank, world_size=args.ranks
             )
     megabytes = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
-    print(f"{args.ranks} ranks, {megabytes:.0f} MB of traces")
+    print(f"{args.ranks} ranks, {megabytes:.2f} MB of traces")
 
     runs: dict[str, list[tuple[float, float, dict]]] = {"hta": [], "kvtrace": [], "queries": []}
     for round_no in range(args.rounds):  # interleaved, so drifts of the VM hit both alike
-        runs["hta"].append(measured(HTA_RUN, str(traces)))
+        runs["hta"].append(hta_run(traces))
         shutil.rmtree(work / "wh", ignore_errors=True)
-        runs["kvtrace"].append(measured(KVTRACE_RUN, str(traces), str(work / "wh"), "ingest"))
-        runs["queries"].append(measured(KVTRACE_RUN, str(traces), str(work / "wh"), "query"))
+        runs["kvtrace"].append(kvtrace_run(traces, work / "wh", ingest=True))
+        runs["queries"].append(kvtrace_run(traces, work / "wh", ingest=False))
         print(
             f"round {round_no + 1}: "
             + ", ".join(f"{name} {r[-1][0]:.1f} s {r[-1][1]:.0f} MB" for name, r in runs.items())
@@ -190,10 +198,12 @@ def main() -> None:
     }
     out = HERE / "out"
     out.mkdir(exist_ok=True)
-    (out / "bench_timeline_hta.json").write_text(json.dumps(figures, indent=2))
+    (out / f"timeline_hta_{args.ranks}x{args.iterations}.json").write_text(
+        json.dumps(figures, indent=2)
+    )
     print(
         f"\nanswers agree: {agree}\n\n"
-        f"| {args.ranks} ranks, {megabytes:.0f} MB | time | peak memory |\n|---|---|---|\n"
+        f"| {args.ranks} ranks, {megabytes:.2f} MB | time | peak memory |\n|---|---|---|\n"
         f"| HTA load + 3 analyses | {hta[0]:.1f} s | {hta[1]:.0f} MB |\n"
         f"| kvtrace ingest + 3 analyses | {kvtrace[0]:.1f} s ({figures['speedup']:.1f}x; "
         f"rounds {min(ratios):.1f}-{max(ratios):.1f}x) | "

@@ -30,6 +30,7 @@ kernel of the launch, each on its own stream's chain.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections import defaultdict
@@ -512,18 +513,17 @@ def _launch_before_event_records(
         for r in np.flatnonzero(ev.name == "cudaEventRecord")
         if int(ev.correlation[r]) in recorded
     ]
-    launches = _launches(ev, links, hta)
+    by_target: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for launch in _launches(ev, links, hta).tolist():
+        kernel = links[launch]
+        by_target[(int(ev.stream[kernel]), ev.thread[kernel].split("/")[0])].append(launch)
+    starts = {key: [int(ev.ts[r]) for r in rows] for key, rows in by_target.items()}
     found: dict[int, int] = {}
     for record in records:
-        stream, gpu = recorded[int(ev.correlation[record])]
-        before = [
-            launch
-            for launch in launches
-            if ev.ts[launch] <= ev.ts[record]
-            and int(ev.stream[links[launch]]) == stream
-            and ev.thread[links[launch]].split("/")[0] == gpu
-        ]
-        found[int(ev.correlation[record])] = int(before[-1]) if before else NONE
+        key = recorded[int(ev.correlation[record])]
+        launches = by_target.get(key, [])
+        before = bisect.bisect_right(starts.get(key, []), int(ev.ts[record]))
+        found[int(ev.correlation[record])] = launches[before - 1] if before else NONE
     return found
 
 
@@ -531,16 +531,14 @@ def _launch_after_stream_waits(events: RankEvents, links: np.ndarray, hta: bool)
     """Per cudaStreamWaitEvent call: the next launch from its thread onto the waiting
     stream, or -1."""
     ev = events
-    launches = _launches(ev, links, hta)
+    by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for launch in _launches(ev, links, hta).tolist():
+        by_source[(ev.thread[launch], int(ev.stream[links[launch]]))].append(launch)
+    starts = {key: [int(ev.ts[r]) for r in rows] for key, rows in by_source.items()}
     found: dict[int, int] = {}
-    for call in np.flatnonzero((ev.name == "cudaStreamWaitEvent") & (links != NONE)):
-        stream = int(ev.stream[links[call]])
-        after = [
-            launch
-            for launch in launches
-            if ev.ts[launch] >= ev.ts[call]
-            and ev.thread[launch] == ev.thread[call]
-            and int(ev.stream[links[launch]]) == stream
-        ]
-        found[int(call)] = int(after[0]) if after else NONE
+    for call in np.flatnonzero((ev.name == "cudaStreamWaitEvent") & (links != NONE)).tolist():
+        key = (ev.thread[call], int(ev.stream[links[call]]))
+        launches = by_source.get(key, [])
+        after = bisect.bisect_left(starts.get(key, []), int(ev.ts[call]))
+        found[call] = launches[after] if after < len(launches) else NONE
     return found

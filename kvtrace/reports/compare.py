@@ -1,4 +1,5 @@
-"""The compare report: two experiments or two run selections side by side."""
+"""The compare report: two experiments or two run selections side by side (DSA
+statistics, or profiler traces' operators and kernels)."""
 
 from __future__ import annotations
 
@@ -34,19 +35,24 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
         ]
     elif len(runs) == 2 and not experiments:
         mode, left, right = "runs", *runs
-        candidates = "SELECT run_id, run_name, NULL AS experiment FROM runs WHERE kind = 'dsa'"
+        candidates = (
+            "SELECT run_id, run_name, NULL AS experiment FROM runs "
+            "WHERE kind IN ('dsa', 'timeline')"
+        )
+        what = "DSA or profiler runs"
         lines = [
             *select_runs(
-                con, candidates, runs=[left], experiments=[], what="DSA runs", table="report_left"
+                con, candidates, runs=[left], experiments=[], what=what, table="report_left"
             ),
             *select_runs(
-                con, candidates, runs=[right], experiments=[], what="DSA runs", table="report_right"
+                con, candidates, runs=[right], experiments=[], what=what, table="report_right"
             ),
         ]
     else:
         raise InputError(
             "compare needs two sides: --experiment A --experiment B, or "
-            "--run A --run B (a run id or a run name shared by several runs)"
+            "--run A --run B (DSA or profiler runs: a run id or a run name shared by several "
+            "runs)"
         )
     con.execute("""
         CREATE OR REPLACE TEMP TABLE report_sides AS
@@ -60,6 +66,20 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
 
 def _single_run_warning(rows: pa.Table) -> str:
     return SINGLE_RUN if any(rows["single_run"].to_pylist()) else ""
+
+
+def _trace_diff(rows: pa.Table):
+    """The operators and kernels whose time changed most, right - left."""
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_bar()
+        .encode(
+            x=alt.X("total_us_diff:Q", title="time right - left (µs)"),
+            y=alt.Y("name:N", title="", sort="-x", axis=alt.Axis(labelLimit=320)),
+            color=alt.Color("status:N", title=""),
+            tooltip=["kind:N", "name:N", "count_a:Q", "count_b:Q", "total_us_diff:Q"],
+        )
+    )
 
 
 def _deltas(rows: pa.Table):
@@ -121,6 +141,14 @@ REPORT = ReportDefinition(
             chart=_deltas,
             warning=_single_run_warning,
             empty="Not a DSA run comparison (sides given with --experiment).",
+        ),
+        Section(
+            "trace_diff",
+            "Profiler traces: operators and kernels added, removed or changed",
+            "HTA's trace diff (timeline_diff): the 25 CPU operators and GPU kernels whose "
+            "summed time changed most from the left run to the right.",
+            chart=_trace_diff,
+            empty="Not a comparison of two profiler traces (runs given with --run).",
         ),
     ),
 )

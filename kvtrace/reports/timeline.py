@@ -65,6 +65,19 @@ def _bandwidth(rows: pa.Table):
     )
 
 
+def _critical_path(rows: pa.Table):
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_bar()
+        .encode(
+            x=alt.X("share:Q", title="share of the critical path", stack="zero"),
+            y=alt.Y("run:N", title=""),
+            color=alt.Color("bound_by:N", title="bound by"),
+            tooltip=["run:N", "rank:O", "bound_by:N", "duration_us:Q", "share:Q"],
+        )
+    )
+
+
 REPORT = ReportDefinition(
     name="timeline",
     title="kvtrace profiler timeline report",
@@ -127,6 +140,22 @@ REPORT = ReportDefinition(
             "GPU time by kernel type",
             "HTA's types: communication (^nccl.*Kernel), memory (copies, memsets), "
             "computation, other.",
+        ),
+        Section(
+            "critical_path",
+            "What bounds the critical path of the first iteration",
+            "The longest path through the first ProfilerStep's operators, launches, "
+            "kernels and synchronisations (HTA's critical path analysis; CUDA-graph "
+            "kernels included).",
+            chart=_critical_path,
+            empty="No ProfilerStep with CPU and GPU events in the selected traces.",
+        ),
+        Section(
+            "kernel_sequences",
+            "Frequent kernel sequences",
+            "The outermost aten:: operators grouped by the kernels they launch, most "
+            "frequent first (HTA's frequent CUDA kernel sequences).",
+            empty="No aten:: operators that launch kernels in the selected traces.",
         ),
         Section(
             "top_kernels",

@@ -253,7 +253,8 @@ def test_slos_are_checked_and_belong_to_the_serving_report(root, tmp_path):
 
 def test_the_timeline_report_draws_a_typical_iteration_and_the_copy_bandwidth(root, tmp_path):
     html = _render(root, "timeline", tmp_path / "timeline.html")
-    assert html.count("<section ") == 9 and html.count("data-spec=") == 4
+    assert html.count("<section ") == 11 and html.count("data-spec=") == 5
+    assert "No ProfilerStep with CPU and GPU events" not in html  # the critical path is drawn
     assert "No GPU events inside a ProfilerStep" not in html
     assert "No copies of at least 1 MB" not in html
     breakdown = html[html.index("Idle, compute and other GPU time (HTA&#x27;s breakdown)</h2>") :]

@@ -28,6 +28,7 @@ ARGUMENTS = {
     "timeline_overlap": "([7], [20])",
     "timeline_copy_by_annotation": "('^layer')",
     "timeline_diff": "('a', 'b')",
+    "timeline_kernel_sequences": "('aten::')",
     "runs_named": "(['a'])",
 }
 

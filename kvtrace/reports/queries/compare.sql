@@ -49,3 +49,13 @@ SELECT execution_mode, left_share, left_runs, right_share, right_runs, share_del
        single_run
 FROM request_execution_mode_compare(getvariable('left_side'), getvariable('right_side'))
 WHERE getvariable('mode') = 'experiments';
+
+-- @query trace_diff
+-- HTA's trace diff of two profiler runs (the latest run of each side's name): the 25 CPU
+-- operators and GPU kernels whose summed time changed most, with their counts.
+SELECT kind, left(name, 100) AS name, count_a, count_b, total_us_a, total_us_b,
+       total_us_diff, status
+FROM timeline_diff(getvariable('left_side'), getvariable('right_side'))
+WHERE getvariable('mode') = 'runs' AND status <> 'same'
+ORDER BY abs(total_us_diff) DESC, kind, name
+LIMIT 25;

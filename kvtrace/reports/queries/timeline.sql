@@ -127,3 +127,23 @@ JOIN report_runs AS r USING (run_id)
 WHERE e.category = 'gpu_memcpy' AND e.bytes >= 1048576 AND e.dur_us > 0
 GROUP BY ALL
 ORDER BY run, e.copy_kind, gbps;
+
+-- @query critical_path
+-- The critical path of each run's first ProfilerStep (kvtrace's definitions), per rank,
+-- by what bounds it: run, rank, bound_by, duration_us, share of the path.
+SELECT r.run_name AS run, c.rank, c.bound_by, c.duration_us, c.share
+FROM timeline_critical_path_summary() AS c
+JOIN report_runs AS r USING (run_id)
+WHERE c.duration_us > 0
+ORDER BY run, c.rank, c.duration_us DESC;
+
+-- @query kernel_sequences
+-- The 10 most frequent kernel sequences of the outermost aten:: operators (at least one
+-- kernel each) per run and rank: the operator and its kernels' names joined by '|' (the
+-- first 160 characters), how often the sequence ran and its GPU and CPU time.
+SELECT r.run_name AS run, k.rank, k.place, k.count, k.kernels,
+       round(k.gpu_kernel_us) AS gpu_kernel_us, round(k.cpu_op_us) AS cpu_op_us,
+       left(k.pattern, 160) AS pattern
+FROM timeline_kernel_sequences('aten::', min_pattern_len := 1, top_k := 10) AS k
+JOIN report_runs AS r USING (run_id)
+ORDER BY run, k.rank, k.place;

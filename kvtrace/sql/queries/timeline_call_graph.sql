@@ -15,8 +15,6 @@
 -- (The kernel's zero-length sync edge to the synchronize call's end adds nothing; of
 -- equally long paths the one ending first in the graph's order is taken, as networkx's
 -- dag_longest_path, which HTA uses, takes it.)
---
--- @requires timeline.sql
 
 -- @macro timeline_kernel_sequences(operator, min_pattern_len, top_k)
 -- Frequent CUDA kernel sequences: the CPU operators whose name contains `operator`, at
