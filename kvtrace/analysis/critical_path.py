@@ -34,6 +34,7 @@ import bisect
 import itertools
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,26 +203,29 @@ class _Graph:
             self.succ.append({})
             self.pred.append({})
 
-    def _edge(self, src: int, dest: int, kind: str, zero: bool = False) -> _Edge:
-        weight = (
-            0 if zero or kind in (DEPENDENCY, SYNC) else self.nodes[dest].ts - self.nodes[src].ts
-        )
+    def _edge(
+        self, src: int, dest: int, kind: str, zero: bool = False, src_parent: int = NONE
+    ) -> None:
+        """Add (or replace, in its place, as networkx does) the edge src -> dest; an
+        operator or kernel-kernel edge is attributed to the event whose time it is."""
+        timed = not zero and kind not in (DEPENDENCY, SYNC)
+        weight = self.nodes[dest].ts - self.nodes[src].ts if timed else 0
         edge = _Edge(kind, weight, None)
-        if dest in self.succ[src]:
-            del self.succ[src][dest]  # replaced, keeping its place
+        if kind in (OPERATOR, KERNEL_DELAY):
+            edge.event = self._attributed(kind, src, dest, src_parent)
         self.succ[src][dest] = edge
         self.pred[dest][src] = edge
-        return edge
 
-    def _attribute(self, edge: _Edge, src: int, dest: int, src_parent: int) -> None:
-        """The event whose time an operator or kernel-kernel edge is."""
+    def _attributed(self, kind: str, src: int, dest: int, src_parent: int) -> int | None:
+        """The event an edge's time belongs to: the source's when it starts there (or
+        for a gap between kernels), the target's when it ends there, else the parent
+        running between two calls."""
         source, target = self.nodes[src], self.nodes[dest]
-        if edge.kind == KERNEL_DELAY or source.is_start:
-            edge.event = source.row
-        elif not target.is_start:
-            edge.event = target.row
-        else:
-            edge.event = src_parent if src_parent >= 0 else None
+        if kind == KERNEL_DELAY or source.is_start:
+            return source.row
+        if not target.is_start:
+            return target.row
+        return src_parent if src_parent >= 0 else None
 
     # -- CPU call stacks ----------------------------------------------------------------
 
@@ -252,16 +256,15 @@ class _Graph:
                     self._edge(last_top, start, DEPENDENCY)
                 depth += 1
                 if last_node is not None:
-                    edge = self._edge(last_node, start, OPERATOR)
-                    self._attribute(edge, last_node, start, last_parent)
+                    self._edge(last_node, start, OPERATOR, src_parent=last_parent)
                 last_node, last_parent = start, int(stacks.parent[row])
                 continue
             if start is None or end is None:
                 continue
             depth -= 1
             if last_node is not None:
-                edge = self._edge(last_node, end, OPERATOR, zero=self.nodes[start].is_blocking)
-                self._attribute(edge, last_node, end, last_parent)
+                blocking = self.nodes[start].is_blocking
+                self._edge(last_node, end, OPERATOR, zero=blocking, src_parent=last_parent)
             if depth == 0:
                 last_node, last_top = None, end
             else:
@@ -271,9 +274,10 @@ class _Graph:
 
     def _add_gpu_edges(self, rows: np.ndarray) -> None:
         ev = self.events
-        queue, later_of_call = _queue_lengths(ev, self.links, self.hta)
-        record_launch = _launch_before_event_records(ev, self.links, self.hta)
-        wait_launch = _launch_after_stream_waits(ev, self.links, self.hta)
+        launches = _launches(ev, self.links, self.hta)
+        queue, later_of_call = _queue_lengths(ev, self.links, launches, self.hta)
+        record_launch = _launch_before_event_records(ev, self.links, launches)
+        wait_launch = _launch_after_stream_waits(ev, self.links, launches)
         device_syncs = np.isin(ev.name[rows], ["Event Sync", "Context Sync"])
         gpu = rows[(ev.is_gpu[rows] | device_syncs) & (ev.correlation[rows] >= 0)]
         is_sync = ev.category[gpu] == "cuda_sync"
@@ -285,8 +289,7 @@ class _Graph:
                 self._sync(row, last_on_stream, kernel_sync, record_launch, wait_launch)
                 continue
             start, end = self.start_of[row], self.end_of[row]
-            edge = self._edge(start, end, OPERATOR)
-            self._attribute(edge, start, end, NONE)
+            self._edge(start, end, OPERATOR)
             stream = int(ev.stream[row])
             runtime = int(self.links[row])
             waited = kernel_sync.get(row)
@@ -309,8 +312,7 @@ class _Graph:
             elif previous is not None and (
                 waited_end is None or self.nodes[waited_end].ts < self.nodes[previous].ts
             ):
-                edge = self._edge(previous, start, KERNEL_DELAY)
-                self._attribute(edge, previous, start, NONE)
+                self._edge(previous, start, KERNEL_DELAY)
             last_on_stream[stream] = end
 
     def _sync(
@@ -429,11 +431,15 @@ def _window_rows(
     else:
         start, end = ev.ts[matching[instance]], ev.end[matching[instance]]
     cpu = ~ev.is_gpu & (ev.ts >= start) & (ev.ts <= end) & (ev.dur > 0)
+    launch = np.where(ev.is_gpu, links, NONE)
+    known = launch != NONE
+    by_cpu = np.zeros(len(ev), bool)
+    by_cpu[known] = ~ev.is_gpu[launch[known]]
+    if hta:  # HTA links a call to one GPU event: only that one counts as launched
+        by_cpu[known] &= links[launch[known]] == np.flatnonzero(known)
+    in_window = (ev.ts >= start) & (ev.ts <= end) & (ev.dur > 0)
     launched = np.zeros(len(ev), bool)
-    for row in np.flatnonzero(ev.is_gpu):
-        launch = links[row]
-        if launch != NONE and not ev.is_gpu[launch] and (links[launch] == row or not hta):
-            launched[row] = start <= ev.ts[launch] <= end and ev.dur[launch] > 0
+    launched[by_cpu] = in_window[launch[by_cpu]]
     stream_waits = ev.is_gpu & (ev.name == "Stream Wait Event")
     return np.flatnonzero(cpu | launched | stream_waits)
 
@@ -446,7 +452,7 @@ def _launches(events: RankEvents, links: np.ndarray, hta: bool) -> np.ndarray:
 
 
 def _queue_lengths(
-    events: RankEvents, links: np.ndarray, hta: bool
+    events: RankEvents, links: np.ndarray, launches: np.ndarray, hta: bool
 ) -> tuple[dict[int, int], dict[int, int]]:
     """Per GPU event, the length of its stream's queue just after it starts; per launch
     call, one more than the length just before it (HTA's length after a one-kernel
@@ -454,8 +460,7 @@ def _queue_lengths(
     per GPU event, how many GPU events of the same call follow it on its stream (a
     CUDA graph's; 0 for HTA, which keeps one per call)."""
     ev = events
-    calls = _launches(ev, links, hta)
-    calls = calls[np.argsort(ev.index[calls], kind="stable")]  # trace order, as HTA joins them
+    calls = launches[np.argsort(ev.index[launches], kind="stable")]  # trace order, as HTA joins
     kernels_of = _kernels_of_calls(ev, links, calls, hta)
     later: dict[int, int] = {}
     for of_call in kernels_of.values():
@@ -493,52 +498,57 @@ def _kernels_of_calls(
     return {int(call): by_id[int(events.correlation[call])] for call in calls}
 
 
+class _LaunchIndex:
+    """Launch calls grouped by a key, each group in start order, to find the launch
+    before or after a moment."""
+
+    def __init__(self, events: RankEvents, launches: np.ndarray, key: Callable[[int], Any]):
+        self.rows: dict[Any, list[int]] = defaultdict(list)
+        for launch in launches.tolist():
+            self.rows[key(launch)].append(launch)
+        self.starts = {k: [int(events.ts[r]) for r in rows] for k, rows in self.rows.items()}
+
+    def last_at_or_before(self, key: Any, ts: int) -> int:
+        place = bisect.bisect_right(self.starts.get(key, []), ts)
+        return self.rows[key][place - 1] if place else NONE
+
+    def first_at_or_after(self, key: Any, ts: int) -> int:
+        place = bisect.bisect_left(self.starts.get(key, []), ts)
+        return self.rows[key][place] if place < len(self.starts.get(key, [])) else NONE
+
+
 def _launch_before_event_records(
-    events: RankEvents, links: np.ndarray, hta: bool
+    events: RankEvents, links: np.ndarray, launches: np.ndarray
 ) -> dict[int, int]:
     """Per cudaEventRecord (by correlation): the last launch onto the recorded stream
-    before it, or -1."""
+    (and GPU) before it, or -1."""
     ev = events
+    waits = np.flatnonzero(ev.wait_on_stream > NONE).tolist()
     recorded = {
-        int(c): (int(s), ev.thread[r].split("/")[0])
-        for r, c, s in zip(
-            np.flatnonzero(ev.wait_on_stream > NONE),
-            ev.wait_on_correlation[ev.wait_on_stream > NONE],
-            ev.wait_on_stream[ev.wait_on_stream > NONE],
-            strict=True,
-        )
+        int(ev.wait_on_correlation[r]): (int(ev.wait_on_stream[r]), ev.thread[r].split("/")[0])
+        for r in waits
     }
-    records = [
-        r
-        for r in np.flatnonzero(ev.name == "cudaEventRecord")
-        if int(ev.correlation[r]) in recorded
-    ]
-    by_target: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for launch in _launches(ev, links, hta).tolist():
-        kernel = links[launch]
-        by_target[(int(ev.stream[kernel]), ev.thread[kernel].split("/")[0])].append(launch)
-    starts = {key: [int(ev.ts[r]) for r in rows] for key, rows in by_target.items()}
+    index = _LaunchIndex(
+        ev, launches, lambda r: (int(ev.stream[links[r]]), ev.thread[links[r]].split("/")[0])
+    )
     found: dict[int, int] = {}
-    for record in records:
-        key = recorded[int(ev.correlation[record])]
-        launches = by_target.get(key, [])
-        before = bisect.bisect_right(starts.get(key, []), int(ev.ts[record]))
-        found[int(ev.correlation[record])] = launches[before - 1] if before else NONE
+    for record in np.flatnonzero(ev.name == "cudaEventRecord").tolist():
+        correlation = int(ev.correlation[record])
+        if correlation in recorded:
+            found[correlation] = index.last_at_or_before(recorded[correlation], int(ev.ts[record]))
     return found
 
 
-def _launch_after_stream_waits(events: RankEvents, links: np.ndarray, hta: bool) -> dict[int, int]:
+def _launch_after_stream_waits(
+    events: RankEvents, links: np.ndarray, launches: np.ndarray
+) -> dict[int, int]:
     """Per cudaStreamWaitEvent call: the next launch from its thread onto the waiting
     stream, or -1."""
     ev = events
-    by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for launch in _launches(ev, links, hta).tolist():
-        by_source[(ev.thread[launch], int(ev.stream[links[launch]]))].append(launch)
-    starts = {key: [int(ev.ts[r]) for r in rows] for key, rows in by_source.items()}
-    found: dict[int, int] = {}
-    for call in np.flatnonzero((ev.name == "cudaStreamWaitEvent") & (links != NONE)).tolist():
-        key = (ev.thread[call], int(ev.stream[links[call]]))
-        launches = by_source.get(key, [])
-        after = bisect.bisect_left(starts.get(key, []), int(ev.ts[call]))
-        found[call] = launches[after] if after < len(launches) else NONE
-    return found
+    index = _LaunchIndex(ev, launches, lambda r: (ev.thread[r], int(ev.stream[links[r]])))
+    return {
+        call: index.first_at_or_after(
+            (ev.thread[call], int(ev.stream[links[call]])), int(ev.ts[call])
+        )
+        for call in np.flatnonzero((ev.name == "cudaStreamWaitEvent") & (links != NONE)).tolist()
+    }

@@ -101,18 +101,14 @@ def cpu_gpu_links(events: RankEvents) -> np.ndarray:
     CUDA graph launch), the runtime call points at the last and each GPU event at it."""
     linked = np.full(len(events), NONE, np.int64)
     has_id = events.correlation != NONE
-    gpu_by_id = {
-        int(c): row
-        for row, c in enumerate(events.correlation)
-        if has_id[row] and events.is_gpu[row]
-    }
-    gpu_rows = np.flatnonzero(has_id & events.is_gpu)
+    gpu_rows = np.flatnonzero(has_id & events.is_gpu).tolist()
+    gpu_by_id = {int(events.correlation[row]): row for row in gpu_rows}
     cpu_by_id: dict[int, int] = {}
-    for row in np.flatnonzero(has_id & ~events.is_gpu):
+    for row in np.flatnonzero(has_id & ~events.is_gpu).tolist():
         correlation = int(events.correlation[row])
         if correlation in gpu_by_id:
             linked[row] = gpu_by_id[correlation]
-            cpu_by_id[correlation] = int(row)
+            cpu_by_id[correlation] = row
     for row in gpu_rows:
         linked[row] = cpu_by_id.get(int(events.correlation[row]), NONE)
     return linked
@@ -200,7 +196,8 @@ def _attach_backward_thread(
         for row in moved:
             parent[row] = anchor
             children[anchor].append(row)
-        roots[backward[0]] = [row for row in top if row not in set(moved)]
+        moved_rows = set(moved)
+        roots[backward[0]] = [row for row in top if row not in moved_rows]
         pending = list(moved)
         while pending:
             row = pending.pop()
@@ -218,6 +215,7 @@ def _thread_label(events: RankEvents, top: list[int], children: list[list[int]])
 
 
 def _subtree_rows(top: list[int], children: list[list[int]]) -> list[int]:
+    """The rows of ``top`` and every row beneath them, in trace order."""
     found: list[int] = []
     pending = list(top)
     while pending:
@@ -246,11 +244,5 @@ def _ordered_ends(events: RankEvents, rows: np.ndarray) -> list[tuple[int, bool]
 
 
 def descendants(stacks: CallStacks, row: int) -> list[int]:
-    """Every event under ``row`` (GPU events included), depth first."""
-    found: list[int] = []
-    pending = list(reversed(stacks.children[row]))
-    while pending:
-        child = pending.pop()
-        found.append(child)
-        pending.extend(reversed(stacks.children[child]))
-    return found
+    """Every event under ``row`` (GPU events included), in trace order."""
+    return _subtree_rows(stacks.children[row], stacks.children)
