@@ -13,16 +13,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvtrace.ingest.record_keys import RecordKeys, incomplete
 from kvtrace.warehouse import Commit, TableFile, Warehouse
 from kvtrace.warehouse.schema import TABLES, TableSpec
 
 REPEATED = "record repeated within the file"
-
-Key = tuple[Any, ...]
 
 
 class FileSink:
@@ -38,8 +36,7 @@ class FileSink:
         self.warehouse = warehouse
         self.commit = commit
         self.skipped: Counter[str] = Counter()
-        self._stored: dict[str, set[Key]] = {}  # per table: keys the run holds
-        self._taken: dict[str, set[Key]] = {}  # per table: keys this file gave
+        self._keys: dict[str, RecordKeys] = {}  # per table: the keys to check against
 
     @property
     def run_id(self) -> str:
@@ -79,32 +76,30 @@ class FileSink:
 
     def _new_records(self, spec: TableSpec, rows: pa.Table) -> pa.Table:
         """``rows`` less the records the run holds already or that came before."""
-        key = spec.record_key
-        if key is None or rows.num_rows == 0:
+        if spec.record_key is None or rows.num_rows == 0:
             return rows
-        if spec.name not in self._stored:
-            self._stored[spec.name] = self._stored_keys(spec)
-            self._taken[spec.name] = set()
-        stored, taken = self._stored[spec.name], self._taken[spec.name]
-        keep = np.zeros(rows.num_rows, dtype=bool)
-        for row, record in enumerate(_record_keys(rows, key)):
-            if record in stored:
-                self.skipped[f"record already stored (same {', '.join(key)})"] += 1
-            elif record in taken:
-                self.skipped[REPEATED] += 1
-            else:
-                taken.add(record)
-                keep[row] = True
+        if spec.name not in self._keys:
+            self._keys[spec.name] = RecordKeys(spec, self._stored_rows(spec))
+        keep, stored, repeated = self._keys[spec.name].sift(rows)
+        if stored:
+            self.skipped[f"record already stored (same {', '.join(spec.record_key)})"] += stored
+        if repeated:
+            self.skipped[REPEATED] += repeated
         return rows if keep.all() else rows.filter(pa.array(keep))
 
-    def _stored_keys(self, spec: TableSpec) -> set[Key]:
-        """The keys of the records of ``spec``'s table that this run holds."""
+    def _stored_rows(self, spec: TableSpec) -> pa.Table:
+        """The run's rows of ``spec``'s table: the key columns alone, or every column
+        where some key is incomplete."""
+        key = spec.record_key or ()
         files = self.warehouse.run_files(self.run_id, spec.name)
         if not files:
-            return set()
-        stored = self.warehouse.read_files(files)
+            return spec.schema.empty_table()
+        stored = self.warehouse.read_files(files, columns=["run_id", *key])
         stored = stored.filter(pc.equal(stored["run_id"], self.run_id))
-        return set(_record_keys(stored, spec.record_key or ()))
+        if incomplete(stored, spec).any():
+            stored = self.warehouse.read_files(files)
+            stored = stored.filter(pc.equal(stored["run_id"], self.run_id))
+        return stored
 
 
 class StreamedFile:
@@ -121,24 +116,3 @@ class StreamedFile:
 
     def close(self) -> None:
         self.handle.close()
-
-
-def _record_keys(rows: pa.Table, key: tuple[str, ...]) -> list[Key]:
-    """Each row's record key: its key columns, or all of its columns where a key column
-    is NULL."""
-    columns = [rows[name].to_pylist() for name in key]
-    keys: list[Key] = list(zip(*columns, strict=True))
-    incomplete = [row for row, values in enumerate(keys) if None in values]
-    if incomplete:
-        whole = rows.drop_columns(["run_id"]).take(incomplete).to_pylist()
-        for row, values in zip(incomplete, whole, strict=True):
-            keys[row] = ("*", *(_hashable(v) for v in values.values()))
-    return keys
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple((k, _hashable(v)) for k, v in value.items())
-    return value

@@ -123,6 +123,29 @@ def test_the_real_kineto_sample_ingests_whole(warehouse, tmp_path):
     assert busy == streams
 
 
+@pytest.mark.parametrize("rank", [0, None])
+def test_two_captures_of_one_rank_in_one_folder_are_both_kept_whole(warehouse, tmp_path, rank):
+    """Both files go to the folder's run with the same rank and event indices: they are
+    different records (their events are at other times), and none is lost."""
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    counts = []
+    for step, start in ((100, 1_000), (200, 90_000)):
+        events = [_event("kernel", f"k{i}", start + i * 10, 5, stream=7) for i in range(30)]
+        info = {"distributedInfo": {"rank": rank}} if rank is not None else {}
+        (folder / f"step{step}.pt.trace.json").write_text(
+            json.dumps({**info, "traceEvents": events})
+        )
+        counts.append(len(events))
+    report = ingest(warehouse, [str(folder)])
+    assert [f.rows for f in report.files] == counts
+    assert all(not f.skipped for f in report.files)
+    stored = connect(warehouse).execute("SELECT count(*) FROM timeline_events").fetchall()
+    assert stored == [(sum(counts),)]
+    again = ingest(warehouse, [str(folder / "step100.pt.trace.json")], run_name="captures")
+    assert again.files[0].status == "already ingested"
+
+
 def test_streaming_in_tiny_blocks_and_batches_reads_the_same_events(tmp_path, monkeypatch):
     from kvtrace.ingest import kineto
 

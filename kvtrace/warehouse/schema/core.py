@@ -15,8 +15,10 @@ class TableSpec:
     ``record_key`` names the columns that tell two records of one run apart: ingest
     stores a record whose key the run already holds no second time (a file that grew,
     repeated lines, other bytes of the same records).  A record with a NULL in its key
-    is told apart by all of its columns.  None: rows are not records of a source
-    (bookkeeping tables), or their writer keeps its own keys (``dsa_steps``).
+    is told apart by all of its columns, except in the ``record_key_nullable`` columns,
+    where NULL is a value of its own (a trace that names no rank).  None: rows are not
+    records of a source (bookkeeping tables), or their writer keeps its own keys
+    (``dsa_steps``).
     """
 
     name: str
@@ -25,6 +27,7 @@ class TableSpec:
     sort_by: tuple[str, ...] = ()
     partition_dirs: tuple[str, ...] = ()  # folder names of partition_by, when they differ
     record_key: tuple[str, ...] | None = None
+    record_key_nullable: tuple[str, ...] = ()
 
     def partition_dir(self, column: str) -> str:
         names = self.partition_dirs or self.partition_by

@@ -32,5 +32,7 @@ TIMELINE_EVENTS = TableSpec(
     ),
     partition_by=("run_id",),
     sort_by=("ts_us",),
-    record_key=("rank", "event_idx"),
+    # ts_us too: two captures of one rank in one run are different records
+    record_key=("rank", "event_idx", "ts_us"),
+    record_key_nullable=("rank",),  # a one-process trace names no rank
 )
