@@ -253,7 +253,13 @@ def ingest(
     ] = None,
     jobs: Annotated[
         int,
-        typer.Option("--jobs", "-j", min=1, help="Files read at once, each in its own process."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Files read at once, each in its own process (one per 64 MB of input at "
+            "most: a process takes half a second to start).",
+        ),
     ] = 1,
     engine: EngineOption = "local",
     address: AddressOption = None,

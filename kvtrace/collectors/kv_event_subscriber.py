@@ -104,11 +104,10 @@ def collect_kv_events(
 ) -> CollectReport:
     """Subscribe to ``sources`` until ``duration_s`` passes, ``stop`` is set or Ctrl-C."""
     try:
-        import msgspec  # noqa: F401
         import zmq
     except ImportError:
         raise InputError(
-            "collecting KV events needs pyzmq and msgspec: pip install 'kvtrace[kv-events]'"
+            "collecting KV events needs pyzmq: pip install 'kvtrace[kv-events]'"
         ) from None
 
     if not sources:

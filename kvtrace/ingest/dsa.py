@@ -74,6 +74,7 @@ class DsaFamily:
     nested layout, into ``dsa_steps``, ``requests`` and the histograms."""
 
     name = "dsa"
+    reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         if probe.first_record is None:

@@ -129,6 +129,7 @@ class EvalFamily:
     """RULER prediction files, scored into ``eval_samples``."""
 
     name = "eval"
+    reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         record = probe.first_record

@@ -63,6 +63,12 @@ class Family(Protocol):
         """What ``--kind`` calls it, and what the per-family counts say."""
         ...
 
+    @property
+    def reads_only_record_keys(self) -> bool:
+        """Whether reading a file looks up nothing in its run but the records it holds:
+        then files of one run are read at once, each committed under the run's lock."""
+        ...
+
     def recognise(self, probe: Probe) -> str | None:
         """The file's format within the family (e.g. ``azure``), or None: not ours."""
         ...

@@ -24,6 +24,10 @@ from kvtrace.ingest.sources import SourceFile, expand
 from kvtrace.warehouse import Warehouse
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
+# Input per worker process below which one is not started: a worker costs about half a
+# second and 100 MB to start (a fresh interpreter importing Arrow and Delta Lake), which
+# is what reading this much takes in the process that is already running.
+WORKER_BYTES = 64 << 20
 NOT_READ = "not a trace kvtrace reads"
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -41,11 +45,12 @@ def ingest_paths(
     sources = expand(paths)
     if executor is not None:
         return _in_parallel(warehouse.location, sources, options, progress, executor)
-    if jobs > 1 and len(sources) > 1:
-        context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
-        with ProcessPoolExecutor(min(jobs, len(sources)), mp_context=context) as pool:
-            return _in_parallel(warehouse.location, sources, options, progress, pool)
     total = sum(s.size for s in sources)
+    workers = min(jobs, len(sources), max(1, total // WORKER_BYTES))
+    if workers > 1:
+        context = multiprocessing.get_context("spawn")  # no forked copies of Arrow's threads
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            return _in_parallel(warehouse.location, sources, options, progress, pool)
     done = 0
     reports: list[FileReport] = []
     for source in sources:

@@ -10,11 +10,12 @@ view, so the file is read once.  The trace's ``distributedInfo`` gives the rank 
 to ``runs`` with the schema version (Kineto writes these keys before the events; a rank
 given only after them is missing from the rows).
 
-Memory stays bounded: the file (plain or gzip) is read in 8 MB blocks; the events of the
-``traceEvents`` array up to a block's last event boundary are decoded in one call (one at
-a time with ``json.JSONDecoder.raw_decode`` where that fails, or an event straddles the
-block's end); every ``BATCH_EVENTS`` rows are built column by column and handed on as
-one Arrow batch.  The other top-level keys (``distributedInfo``, ``deviceProperties``,
+Memory stays bounded: the file (plain or gzip) is read in 1 MB blocks; the events of the
+``traceEvents`` array up to a block's last event boundary are decoded in one call into
+`Event` structs that hold only the fields the table keeps (msgspec skips the rest
+unread; one at a time with ``json.JSONDecoder.raw_decode`` where that fails, or an event
+straddles the block's end) and built into columns at once; about ``BATCH_EVENTS`` rows are handed on
+as one Arrow batch.  The other top-level keys (``distributedInfo``, ``deviceProperties``,
 ...) are small and decoded whole.
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -40,7 +42,7 @@ from kvtrace.ingest.values import EXACT_LIMIT, BadValue, finite_number, whole_nu
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 1 << 20
 BATCH_EVENTS = 50_000
 _LOOKAHEAD = 1 << 16
 _TAIL = 1 << 16  # how far back from a block's end to look for the last event boundary
@@ -51,6 +53,45 @@ _COLON = re.compile(r"\s*:\s*")
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _DECODER = json.JSONDecoder()
 TOO_DEEP = object()  # stands for a value nested too deeply to decode
+
+
+class EventArgs(msgspec.Struct):
+    """The ``args`` of an event that the table keeps (any others are skipped unread)."""
+
+    stream: Any = None
+    device: Any = None
+    correlation: Any = None
+    external_id: Any = msgspec.field(name="External id", default=None)
+    bytes: Any = None
+    wait_on_stream: Any = None
+    wait_on_correlation: Any = msgspec.field(name="wait_on_cuda_event_record_corr_id", default=None)
+    memory_bw_gbps: Any = msgspec.field(name="memory bandwidth (GB/s)", default=None)
+
+
+class Event(msgspec.Struct):
+    """The fields of a trace event that the table keeps, as the trace gives them."""
+
+    ph: Any = None
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: EventArgs | None = None
+
+
+_NO_ARGS = EventArgs()
+_EVENT_RUN = msgspec.json.Decoder(list[Event])
+_INT_ARGS = (
+    "stream",
+    "device",
+    "correlation",
+    "external_id",
+    "bytes",
+    "wait_on_stream",
+    "wait_on_correlation",
+)
 
 
 @dataclass
@@ -71,14 +112,16 @@ class KinetoReader:
     header: KinetoHeader = field(default_factory=KinetoHeader)
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
-        kept: list[tuple[int, dict[str, Any]]] = []
+        """Batches of about `BATCH_EVENTS` rows; each run of decoded events becomes
+        columns at once, so few events are held as Python objects at any time."""
+        pending: list[pa.Table] = []
         others: dict[str, Any] = {}
-        index = 0
+        index = held = 0
         for run in _event_runs(self.path, others, progress):
-            kept += [
+            kept = [
                 (i, event)
                 for i, event in enumerate(run, index)
-                if type(event) is dict and event.get("ph") == "X"
+                if type(event) is Event and event.ph == "X"
             ]
             self.rejected += [
                 BadLine(i + 1, NESTED_TOO_DEEPLY, "")
@@ -86,23 +129,31 @@ class KinetoReader:
                 if event is TOO_DEEP
             ]
             index += len(run)
-            while len(kept) >= BATCH_EVENTS:
-                yield self._table(kept[:BATCH_EVENTS], others)
-                kept = kept[BATCH_EVENTS:]
+            del run
+            if kept:
+                pending.append(self._table(kept, others))
+                held += pending[-1].num_rows
+            if held >= BATCH_EVENTS:
+                yield pa.concat_tables(pending)
+                pending, held = [], 0
         self._read_header(others)
-        if kept:
-            yield self._table(kept, others)
+        if pending:
+            yield self._with_rank(pa.concat_tables(pending))
 
-    def _checked(self, kept: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    def _with_rank(self, rows: pa.Table) -> pa.Table:
+        """``rows`` with the rank the header gave (it may come after the events)."""
+        rank = pa.repeat(pa.scalar(self.header.rank, pa.int32()), rows.num_rows)
+        return rows.set_column(rows.column_names.index("rank"), "rank", rank)
+
+    def _checked(self, kept: list[tuple[int, Event]]) -> list[tuple[int, Event]]:
         """The events whose values the table can hold; the others go to ``rejected``."""
         good = []
         for index, event in kept:
             try:
-                finite_number("ts", event.get("ts"))
-                finite_number("dur", event.get("dur"), minimum=0)
-                args = event.get("args")
-                for key, _ in _INT_ARGS:
-                    value = args.get(key) if type(args) is dict else None
+                finite_number("ts", event.ts)
+                finite_number("dur", event.dur, minimum=0)
+                for key in _INT_ARGS:
+                    value = getattr(event.args or _NO_ARGS, key)
                     if _is_number(value):
                         whole_number(f"args.{key}", value, minimum=None)
             except BadValue as exc:
@@ -115,31 +166,25 @@ class KinetoReader:
             good.append((index, event))
         return good
 
-    def _table(self, kept: list[tuple[int, dict[str, Any]]], others: dict[str, Any]) -> pa.Table:
+    def _table(self, kept: list[tuple[int, Event]], others: dict[str, Any]) -> pa.Table:
         """The events as one batch, built column by column."""
         self._read_header(others)
         events = [event for _, event in kept]
-        ts: list[Any] = [event.get("ts") for event in events]
-        dur: list[Any] = [event.get("dur") for event in events]
-        args = [a if type(a := event.get("args")) is dict else {} for event in events]
-        integers = {column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS}
+        ts, dur, integers, bandwidth = _numbers(events)
         if not (_all_in_range(ts, dur) and all(integers.values())):
             kept = self._checked(kept)  # the rare batch with a bad event: find it
             events = [event for _, event in kept]
-            ts = [event["ts"] for event in events]
-            dur = [event["dur"] for event in events]
-            args = [a if type(a := event.get("args")) is dict else {} for event in events]
-            integers = {column: _integers([a.get(key) for a in args]) for key, column in _INT_ARGS}
-        category = [str(event.get("cat", "")) for event in events]
-        name = [str(event.get("name", "")) for event in events]
+            ts, dur, integers, bandwidth = _numbers(events)
+        category = [str(event.cat) for event in events]
+        name = [str(event.name) for event in events]
         copy_names = {n for c, n in zip(category, name, strict=True) if c == "gpu_memcpy"}
         kinds = {n: m.group(1) if (m := _COPY_KIND.match(n)) else None for n in copy_names}
         columns = {
             "run_id": pa.nulls(len(kept), pa.string()),
             "rank": pa.repeat(pa.scalar(self.header.rank, pa.int32()), len(kept)),
             "event_idx": pa.array([index for index, _ in kept], pa.int64()),
-            "pid": pa.array([str(event.get("pid")) for event in events], pa.string()),
-            "tid": pa.array([str(event.get("tid")) for event in events], pa.string()),
+            "pid": pa.array([str(event.pid) for event in events], pa.string()),
+            "tid": pa.array([str(event.tid) for event in events], pa.string()),
             "category": pa.array(category, pa.string()),
             "name": pa.array(name, pa.string()),
             "ts_us": pa.array(ts, pa.float64()),
@@ -153,8 +198,7 @@ class KinetoReader:
             ),
             **integers,
             "memory_bw_gbps": pa.array(
-                [float(v) if _is_number(v := a.get(_BANDWIDTH_ARG)) else None for a in args],
-                pa.float64(),
+                [float(v) if _is_number(v) else None for v in bandwidth], pa.float64()
             ),
         }
         return pa.table(columns, schema=TIMELINE_EVENTS.schema)
@@ -276,7 +320,23 @@ def _event_runs(
                 at += 1
                 break
             run, at = _whole_events(buffer, at)
-            yield run if run is not None else [value()]
+            yield run if run is not None else [_event_of(value())]
+
+
+def _event_of(value: object) -> object:
+    """A value decoded on its own as an `Event` where it is an object (its ``args`` left
+    out where they are not one); anything else as it is."""
+    if type(value) is not dict:
+        return value
+    args = value.get("args")
+    fields = {f: value[f] for f in Event.__struct_fields__ if f in value and f != "args"}
+    known = {f.encode_name: f.name for f in msgspec.structs.fields(EventArgs)}
+    return Event(
+        **fields,
+        args=EventArgs(**{known[k]: v for k, v in args.items() if k in known})
+        if type(args) is dict
+        else None,
+    )
 
 
 def _whole_events(buffer: str, at: int) -> tuple[list[Any] | None, int]:
@@ -292,8 +352,8 @@ def _whole_events(buffer: str, at: int) -> tuple[list[Any] | None, int]:
     if last is None or last.start() <= at:
         return None, at
     try:
-        return json.loads("[" + buffer[at : last.start() + 1] + "]"), last.start() + 1
-    except (ValueError, RecursionError):
+        return _EVENT_RUN.decode("[" + buffer[at : last.start() + 1] + "]"), last.start() + 1
+    except (msgspec.DecodeError, RecursionError):
         return None, at
 
 
@@ -304,16 +364,18 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return type(value) in _NUMBERS
 
 
-_INT_ARGS = (
-    ("stream", "stream"),
-    ("device", "device"),
-    ("correlation", "correlation"),
-    ("External id", "external_id"),
-    ("bytes", "bytes"),
-    ("wait_on_stream", "wait_on_stream"),
-    ("wait_on_cuda_event_record_corr_id", "wait_on_correlation"),
-)
-_BANDWIDTH_ARG = "memory bandwidth (GB/s)"
+def _numbers(
+    events: list[Event],
+) -> tuple[list[Any], list[Any], dict[str, pa.Array | None], tuple[Any, ...]]:
+    """The events' ts and dur as given, their integer args as columns (`_integers`) and
+    their copy bandwidths as given."""
+    ts = [event.ts for event in events]
+    dur = [event.dur for event in events]
+    args = [msgspec.structs.astuple(event.args or _NO_ARGS) for event in events]
+    fields = EventArgs.__struct_fields__
+    by_field = list(zip(*args, strict=True)) if args else [()] * len(fields)
+    integers = {key: _integers(list(by_field[fields.index(key)])) for key in _INT_ARGS}
+    return ts, dur, integers, by_field[fields.index("memory_bw_gbps")]
 
 
 def _integers(values: list[Any]) -> pa.Array | None:
@@ -344,17 +406,16 @@ def _all_in_range(ts: list[Any], dur: list[Any]) -> bool:
     )
 
 
-def _raw(event: object) -> str:
-    try:
-        return json.dumps(event)[:2000]
-    except (ValueError, RecursionError):
-        return repr(event)[:2000]
+def _raw(event: Event) -> str:
+    """The event's kept fields as JSON, for the quarantine."""
+    return msgspec.json.encode(event).decode()[:2000]
 
 
 class TimelineFamily:
     """PyTorch profiler (Kineto) traces, one rank each, into ``timeline_events``."""
 
     name = "timeline"
+    reads_only_record_keys = True
 
     def recognise(self, probe: Probe) -> str | None:
         head = probe.head

@@ -41,6 +41,7 @@ class KvEventsFamily:
     """Recorded KV-cache event batches, into ``kv_events`` and ``kv_event_blocks``."""
 
     name = "kv-events"
+    reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         if probe.path.name.endswith(CAPTURE_SUFFIXES) and any(t in probe.head for t in RAW_TAGS):

@@ -66,7 +66,7 @@ class RecordKeys:
         loose = incomplete(stored, spec)
         self._stored = SortedKeys.of(key_columns(stored.filter(pa.array(~loose)), spec))
         self._stored_loose = set(whole_row_keys(stored.filter(pa.array(loose))))
-        self._taken: list[pa.Table] = []  # sorted, each batch's keys above the one before
+        self._taken: list[SortedKeys] = []  # each batch's keys, above the batch before
         self._taken_loose: set[Key] = set()
         self._highest: Key | None = None
         self._sets: tuple[set[Key], set[Key]] | None = None  # (stored, taken) once unordered
@@ -103,9 +103,29 @@ class RecordKeys:
                     taken.add(record)
         if self._sets is None:
             kept = ordered.filter(pa.array(keep[where][ordered[_ROW].to_numpy()]))
-            self._taken.append(kept.drop_columns([_ROW]))
+            if kept.num_rows:
+                kept = kept.drop_columns([_ROW]).combine_chunks()
+                self._taken.append(SortedKeys(kept, _row(kept, 0), _row(kept, kept.num_rows - 1)))
             self._highest = high
         return keep, stored_hits, repeats
+
+    def gave_any_of(self, rows: pa.Table) -> bool:
+        """Whether the file gave a record with the key of one of ``rows`` (a table's rows
+        that another commit stored since the run's keys were read)."""
+        loose = incomplete(rows, self.spec)
+        if loose.any() and not self._taken_loose.isdisjoint(
+            whole_row_keys(rows.filter(pa.array(loose)))
+        ):
+            return True
+        other = SortedKeys.of(key_columns(rows.filter(pa.array(~loose)), self.spec))
+        if other is None:
+            return False
+        if self._sets is not None:
+            return not self._sets[1].isdisjoint(tuples(other.table))
+        return any(
+            other.between(keys.first, keys.last) & keys.between(other.first, other.last)
+            for keys in self._taken
+        )
 
     def _sift_loose(self, rows: pa.Table, loose: np.ndarray, keep: np.ndarray) -> tuple[int, int]:
         """Check the rows keyed by all their columns; returns (stored, repeated)."""
@@ -127,7 +147,7 @@ class RecordKeys:
     def _all_keys(self) -> tuple[set[Key], set[Key]]:
         """Every stored key and every key taken so far, as sets."""
         stored = set(tuples(self._stored.table)) if self._stored else set()
-        taken = {record for table in self._taken for record in tuples(table)}
+        taken = {record for keys in self._taken for record in tuples(keys.table)}
         self._taken = []
         return stored, taken
 

@@ -334,6 +334,7 @@ class BenchmarkFamily:
     of simulators (Vidur's request and batch metrics)."""
 
     name = "benchmark"
+    reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         if not probe.is_json_document:

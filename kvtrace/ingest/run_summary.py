@@ -23,6 +23,7 @@ class RunSummaryFamily:
     """Serving run summaries, into ``run_summaries``."""
 
     name = "summary"
+    reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         named = probe.source.named and probe.path.name.endswith((".json", ".json.gz"))

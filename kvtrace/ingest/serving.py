@@ -96,6 +96,7 @@ class ServingFamily:
     """KV pool time series (``pool``) or per-request serving metrics (``requests``)."""
 
     name: ServingKind
+    reads_only_record_keys = False
 
     @property
     def table(self) -> str:

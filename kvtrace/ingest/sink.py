@@ -37,6 +37,7 @@ class FileSink:
         self.commit = commit
         self.skipped: Counter[str] = Counter()
         self._keys: dict[str, RecordKeys] = {}  # per table: the keys to check against
+        self._read: dict[str, set[str]] = {}  # per table: the files its stored keys came from
 
     @property
     def run_id(self) -> str:
@@ -79,7 +80,9 @@ class FileSink:
         if spec.record_key is None or rows.num_rows == 0:
             return rows
         if spec.name not in self._keys:
-            self._keys[spec.name] = RecordKeys(spec, self._stored_rows(spec))
+            files = self.warehouse.run_files(self.run_id, spec.name)
+            self._read[spec.name] = set(files)
+            self._keys[spec.name] = RecordKeys(spec, self._stored_rows(spec, files))
         keep, stored, repeated = self._keys[spec.name].sift(rows)
         if stored:
             self.skipped[f"record already stored (same {', '.join(spec.record_key)})"] += stored
@@ -87,15 +90,24 @@ class FileSink:
             self.skipped[REPEATED] += repeated
         return rows if keep.all() else rows.filter(pa.array(keep))
 
-    def _stored_rows(self, spec: TableSpec) -> pa.Table:
-        """The run's rows of ``spec``'s table: the key columns alone, or every column
-        where some key is incomplete."""
+    def collides(self) -> bool:
+        """Whether a commit that landed since the run's keys were read stored a record
+        this file stores too (then the file is to be read again, holding the run's lock)."""
+        for table, keys in self._keys.items():
+            files = self.warehouse.run_files(self.run_id, table)
+            landed = [path for path in files if path not in self._read[table]]
+            if landed and keys.gave_any_of(self._stored_rows(TABLES[table], landed)):
+                return True
+        return False
+
+    def _stored_rows(self, spec: TableSpec, files: list[str]) -> pa.Table:
+        """The run's rows of ``spec``'s table in ``files``: the key columns alone, or
+        every column where some key is incomplete."""
         key = spec.record_key or ()
-        files = self.warehouse.run_files(self.run_id, spec.name)
         if not files:
             return spec.schema.empty_table()
-        stored = self.warehouse.read_files(files, columns=["run_id", *key])
-        stored = stored.filter(pc.equal(stored["run_id"], self.run_id))
+        stored = self.warehouse.read_key_columns(files, ["run_id", *key])
+        stored = stored.filter(pc.equal(stored["run_id"].cast(pa.string()), self.run_id))
         if incomplete(stored, spec).any():
             stored = self.warehouse.read_files(files)
             stored = stored.filter(pc.equal(stored["run_id"], self.run_id))

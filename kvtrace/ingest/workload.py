@@ -328,6 +328,7 @@ class WorkloadFamily:
     of another layout named by ``--columns``."""
 
     name = "workload"
+    reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         if probe.is_json_document:

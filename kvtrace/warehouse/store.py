@@ -286,6 +286,21 @@ class Warehouse:
             [f"{base}/{p}" for p in paths], filesystem=filesystem, partitioning=None, **options
         )
 
+    def read_key_columns(
+        self, paths: list[str], columns: list[str], dictionary: tuple[str, ...] = ("run_id",)
+    ) -> pa.Table:
+        """Some columns of warehouse files, read one file and one row group at a time on
+        one thread (far less memory in flight than `read_files`); the ``dictionary``
+        columns come dictionary-encoded."""
+        filesystem, base = self.storage.arrow_filesystem()
+        parts: list[pa.Table] = []
+        for path in paths:
+            with filesystem.open_input_file(f"{base}/{path}") as handle:
+                parquet = pq.ParquetFile(handle, read_dictionary=dictionary, pre_buffer=False)
+                for group in range(parquet.num_row_groups):
+                    parts.append(parquet.read_row_group(group, columns, use_threads=False))
+        return pa.concat_tables(parts).combine_chunks()
+
     def source_hashes(self, run_id: str, size: int) -> set[str]:
         """The sha256 of every source of ``size`` bytes already ingested into ``run_id``
         (none: a source of that size is surely new to it, without hashing it first)."""
