@@ -14,6 +14,7 @@ from pathlib import Path
 
 from deltalake.exceptions import DeltaError
 
+from kvtrace._no_pandas import pyarrow_without_pandas
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest.commit import commit_file
 from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
@@ -152,6 +153,7 @@ def _in_parallel(
 
 
 def _in_worker(location: str, source: SourceFile, options: IngestOptions) -> FileReport:
+    pyarrow_without_pandas()  # a worker is a process of kvtrace's own, as a command is
     return ingest_file(Warehouse(location), source, options, lambda _: None)
 
 

@@ -55,7 +55,7 @@ _DECODER = json.JSONDecoder()
 TOO_DEEP = object()  # stands for a value nested too deeply to decode
 
 
-class EventArgs(msgspec.Struct):
+class EventArgs(msgspec.Struct, gc=False):
     """The ``args`` of an event that the table keeps (any others are skipped unread)."""
 
     stream: Any = None
@@ -68,7 +68,7 @@ class EventArgs(msgspec.Struct):
     memory_bw_gbps: Any = msgspec.field(name="memory bandwidth (GB/s)", default=None)
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     """The fields of a trace event that the table keeps, as the trace gives them."""
 
     ph: Any = None

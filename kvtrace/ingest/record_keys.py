@@ -81,9 +81,11 @@ class RecordKeys:
         keys = key_columns(rows.take(pa.array(where)) if loose.any() else rows, self.spec)
         if keys.num_rows == 0:
             return keep, stored_hits, repeats
-        ordered = keys.append_column(_ROW, pa.array(np.arange(keys.num_rows))).sort_by(
-            [(c, "ascending") for c in (*self.key, _ROW)]
-        )
+        ordered = keys.append_column(_ROW, pa.array(np.arange(keys.num_rows)))
+        distinct = _increasing(keys)  # in order already, as most files give them
+        if not distinct:
+            ordered = ordered.sort_by([(c, "ascending") for c in (*self.key, _ROW)])
+            distinct = _increasing(ordered.select(self.key))
         low, high = _row(ordered, 0, self.key), _row(ordered, ordered.num_rows - 1, self.key)
         if self._sets is None and self._highest is not None and low <= self._highest:
             self._sets = self._all_keys()
@@ -91,7 +93,7 @@ class RecordKeys:
             stored, taken = self._sets
         else:
             stored, taken = (self._stored.between(low, high) if self._stored else set()), set()
-        if stored or taken or _has_repeats(ordered, self.key):
+        if stored or taken or not distinct:
             for row, record in zip(where, tuples(keys), strict=True):
                 if record in stored:
                     stored_hits += 1
@@ -198,16 +200,19 @@ def _row(table: pa.Table, i: int, columns: tuple[str, ...] | None = None) -> Key
     return tuple(table[name][i].as_py() for name in columns or table.column_names)
 
 
-def _has_repeats(ordered: pa.Table, key: tuple[str, ...]) -> bool:
-    """Whether two neighbours of sorted keys are equal."""
-    if ordered.num_rows < 2:
-        return False
-    same = np.ones(ordered.num_rows - 1, dtype=bool)
-    for name in key:
-        column = ordered[name]
-        equal = pc.equal(column.slice(1), column.slice(0, ordered.num_rows - 1))
-        same &= equal.to_numpy(zero_copy_only=False)
-    return bool(same.any())
+def _increasing(keys: pa.Table) -> bool:
+    """Whether each row's key is above the one before (no two alike)."""
+    if keys.num_rows < 2:
+        return True
+    head, tail = keys.slice(0, keys.num_rows - 1), keys.slice(1)
+    above = np.zeros(keys.num_rows - 1, dtype=bool)  # decided: above
+    tied = np.ones(keys.num_rows - 1, dtype=bool)  # equal in every column so far
+    for name in keys.column_names:
+        greater = pc.greater(tail[name], head[name]).to_numpy(zero_copy_only=False)
+        equal = pc.equal(tail[name], head[name]).to_numpy(zero_copy_only=False)
+        above |= tied & greater
+        tied &= equal
+    return bool(above.all())
 
 
 def _hashable(value: Any) -> Any:
