@@ -4,15 +4,18 @@ every committed source's rows are readable exactly once; nothing else is seen.""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
+from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.integrity import check
 from tests.conftest import warehouse_at
@@ -96,3 +99,79 @@ def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
     committed, rows = _state(location)
     assert rows == {name: ROWS_PER_SOURCE for name in traces}
     assert check(Warehouse(location)).healthy
+
+
+def _profile_keys(path) -> set[tuple]:
+    """The record keys (rank, event_idx, ts) of a Kineto trace, from its JSON."""
+    trace = json.loads(path.read_text())
+    rank = trace["distributedInfo"]["rank"]
+    return {
+        (rank, index, float(event["ts"]))
+        for index, event in enumerate(trace["traceEvents"])
+        if event.get("ph") == "X"
+    }
+
+
+def test_profiler_traces_read_at_once_into_one_run_survive_kills_and_races(tmp_path):
+    """Profiler traces of one run are read without the run's lock.  Ranks, and a grown
+    copy of rank 0 that repeats its records, are ingested into one run beside optimize
+    and vacuum and killed at random: every committed source's records are there, none
+    twice, and nothing else."""
+    rng = random.Random(SEED)
+    location = warehouse_at(tmp_path / "wh")
+    Warehouse(location, create=True)
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    sources = {}
+    for rank in range(4):
+        sources[f"rank{rank}"] = folder / f"rank{rank}.pt.trace.json"
+        write_timeline_trace(sources[f"rank{rank}"], TimelineShape(), rank=rank, world_size=4)
+    first = json.loads(sources["rank0"].read_text())
+    late = [{**e, "ts": e["ts"] + 10**7} for e in first["traceEvents"] if "ts" in e]
+    sources["rank0-grown"] = folder / "rank0-grown.pt.trace.json"
+    sources["rank0-grown"].write_text(
+        json.dumps({**first, "traceEvents": first["traceEvents"] + late})
+    )
+    keys = {name: _profile_keys(path) for name, path in sources.items()}
+    counts = (
+        "SELECT count(*), count(DISTINCT (rank, event_idx, ts_us)) FROM timeline_events "
+        "WHERE run_id IN (SELECT run_id FROM runs WHERE run_name = $name)"
+    )
+    committed_sources = (
+        "SELECT DISTINCT source_path FROM warehouse_commits WHERE operation = 'ingest' "
+        "AND run_id IN (SELECT run_id FROM runs WHERE run_name = $name)"
+    )
+    for round_no in range(12):
+        run = f"profiles{round_no}"  # a new run: rank 0 and its grown copy race each round
+        names = ["rank0", "rank0-grown", *rng.sample([f"rank{r}" for r in range(1, 4)], 2)]
+        commands = [_command(location, "ingest", str(sources[n]), "--run-name", run) for n in names]
+        if rng.random() < 0.5:
+            commands.append(_command(location, "optimize"))
+        if rng.random() < 0.5:
+            commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
+        rng.shuffle(commands)
+        processes = [
+            subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for c in commands
+        ]
+        doomed = [p for p in processes if rng.random() < 0.2]
+        time.sleep(rng.uniform(0.3, 1.5))
+        for process in doomed:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+        for process in processes:
+            _, err = process.communicate(timeout=300)
+            if process not in doomed:
+                assert process.returncode == 0, (round_no, process.args, err)
+        assert check(Warehouse(location)).healthy, round_no
+        con = connect(Warehouse(location))
+        (rows, distinct), committed = (
+            con.execute(counts, {"name": run}).fetchall()[0],
+            {
+                Path(path).name.split(".")[0]
+                for (path,) in con.execute(committed_sources, {"name": run}).fetchall()
+            },
+        )
+        con.close()
+        expected = set().union(*(keys[name] for name in committed))
+        assert rows == distinct == len(expected), (round_no, committed, rows, distinct)
