@@ -26,7 +26,6 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from kvtrace._no_pandas import pyarrow_without_pandas
 from kvtrace._version import __version__
 from kvtrace.analysis import connect
 from kvtrace.analysis.kv_access import (
@@ -174,6 +173,7 @@ def _global(
 
 def _open(create: bool = False, as_of: int | None = None) -> Warehouse:
     from kvtrace.warehouse import Warehouse
+    from kvtrace.warehouse.no_pandas import pyarrow_without_pandas
 
     pyarrow_without_pandas()
     return Warehouse(options.path, create=create, as_of=as_of)

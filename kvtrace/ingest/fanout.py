@@ -14,7 +14,6 @@ from pathlib import Path
 
 from deltalake.exceptions import DeltaError
 
-from kvtrace._no_pandas import pyarrow_without_pandas
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest.commit import commit_file
 from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
@@ -23,6 +22,7 @@ from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.report import FileReport, IngestReport
 from kvtrace.ingest.sources import SourceFile, expand
 from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.no_pandas import pyarrow_without_pandas
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 # Input per worker process below which one is not started: a worker costs about half a

@@ -56,6 +56,38 @@ def _state(location: str) -> tuple[dict[str, int], dict[str, int]]:
         con.close()
 
 
+def _run_with_kills(
+    rng: random.Random,
+    location: str,
+    ingests: list[list[str]],
+    maintenance: float,
+    kill: float,
+    wait_s: tuple[float, float],
+) -> None:
+    """Run the ingest commands beside optimize and vacuum (each with chance
+    ``maintenance``), all at once; SIGKILL each with chance ``kill`` after a random
+    wait; every command not killed must succeed."""
+    commands = list(ingests)
+    if rng.random() < maintenance:
+        commands.append(_command(location, "optimize"))
+    if rng.random() < maintenance:
+        commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
+    rng.shuffle(commands)
+    processes = [
+        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
+    doomed = [p for p in processes if rng.random() < kill]
+    time.sleep(rng.uniform(*wait_s))
+    for process in doomed:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        if process not in doomed:
+            assert process.returncode == 0, (process.args, err)
+
+
 def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
     rng = random.Random(SEED)
     location = warehouse_at(tmp_path / "wh")
@@ -69,25 +101,8 @@ def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
     started = time.monotonic()
     for round_no in range(ROUNDS):
         names = rng.sample(sorted(traces), rng.randint(1, 3))
-        commands = [_command(location, "ingest", str(traces[name])) for name in names]
-        if rng.random() < 0.7:
-            commands.append(_command(location, "optimize"))
-        if rng.random() < 0.7:
-            commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
-        rng.shuffle(commands)
-        processes = [
-            subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for c in commands
-        ]
-        doomed = [p for p in processes if rng.random() < 0.5]
-        time.sleep(rng.uniform(0.2, 2.5))
-        for process in doomed:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGKILL)
-        for process in processes:
-            _, err = process.communicate(timeout=300)
-            if process not in doomed:
-                assert process.returncode == 0, (round_no, process.args, err)
+        ingests = [_command(location, "ingest", str(traces[name])) for name in names]
+        _run_with_kills(rng, location, ingests, maintenance=0.7, kill=0.5, wait_s=(0.2, 2.5))
         found = check(Warehouse(location))
         assert found.healthy, (round_no, [p.line() for p in found.problems])
         committed, rows = _state(location)
@@ -144,25 +159,8 @@ def test_profiler_traces_read_at_once_into_one_run_survive_kills_and_races(tmp_p
     for round_no in range(12):
         run = f"profiles{round_no}"  # a new run: rank 0 and its grown copy race each round
         names = ["rank0", "rank0-grown", *rng.sample([f"rank{r}" for r in range(1, 4)], 2)]
-        commands = [_command(location, "ingest", str(sources[n]), "--run-name", run) for n in names]
-        if rng.random() < 0.5:
-            commands.append(_command(location, "optimize"))
-        if rng.random() < 0.5:
-            commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
-        rng.shuffle(commands)
-        processes = [
-            subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for c in commands
-        ]
-        doomed = [p for p in processes if rng.random() < 0.2]
-        time.sleep(rng.uniform(0.3, 1.5))
-        for process in doomed:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGKILL)
-        for process in processes:
-            _, err = process.communicate(timeout=300)
-            if process not in doomed:
-                assert process.returncode == 0, (round_no, process.args, err)
+        ingests = [_command(location, "ingest", str(sources[n]), "--run-name", run) for n in names]
+        _run_with_kills(rng, location, ingests, maintenance=0.5, kill=0.2, wait_s=(0.3, 1.5))
         assert check(Warehouse(location)).healthy, round_no
         con = connect(Warehouse(location))
         (rows, distinct), committed = (
