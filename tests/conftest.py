@@ -46,6 +46,20 @@ def s3_server():
         yield server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def library_cache(tmp_path_factory):
+    """Built SQL libraries go to a folder of the session's own, not the user's cache
+    (commands the tests start inherit it)."""
+    folder = tmp_path_factory.mktemp("kvtrace-cache")
+    before = os.environ.get("KVTRACE_CACHE_DIR")
+    os.environ["KVTRACE_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("KVTRACE_CACHE_DIR", None)
+    else:
+        os.environ["KVTRACE_CACHE_DIR"] = before
+
+
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Warehouse:
     return Warehouse(warehouse_at(tmp_path / "wh"), create=True)

@@ -71,21 +71,24 @@ def test_numba_loads_when_a_kernel_runs(warehouse, tmp_path):
     assert "numba" in loaded and not loaded & {"pandas", "torch"}
 
 
-def test_a_statement_binds_what_it_names_and_what_its_analyses_read(warehouse):
+def test_a_statement_reads_the_tables_it_names_and_those_its_analyses_read(warehouse):
     import duckdb
 
     from kvtrace import connect
     from kvtrace.analysis.functions import READS, register
 
-    def has(con, name: str) -> bool:
-        found = con.sql(f"SELECT count(*) FROM duckdb_views() WHERE view_name = '{name}'")
+    def reads(con, table: str) -> bool:
+        found = con.sql(
+            "SELECT count(*) FROM duckdb_views() "
+            f"WHERE database_name = 'memory' AND view_name = '_{table}_files'"
+        )
         return bool(found.fetchall()[0][0])
 
     small = connect(warehouse, for_sql="SELECT count(*) FROM runs")
-    assert has(small, "runs") and not has(small, "kv_events")
-    # the what-if reads the arrivals of workload runs when it runs: they are bound too
+    assert reads(small, "runs") and not reads(small, "kv_events")
+    # the what-if reads the arrivals of workload runs when it runs: they are read too
     analysis = connect(warehouse, for_sql="FROM dsa_hit_curve(16)")
-    assert has(analysis, "workload_requests") and not has(analysis, "kv_events")
+    assert reads(analysis, "workload_requests") and not reads(analysis, "kv_events")
     probe = duckdb.connect()
     register(probe)
     installed = {

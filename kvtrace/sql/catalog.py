@@ -223,9 +223,12 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, data: object) -> None:
 
 def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of ``con`` that sees everything ``con`` sees."""
+    from kvtrace.sql.library_cache import with_search_path
+
     cursor = con.cursor()
     for name, data in _REGISTERED.get(con, {}).items():
         cursor.register(name, data)
+    with_search_path(cursor, con)
     return cursor
 
 
@@ -265,10 +268,13 @@ def open_connection(
     bound: the library files defining its names with the files they require, and the
     tables those read (a command answers sooner; see `files_for`), and the files named in
     ``with_files`` with theirs.
+    The library comes built (`kvtrace.sql.library_cache`) where the cache folder can
+    hold it; the files that read the snapshot's own tables are created here.
     """
-    sql_files, tables = (
-        (library(), set(TABLES)) if for_sql is None else files_for(for_sql, with_files)
-    )
+    from kvtrace.sql import library_cache
+
+    chosen, tables = (library(), set(TABLES)) if for_sql is None else files_for(for_sql, with_files)
+    sql_files = list(chosen)
     con = duckdb.connect(":memory:")
     if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
         con.register_filesystem(filesystem)  # for SQL that names warehouse files
@@ -282,6 +288,10 @@ def open_connection(
         _register(con, "_warehouse_files_arrow", snapshot.files)
     list_functions.register(con)
     functions(con)
+    built = [f for f in library() if not _SNAPSHOT_TABLES.search(f.text)]
+    if library_cache.attach(con, built, (list_functions.register, functions)):
+        in_library = {f.name for f in built}
+        sql_files = [f for f in sql_files if f.name not in in_library]
     for sql_file in sql_files:
         try:
             con.execute(sql_file.text)

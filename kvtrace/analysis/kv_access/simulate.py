@@ -51,6 +51,7 @@ from kvtrace.kernels.cache_sim import (
     tally_distances,
 )
 from kvtrace.kernels.sampling import sampled
+from kvtrace.sql.catalog import cursor_of
 
 
 @dataclass
@@ -463,7 +464,7 @@ def simulate_run(
         outcomes = list(
             pool.map(
                 lambda g: _simulate_windows(
-                    con.cursor(), plan, policy, named, limits, [parts[i] for i in g], watched
+                    cursor_of(con), plan, policy, named, limits, [parts[i] for i in g], watched
                 ),
                 groups,
             )

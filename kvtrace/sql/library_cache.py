@@ -1,0 +1,134 @@
+"""The SQL library built once into a DuckDB file, which every connection attaches.
+
+Creating the library's views binds each of them: about 0.4 s for the whole library, on
+every connection.  So the library is built once into a DuckDB database in the user's
+cache folder (``$KVTRACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvtrace``, else
+``~/.cache/kvtrace``), named by a hash of everything that defines it: kvtrace's and
+DuckDB's versions, the SQL files, the tables' schemas and the source of the functions
+its macros call.  A connection attaches it read-only (about a millisecond) and puts it
+on its search path after its own catalog.
+
+The built library reads the warehouse through forwarding views, ``_<table>_files AS
+SELECT * FROM memory.main._<table>_files``: each connection creates the real ones over
+its own snapshot, as before.  Files that read the snapshot's own tables
+(``_warehouse_commits_arrow``, whose schema follows the journal a warehouse has) are
+not built in; a connection creates them itself.  Where the cache cannot be written,
+connections build the library in memory as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+
+import duckdb
+
+from kvtrace._version import __version__
+from kvtrace.sql.catalog import SqlFile, alias_sql, quote_literal
+from kvtrace.warehouse.schema import TABLES
+
+LIBRARY = "kvtrace_library"
+SEARCH_PATH = f"SET search_path = 'memory.main,{LIBRARY}.main'"
+Functions = Callable[[duckdb.DuckDBPyConnection], None]
+
+_SEEN: set[Path] = set()  # built libraries this process has found
+# the connections with the library attached: a cursor of one needs the search path too
+_ATTACHED: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+
+
+def cache_folder() -> Path:
+    """Where built libraries are kept."""
+    if folder := os.environ.get("KVTRACE_CACHE_DIR"):
+        return Path(folder)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kvtrace"
+
+
+def attach(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[SqlFile],
+    install: Sequence[Functions],
+) -> bool:
+    """Attach the built library of ``files`` to ``con`` (building it first when no
+    process has); False when it cannot be built here."""
+    try:
+        path = _built(files, install)
+    except (OSError, duckdb.Error):
+        return False
+    con.execute(f"ATTACH {quote_literal(str(path))} AS {LIBRARY} (READ_ONLY)")
+    con.execute(SEARCH_PATH)
+    _ATTACHED.add(con)
+    return True
+
+
+def with_search_path(cursor: duckdb.DuckDBPyConnection, of: duckdb.DuckDBPyConnection) -> None:
+    """Give a cursor of ``of`` the search path that finds the attached library."""
+    if of in _ATTACHED:
+        cursor.execute(SEARCH_PATH)
+        _ATTACHED.add(cursor)
+
+
+def _built(files: Sequence[SqlFile], install: Sequence[Functions]) -> Path:
+    """The built library's file, built now if it is not there yet."""
+    path = cache_folder() / f"library-{_fingerprint(files, install)}.duckdb"
+    if path in _SEEN or path.exists():
+        _SEEN.add(path)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.stem}-{os.getpid()}.duckdb")
+    temp.unlink(missing_ok=True)
+    try:
+        _build(temp, files, install)
+        os.replace(temp, path)  # whole or not at all; two builders write the same thing
+    finally:
+        temp.unlink(missing_ok=True)
+        temp.with_name(temp.name + ".wal").unlink(missing_ok=True)
+    _SEEN.add(path)
+    return path
+
+
+def _build(path: Path, files: Sequence[SqlFile], install: Sequence[Functions]) -> None:
+    """Create the library in a new DuckDB file at ``path``."""
+    con = duckdb.connect()
+    try:
+        for name, spec in TABLES.items():
+            con.register(f"_{name}_empty", spec.schema.empty_table())
+            con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM _{name}_empty")
+        for install_functions in install:
+            install_functions(con)
+        con.execute(f"ATTACH {quote_literal(str(path))} AS {LIBRARY}")
+        con.execute(f"USE {LIBRARY}")
+        for name in TABLES:
+            con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM memory.main._{name}_files")
+        for sql_file in files:
+            con.execute(sql_file.text)
+            if aliases := alias_sql(sql_file):
+                con.execute(aliases)
+        con.execute("USE memory")
+        con.execute(f"DETACH {LIBRARY}")
+    finally:
+        con.close()
+
+
+@cache
+def _source(function: Functions) -> bytes:
+    return Path(inspect.getfile(function)).read_bytes()
+
+
+def _fingerprint(files: Sequence[SqlFile], install: Sequence[Functions]) -> str:
+    """A hash of everything the built library depends on."""
+    digest = hashlib.sha256()
+    for part in (__version__, duckdb.__version__):
+        digest.update(part.encode() + b"\0")
+    for sql_file in files:
+        digest.update(sql_file.name.encode() + b"\0" + sql_file.text.encode() + b"\0")
+    for name, spec in sorted(TABLES.items()):
+        digest.update(name.encode() + b"\0" + spec.schema.to_string().encode() + b"\0")
+    for install_functions in install:
+        digest.update(_source(install_functions))
+    return digest.hexdigest()[:20]
