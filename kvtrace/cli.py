@@ -163,12 +163,22 @@ def _global(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and stop.",
+            callback=lambda given: _print_version() if given else None,
+            is_eager=True,  # before the command is looked for: `kvtrace --version` alone
+        ),
+    ] = False,
 ) -> None:
     options.warehouse, options.quiet, options.debug = warehouse, quiet, debug
-    if version:
-        out.print(f"kvtrace {__version__}")
-        raise typer.Exit()
+
+
+def _print_version() -> None:
+    out.print(f"kvtrace {__version__}")
+    raise typer.Exit()
 
 
 def _open(create: bool = False, as_of: int | None = None) -> Warehouse:

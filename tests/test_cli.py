@@ -272,3 +272,11 @@ def test_importing_the_cli_loads_no_heavy_module():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_version_alone_prints_the_version(cli):
+    from kvtrace import __version__
+
+    for args in (["--version"], ["-w", "elsewhere", "--version"]):
+        status, out, _ = cli(*args)
+        assert (status, out.strip()) == (0, f"kvtrace {__version__}")
