@@ -688,7 +688,9 @@ def sql(
         write_stream,
     )
 
-    if (query is None) == (file is None):
+    if query is None and file is None:
+        raise KvtraceError('no SQL given: kvtrace sql "SELECT ..." or kvtrace sql --file QUERY.sql')
+    if query is not None and file is not None:
         raise KvtraceError("give the SQL either as an argument or with --file, not both")
     text = query if query is not None else _read_text(file)  # type: ignore[arg-type]
     fmt = _output_format(fmt, output)

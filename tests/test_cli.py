@@ -51,6 +51,8 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
         (["ingest", "other.jsonl"], "Error: "),
         (["ingest", "--block-size", "x", "other.jsonl"], "Usage:"),
         (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
+        (["sql"], 'Error: no SQL given: kvtrace sql "SELECT ..."'),
+        (["sql", "SELECT 1", "--file", "q.sql"], "Error: give the SQL either as an argument"),
     ],
 )
 def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
