@@ -333,6 +333,14 @@ def _print_ingest(report: IngestReport) -> None:
             f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
         )
         out.print(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
+    if len(families := report.by_family()) > 1:  # a folder of several kinds
+        out.print(
+            "by family: "
+            + ", ".join(
+                f"{family} {files:,} file{'s' * (files != 1)} ({rows:,} rows)"
+                for family, (files, rows) in families.items()
+            )
+        )
     out.print(
         f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected into {options.path}"
     )

@@ -282,3 +282,26 @@ def test_version_alone_prints_the_version(cli):
     for args in (["--version"], ["-w", "elsewhere", "--version"]):
         status, out, _ = cli(*args)
         assert (status, out.strip()) == (0, f"kvtrace {__version__}")
+
+
+def test_a_folder_of_several_families_ends_with_a_count_per_family(cli, tmp_path):
+    import gzip
+    import shutil
+
+    from tests.conftest import DATA
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    names = ("azure_llm_inference_code.csv", "mooncake_conversation_trace.jsonl")
+    for name in (*names, "kineto_sampled_rank0.json.gz"):
+        shutil.copy(DATA / name, folder)
+    csv_rows = len((DATA / names[0]).read_text().splitlines()) - 1  # less the header
+    jsonl_rows = len((DATA / names[1]).read_text().splitlines())
+    trace = json.loads(gzip.decompress((DATA / "kineto_sampled_rank0.json.gz").read_bytes()))
+    events = sum(1 for e in trace["traceEvents"] if e.get("ph") == "X")
+    status, out, _ = cli("-q", "-w", warehouse_at(tmp_path / "wh"), "ingest", str(folder))
+    assert status == 0
+    assert (
+        f"by family: workload 2 files ({csv_rows + jsonl_rows:,} rows), "
+        f"timeline 1 file ({events:,} rows)"
+    ) in out

@@ -33,3 +33,12 @@ class IngestReport:
     @property
     def rejected(self) -> int:
         return sum(f.rejected for f in self.files)
+
+    def by_family(self) -> dict[str, tuple[int, int]]:
+        """Per family, in the order first met: files ingested and rows they stored."""
+        counts: dict[str, tuple[int, int]] = {}
+        for f in self.files:
+            if f.status == "ingested":
+                files, rows = counts.get(f.family, (0, 0))
+                counts[f.family] = (files + 1, rows + f.rows)
+        return counts
