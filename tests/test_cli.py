@@ -96,6 +96,30 @@ def test_sql_formats(loaded, tmp_path):
     assert kvtrace("-w", str(loaded), "sql", "--file", str(sql_file), "-f", "csv").stdout == as_csv
     bad = kvtrace("-w", str(loaded), "sql", "SELECT * FROM nope")
     assert bad.returncode == 1 and "kvtrace views" in bad.stderr
+    assert "Did you mean" not in bad.stderr  # DuckDB's guess there is one of its own tables
+    numbers = "SELECT sum(rows) AS total, avg(rows)::DECIMAL(9, 2) AS mean FROM dsa_layer_profile"
+    as_json = json.loads(kvtrace("-w", str(loaded), "sql", numbers, "-f", "json").stdout)
+    assert as_json == [{"total": 12, "mean": 4.0}]  # decimals stay numbers
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        (
+            "SELECT * FROM dsa_layer_profil",
+            'Table with name dsa_layer_profil does not exist! Did you mean "dsa_layer_profile"?',
+        ),
+        (
+            "SELECT layer FROM dsa_layer_profile",
+            'Referenced column "layer" not found in FROM clause! Candidate bindings: "layer_id"',
+        ),
+        ("SELECT * FROM dsa_blocks", "dsa_blocks is a macro: call it with its arguments"),
+    ],
+)
+def test_sql_errors_keep_duckdbs_hint_in_one_sentence(loaded, query, said):
+    bad = kvtrace("-w", str(loaded), "sql", query)
+    assert bad.returncode == 1 and said in bad.stderr
+    assert len(bad.stderr.splitlines()) == 1
 
 
 def test_summary_writes_the_tracers_summary_json(loaded, tmp_path):

@@ -8,8 +8,9 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import duckdb
 import pyarrow as pa
@@ -17,6 +18,9 @@ import pyarrow.parquet as pq
 
 from kvtrace.defaults import OutputFormat
 from kvtrace.errors import QueryError
+
+if TYPE_CHECKING:
+    from kvtrace.sql.catalog import SqlObject
 
 READ_ONLY = {"SELECT", "EXPLAIN"}
 
@@ -83,7 +87,35 @@ def query_error(exc: duckdb.Error) -> QueryError:
         return QueryError(
             message + "; the warehouse may be damaged: 'kvtrace check' says what is wrong"
         )
-    return QueryError(message + '; "kvtrace views" lists the views')
+    if macro := _macro_as_table(message):
+        return QueryError(f"{macro.name} is a macro: call it with its arguments, {macro.signature}")
+    return QueryError(message + _hint(exc) + '; "kvtrace views" lists the views')
+
+
+_MISSING_TABLE = re.compile(r"Table with name (\w+) does not exist")
+_HINT = re.compile(r"^(Did you mean .*|Candidate bindings: .*)$", re.MULTILINE)
+_INTERNAL = re.compile(r'"(?:duckdb_|pg_|sqlite_|information_schema|_)')
+
+
+def _macro_as_table(message: str) -> SqlObject | None:
+    """The library macro a statement named as a table, without its arguments."""
+    from kvtrace.sql.catalog import documented_objects
+
+    missing = _MISSING_TABLE.search(message)
+    if missing is None:
+        return None
+    name = missing[1].lower()
+    return next((o for o in documented_objects() if o.kind == "macro" and o.name == name), None)
+
+
+def _hint(exc: duckdb.Error) -> str:
+    """DuckDB's suggestion after its first line (a near name, the columns in scope), as
+    the rest of the sentence; none where it names DuckDB's own catalog or a private
+    object."""
+    hint = _HINT.search(str(exc))
+    if hint is None or _INTERNAL.search(hint[1]):
+        return ""
+    return " " + hint[1].rstrip()
 
 
 _OWN_ERROR = re.compile(
@@ -134,9 +166,19 @@ def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO
         first = True
         for batch in reader:
             for row in batch.to_pylist():
-                sink.write((b"\n" if first else b",\n") + json.dumps(row, default=str).encode())
+                sink.write(
+                    (b"\n" if first else b",\n") + json.dumps(row, default=_json_value).encode()
+                )
                 first = False
         sink.write(b"\n]\n")
+
+
+def _json_value(value: object) -> object:
+    """What JSON cannot hold as it is: a decimal (a sum, an exact average) as the number
+    it is, anything else (a time, a UUID) as text."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
 
 
 def render(table: pa.Table, fmt: OutputFormat) -> bytes:
@@ -150,7 +192,7 @@ def render(table: pa.Table, fmt: OutputFormat) -> bytes:
         )
         return buffer.getvalue().encode()
     if fmt == "json":
-        return (json.dumps(table.to_pylist(), default=str, indent=1) + "\n").encode()
+        return (json.dumps(table.to_pylist(), default=_json_value, indent=1) + "\n").encode()
     if fmt == "parquet":
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
