@@ -1059,7 +1059,10 @@ def views() -> None:
 def summary(
     run: Annotated[str, typer.Option(help="Run id or run name.")],
     block_size: Annotated[
-        int | None, typer.Option(help="Stored block size (needed when the run has several).")
+        int | None,
+        typer.Option(
+            help="Stored block size, when the run has several [default: the tracer's own, else 64]."
+        ),
     ] = None,
     output: OutputOption = None,
     as_of: AsOfOption = None,

@@ -19,6 +19,7 @@ from kvtrace.analysis.summary_shares import (
     share_counts,
     trace_requests,
 )
+from kvtrace.defaults import DEFAULT_BLOCK_SIZE
 from kvtrace.errors import QueryError
 
 # The run settings summary.json's config carries, as the collector recorded them.
@@ -83,7 +84,8 @@ def run_summary(
 ) -> dict[str, Any]:
     """The summary of ``run`` (a run id or run name) at a stored block size, on ``con``.
 
-    ``block_size`` may be left out when the run was stored at one block size only.
+    Without ``block_size``: the run's one stored block size, or where it holds several,
+    the one it was traced at (its run_meta's ``kv_block_size_tokens``, else 64).
     """
     return run_here(SummaryAnalysis(SummarySpec(run, block_size)), con)
 
@@ -134,9 +136,12 @@ def _stored_trace(
         )
     sizes = sorted({row["block_size"] for row in found})
     if block_size is None and len(sizes) > 1:
-        raise QueryError(
-            f"run {run!r} is stored at block sizes {sizes}; choose one with --block-size"
-        )
+        block_size = _own_block_size(found[0]["collector_config"])
+        if block_size not in sizes:
+            raise QueryError(
+                f"run {run!r} is stored at block sizes {sizes} and was traced at "
+                f"{block_size}; choose one with --block-size"
+            )
     chosen = [row for row in found if block_size in (None, row["block_size"])]
     if not chosen:
         raise QueryError(
@@ -153,6 +158,18 @@ def _stored_trace(
             f"({', '.join(r['dataset'] for r in chosen)}); query dsa_summary"
         )
     return chosen[0]
+
+
+def _own_block_size(collector_config: str | None) -> int:
+    """The block size a run's summary.json is at when the run holds several: the tracer's
+    own (its run_meta's kv_block_size_tokens), else the tracer's default."""
+    try:
+        config = json.loads(collector_config or "{}")
+    except ValueError:
+        config = {}
+    tracer = config.get("config") if isinstance(config, dict) else None
+    own = tracer.get("kv_block_size_tokens") if isinstance(tracer, dict) else None
+    return own if isinstance(own, int) and own > 0 else DEFAULT_BLOCK_SIZE
 
 
 def _config(

@@ -11,6 +11,7 @@ from kvtrace.analysis.summary import run_summary
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
+from kvtrace.errors import QueryError
 from kvtrace.ingest import ingest
 
 CONFIG = DsaRefConfig(
@@ -122,3 +123,41 @@ def test_any_cut_into_request_shares_merges_into_the_same_summary(
     assert analysis.merge(con, shares, parts) == whole  # floats exactly
     assert row_statistics(merge(parts))["rows"] == 7 * 3 * 4
     assert len(whole["prefix_hot_blocks"]) == 7
+
+
+@pytest.mark.parametrize(
+    ("sizes", "run_meta", "expected"),
+    [
+        ((16, 64), None, 64),  # the tracer's default
+        ((16, 64), 16, 16),  # the tracer's own, from its run_meta
+        ((16, 32), None, None),  # neither: the user chooses
+    ],
+)
+def test_a_run_at_several_block_sizes_is_summarised_at_the_one_it_was_traced_at(
+    warehouse, tmp_path, sizes, run_meta, expected
+):
+    from tests.conftest import seed_record, write_jsonl
+
+    folder = tmp_path / "hand"
+    folder.mkdir()
+    records = [
+        seed_record(request, layer, step, [1, 5, 40], block_size=size, seq_len_current=64 + step)
+        for size in sizes
+        for request in range(2)
+        for layer in range(2)
+        for step in range(2)
+    ]
+    write_jsonl(folder / "trace.jsonl", records)
+    if run_meta is not None:
+        (folder / "run_meta.json").write_text(
+            json.dumps({"config": {"kv_block_size_tokens": run_meta}})
+        )
+    ingest(warehouse, [str(folder)])
+    con = connect(warehouse)
+    if expected is None:
+        with pytest.raises(QueryError, match=r"block sizes \[16, 32\] and was traced at 64"):
+            run_summary(con, "hand")
+        return
+    chosen = run_summary(con, "hand")
+    assert chosen["config"]["kv_block_size_tokens"] == expected
+    assert chosen == run_summary(con, "hand", expected)
