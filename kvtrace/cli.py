@@ -1036,23 +1036,62 @@ def _busy(what: str):
 
 
 @app.command()
-def views() -> None:
-    """List the views and macros with what they answer and their columns.
+def views(
+    pattern: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[PATTERN]",
+            help="Only objects whose name or family (the SQL file: dsa, timeline, ...) "
+            "holds this text; * and ? match as in file names.",
+        ),
+    ] = None,
+    columns: Annotated[
+        bool, typer.Option("--columns", help="Each object's columns, described.")
+    ] = False,
+) -> None:
+    """List the views and macros, one a line with what it answers.
 
-    Example: kvtrace views
+    Example: kvtrace views timeline --columns
     """
     from kvtrace.sql import catalog
 
-    for obj in catalog.documented_objects():
-        if not obj.public:
+    chosen = [
+        obj
+        for obj in catalog.documented_objects()
+        if obj.public and (pattern is None or _names_match(pattern, obj.name, obj.file))
+    ]
+    if not chosen:
+        raise KvtraceError(f"no view or macro matches {pattern!r}; kvtrace views lists them all")
+    width = min(max(len(obj.signature) for obj in chosen), 36)  # longer ones push on
+    for obj in chosen:
+        if not columns:
+            line = f"{obj.signature:<{width}}  {obj.kind:<5}  {_first_sentence(obj.description)}"
+            out.print(line, markup=False, highlight=False, no_wrap=True, crop=out.is_terminal)
             continue
         out.print(f"[bold]{obj.signature}[/bold]  ({obj.kind}, {obj.file})")
-        out.print(f"  {obj.description}")
+        out.print(f"  {obj.description}", markup=False)
         if obj.aliases:
             out.print(f"  (former name {', '.join(obj.aliases)}: kept for one release)")
         for column, text in obj.columns.items():
-            out.print(f"    {column:<28} {text}")
+            out.print(f"    {column:<28} {text}", markup=False)
         out.print()
+
+
+def _names_match(pattern: str, name: str, file: str) -> bool:
+    """Whether an object of ``file`` called ``name`` is one ``pattern`` asks for."""
+    import fnmatch
+
+    family = file.removesuffix(".sql")
+    pattern = pattern.lower()
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(family, pattern)
+    return pattern in name or pattern in family
+
+
+def _first_sentence(text: str) -> str:
+    """A description's first sentence."""
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
 
 
 @app.command()

@@ -275,10 +275,31 @@ def test_collecting_without_torch_says_how_to_install_it(tmp_path):
     )
 
 
-def test_views_lists_documented_objects():
-    result = kvtrace("views")
-    assert result.returncode == 0
-    assert "dsa_blocks(bs)" in result.stdout and "touched_block_ratio" in result.stdout
+def test_views_lists_documented_objects_one_a_line_filtered_by_name_or_family():
+    from kvtrace.sql.catalog import documented_objects
+
+    def listed(*args: str) -> list[str]:
+        lines = kvtrace("views", *args).stdout.splitlines()
+        return [line.split("  ")[0].strip() for line in lines]
+
+    public = [obj for obj in documented_objects() if obj.public]
+    assert listed() == [obj.signature for obj in public]
+    assert any(
+        line.startswith("dsa_blocks(bs)") and " macro " in line
+        for line in kvtrace("views").stdout.splitlines()
+    )
+    assert listed("timeline") == [
+        obj.signature for obj in public if "timeline" in obj.name or "timeline" in obj.file
+    ]
+    assert listed("*_summary") == [
+        obj.signature
+        for obj in public
+        if obj.name.endswith("_summary") or obj.file.removesuffix(".sql").endswith("_summary")
+    ]
+    detail = kvtrace("views", "dsa_summary", "--columns").stdout
+    assert "touched_block_ratio" in detail
+    missing = kvtrace("views", "no_such_thing")
+    assert missing.returncode == 1 and "no view or macro matches" in missing.stderr
 
 
 def test_every_command_has_help_with_an_example_and_appears_in_the_readme():
