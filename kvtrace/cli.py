@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -1482,7 +1482,9 @@ def run() -> int:
     """Run the app on ``sys.argv`` and turn kvtrace errors into one sentence; returns the
     exit status."""
     try:
-        app()
+        command = typer.main.get_command(app)
+        _readable_metavars(command)
+        command(prog_name="kvtrace")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KvtraceError as exc:
@@ -1512,6 +1514,43 @@ def run() -> int:
             1,
         )  # a bug: one line
     return 0
+
+
+_METAVARS = {
+    "IntParamType": "N",
+    "IntRange": "N",
+    "FloatParamType": "NUMBER",
+    "FloatRange": "NUMBER",
+    "TyperPath": "PATH",
+}
+_METAVARS_BY_NAME = {
+    "as_of": "VERSION",
+    "fmt": "FORMAT",
+    "interval": "SECONDS",
+    "timeout": "SECONDS",
+    "connect_timeout": "SECONDS",
+    "duration": "SECONDS",
+}
+
+
+def _readable_metavars(command: Any) -> None:  # typer's own click Command
+    """Help that names what to give (``PATH...``, ``RUN_NAME``, ``N``), not a Python
+    type (``<str>``, ``{paths}...``); a choice keeps its list, a metavar given stays."""
+    for param in command.params:
+        kind = type(param.type).__name__
+        if param.metavar is not None or getattr(param, "is_flag", False):
+            continue
+        if "Choice" in kind:  # an option lists its choices; an argument, in its usage
+            if param.param_type_name == "argument":
+                param.metavar = "|".join(param.type.choices)
+            continue
+        name = (param.name or "value").upper()
+        if param.nargs == -1:
+            name = name.removesuffix("S")
+        readable = _METAVARS_BY_NAME.get(param.name or "") or _METAVARS.get(kind, name)
+        param.metavar = readable + ("..." if param.nargs == -1 else "")
+    for sub in getattr(command, "commands", {}).values():
+        _readable_metavars(sub)
 
 
 def _terminate(signum: int, frame: object) -> None:

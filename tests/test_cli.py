@@ -350,3 +350,23 @@ def test_a_folder_of_several_families_ends_with_a_count_per_family(cli, tmp_path
         f"by family: workload 2 files ({csv_rows + jsonl_rows:,} rows), "
         f"timeline 1 file ({events:,} rows)"
     ) in out
+
+
+def test_help_names_what_to_give_not_a_python_type(cli):
+    """Every command's help shows metavars a person reads (PATH..., N, VERSION)."""
+    typed = re.compile(r"<(?:str|int|float|path|text|list)|\{[a-z_]+\}")
+
+    def paths(command, prefix=()):
+        yield prefix
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from paths(sub, (*prefix, name))
+
+    seen = 0
+    for path in paths(get_command(app)):
+        status, out, _ = cli(*path, "--help")
+        assert status == 0, path
+        assert not typed.search(out), (path, typed.search(out))
+        seen += 1
+    assert seen > 15
+    _, out, _ = cli("sql", "--help")
+    assert "--as-of VERSION" in out and "--file PATH" in out
