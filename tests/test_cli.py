@@ -100,6 +100,11 @@ def test_sql_formats(loaded, tmp_path):
     numbers = "SELECT sum(rows) AS total, avg(rows)::DECIMAL(9, 2) AS mean FROM dsa_layer_profile"
     as_json = json.loads(kvtrace("-w", str(loaded), "sql", numbers, "-f", "json").stdout)
     assert as_json == [{"total": 12, "mean": 4.0}]  # decimals stay numbers
+    odd = "SELECT 'nan'::DOUBLE AS x, ['-inf'::DOUBLE, 2.5] AS l, {'a': 'inf'::DOUBLE} AS s"
+    text = kvtrace("-w", str(loaded), "sql", odd, "-f", "json").stdout
+    assert json.loads(text, parse_constant=pytest.fail) == [  # strict JSON: no NaN
+        {"x": None, "l": [None, 2.5], "s": {"a": None}}
+    ]
 
 
 @pytest.mark.parametrize(

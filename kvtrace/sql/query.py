@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -166,11 +167,28 @@ def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO
         first = True
         for batch in reader:
             for row in batch.to_pylist():
-                sink.write(
-                    (b"\n" if first else b",\n") + json.dumps(row, default=_json_value).encode()
-                )
+                sink.write((b"\n" if first else b",\n") + _json_text(row).encode())
                 first = False
         sink.write(b"\n]\n")
+
+
+def _json_text(value: object, indent: int | None = None) -> str:
+    """``value`` as JSON: NaN and infinities (which JSON lacks) as null."""
+    try:
+        return json.dumps(value, default=_json_value, indent=indent, allow_nan=False)
+    except ValueError:  # a non-finite number somewhere: the rare slow path
+        return json.dumps(_finite(value), default=_json_value, indent=indent)
+
+
+def _finite(value: object) -> object:
+    """``value`` with every NaN or infinite float replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def _json_value(value: object) -> object:
@@ -192,7 +210,7 @@ def render(table: pa.Table, fmt: OutputFormat) -> bytes:
         )
         return buffer.getvalue().encode()
     if fmt == "json":
-        return (json.dumps(table.to_pylist(), default=_json_value, indent=1) + "\n").encode()
+        return (_json_text(table.to_pylist(), indent=1) + "\n").encode()
     if fmt == "parquet":
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
