@@ -12,15 +12,19 @@ The built library reads the warehouse through forwarding views, ``_<table>_files
 SELECT * FROM memory.main._<table>_files``: each connection creates the real ones over
 its own snapshot, as before.  Files that read the snapshot's own tables
 (``_warehouse_commits_arrow``, whose schema follows the journal a warehouse has) are
-not built in; a connection creates them itself.  Where the cache cannot be written,
-connections build the library in memory as before.
+not built in; a connection creates them itself.  Where the cache cannot be written, or
+a built file cannot be attached (it is then removed, to be built again), connections
+build the library in memory as before.
+Building removes libraries built more than `KEEP_DAYS` ago.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -33,6 +37,7 @@ from kvtrace.sql.catalog import SqlFile, alias_sql, quote_literal
 from kvtrace.warehouse.schema import TABLES
 
 LIBRARY = "kvtrace_library"
+KEEP_DAYS = 30
 SEARCH_PATH = f"SET search_path = 'memory.main,{LIBRARY}.main'"
 Functions = Callable[[duckdb.DuckDBPyConnection], None]
 
@@ -60,7 +65,12 @@ def attach(
         path = _built(files, install)
     except (OSError, duckdb.Error):
         return False
-    con.execute(f"ATTACH {quote_literal(str(path))} AS {LIBRARY} (READ_ONLY)")
+    try:
+        con.execute(f"ATTACH {quote_literal(str(path))} AS {LIBRARY} (READ_ONLY)")
+    except duckdb.Error:  # a damaged file: built again by the next connection
+        _SEEN.discard(path)
+        path.unlink(missing_ok=True)
+        return False
     con.execute(SEARCH_PATH)
     _ATTACHED.add(con)
     return True
@@ -80,6 +90,7 @@ def _built(files: Sequence[SqlFile], install: Sequence[Functions]) -> Path:
         _SEEN.add(path)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    _forget_old(path.parent)
     temp = path.with_name(f".{path.stem}-{os.getpid()}.duckdb")
     temp.unlink(missing_ok=True)
     try:
@@ -90,6 +101,16 @@ def _built(files: Sequence[SqlFile], install: Sequence[Functions]) -> Path:
         temp.with_name(temp.name + ".wal").unlink(missing_ok=True)
     _SEEN.add(path)
     return path
+
+
+def _forget_old(folder: Path) -> None:
+    """Remove built libraries no process has built for `KEEP_DAYS` (other versions'
+    and edits'; one still in use is built again when next needed)."""
+    oldest = time.time() - KEEP_DAYS * 86_400
+    for old in folder.glob("library-*.duckdb"):
+        with contextlib.suppress(OSError):
+            if old.stat().st_mtime < oldest:
+                old.unlink()
 
 
 def _build(path: Path, files: Sequence[SqlFile], install: Sequence[Functions]) -> None:

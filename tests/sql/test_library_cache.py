@@ -64,3 +64,29 @@ def test_a_changed_library_is_built_anew(tmp_path, monkeypatch):
     changed = [*files[:-1], type(files[-1])(**{**files[-1].__dict__, "text": "-- x\\n"})]
     assert library_cache._fingerprint(changed, ()) != fingerprint
     assert library_cache._fingerprint(list(library()), ()) == fingerprint
+
+
+def test_a_damaged_built_library_is_set_aside_and_built_again(profiled, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVTRACE_CACHE_DIR", str(tmp_path / "cache"))
+    expected = _answers(profiled)
+    (built,) = (tmp_path / "cache").glob("library-*.duckdb")
+    built.write_bytes(b"not a database")
+    assert _answers(profiled) == expected  # built in memory this time
+    assert not built.exists()
+    assert _answers(profiled) == expected and built.exists()  # and in the cache again
+
+
+def test_libraries_built_long_ago_are_removed_when_one_is_built(profiled, tmp_path, monkeypatch):
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old, recent = cache / "library-0000old.duckdb", cache / "library-0000new.duckdb"
+    for path, days in ((old, library_cache.KEEP_DAYS + 1), (recent, 1)):
+        path.write_bytes(b"")
+        stamp = time.time() - days * 86_400
+        os.utime(path, (stamp, stamp))
+    monkeypatch.setenv("KVTRACE_CACHE_DIR", str(cache))
+    _answers(profiled)
+    assert not old.exists() and recent.exists()
