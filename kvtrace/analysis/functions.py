@@ -12,6 +12,8 @@ kernels load on the first call, not when a connection is opened.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -183,42 +185,21 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
         )
         return rows(PREFIX_REQUESTS, found, policy)
 
-    def kv_cache_fidelity(
-        policy: pa.ChunkedArray, capacity_blocks: pa.ChunkedArray, bucket_s: pa.ChunkedArray
-    ) -> pa.Array:
-        from kvtrace.analysis.kv_cache_fidelity import kv_cache_fidelity_rows
+    def on_constants(source: str, struct: pa.StructType, arity: int) -> Callable[..., pa.Array]:
+        """A function whose rows are those ``module:function`` finds on a cursor and its
+        arguments, each one constant (the module loads on the first call)."""
+        module, name = source.split(":")
 
-        found = kv_cache_fidelity_rows(
-            cursor(), _constant(policy), _constant(capacity_blocks), _constant(bucket_s)
-        )
-        return rows(KV_CACHE_FIDELITY, found, policy)
+        def function(*arguments: pa.ChunkedArray) -> pa.Array:
+            analysis = getattr(importlib.import_module(module), name)
+            return rows(struct, analysis(cursor(), *map(_constant, arguments)), arguments[0])
 
-    def kernel_sequences(
-        operator: pa.ChunkedArray, min_pattern_len: pa.ChunkedArray, top_k: pa.ChunkedArray
-    ) -> pa.Array:
-        from kvtrace.analysis.kernel_sequences import kernel_sequence_rows
+        function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(f"p{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(arity)]
+        )  # DuckDB counts a function's parameters
+        return function
 
-        found = kernel_sequence_rows(
-            cursor(), _constant(operator), _constant(min_pattern_len), _constant(top_k)
-        )
-        return rows(KERNEL_SEQUENCES, found, operator)
-
-    def critical_path(
-        annotation: pa.ChunkedArray, instance: pa.ChunkedArray, definitions: pa.ChunkedArray
-    ) -> pa.Array:
-        from kvtrace.analysis.critical_path import critical_path_rows
-
-        found = critical_path_rows(
-            cursor(), _constant(annotation), _constant(instance), _constant(definitions)
-        )
-        return rows(CRITICAL_PATH, found, annotation)
-
-    def cost_model(source: pa.ChunkedArray) -> pa.Array:
-        from kvtrace.analysis import cost_model as model
-
-        return rows(COST_MODEL, model.cost_model_rows(cursor(), _constant(source)), source)
-
-    functions: list[tuple[str, Callable[..., pa.Array], list[Any], pa.StructType]] = [
+    functions: list[tuple[str, Callable[..., pa.Array] | str, list[Any], pa.StructType]] = [
         (
             "kvtrace_hit_curve",
             hit_curve,
@@ -250,22 +231,28 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
             ],
             PREFIX_REQUESTS,
         ),
-        ("kvtrace_cost_model", cost_model, ["VARCHAR"], COST_MODEL),
+        # the rest: a module's rows on constant arguments
+        (
+            "kvtrace_cost_model",
+            "kvtrace.analysis.cost_model:cost_model_rows",
+            ["VARCHAR"],
+            COST_MODEL,
+        ),
         (
             "kvtrace_kv_cache_fidelity",
-            kv_cache_fidelity,
+            "kvtrace.analysis.kv_cache_fidelity:kv_cache_fidelity_rows",
             ["VARCHAR", "BIGINT", "DOUBLE"],
             KV_CACHE_FIDELITY,
         ),
         (
             "kvtrace_kernel_sequences",
-            kernel_sequences,
+            "kvtrace.analysis.kernel_sequences:kernel_sequence_rows",
             ["VARCHAR", "BIGINT", "BIGINT"],
             KERNEL_SEQUENCES,
         ),
         (
             "kvtrace_critical_path",
-            critical_path,
+            "kvtrace.analysis.critical_path:critical_path_rows",
             ["VARCHAR", "BIGINT", "VARCHAR"],
             CRITICAL_PATH,
         ),
@@ -273,7 +260,9 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     for name, function, arguments, struct in functions:
         con.create_function(
             name,
-            function,
+            on_constants(function, struct, len(arguments))
+            if isinstance(function, str)
+            else function,
             arguments,
             f"{duckdb_type(struct)}[]",
             type=_ARROW,
