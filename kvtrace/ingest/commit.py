@@ -29,75 +29,64 @@ def commit_file(
     advance: Advance,
 ) -> FileReport:
     """Ingest one file that ``family`` reads as ``fmt``, in one commit."""
+    source = probe.source
     run_name = family.run_name(probe, fmt, options)
     run_id = make_run_id(run_name, "ingest")
-    if family.reads_only_record_keys:
-        # Read without the run's lock (other files of the run are read at once) and
-        # commit holding it, unless a commit that landed meanwhile stored one of the
-        # same records: then read again as the other families do.
-        report = _read_and_commit(warehouse, probe, family, fmt, options, advance, run_name)
-        if report is not None:
-            return report
+
+    def read_and_commit(locked: bool) -> FileReport | None:
+        """Skip bytes the run holds, let the family read the file into one commit,
+        write the bookkeeping and commit.  Not ``locked``: the commit takes the run's
+        lock, and None means it was given up, as the run gained one of its records
+        meanwhile."""
+        if (done := _already_ingested(warehouse, source, run_id, fmt, advance)) is not None:
+            done.family = family.name
+            return done
+        commit = warehouse.begin(run_id, source_path=str(source.path), source_size=source.size)
+        try:
+            sink = FileSink(warehouse, commit)
+            rows = family.read(probe, fmt, sink, options, advance)
+            commit.source_sha256 = source.sha256()  # hashed alongside the read
+            _write_bookkeeping(sink, source, run_name, fmt, rows)
+        except BaseException:
+            warehouse.abort(commit)
+            raise
+        if locked:
+            warehouse.commit(commit)
+        else:
+            with warehouse.run_lock(run_id):
+                if sink.collides():
+                    warehouse.abort(commit)
+                    return None
+                warehouse.commit(commit)
+        advance(source.size)
+        if not commit.landed:  # another process committed the same bytes first
+            return FileReport(
+                str(source.path), run_id, "already ingested", fmt=fmt, family=family.name
+            )
+        return FileReport(
+            str(source.path),
+            run_id,
+            "ingested",
+            rows=rows.rows,
+            rejected=len(rows.rejected),
+            skipped=dict(rows.skipped + sink.skipped),
+            disagreements=rows.checks,
+            fmt=fmt,
+            family=family.name,
+        )
+
+    # Read without the run's lock (other files of the run are read at once) and commit
+    # holding it, unless a commit that landed meanwhile stored one of the same records:
+    # then read again as the other families do.
+    if family.reads_only_record_keys and (report := read_and_commit(locked=False)):
+        return report
     # One file of a run at a time: what a reader looks up in the run (string request
     # ids, records already stored, bytes already ingested) must see what the others
     # committed.
     with warehouse.run_lock(run_id):
-        report = _read_and_commit(
-            warehouse, probe, family, fmt, options, advance, run_name, locked=True
-        )
+        report = read_and_commit(locked=True)
     assert report is not None  # holding the lock, nothing can land in between
     return report
-
-
-def _read_and_commit(
-    warehouse: Warehouse,
-    probe: Probe,
-    family: Family,
-    fmt: str,
-    options: IngestOptions,
-    advance: Advance,
-    run_name: str,
-    *,
-    locked: bool = False,
-) -> FileReport | None:
-    """Skip bytes the run holds, let the family read the file into one commit, write
-    the bookkeeping and commit.  Not ``locked``: the commit takes the run's lock, and
-    None means it was given up, as the run gained one of its records meanwhile."""
-    source, run_id = probe.source, make_run_id(run_name, "ingest")
-    if (done := _already_ingested(warehouse, source, run_id, fmt, advance)) is not None:
-        done.family = family.name
-        return done
-    commit = warehouse.begin(run_id, source_path=str(source.path), source_size=source.size)
-    try:
-        sink = FileSink(warehouse, commit)
-        rows = family.read(probe, fmt, sink, options, advance)
-        commit.source_sha256 = source.sha256()  # hashed alongside the read
-        _write_bookkeeping(sink, source, run_name, fmt, rows)
-    except BaseException:
-        warehouse.abort(commit)
-        raise
-    if locked:
-        warehouse.commit(commit)
-    else:
-        with warehouse.run_lock(run_id):
-            if sink.collides():
-                warehouse.abort(commit)
-                return None
-            warehouse.commit(commit)
-    advance(source.size)
-    if not commit.landed:  # another process committed the same bytes first
-        return FileReport(str(source.path), run_id, "already ingested", fmt=fmt, family=family.name)
-    return FileReport(
-        str(source.path),
-        run_id,
-        "ingested",
-        rows=rows.rows,
-        rejected=len(rows.rejected),
-        skipped=dict(rows.skipped + sink.skipped),
-        disagreements=rows.checks,
-        fmt=fmt,
-        family=family.name,
-    )
 
 
 def _already_ingested(
