@@ -97,26 +97,25 @@ def test_critical_path_equals_htas_edge_for_edge(warehouse, tmp_path, trace, ann
         for _, row in breakdown.iterrows()
     )
     con = connect(warehouse)
-    arguments = [annotation, instance]
-    found = con.execute(
-        "SELECT edge_type, event_idx, duration_us, bound_by FROM "
-        "timeline_critical_path(annotation := ?, instance := ?, definitions := 'hta')",
-        arguments,
-    ).fetchall()
-    assert Counter(found) == expected
+
+    def edges(definitions: str) -> Counter:
+        return Counter(
+            con.execute(
+                "SELECT edge_type, event_idx, duration_us, bound_by FROM timeline_critical_path("
+                "annotation := ?, instance := ?, definitions := ?)",
+                [annotation, instance, definitions],
+            ).fetchall()
+        )
+
+    assert edges("hta") == expected
     shares = con.execute(
         "SELECT bound_by, 100 * share FROM timeline_critical_path_summary("
         "annotation := ?, instance := ?, definitions := 'hta') WHERE duration_us > 0",
-        arguments,
+        [annotation, instance],
     ).fetchall()
     assert dict(shares) == pytest.approx({k: v for k, v in summary.items() if v > 0})
     # the trace has no CUDA graphs: kvtrace's definitions find the same path
-    same = con.execute(
-        "SELECT edge_type, event_idx, duration_us, bound_by FROM "
-        "timeline_critical_path(annotation := ?, instance := ?)",
-        arguments,
-    ).fetchall()
-    assert Counter(same) == expected
+    assert edges("kvtrace") == expected
 
 
 def _event(cat: str, name: str, ts: float, dur: float, **args: object) -> dict:
