@@ -11,6 +11,7 @@ import pytest
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from tests.conftest import DATA
+from tests.timeline.events import kineto_event
 from tests.timeline.hta_quiet import quiet_hta
 
 hta = pytest.importorskip("hta.trace_analysis")
@@ -57,21 +58,20 @@ def test_memory_bandwidth_is_htas(warehouse, tmp_path, trace):
     )
 
 
-def _event(name: str, ts: float, dur: float, gbps: float | None) -> dict:
-    args = {"stream": 20, "correlation": int(ts) + 1}
-    if gbps is not None:
-        args["memory bandwidth (GB/s)"] = gbps
-    return {"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": 20,
-            "ts": ts, "dur": dur, "args": args}  # fmt: skip
+def _copy(name: str, ts: float, dur: float, gbps: float | None) -> dict:
+    bandwidth = {"memory bandwidth (GB/s)": gbps} if gbps is not None else {}
+    return kineto_event(
+        "gpu_memcpy", name, ts, dur, stream=20, correlation=int(ts) + 1, **bandwidth
+    )
 
 
 def test_the_worked_example_by_hand(warehouse, tmp_path):
     events = [
-        _event("Memcpy HtoD (Pinned -> Device)", 0, 10, 5.0),
-        _event("Memcpy HtoD (Pinned -> Device)", 4, 2, 3.0),
-        _event("Memcpy DtoH (Device -> Pinned)", 20, 0, None),  # no bandwidth, 0 us
-        _event("Memcpy DtoD (Device -> Device)", 30, 5, 2.0),
-        _event("Memcpy DtoD (Device -> Device)", 35, 5, 4.0),  # starts as the other ends
+        _copy("Memcpy HtoD (Pinned -> Device)", 0, 10, 5.0),
+        _copy("Memcpy HtoD (Pinned -> Device)", 4, 2, 3.0),
+        _copy("Memcpy DtoH (Device -> Pinned)", 20, 0, None),  # no bandwidth, 0 us
+        _copy("Memcpy DtoD (Device -> Device)", 30, 5, 2.0),
+        _copy("Memcpy DtoD (Device -> Device)", 35, 5, 4.0),  # starts as the other ends
     ]
     trace = tmp_path / "copies.pt.trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))

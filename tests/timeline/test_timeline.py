@@ -12,35 +12,22 @@ import pytest
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from tests.conftest import DATA, warehouse_at
-
-
-def _event(cat: str, name: str, ts: float, dur: float, stream: int | None = None, **args) -> dict:
-    extra = {"stream": stream, "device": 0} if stream is not None else {}
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": 0 if stream is not None else 1,
-        "tid": stream if stream is not None else 1,
-        "ts": ts,
-        "dur": dur,
-        "args": {**extra, **args},
-    }
+from tests.timeline.events import kineto_event
 
 
 def _trace(path: Path) -> Path:
     events = [
-        _event("cpu_op", "ProfilerStep#1", 0, 100),
-        _event("kernel", "gemm", 10, 30, stream=7),  # [10, 40)
-        _event("kernel", "gemm", 50, 20, stream=7),  # [50, 70)
-        _event("kernel", "gemm_overlapping_itself", 15, 10, stream=7),  # inside [10, 40)
-        _event(
+        kineto_event("cpu_op", "ProfilerStep#1", 0, 100),
+        kineto_event("kernel", "gemm", 10, 30, stream=7),  # [10, 40)
+        kineto_event("kernel", "gemm", 50, 20, stream=7),  # [50, 70)
+        kineto_event("kernel", "gemm_overlapping_itself", 15, 10, stream=7),  # inside [10, 40)
+        kineto_event(
             "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 30, 30, stream=20, bytes=3_000_000
         ),  # [30, 60): 20 us under kernels, 10 exposed
-        _event(
+        kineto_event(
             "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 80, 10, stream=21, bytes=1_000
         ),  # [80, 90): exposed
-        _event("kernel", "ncclKernel_AllReduce", 0, 20, stream=30),  # [0, 20)
+        kineto_event("kernel", "ncclKernel_AllReduce", 0, 20, stream=30),  # [0, 20)
         {"ph": "X", "cat": "kernel", "name": "broken", "ts": "soon", "dur": 1},
         {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
     ]
@@ -131,7 +118,7 @@ def test_two_captures_of_one_rank_in_one_folder_are_both_kept_whole(warehouse, t
     folder.mkdir()
     counts = []
     for step, start in ((100, 1_000), (200, 90_000)):
-        events = [_event("kernel", f"k{i}", start + i * 10, 5, stream=7) for i in range(30)]
+        events = [kineto_event("kernel", f"k{i}", start + i * 10, 5, stream=7) for i in range(30)]
         info = {"distributedInfo": {"rank": rank}} if rank is not None else {}
         (folder / f"step{step}.pt.trace.json").write_text(
             json.dumps({**info, "traceEvents": events})
@@ -166,7 +153,7 @@ def test_event_boundaries_inside_events_do_not_cut_them(tmp_path, monkeypatch):
     string or a nested list must fall back to event by event, losing nothing."""
     from kvtrace.ingest import kineto
 
-    events = [_event("kernel", f"k{i}", i * 10, 5, stream=7) for i in range(40)]
+    events = [kineto_event("kernel", f"k{i}", i * 10, 5, stream=7) for i in range(40)]
     events[7]["name"] = 'odd}, {"name": "not an event"'
     events[13]["args"]["Input Dims"] = [{"a": 1}, {"b": 2}]
     events[21]["args"]["nested"] = {"x": {"y": "}, {"}}
@@ -210,15 +197,17 @@ def test_a_cut_trace_is_one_clear_error_and_adds_nothing(cli, tmp_path):
 
 def test_launches_queue_and_copy_bandwidth(warehouse, tmp_path):
     events = [
-        _event("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
-        _event("kernel", "tiny", 10, 2, stream=7, correlation=1),  # shorter than its launch
-        _event("cuda_runtime", "cudaLaunchKernel", 6, 4, correlation=2),
-        _event("kernel", "big", 12, 20, stream=7, correlation=2),
-        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 40, 100, stream=20, bytes=2 * 2**20),
-        _event(
+        kineto_event("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+        kineto_event("kernel", "tiny", 10, 2, stream=7, correlation=1),  # shorter than its launch
+        kineto_event("cuda_runtime", "cudaLaunchKernel", 6, 4, correlation=2),
+        kineto_event("kernel", "big", 12, 20, stream=7, correlation=2),
+        kineto_event(
+            "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 40, 100, stream=20, bytes=2 * 2**20
+        ),
+        kineto_event(
             "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 140, 100, stream=20, bytes=4 * 2**20
         ),
-        _event(
+        kineto_event(
             "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 240, 1, stream=20, bytes=1024
         ),  # too small to measure bandwidth
     ]
@@ -249,14 +238,16 @@ def test_launches_queue_and_copy_bandwidth(warehouse, tmp_path):
 
 def test_idle_gaps_are_host_wait_kernel_wait_or_other(warehouse, tmp_path):
     events = [
-        _event("cuda_runtime", "cudaLaunchKernel", 0, 1, correlation=1),
-        _event("kernel", "a", 1, 10, stream=7, correlation=1),  # [1, 11)
-        _event("cuda_runtime", "cudaLaunchKernel", 2, 1, correlation=2),
-        _event("kernel", "b", 20, 5, stream=7, correlation=2),  # gap 9, launched at 2: short
-        _event("cuda_runtime", "cudaLaunchKernel", 3, 1, correlation=3),
-        _event("kernel", "c", 100, 5, stream=7, correlation=3),  # gap 75, launched at 3: other
-        _event("cuda_runtime", "cudaLaunchKernel", 150, 1, correlation=4),
-        _event("kernel", "d", 160, 5, stream=7, correlation=4),  # gap 55, launched late: host
+        kineto_event("cuda_runtime", "cudaLaunchKernel", 0, 1, correlation=1),
+        kineto_event("kernel", "a", 1, 10, stream=7, correlation=1),  # [1, 11)
+        kineto_event("cuda_runtime", "cudaLaunchKernel", 2, 1, correlation=2),
+        kineto_event("kernel", "b", 20, 5, stream=7, correlation=2),  # gap 9, launched at 2: short
+        kineto_event("cuda_runtime", "cudaLaunchKernel", 3, 1, correlation=3),
+        kineto_event(
+            "kernel", "c", 100, 5, stream=7, correlation=3
+        ),  # gap 75, launched at 3: other
+        kineto_event("cuda_runtime", "cudaLaunchKernel", 150, 1, correlation=4),
+        kineto_event("kernel", "d", 160, 5, stream=7, correlation=4),  # gap 55, launched late: host
     ]
     trace = tmp_path / "gaps.pt.trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
@@ -276,9 +267,9 @@ def test_exposed_copy_time_per_annotated_layer(warehouse, tmp_path):
     trace = _trace(tmp_path / "layers.pt.trace.json")
     document = json.loads(trace.read_text())
     document["traceEvents"] += [
-        _event("gpu_user_annotation", "layer_0", 0, 50, stream=7),
-        _event("gpu_user_annotation", "layer_1", 50, 50, stream=7),
-        _event("user_annotation", "optimizer", 0, 100),
+        kineto_event("gpu_user_annotation", "layer_0", 0, 50, stream=7),
+        kineto_event("gpu_user_annotation", "layer_1", 50, 50, stream=7),
+        kineto_event("user_annotation", "optimizer", 0, 100),
     ]
     trace.write_text(json.dumps(document))
     ingest(warehouse, [str(trace)])
