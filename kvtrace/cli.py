@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -718,7 +719,7 @@ def sql(
                 restrict_to(con, warehouse.location)
             result = run_query(con, text)
         if output is None:
-            write_stream(result, fmt, sys.stdout.buffer)
+            write_stream(result, fmt, sys.stdout.buffer, _width(None))
             sys.stdout.flush()
         else:
             with atomic_output(output) as sink:
@@ -751,6 +752,13 @@ def _output_format(fmt: str, output: Path | None) -> OutputFormat:
     if fmt == "parquet" and output is None:
         raise KvtraceError("--format parquet needs --output FILE")
     return fmt  # type: ignore[return-value]
+
+
+def _width(output: Path | None) -> int | None:
+    """How wide a table may print: the terminal's width when it goes to one."""
+    if output is not None or not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
 
 
 def _emit(data: bytes, output: Path | None) -> None:
@@ -882,9 +890,9 @@ def whatif(
         orders = sorted(set(result.runs["stream_order"].to_pylist()))
         err.print(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
         shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
-        _emit(b"\n".join(render(part, "table") for part in shown), None)
+        _emit(b"\n".join(render(part, "table", _width(None)) for part in shown), None)
     else:
-        _emit(render(result.table(table), chosen), output)
+        _emit(render(result.table(table), chosen, _width(output)), output)
 
 
 @app.command("prefix-curve")
@@ -955,7 +963,7 @@ def prefix_curve(
     runs = run_ids(con, run, having="workload_requests", what="workload rows") if run else None
     with _busy("Simulating the prefix cache"):
         table = prefix_hit_curve_table(con, spec, runs)
-    _emit(render(table, chosen), output)
+    _emit(render(table, chosen, _width(output)), output)
 
 
 @app.command("hit-curve")
@@ -1012,7 +1020,7 @@ def hit_curve(
         check_shareable(con, runs)
     with _busy("Simulating the cache"):
         table = hit_curve_table(con, specs, policy, capacity or [], runs)
-    _emit(render(table, chosen), output)
+    _emit(render(table, chosen, _width(output)), output)
 
 
 def _executor(engine: str, address: str | None) -> Executor | None:

@@ -88,6 +88,12 @@ def test_sql_formats(loaded, tmp_path):
     table = kvtrace("-w", str(loaded), "sql", query).stdout
     assert table.splitlines()[0].split() == ["layer_id", "rows"]
     assert table.rstrip().endswith("(3 rows)")
+    wide = "SELECT 1234567 AS n, 2.5e-7::DOUBLE AS f, {'count': 16738::HUGEINT} AS s"
+    assert kvtrace("-w", str(loaded), "sql", wide).stdout.splitlines()[2].split("  ") == [
+        "1,234,567",
+        "0.0000002500",
+        '{"count": 16738}',
+    ]
     out = tmp_path / "r.parquet"
     kvtrace("-w", str(loaded), "sql", query, "-f", "parquet", "-o", str(out))
     assert pq.read_table(out).num_rows == 3

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -19,6 +16,8 @@ import pyarrow.parquet as pq
 
 from kvtrace.defaults import OutputFormat
 from kvtrace.errors import QueryError
+from kvtrace.sql.json_text import json_text
+from kvtrace.sql.text_table import text_table
 
 if TYPE_CHECKING:
     from kvtrace.sql.catalog import SqlObject
@@ -134,9 +133,12 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0]
 
 
-def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO) -> None:
+def write_stream(
+    reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO, width: int | None = None
+) -> None:
     """Write a query's result to ``sink`` batch by batch: csv, json and parquet hold every
-    row without the whole result in memory; table prints the first `TABLE_ROW_CAP` rows."""
+    row without the whole result in memory; table prints the first `TABLE_ROW_CAP` rows,
+    ``width`` characters wide at most (None: as wide as it is)."""
     if fmt == "table":
         batches, rows = [], 0
         for batch in reader:
@@ -145,12 +147,8 @@ def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO
             if rows > TABLE_ROW_CAP:
                 break
         table = pa.Table.from_batches(batches, reader.schema)
-        text = _text_table(table.slice(0, TABLE_ROW_CAP))
-        if table.num_rows > TABLE_ROW_CAP:
-            text = text.rsplit("(", 1)[0] + (
-                f"(the first {TABLE_ROW_CAP:,} rows; --format csv|json|parquet writes all)\n"
-            )
-        sink.write(text.encode())
+        cut_at = TABLE_ROW_CAP if table.num_rows > TABLE_ROW_CAP else None
+        sink.write(_text_table(table.slice(0, TABLE_ROW_CAP), cut_at, width).encode())
     elif fmt == "parquet":
         with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
             for batch in reader:
@@ -167,40 +165,14 @@ def write_stream(reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO
         first = True
         for batch in reader:
             for row in batch.to_pylist():
-                sink.write((b"\n" if first else b",\n") + _json_text(row).encode())
+                sink.write((b"\n" if first else b",\n") + json_text(row).encode())
                 first = False
         sink.write(b"\n]\n")
 
 
-def _json_text(value: object, indent: int | None = None) -> str:
-    """``value`` as JSON: NaN and infinities (which JSON lacks) as null."""
-    try:
-        return json.dumps(value, default=_json_value, indent=indent, allow_nan=False)
-    except ValueError:  # a non-finite number somewhere: the rare slow path
-        return json.dumps(_finite(value), default=_json_value, indent=indent)
-
-
-def _finite(value: object) -> object:
-    """``value`` with every NaN or infinite float replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
-
-
-def _json_value(value: object) -> object:
-    """What JSON cannot hold as it is: a decimal (a sum, an exact average) as the number
-    it is, anything else (a time, a UUID) as text."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    return str(value)
-
-
-def render(table: pa.Table, fmt: OutputFormat) -> bytes:
-    """The result as bytes in ``fmt`` (``table`` is plain aligned text)."""
+def render(table: pa.Table, fmt: OutputFormat, width: int | None = None) -> bytes:
+    """The result as bytes in ``fmt`` (``table`` is aligned text, ``width`` characters
+    wide at most)."""
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -210,41 +182,17 @@ def render(table: pa.Table, fmt: OutputFormat) -> bytes:
         )
         return buffer.getvalue().encode()
     if fmt == "json":
-        return (_json_text(table.to_pylist(), indent=1) + "\n").encode()
+        return (json_text(table.to_pylist(), indent=1) + "\n").encode()
     if fmt == "parquet":
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         return sink.getvalue().to_pybytes()
-    return _text_table(table).encode()
+    return _text_table(table, width=width).encode()
 
 
-def _text_table(table: pa.Table) -> str:
-    rows = (
-        [
-            [_cell(v) for v in row]
-            for row in zip(*(col.to_pylist() for col in table.columns), strict=True)
-        ]
-        if table.num_rows
-        else []
-    )
-    header = table.column_names
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
-    lines = [
-        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
-        "  ".join("-" * w for w in widths),
-    ]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    lines.append(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})")
-    return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _text_table(table: pa.Table, cut_at: int | None = None, width: int | None = None) -> str:
+    rows = list(zip(*(col.to_pylist() for col in table.columns), strict=True))
+    return text_table(table.column_names, rows, cut_at=cut_at, width=width)
 
 
 def write_output(data: bytes, output: Path) -> None:
