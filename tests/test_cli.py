@@ -91,7 +91,7 @@ def test_sql_formats(loaded, tmp_path):
     wide = "SELECT 1234567 AS n, 2.5e-7::DOUBLE AS f, {'count': 16738::HUGEINT} AS s"
     assert kvtrace("-w", str(loaded), "sql", wide).stdout.splitlines()[2].split("  ") == [
         "1,234,567",
-        "0.0000002500",
+        "0.00000025",
         '{"count": 16738}',
     ]
     out = tmp_path / "r.parquet"
