@@ -94,8 +94,8 @@ AsOfOption = Annotated[
     typer.Option(
         "--as-of",
         min=0,
-        help="Read the warehouse as it was at this version (see the "
-        "warehouse_commits view; default: the newest).",
+        help="Read the warehouse as it was at this version: the warehouse_version column "
+        "of the warehouse_commits view, or the version a report names (default: the newest).",
     ),
 ]
 EngineOption = Annotated[

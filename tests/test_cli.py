@@ -13,6 +13,7 @@ import pytest
 from typer.main import get_command
 
 from kvtrace.cli import app
+from kvtrace.sql.catalog import documented_objects
 from tests.conftest import local_only, run_kvtrace, seed_record, warehouse_at, write_jsonl
 
 README = Path(__file__).parent.parent / "README.md"
@@ -381,3 +382,7 @@ def test_help_names_what_to_give_not_a_python_type(cli):
     assert seen > 15
     _, out, _ = cli("sql", "--help")
     assert "--as-of VERSION" in out and "--file PATH" in out
+    # --as-of names the column that holds the versions it takes
+    assert "warehouse_version" in out and "warehouse_commits" in out
+    commits = next(o for o in documented_objects() if o.name == "warehouse_commits")
+    assert "warehouse_version" in commits.columns

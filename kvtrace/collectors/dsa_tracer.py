@@ -425,7 +425,7 @@ class DsaTracer:
                 steps, stop = self._next_batch(last_commit + commit_every_s)
                 if steps:
                     if writer is None:
-                        commit = self.warehouse.begin(self.run_id)
+                        commit = self.warehouse.begin(self.run_id, operation="collect")
                         writer = self._new_writer(commit, request_keys)
                     for cols, lines in self._canonical(steps):
                         writer.add(cols, lines, self._raw_of)
@@ -435,7 +435,7 @@ class DsaTracer:
                     writer, commit, last_commit = None, None, time.monotonic()
                 if stop:
                     if self._finished or self._answers or self._tokens:
-                        self._commit(None, self.warehouse.begin(self.run_id))
+                        self._commit(None, self.warehouse.begin(self.run_id, operation="collect"))
                     return
         except BaseException as exc:  # surfaced by close()
             self._error = exc

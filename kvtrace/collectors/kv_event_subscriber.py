@@ -339,7 +339,7 @@ class _Writer:
             key = block["block_hash"]
             if key not in pending.written_blocks and key not in new_blocks:
                 new_blocks[key] = block
-        with self.warehouse.transaction(self.report.run_id) as commit:
+        with self.warehouse.transaction(self.report.run_id, operation="collect") as commit:
             if events:
                 table = pa.Table.from_pylist(
                     [{**row, "run_id": self.report.run_id} for row in events],

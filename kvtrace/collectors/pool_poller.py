@@ -312,7 +312,7 @@ class _BatchWriter:
         for row in batch:
             row["run_id"], row["experiment"] = self.report.run_id, self.label
             row["ts"] = datetime.fromtimestamp(row["ts"], timezone.utc)
-        with self.warehouse.transaction(self.report.run_id) as commit:
+        with self.warehouse.transaction(self.report.run_id, operation="collect") as commit:
             if batch:
                 table = pa.Table.from_pylist(batch, schema=POOL_SNAPSHOTS.schema)
                 self.warehouse.write(

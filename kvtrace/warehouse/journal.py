@@ -61,6 +61,7 @@ JOURNAL_SCHEMA = pa.schema(
         ("created_at", pa.timestamp("us", tz="UTC")),
         ("tables", pa.list_(TABLE_COMMIT)),
         ("retracted", pa.list_(RETRACTION)),  # commits this row takes back (maintenance rows)
+        ("warehouse_version", pa.int64()),  # the journal's version this row made
     ]
 )
 FILES_SCHEMA = pa.schema(
@@ -99,23 +100,26 @@ def append(storage: Storage, row: dict[str, Any], app_id: str, generation: int =
     """Append ``row`` under the transaction ``app_id`` (its ``generation``); False when the
     journal already holds that generation (another process recorded the source first).
 
-    A journal written before rows could retract commits gains the column on the way.
+    The row carries the version it makes (``warehouse_version``, what ``--as-of`` takes):
+    the commit is tried at exactly that version, and stamped again after another
+    process's commit took it.  A journal written before a column was added gains it on
+    the way.
     """
-    data = pa.Table.from_pylist([row], schema=JOURNAL_SCHEMA)
     while True:
         table = open_table(storage, JOURNAL)
         if table is None:
             raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
         if (table.transaction_version(app_id) or 0) >= generation:
             return False
+        stamped = {**row, "warehouse_version": table.version() + 1}
         try:
             write_deltalake(
                 table,
-                data,
+                pa.Table.from_pylist([stamped], schema=JOURNAL_SCHEMA),
                 mode="append",
                 schema_mode="merge",
                 commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id, generation)]
+                    app_transactions=[Transaction(app_id, generation)], max_commit_retries=0
                 ),
             )
             return True

@@ -357,11 +357,16 @@ class Warehouse:
         source_path: str | None = None,
         source_sha256: str | None = None,
         source_size: int | None = None,
+        operation: str = "ingest",
     ) -> Iterator[Commit]:
         """A commit for the block: recorded when the block ends, aborted (nothing of it
         visible) when the block raises."""
         commit = self.begin(
-            run_id, source_path=source_path, source_sha256=source_sha256, source_size=source_size
+            run_id,
+            source_path=source_path,
+            source_sha256=source_sha256,
+            source_size=source_size,
+            operation=operation,
         )
         try:
             yield commit

@@ -53,6 +53,8 @@ def test_views_agree_with_the_indices_the_hook_received(warehouse):
             [block_size],
         ).fetchall()
         assert len(rows) == len(received)
+        operations = con.execute("SELECT DISTINCT operation FROM warehouse_commits").fetchall()
+        assert operations == [("collect",)]  # the journal labels collections as such
         for request, step, layer, positions, scores, unique in rows:
             picked, given = received[(request, step, layer)]
             order = np.argsort(picked)

@@ -150,6 +150,8 @@ def test_poller_survives_slow_failing_malformed_and_down_workers(warehouse, serv
     assert Worker.most_at_once["slow"] <= 2  # the back-off lets a slow worker catch up
     run = con.execute("SELECT run_name, source, kind FROM runs").fetchall()
     assert run == [("poll-test", "collect", "serving")]
+    operations = con.execute("SELECT DISTINCT operation FROM warehouse_commits").fetchall()
+    assert operations == [("collect",)]  # the journal labels collections as such
     extra = con.execute(
         "SELECT radix_protected_tokens, last_gen_throughput, sessions "
         "FROM pool_snapshots WHERE worker_id = 'decode-0' LIMIT 1"

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
+from deltalake import DeltaTable
 
 from kvtrace import connect
 from kvtrace.errors import WarehouseError
@@ -263,3 +264,48 @@ def test_a_table_an_older_kvtrace_made_gains_the_new_columns(tmp_path, synthetic
     assert {"ts_us", "touched_blocks"} <= fields
     touched = _count(location, "SELECT count(touched_blocks), count(*) FROM dsa_steps")
     assert touched == (4, 4)
+
+
+def test_each_commit_names_the_warehouse_version_it_made_even_when_writers_race(
+    tmp_path, synthetic_trace
+):
+    location = warehouse_at(tmp_path / "wh")
+    Warehouse(location, create=True)
+    traces = [
+        synthetic_trace(run_name=f"r{i}", requests=2, steps=2, layers=2, seed=i) for i in range(4)
+    ]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "kvtrace", "-q", "-w", location, "ingest", str(trace)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for trace in traces
+    ]
+    assert all(p.wait(timeout=300) == 0 for p in processes)
+    stamped = dict(
+        _rows(location, "SELECT DISTINCT commit_id, warehouse_version FROM warehouse_commits")
+    )
+    assert sorted(stamped.values()) == [1, 2, 3, 4]
+    journal = f"{location}/_commits"
+
+    def journaled(at: int) -> set[str]:
+        return set(DeltaTable(journal, version=at).to_pyarrow_table()["commit_id"].to_pylist())
+
+    for commit_id, version in stamped.items():  # the Delta version that added the row
+        assert commit_id in journaled(version) and commit_id not in journaled(version - 1)
+        as_of = Warehouse(location, as_of=version)
+        con = connect(as_of)
+        shown = {
+            row[0] for row in con.execute("SELECT commit_id FROM warehouse_commits").fetchall()
+        }
+        con.close()
+        assert shown == {c for c, v in stamped.items() if v <= version}
+
+
+def _rows(location: str, sql: str) -> list[tuple]:
+    con = connect(Warehouse(location))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()

@@ -7,7 +7,11 @@
 -- @view warehouse_commits
 -- One row per commit and table it wrote, up to the version shown.
 -- @column commit_id         kvtrace commit id (its UTC time, then random hex)
--- @column operation         ingest, collect, optimize, settle, cleanup, repair or migrate
+-- @column warehouse_version the warehouse version the commit made: what `--as-of` takes to
+--                           read the warehouse as it was right after it (NULL for commits
+--                           recorded before kvtrace stamped versions)
+-- @column operation         ingest (a file loaded), collect (a collector's batch), optimize,
+--                           settle, cleanup, repair or migrate
 -- @column run_id            the run the commit wrote
 -- @column source_path       the ingested file, for ingests
 -- @column source_sha256     sha256 of the ingested file's bytes
@@ -23,7 +27,8 @@
 -- @column rows              rows the commit added to it
 -- @column bytes             bytes the commit added to it
 CREATE VIEW warehouse_commits AS
-SELECT c.* EXCLUDE (tables, retracted),
+SELECT c.commit_id, c.warehouse_version,
+       c.* EXCLUDE (commit_id, warehouse_version, tables, retracted),
        list_transform(c.retracted, lambda r: r.commit_id) AS retracted,
        t.entry['table'] AS table_name, t.entry['version'] AS table_version,
        t.entry['files'] AS files, t.entry['rows'] AS "rows", t.entry['bytes'] AS bytes
