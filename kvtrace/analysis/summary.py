@@ -39,6 +39,19 @@ _SETTINGS = {
 }
 
 
+# What each statistic's observations are: its count counts these, its mean is over them.
+COUNTED_OVER = {
+    "unique_blocks": "rows (one per step and layer)",
+    "touched_block_ratio": "rows",
+    "tokens_per_touched_block": (
+        "touched blocks of every row, pooled (mean = selected positions / touched blocks "
+        "of the whole run); mean_per_row is the mean of each row's selected / unique_blocks"
+    ),
+    "offsets": "selected positions of every row, pooled",
+    "prefix_intersection_ratio": "rows with a prefix region",
+}
+
+
 @dataclass(frozen=True)
 class SummarySpec:
     """Which summary: a run (id or name) at a stored block size (None: its only one)."""
@@ -103,12 +116,14 @@ def _summary(
         "requests": per_row["requests"],
         "unique_blocks": per_row["unique_blocks"],
         "touched_block_ratio": per_row["touched_block_ratio"],
-        "tokens_per_touched_block": ingest_histogram_statistics(
-            con, "_dsa_fill_hist_values", trace
-        ),
+        "tokens_per_touched_block": {
+            **ingest_histogram_statistics(con, "_dsa_fill_hist_values", trace),
+            "mean_per_row": per_row["tokens_per_block_mean_per_row"],
+        },
         "offsets": ingest_histogram_statistics(con, "_dsa_offset_hist_values", trace),
         "prefix_intersection_ratio": per_row["prefix_intersection_ratio"],
         "prefix_hot_blocks": per_row["prefix_hot_blocks"],
+        "counted_over": COUNTED_OVER,
     }
     if collector.get("arrival_trace") or "serving" in collector.get("config", {}):
         summary["serving"] = _serving(con, trace.run_id, collector)

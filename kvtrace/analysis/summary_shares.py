@@ -21,7 +21,7 @@ import pyarrow as pa
 from kvtrace.sql.catalog import cursor_of
 
 _ALL_REQUESTS = (-(2**63), 2**63 - 1)
-_PARTS = ("requests", "blocks", "prefix", "touches")
+_PARTS = ("requests", "blocks", "fill", "prefix", "touches")
 _HOT_BLOCKS = 20
 
 
@@ -43,6 +43,7 @@ class ShareCounts:
 
     requests: pa.Table
     blocks: pa.Table
+    fill: pa.Table
     prefix: pa.Table
     touches: pa.Table
 
@@ -119,8 +120,10 @@ def merge(shares: Sequence[ShareCounts]) -> ShareCounts:
 
 def row_statistics(counts: ShareCounts) -> dict[str, Any]:
     """The summary's fields that are computed over rows: rows, requests, unique_blocks,
-    touched_block_ratio, prefix_intersection_ratio and prefix_hot_blocks."""
+    touched_block_ratio, prefix_intersection_ratio and prefix_hot_blocks, and the per-row
+    mean of tokens per touched block (``tokens_per_block_mean_per_row``)."""
     blocks = _columns(counts.blocks, "unique_blocks", "context_blocks")
+    fill = _columns(counts.fill, "selected", "unique_blocks")
     prefix = _columns(counts.prefix, "inside_blocks", "unique_blocks")
     return {
         "rows": int(np.sum(_column(counts.requests, "n"))),
@@ -129,6 +132,7 @@ def row_statistics(counts: ShareCounts) -> dict[str, Any]:
         "touched_block_ratio": ratio_statistics(*blocks),
         "prefix_intersection_ratio": ratio_statistics(*prefix),
         "prefix_hot_blocks": _hot_blocks(counts.touches),
+        "tokens_per_block_mean_per_row": ratio_statistics(*fill)["mean"],
     }
 
 

@@ -161,9 +161,19 @@ def test_summary_json_matches_numpy_with_exact_means(loaded):
     for name in SUMMARY_STATS:
         expected = _stats(observed[name])
         assert summary[name]["mean"] == expected.pop("mean"), name  # bit for bit
-        assert {k: v for k, v in summary[name].items() if k != "mean"} == pytest.approx(
-            expected, rel=1e-15
-        ), name
+        others = {k: v for k, v in summary[name].items() if k not in ("mean", "mean_per_row")}
+        assert others == pytest.approx(expected, rel=1e-15), name
+    # the pooled mean beside the mean of each row's own (selected / touched blocks)
+    per_row = [
+        Fraction(
+            len(r["selected_token_pos"]),
+            len(np.unique(np.array(r["selected_token_pos"]) // r["block_size_tokens"])),
+        )
+        for r in records
+    ]
+    assert summary["tokens_per_touched_block"]["mean_per_row"] == float(sum(per_row) / len(per_row))
+    assert "pooled" in summary["counted_over"]["tokens_per_touched_block"]
+    assert set(summary["counted_over"]) == set(SUMMARY_STATS)
 
 
 def test_dsa_layer_profile_counts_every_layer(loaded):

@@ -43,6 +43,19 @@ FROM _dsa_share_rows(share_run, share_dataset, share_block_size, first_request,
                      last_request)
 GROUP BY ALL;
 
+-- @macro _dsa_share_fill(share_run, share_dataset, share_block_size, first_request, last_request)
+-- Rows counted by (selected positions, unique_blocks): the counts behind the per-row mean
+-- of tokens per touched block (selected / unique_blocks), beside the pooled one.
+-- @column selected       positions the row selected
+-- @column unique_blocks  distinct blocks of the row
+-- @column n              rows
+CREATE MACRO _dsa_share_fill(share_run, share_dataset, share_block_size, first_request,
+                             last_request) AS TABLE
+SELECT len(selected_pos) AS selected, unique_blocks, count(*) AS n
+FROM _dsa_share_rows(share_run, share_dataset, share_block_size, first_request,
+                     last_request)
+GROUP BY ALL;
+
 -- @macro _dsa_share_prefix(share_run, share_dataset, share_block_size, first_request, last_request)
 -- Rows with a prefix region counted by (blocks inside it, unique_blocks): the counts
 -- behind prefix_intersection_ratio (inside_blocks / unique_blocks).
