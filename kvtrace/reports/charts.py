@@ -42,9 +42,12 @@ def series_color(table: pa.Table, field: str = "series") -> Any:
     return alt.Undefined
 
 
-def capacity_curve(rows: pa.Table, *, x_title: str, color: Any, dash: Any) -> alt.Chart:
+def capacity_curve(
+    rows: pa.Table, *, x_title: str, color: Any, by: str, by_title: str
+) -> alt.Chart:
     """Hit rate (0 to 1) against cache capacity in blocks on a log2 axis, a line with
-    points per series."""
+    points per series: colour by ``color``, and ``by`` (a second field) told apart by
+    the line's dashes and the points' shapes."""
     return (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line(point=True)
@@ -52,11 +55,27 @@ def capacity_curve(rows: pa.Table, *, x_title: str, color: Any, dash: Any) -> al
             x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", base=2), title=x_title),
             y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
             color=color,
-            strokeDash=dash,
+            strokeDash=alt.StrokeDash(f"{by}:N", title=by_title),
+            shape=alt.Shape(f"{by}:N", title=by_title),
         )
     )
 
 
+def with_lone_points(line: alt.Chart, series: list[str]) -> alt.LayerChart:
+    """``line`` with a point for each series of one row, which a line alone leaves
+    undrawn (``series``: the fields that tell its series apart)."""
+    lone = (
+        line.mark_point(filled=True)
+        .transform_joinaggregate(rows_in_series="count()", groupby=series)
+        .transform_filter("datum.rows_in_series == 1")
+    )
+    return alt.layer(line, lone)
+
+
+LEGEND_LABEL_LIMIT = 480  # pixels of a legend label (Vega's default, 160, cuts run ids)
+
+
 def spec(chart: Any) -> dict:
-    """The chart's Vega-Lite spec, checked against the schema by altair."""
-    return chart.to_dict()
+    """The chart's Vega-Lite spec, checked against the schema by altair, with legends
+    that show their labels whole."""
+    return chart.configure_legend(labelLimit=LEGEND_LABEL_LIMIT).to_dict()

@@ -7,7 +7,7 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.reports.charts import WIDTH, data, series_color
+from kvtrace.reports.charts import WIDTH, data, series_color, with_lone_points
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 
@@ -43,7 +43,7 @@ def _unique_blocks(rows: pa.Table):
 
 
 def _offset_cdf(rows: pa.Table):
-    return (
+    line = (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line()
         .encode(
@@ -56,6 +56,7 @@ def _offset_cdf(rows: pa.Table):
             color=series_color(rows),
         )
     )
+    return with_lone_points(line, ["series"])
 
 
 def _touched_ratio(rows: pa.Table):
@@ -67,7 +68,7 @@ def _touched_ratio(rows: pa.Table):
         color=series_color(rows),
     )
     line = base.mark_line().encode(x="seq_len_bin:Q", y="ratio_mean:Q", color=series_color(rows))
-    return band + line
+    return band + with_lone_points(line, ["series"])
 
 
 def _layer_step(rows: pa.Table):
@@ -103,12 +104,14 @@ def _tokens_per_block(rows: pa.Table):
 def _prefix_intersection(rows: pa.Table):
     return (
         alt.Chart(data(rows), width=WIDTH)
-        .mark_bar()
+        .mark_bar(opacity=0.6)
         .encode(
-            x=alt.X("ratio_bin:O", title="intersection ratio (bin start)"),
+            x=alt.X("ratio_bin:Q", title="intersection ratio", scale=alt.Scale(zero=False)),
+            x2="ratio_bin_end:Q",
             y=alt.Y("rows:Q", title="rows"),
+            y2=alt.datum(0),
             color=series_color(rows),
-            xOffset="series:N",
+            tooltip=["series:N", "ratio_bin:Q", "ratio_bin_end:Q", "rows:Q"],
         )
     )
 

@@ -4,14 +4,15 @@ the inlined Vega libraries (no network request), every string from the data esca
 from __future__ import annotations
 
 import json
-import math
+import re
 from dataclasses import dataclass
-from decimal import Decimal
 from html import escape
 from importlib import resources
 from typing import Any
 
 import pyarrow as pa
+
+from kvtrace.sql.text_table import format_column
 
 VENDOR = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
 
@@ -23,9 +24,11 @@ dl.provenance { display: grid; grid-template-columns: max-content 1fr; gap: 0.2e
 dl.provenance dt { font-weight: 600; } dl.provenance dd { margin: 0; }
 code, pre { font: 12px/1.4 ui-monospace, monospace; }
 pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; }
-table { border-collapse: collapse; margin: 0.5em 0; }
+.table-scroll { max-width: 100%; overflow-x: auto; margin: 0.5em 0; }
+table { border-collapse: collapse; }
+td.text { white-space: nowrap; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; } td.text { text-align: left; }
+th { background: #f3f3f3; } td.text, th.text { text-align: left; }
 .warning { background: #fff4e5; border-left: 4px solid #e8590c; padding: 0.5em 1em; }
 .figure { min-height: 60px; } .caption { color: #555; } .generated { color: #777; }
 """
@@ -122,43 +125,63 @@ def _section(section: RenderedSection, specs: list[tuple[str, dict]]) -> list[st
 
 
 def html_table(table: pa.Table, max_rows: int) -> str:
-    """An HTML table of the first ``max_rows`` rows, saying how many were left out."""
-    rows = table.slice(0, max_rows).to_pylist()
-    head = "".join(f"<th>{escape(name)}</th>" for name in table.column_names)
-    body = []
-    for row in rows:
-        cells = []
-        for value in row.values():
-            text = format_value(value)
-            numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
-            cells.append(
-                f"<td>{escape(text)}</td>" if numeric else f'<td class="text">{escape(text)}</td>'
-            )
-        body.append(f"<tr>{''.join(cells)}</tr>")
+    """An HTML table of the first ``max_rows`` rows, saying how many were left out: one
+    number format per column (`kvtrace.sql.text_table`), run ids and long text shortened
+    with the whole value on hover, inside a box that scrolls when the table is wide."""
+    shown = table.slice(0, max_rows)
+    columns = [_cells(name, shown[name].to_pylist()) for name in table.column_names]
+    head = "".join(
+        f"<th>{escape(name)}</th>" if numeric else f'<th class="text">{escape(name)}</th>'
+        for name, (_, numeric) in zip(table.column_names, columns, strict=True)
+    )
+    body = "".join(
+        f"<tr>{''.join(row)}</tr>" for row in zip(*(cells for cells, _ in columns), strict=True)
+    )
     more = (
         f"<p>{table.num_rows - max_rows:,} more rows not shown.</p>"
         if table.num_rows > max_rows
         else ""
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+    return (
+        f'<div class="table-scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>{more}"
+    )
 
 
-def format_value(value: Any) -> str:
+_RUN_ID = re.compile(r"^(.+)-([0-9a-f]{8})$")
+RUN_ID_SHOWN = 24  # characters of a run id shown in full; longer ones are shortened
+TEXT_SHOWN = 60  # characters of other text shown in full
+
+
+def _cells(name: str, values: list[Any]) -> tuple[list[str], bool]:
+    """The ``<td>`` elements of one column, and whether it is numeric."""
+    texts, numeric = format_column(values, null="")
+    if numeric:
+        return [f"<td>{escape(text)}</td>" for text in texts], True
+    runs = "run" in name
+    return [f'<td class="text">{_shortened(_text(v), runs)}</td>' for v in values], False
+
+
+def _text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, Decimal):
-        value = float(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
     if isinstance(value, (list, dict)):
         return json.dumps(value, default=str)
     return str(value)
+
+
+def _shortened(text: str, runs: bool) -> str:
+    """``text`` escaped; a long run id (``name-<8 hex>``) keeps its start and its hex, other
+    long text its start, with the whole of it in the title shown on hover."""
+    if runs and len(text) > RUN_ID_SHOWN and (match := _RUN_ID.match(text)):
+        short = f"{match[1][: RUN_ID_SHOWN - 10]}…-{match[2]}"
+    elif len(text) > TEXT_SHOWN:
+        short = text[: TEXT_SHOWN - 1] + "…"
+    else:
+        return escape(text)
+    return f'<span title="{escape(text)}">{escape(short)}</span>'
 
 
 def _script_json(spec: dict) -> str:

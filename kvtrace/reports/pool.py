@@ -49,10 +49,12 @@ def _series(rows: pa.Table):
 def _other(rows: pa.Table):
     return (
         alt.Chart(data(rows), width=WIDTH)
-        .mark_bar()
+        .mark_bar(opacity=0.6)
         .encode(
-            x=alt.X("other_bin:Q", title="other tokens (bin start)"),
+            x=alt.X("other_bin:Q", title="other tokens"),
+            x2="other_bin_end:Q",
             y=alt.Y("ticks:Q", title="ticks"),
+            y2=alt.datum(0),
             color=alt.Color("worker_role:N", title="role"),
         )
     )

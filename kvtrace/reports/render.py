@@ -69,7 +69,10 @@ def render_report(
         ("kvtrace", __version__),
         ("Warehouse version", str(warehouse.version)),
         *[("Selection", line) for line in scope.lines],
-        *[(f"Setting {name}", str(value)) for name, value in sorted(scope.variables.items())],
+        *[
+            (f"Setting {name}", "none" if value is None else str(value))
+            for name, value in sorted(scope.variables.items())
+        ],
     ]
     stamp = (generated_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
     return page(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, data, series_color
+from kvtrace.reports.charts import WIDTH, data, series_color, with_lone_points
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 
@@ -90,7 +90,7 @@ def _modes(rows: pa.Table):
 
 
 def _latency(rows: pa.Table):
-    return (
+    line = (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line(interpolate="step-after")
         .encode(
@@ -99,6 +99,7 @@ def _latency(rows: pa.Table):
             color=alt.Color("mode:N", title="run and mode"),
         )
     )
+    return with_lone_points(line, ["mode"])
 
 
 REPORT = ReportDefinition(

@@ -53,12 +53,12 @@ def _bandwidth(rows: pa.Table):
         alt.Chart(data(rows), width=WIDTH)
         .mark_bar(opacity=0.75)
         .encode(
-            x=alt.X("gbps:Q", title="GB/s (1 GB/s bins)"),
+            x=alt.X("gbps:Q", title="GB/s"),
             x2="gbps_end:Q",
             y=alt.Y("copies:Q", title="copies of at least 1 MB"),
             y2=alt.datum(0),
             color=alt.Color("copy_kind:N", title="copy"),
-            tooltip=["copy_kind:N", "gbps:Q", "copies:Q"],
+            tooltip=["copy_kind:N", "gbps:Q", "gbps_end:Q", "copies:Q"],
         )
         .facet(row=alt.Row("run:N", title=""))
         .resolve_scale(x="independent")

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from kvtrace.analysis.kv_access import DEFAULT_TIERS, Sharing
 from kvtrace.analysis.kv_access import Scope as CacheScope
 from kvtrace.analysis.kv_access.whatif import WhatIfSpec, shareable_runs, whatif
-from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color
+from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color, with_lone_points
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 from kvtrace.sql.catalog import cursor_of
@@ -88,7 +88,8 @@ def _hit_curves(rows: pa.Table):
         rows,
         x_title="cache capacity (blocks, log scale)",
         color=alt.Color("policy:N", title="policy"),
-        dash=alt.StrokeDash("block_size:N", title="block size"),
+        by="block_size",
+        by_title="block size",
     )
     return chart.facet(row=alt.Row("run_id:N", title="run")) if len(runs) > 1 else chart
 
@@ -97,7 +98,7 @@ def _reuse_cdf(rows: pa.Table):
     shifted = rows.set_column(
         rows.schema.get_field_index("distance"), "distance_plus_one", pc.add(rows["distance"], 1)
     )
-    return (
+    line = (
         alt.Chart(data(shifted), width=WIDTH)
         .mark_line(interpolate="step-after")
         .encode(
@@ -110,10 +111,11 @@ def _reuse_cdf(rows: pa.Table):
             color=alt.Color("series:N", title="run, block size"),
         )
     )
+    return with_lone_points(line, ["series"])
 
 
 def _working_set(rows: pa.Table):
-    return (
+    line = (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line()
         .encode(
@@ -122,6 +124,7 @@ def _working_set(rows: pa.Table):
             color=series_color(rows),
         )
     )
+    return with_lone_points(line, ["series"])
 
 
 def _step_overlap(rows: pa.Table):

@@ -6,7 +6,7 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color
+from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color, with_lone_points
 from kvtrace.reports.model import ReportDefinition, Scope, Section
 from kvtrace.reports.selection import select_runs
 
@@ -44,7 +44,7 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
 
 
 def _arrivals(rows: pa.Table):
-    return (
+    line = (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line()
         .encode(
@@ -53,6 +53,7 @@ def _arrivals(rows: pa.Table):
             color=series_color(rows, "run"),
         )
     )
+    return with_lone_points(line, ["run"])
 
 
 def _prefix_curve(rows: pa.Table):
@@ -60,12 +61,13 @@ def _prefix_curve(rows: pa.Table):
         rows,
         x_title="prefix cache capacity (blocks, log scale)",
         color=alt.Color("cache:N", title="cache"),
-        dash=alt.StrokeDash("run:N", title="run"),
+        by="run",
+        by_title="run",
     )
 
 
 def _latency_cdf(rows: pa.Table):
-    return (
+    line = (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line(interpolate="step-after")
         .encode(
@@ -75,6 +77,7 @@ def _latency_cdf(rows: pa.Table):
             strokeDash=alt.StrokeDash("run:N", title="run"),
         )
     )
+    return with_lone_points(line, ["metric", "run"])
 
 
 REPORT = ReportDefinition(

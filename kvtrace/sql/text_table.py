@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 
 from kvtrace.sql.json_text import json_text
@@ -37,7 +37,7 @@ def text_table(
     ``cut_at``: the rows shown are the first ``cut_at`` of more (the footer says so);
     ``width``: the terminal's width in characters (None: as wide as the table is).
     """
-    columns = [_column([row[i] for row in rows]) for i in range(len(names))]
+    columns = [format_column([row[i] for row in rows]) for i in range(len(names))]
     numeric = [is_numeric for _, is_numeric in columns]
     lines = [list(names), *([cells[r] for cells, _ in columns] for r in range(len(rows)))]
     widths = [max(len(line[i]) for line in lines) for i in range(len(names))]
@@ -98,15 +98,16 @@ def _width(widths: list[int], shown: list[int | None]) -> int:
     return sum(len(ELIDED) if i is None else widths[i] for i in shown) + len(GAP) * (len(shown) - 1)
 
 
-def _column(values: list[object]) -> tuple[list[str], bool]:
-    """A column's cells as text, and whether it is numeric (right-aligned)."""
+def format_column(values: Sequence[object], null: str = "NULL") -> tuple[list[str], bool]:
+    """A column's cells as text (``null`` for a missing value), and whether it is numeric
+    (to be right-aligned): one number format for the whole column."""
     present = [v for v in values if v is not None]
     if present and all(_is_number(v) for v in present):
         if all(isinstance(v, int) or _integral_decimal(v) for v in present):
-            return [_null_or(v, lambda n: f"{int(n):,}") for v in values], True  # type: ignore[call-overload]
+            return [null if v is None else f"{int(v):,}" for v in values], True  # type: ignore[call-overload]
         decimals = _decimals([float(v) for v in present])  # type: ignore[arg-type]
-        return [_null_or(v, lambda n: _fixed(float(n), decimals)) for v in values], True  # type: ignore[arg-type]
-    return [_null_or(v, _text) for v in values], False
+        return [null if v is None else _fixed(float(v), decimals) for v in values], True  # type: ignore[arg-type]
+    return [null if v is None else _text(v) for v in values], False
 
 
 def _is_number(value: object) -> bool:
@@ -137,10 +138,6 @@ def _fixed(value: float, decimals: int) -> str:
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return f"{value:,.{decimals}f}"
-
-
-def _null_or(value: object, show: Callable[[object], str]) -> str:
-    return "NULL" if value is None else show(value)
 
 
 def _text(value: object) -> str:

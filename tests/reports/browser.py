@@ -35,6 +35,29 @@ def require_chromium() -> tuple[str, str]:
     pytest.skip(message)
 
 
+# Every element that reaches past the right edge of its section (the card a reader
+# sees), unless it is inside a box that scrolls (a wide table, the SQL); and the page
+# itself when it is wider than the window.
+OVERFLOWS = """
+const found = [];
+document.querySelectorAll('section').forEach(section => {
+  const edge = section.getBoundingClientRect().right + 1;
+  section.querySelectorAll('*').forEach(element => {
+    if (element.closest('.table-scroll, pre, details:not([open]) > :not(summary)')) return;
+    const box = element.getBoundingClientRect();
+    if (box.width > 0 && box.right > edge) {
+      found.push(section.id + ' ' + element.tagName + ' "'
+        + (element.textContent || '').trim().slice(0, 40) + '" by '
+        + Math.round(box.right - edge) + ' px');
+    }
+  });
+});
+const page = document.documentElement;
+if (page.scrollWidth > page.clientWidth + 1) found.push('the page is wider than the window');
+return found;
+"""
+
+
 @dataclass
 class Opened:
     figures: list[dict]  # per chart container: rendered, error, marks
@@ -43,6 +66,7 @@ class Opened:
     alerts: bool
     scripts: int
     texts: list[str]  # text of every table cell
+    overflows: list[str]  # what sticks out of its section, or the page out of the window
 
 
 def open_report(path: Path, screenshot: Path) -> Opened:
@@ -73,11 +97,13 @@ def open_report(path: Path, screenshot: Path) -> Opened:
             return [...document.querySelectorAll('[data-spec]')].map(b => ({
               id: b.id, rendered: b.dataset.rendered === 'true', error: b.dataset.error || '',
               marks: b.querySelectorAll('svg g.mark-rect path, svg g.mark-line path,'
-                + ' svg g.mark-area path, svg g.mark-symbol path').length}));""")
+                + ' svg g.mark-area path, svg g.mark-symbol path').length,
+              points: b.querySelectorAll('svg g.mark-symbol.role-mark path').length}));""")
         texts = driver.execute_script(
             "return [...document.querySelectorAll('td')].map(c => c.textContent);"
         )
         scripts = driver.execute_script("return document.scripts.length;")
+        overflows = driver.execute_script(OVERFLOWS)
         alerts = True
         try:
             driver.switch_to.alert  # noqa: B018 - raises when no alert is open
@@ -106,7 +132,7 @@ def open_report(path: Path, screenshot: Path) -> Opened:
         shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         screenshot.write_bytes(base64.b64decode(shot["data"]))
-        return Opened(figures, console, requests, alerts, scripts, texts)
+        return Opened(figures, console, requests, alerts, scripts, texts, overflows)
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from kvtrace import connect
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
 from kvtrace.collectors.dsa_collect import collect_dsa
@@ -146,7 +149,7 @@ def _render(root: Path, name: str, output: Path) -> str:
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_every_chart_renders_offline_without_console_errors(root, tmp_path, name):
+def test_every_chart_renders_offline_and_nothing_overflows_its_card(root, tmp_path, name):
     html = _render(root, name, tmp_path / f"{name}.html")
     expected_charts = html.count("data-spec=")
     opened = open_report(tmp_path / f"{name}.html", ARTIFACTS / f"report-{name}.png")
@@ -158,6 +161,7 @@ def test_every_chart_renders_offline_without_console_errors(root, tmp_path, name
         assert figure["marks"] > 0, figure
     assert opened.scripts == 3 + expected_charts + 1  # libraries, specs, embedding
     assert not opened.alerts
+    assert opened.overflows == []
 
 
 def test_the_whatif_report_holds_the_tier_table_of_kvtrace_whatif(root, tmp_path):
@@ -320,3 +324,135 @@ def test_the_demo_ends_by_writing_its_dsa_report(tmp_path):
     assert f"Report:    {report}" in result.stdout
     html = report.read_text()
     assert html.count("data-spec=") == 7 and "report dsa --run demo-ruler-dsa-ref-" in html
+
+
+class _Tables(HTMLParser):
+    """Every table of a page: its header and its rows of (text, hover title) cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[tuple[list[str], list[list[tuple[str, str]]]]] = []
+        self._cell: list[str] | None = None
+        self._title = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append(([], []))
+        elif tag == "tr" and self.tables:
+            self.tables[-1][1].append([])
+        elif tag in ("td", "th"):
+            self._cell, self._title = [], ""
+        elif tag == "span" and self._cell is not None:
+            self._title = dict(attrs).get("title", "")
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            header, rows = self.tables[-1]
+            text = "".join(self._cell)
+            (header.append(text) if tag == "th" else rows[-1].append((text, self._title)))
+            self._cell = None
+
+
+def _tables(html: str):
+    parser = _Tables()
+    parser.feed(html)
+    return [(header, [row for row in rows if row]) for header, rows in parser.tables]
+
+
+@pytest.mark.parametrize("name", ["dsa", "timeline", "pool", "whatif", "workload"])
+def test_a_table_column_keeps_one_number_format_and_run_ids_show_whole_on_hover(
+    root, tmp_path, name
+):
+    html = _render(root, name, tmp_path / f"{name}.html")
+    run_ids = {row[0] for row in _rows(root, "SELECT run_id FROM runs")}
+    number = re.compile(r"^-?[\d,]+(\.\d+)?$")
+    for header, rows in _tables(html):
+        for column, title in enumerate(header):
+            texts = [row[column][0] for row in rows if row[column][0] not in ("", "NaN")]
+            if texts and all(number.match(t) for t in texts):
+                decimals = {len(t.split(".")[1]) if "." in t else 0 for t in texts}
+                assert len(decimals) == 1, (title, texts)
+            assert not any(re.search(r"\de[+-]\d", t) for t in texts), (title, texts)
+            for text, hover in (row[column] for row in rows):
+                if hover in run_ids:  # a shortened run id keeps its end and shows it all
+                    assert text.endswith(hover[-8:]) and len(text) < len(hover)
+                assert text not in run_ids or len(text) <= 24
+
+
+def test_hbm_says_why_it_moves_no_bytes_and_no_setting_reads_none(root, tmp_path):
+    html = _render(root, "dsa", tmp_path / "dsa.html")
+    header, rows = next(t for t in _tables(html) if "bytes_read" in t[0])
+    for row in rows:
+        cells = dict(zip(header, (text for text, _ in row), strict=True))
+        moved_nothing = cells["bytes_read"] == "0" and cells["blocks"] != "0"
+        assert (cells["note"] == "read in place: no bytes move between tiers") == moved_nothing
+    assert any(dict(zip(header, (t for t, _ in r), strict=True))["tier"] == "hbm" for r in rows)
+    result = kvtrace(
+        "-w", str(root), "report", "workload", "--run", "mooncake", "-o", str(tmp_path / "w.html")
+    )
+    assert result.returncode == 0, result.stderr
+    provenance = re.findall(r"<dt>([^<]*)</dt><dd>([^<]*)</dd>", (tmp_path / "w.html").read_text())
+    assert ("Setting measured", "none") in provenance
+    assert not any("None" in key + value for key, value in provenance)
+
+
+def test_histograms_fit_their_bins_to_the_data_and_legends_keep_whole_labels(root, tmp_path):
+    html = _render(root, "dsa", tmp_path / "dsa.html")
+    specs = [
+        json.loads(text)
+        for text in re.findall(r'<script type="application/json" id="[^"]*">(.*?)</script>', html)
+    ]
+    assert all(s["config"]["legend"]["labelLimit"] >= 400 for s in specs)
+    bins = next(s for s in specs if "ratio_bin_end" in json.dumps(s))["data"]["values"]
+    shown = {tuple(b["series"].rsplit(" ", 1)[0].split(" B=")) for b in bins}  # run, size
+    ratios = [
+        ratio
+        for run, size, ratio in _rows(
+            root,
+            "SELECT run_id, block_size::VARCHAR, intersection_ratio FROM dsa_prefix_rows "
+            "WHERE intersection_ratio IS NOT NULL",
+        )
+        if (run, size) in shown
+    ]
+    width = bins[0]["ratio_bin_end"] - bins[0]["ratio_bin"]
+    assert (max(ratios) - min(ratios)) / 20 <= width * (1 + 1e-9)  # at most ~20 bins
+    assert width < (max(ratios) - min(ratios)) / 4  # not a handful of fixed ones
+    assert round(width / 10 ** math.floor(math.log10(width)), 9) in (1, 2, 5)
+    assert sum(b["rows"] for b in bins) == len(ratios)
+
+
+def _rows(root: str, sql: str) -> list[tuple]:
+    con = connect(Warehouse(root))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_series_of_one_row_is_drawn_as_a_point(tmp_path):
+    import altair as alt
+
+    from kvtrace.reports.charts import spec, with_lone_points
+    from kvtrace.reports.html import RenderedSection, page
+
+    rows = [
+        {"x": 1, "y": 1, "s": "two"},
+        {"x": 2, "y": 2, "s": "two"},
+        {"x": 1, "y": 2, "s": "one"},
+    ]
+    line = alt.Chart(alt.Data(values=rows)).mark_line().encode(x="x:Q", y="y:Q", color="s:N")
+    html = page(
+        title="t",
+        summary="",
+        provenance=[],
+        generated_at="",
+        sections=[RenderedSection("s1", "lone", "", "", spec=spec(with_lone_points(line, ["s"])))],
+    )
+    (tmp_path / "lone.html").write_text(html)
+    opened = open_report(tmp_path / "lone.html", ARTIFACTS / "report-lone-point.png")
+    assert opened.console_errors == [] and opened.figures[0]["rendered"]
+    assert opened.figures[0]["points"] == 1  # the lone row; the two-row series is a line

@@ -25,14 +25,14 @@ FROM long ORDER BY run_id, dataset, block_size, ord;
 
 -- @query unique_blocks
 -- Distribution of unique blocks per (request, step, layer) row: rows per value, per run.
-SELECT run_id || ' @' || block_size AS series, unique_blocks, count(*) AS rows
+SELECT run_id || ' B=' || block_size AS series, unique_blocks, count(*) AS rows
 FROM dsa_steps JOIN report_base USING (run_id, block_size)
 GROUP BY ALL ORDER BY ALL;
 
 -- @query offset_cdf
 -- Share of selected positions with offset <= x (offset = seq_len - 1 - pos, 0 is the
 -- current token), per run, thinned to the last point of each 1/60 of a decade.
-SELECT run_id || ' @' || block_size AS series, max("offset") + 1 AS offset_plus_one,
+SELECT run_id || ' B=' || block_size AS series, max("offset") + 1 AS offset_plus_one,
        max(cdf) AS cdf
 FROM dsa_offset_cdf JOIN report_base USING (run_id, block_size)
 GROUP BY series, round(log10("offset" + 1) * 60)
@@ -52,7 +52,7 @@ GROUP BY ALL ORDER BY ALL;
 -- Touched-block ratio (unique_blocks / ceil(seq_len / block_size)) against sequence
 -- length: mean, p10 and p90 over the rows of each seq_len bin (about 100 bins per run).
 WITH r AS (
-    SELECT run_id || ' @' || block_size AS series, seq_len,
+    SELECT run_id || ' B=' || block_size AS series, seq_len,
            unique_blocks / ceil(seq_len / block_size) AS ratio
     FROM dsa_steps JOIN report_base USING (run_id, block_size)
 ), bins AS (
@@ -84,21 +84,27 @@ GROUP BY ALL ORDER BY ALL;
 -- @query tokens_per_block
 -- Selected positions per touched block: touched blocks per count, per run (exact, from
 -- the histogram written at ingest or collection).
-SELECT run_id || ' @' || block_size AS series, tokens, sum(n) AS blocks
+SELECT run_id || ' B=' || block_size AS series, tokens, sum(n) AS blocks
 FROM _dsa_fill_hist_files JOIN report_base USING (run_id, block_size)
 GROUP BY ALL ORDER BY ALL;
 
 -- @query prefix_intersection
 -- intersection_ratio = |selected blocks inside the prefix region| / |selected blocks|,
 -- for every row with a region (hit: the cached length; miss: the request's own key
--- region), ceil(tokens / block size) blocks, in bins of 0.05 (the last bin holds 1.0);
--- hits and misses apart.
-SELECT p.run_id || ' @' || p.block_size
-           || CASE WHEN q.prefix_cache_hit THEN ' hit' ELSE ' miss' END AS series,
-       least(floor(p.intersection_ratio * 20), 19) / 20 AS ratio_bin, count(*) AS rows
-FROM dsa_prefix_rows p JOIN report_base USING (run_id, block_size)
-LEFT JOIN requests q ON q.run_id = p.run_id AND q.request_id = p.request_id
-WHERE p.intersection_ratio IS NOT NULL
+-- region), ceil(tokens / block size) blocks, hits and misses apart; in about 20 bins
+-- fitted to the ratios seen (bin_width): series, ratio_bin and ratio_bin_end (the bin's
+-- edges), rows.
+WITH ratios AS (
+    SELECT p.run_id || ' B=' || p.block_size
+               || CASE WHEN q.prefix_cache_hit THEN ' hit' ELSE ' miss' END AS series,
+           p.intersection_ratio AS ratio
+    FROM dsa_prefix_rows p JOIN report_base USING (run_id, block_size)
+    LEFT JOIN requests q ON q.run_id = p.run_id AND q.request_id = p.request_id
+    WHERE p.intersection_ratio IS NOT NULL
+), width AS (SELECT bin_width(min(ratio), max(ratio), 20) AS w FROM ratios)
+SELECT series, round(floor(ratio / w) * w, 12) AS ratio_bin,
+       round((floor(ratio / w) + 1) * w, 12) AS ratio_bin_end, count(*) AS rows
+FROM ratios, width
 GROUP BY ALL ORDER BY ALL;
 
 -- @query prefix_hot_blocks
@@ -156,8 +162,12 @@ GROUP BY ALL ORDER BY ALL;
 
 -- @query kv_fetch
 -- Where the KV reads were served from, as the tracer's tier model recorded them (HBM
--- only unless a tier model was given): blocks, bytes and read operations per tier.
+-- only unless a tier model was given): blocks, bytes and read operations per tier, and a
+-- note where a tier served blocks without moving bytes (HBM reads them in place).
 SELECT f.run_id, f.block_size, tier, rows, blocks, bytes_read, read_ops, block_share,
-       latency_us_mean
+       latency_us_mean,
+       CASE WHEN blocks > 0 AND bytes_read = 0
+            THEN 'read in place: no bytes move between tiers'
+       END AS note
 FROM dsa_kv_fetch AS f JOIN report_base USING (run_id, block_size)
 ORDER BY f.run_id, list_position(['hbm', 'local_pool', 'remote_pool'], tier);

@@ -22,12 +22,14 @@ FROM binned UNPIVOT (tokens FOR component IN (held, other, available))
 ORDER BY worker, t_s, component;
 
 -- @query other_distribution
--- Distribution of other per worker role: ticks per 2.5 % of the largest other seen.
+-- Distribution of other per worker role, in about 40 bins fitted to the values seen
+-- (bin_width): worker_role, other_bin and other_bin_end (the bin's edges), ticks.
 WITH p AS (
     SELECT worker_role, other_tokens FROM _pool_kept(getvariable('warmup_fraction'))
     WHERE run_id IN (SELECT run_id FROM report_runs)
-), w AS (SELECT greatest(max(other_tokens) / 40, 1) AS width FROM p)
-SELECT worker_role, floor(other_tokens / width) * width AS other_bin, count(*) AS ticks
+), w AS (SELECT bin_width(min(other_tokens), max(other_tokens), 40) AS width FROM p)
+SELECT worker_role, floor(other_tokens / width) * width AS other_bin,
+       (floor(other_tokens / width) + 1) * width AS other_bin_end, count(*) AS ticks
 FROM p, w GROUP BY ALL ORDER BY ALL;
 
 -- @query decode_summary

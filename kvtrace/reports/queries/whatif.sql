@@ -79,9 +79,13 @@ ORDER BY r.run_id, r.block_size, r.pool_order;
 -- layer, for each pool: each tier's share of the accesses, those on blocks another
 -- request brought in (shared_served), bytes per decode step and fetch time per step
 -- (p50/p95, linear), and the prompt length from which fetching from the tier beats
--- recomputing (recompute_boundary_tokens; empty when it never does).
+-- recomputing (recompute_boundary_tokens; empty when it never does), and a note where a
+-- tier served accesses without moving bytes (HBM, where the blocks already are).
 SELECT run_id, block_size, pool, tier, capacity_blocks, accesses_served, shared_served,
        round(hit_rate, 4) AS hit_rate, bytes_per_step_p50, bytes_per_step_p95,
        round(fetch_us_p50, 1) AS fetch_us_p50, round(fetch_us_p95, 1) AS fetch_us_p95,
-       recompute_boundary_tokens
+       recompute_boundary_tokens,
+       CASE WHEN accesses_served > 0 AND bytes_per_step_p95 = 0
+            THEN 'served in place: no bytes move between tiers'
+       END AS note
 FROM report_whatif ORDER BY run_id, block_size, pool_order, tier_order;
