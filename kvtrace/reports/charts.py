@@ -69,7 +69,7 @@ def with_lone_points(line: alt.Chart, series: list[str]) -> alt.LayerChart:
         .transform_joinaggregate(rows_in_series="count()", groupby=series)
         .transform_filter("datum.rows_in_series == 1")
     )
-    return alt.layer(line, lone)
+    return alt.LayerChart(layer=[line, lone])
 
 
 LEGEND_LABEL_LIMIT = 480  # pixels of a legend label (Vega's default, 160, cuts run ids)
