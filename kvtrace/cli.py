@@ -1319,6 +1319,28 @@ def demo() -> None:
     )
 
 
+@app.command()
+def samples(
+    folder: Annotated[
+        Path, typer.Argument(help="Where to write them (created).", metavar="FOLDER")
+    ] = Path("kvtrace-samples"),
+) -> None:
+    """Write the sample traces that ship with kvtrace: one of each family beyond the
+    demo's (workload, KV-cache events, profiler timeline, serving), with their sources.
+
+    Example: kvtrace samples && kvtrace ingest kvtrace-samples
+    """
+    from kvtrace.samples import SAMPLES, write_samples
+
+    try:
+        written = write_samples(folder)
+    except OSError as exc:
+        raise KvtraceError(f"cannot write the samples into {folder}: {exc.strerror}") from None
+    for path in written:
+        out.print(f"{path}  {SAMPLES.get(path.name, 'where each sample comes from')}")
+    out.print(f"Next: kvtrace ingest {folder}")
+
+
 @app.command("report")
 def report_command(
     name: Annotated[ReportName, typer.Argument(help="The report.")],

@@ -28,6 +28,16 @@ FORBIDDEN = {
     "collectors": {"sql", "analysis", "ingest", "reports", "distributed", "cli"},
     "reports": {"ingest", "collectors", "distributed", "cli"},
     "distributed": {"collectors", "reports", "cli"},
+    "samples": {
+        "warehouse",
+        "sql",
+        "analysis",
+        "ingest",
+        "collectors",
+        "reports",
+        "distributed",
+        "cli",
+    },
     "synthetic": {
         "warehouse",
         "sql",
