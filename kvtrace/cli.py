@@ -1461,6 +1461,8 @@ def _write_report(
 def _print_summary_table(result: dict) -> None:
     from rich.table import Table
 
+    from kvtrace.sql.text_table import format_column
+
     table = Table(
         title=f"DSA summary of {result['run_name']} ({result['dataset']}, "
         f"block size {result['config']['kv_block_size_tokens']})"
@@ -1476,13 +1478,9 @@ def _print_summary_table(result: dict) -> None:
         "prefix_intersection_ratio",
     ):
         stats = result[name]
-        table.add_row(
-            name,
-            *(
-                f"{stats[k]:,}" if k == "count" else "-" if stats[k] is None else f"{stats[k]:.4g}"
-                for k in ("count", "min", "p50", "p95", "max", "mean")
-            ),
-        )
+        # one number format per statistic: its values share a unit and a magnitude
+        values, _ = format_column([stats[k] for k in ("min", "p50", "p95", "max", "mean")], "-")
+        table.add_row(name, f"{stats['count']:,}", *values)
     out.print(table)
     hot = result["prefix_hot_blocks"]
     for request, blocks in list(hot.items())[:3]:
