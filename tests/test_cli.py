@@ -1,4 +1,4 @@
-"""The command line: one-sentence errors, read-only SQL, formats, help and README coverage."""
+"""The command line: one-sentence errors, read-only SQL, formats, help and guide coverage."""
 
 from __future__ import annotations
 
@@ -322,12 +322,14 @@ def test_views_lists_documented_objects_one_a_line_filtered_by_name_or_family():
     assert missing.returncode == 1 and "no view or macro matches" in missing.stderr
 
 
-def test_every_command_has_help_with_an_example_and_appears_in_the_readme():
-    readme = README.read_text()
+def test_every_command_has_help_with_an_example_and_a_guide_that_shows_it():
+    guides = "\n".join(
+        p.read_text() for p in [README, *(README.parent / "docs" / "guides").glob("*.md")]
+    )
     group = get_command(app)
     for name, command in group.commands.items():
         assert command.help and "Example: kvtrace" in command.help, name
-        assert re.search(rf"kvtrace (\S+ )*{re.escape(name)}\b", readme), name
+        assert re.search(rf"kvtrace (\S+ )*{re.escape(name)}\b", guides), name
 
 
 def test_importing_the_cli_loads_no_heavy_module():
