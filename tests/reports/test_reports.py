@@ -324,6 +324,9 @@ def test_the_demo_ends_by_writing_its_dsa_report(tmp_path):
     assert f"Report:    {report}" in result.stdout
     html = report.read_text()
     assert html.count("data-spec=") == 7 and "report dsa --run demo-ruler-dsa-ref-" in html
+    opened = open_report(report, ARTIFACTS / "report-demo.png")  # what a newcomer opens first
+    assert opened.console_errors == [] and opened.overflows == []
+    assert all(f["rendered"] and f["marks"] > 0 for f in opened.figures)
 
 
 class _Tables(HTMLParser):

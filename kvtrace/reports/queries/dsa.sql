@@ -92,7 +92,7 @@ GROUP BY ALL ORDER BY ALL;
 -- intersection_ratio = |selected blocks inside the prefix region| / |selected blocks|,
 -- for every row with a region (hit: the cached length; miss: the request's own key
 -- region), ceil(tokens / block size) blocks, hits and misses apart; in about 20 bins
--- fitted to the ratios seen (bin_width): series, ratio_bin and ratio_bin_end (the bin's
+-- fitted to the ratios seen (_bin_width): series, ratio_bin and ratio_bin_end (the bin's
 -- edges), rows.
 WITH ratios AS (
     SELECT p.run_id || ' B=' || p.block_size
@@ -101,7 +101,7 @@ WITH ratios AS (
     FROM dsa_prefix_rows p JOIN report_base USING (run_id, block_size)
     LEFT JOIN requests q ON q.run_id = p.run_id AND q.request_id = p.request_id
     WHERE p.intersection_ratio IS NOT NULL
-), width AS (SELECT bin_width(min(ratio), max(ratio), 20) AS w FROM ratios)
+), width AS (SELECT _bin_width(min(ratio), max(ratio), 20) AS w FROM ratios)
 SELECT series, round(floor(ratio / w) * w, 12) AS ratio_bin,
        round((floor(ratio / w) + 1) * w, 12) AS ratio_bin_end, count(*) AS rows
 FROM ratios, width

@@ -23,11 +23,11 @@ ORDER BY worker, t_s, component;
 
 -- @query other_distribution
 -- Distribution of other per worker role, in about 40 bins fitted to the values seen
--- (bin_width): worker_role, other_bin and other_bin_end (the bin's edges), ticks.
+-- (_bin_width): worker_role, other_bin and other_bin_end (the bin's edges), ticks.
 WITH p AS (
     SELECT worker_role, other_tokens FROM _pool_kept(getvariable('warmup_fraction'))
     WHERE run_id IN (SELECT run_id FROM report_runs)
-), w AS (SELECT bin_width(min(other_tokens), max(other_tokens), 40) AS width FROM p)
+), w AS (SELECT _bin_width(min(other_tokens), max(other_tokens), 40) AS width FROM p)
 SELECT worker_role, floor(other_tokens / width) * width AS other_bin,
        (floor(other_tokens / width) + 1) * width AS other_bin_end, count(*) AS ticks
 FROM p, w GROUP BY ALL ORDER BY ALL;

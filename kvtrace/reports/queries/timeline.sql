@@ -119,14 +119,14 @@ ORDER BY run, stream, start_us;
 
 -- @query copy_bandwidth
 -- The bandwidth of copies of at least 1 MB (smaller ones measure latency), per run and
--- direction, in about 20 bins fitted to each run's bandwidths (bin_width): run,
+-- direction, in about 20 bins fitted to each run's bandwidths (_bin_width): run,
 -- copy_kind, gbps and gbps_end (the bin's edges), copies.
 WITH copies AS (
     SELECT r.run_name AS run, e.copy_kind, e.bytes / (e.dur_us * 1e3) AS rate
     FROM timeline_events AS e
     JOIN report_runs AS r USING (run_id)
     WHERE e.category = 'gpu_memcpy' AND e.bytes >= 1048576 AND e.dur_us > 0
-), widths AS (SELECT run, bin_width(min(rate), max(rate), 20) AS w FROM copies GROUP BY run)
+), widths AS (SELECT run, _bin_width(min(rate), max(rate), 20) AS w FROM copies GROUP BY run)
 SELECT run, copy_kind, round(floor(rate / w) * w, 12) AS gbps,
        round((floor(rate / w) + 1) * w, 12) AS gbps_end, count(*) AS copies
 FROM copies JOIN widths USING (run)

@@ -64,21 +64,22 @@ CREATE MACRO _natural_sort_key(text) AS array_to_string(list_transform(
     lambda part: CASE WHEN regexp_full_match(part, '\d+') THEN lpad(part, 24, '0')
                       ELSE part END), '');
 
--- @macro bin_width(lo, hi, bins)
+-- @macro _bin_width(lo, hi, bins)
 -- A histogram's bin width for values from lo to hi: the smallest 1, 2 or 5 times a power
 -- of ten that covers the range in at most `bins` bins (one more where lo is not on a bin
--- edge); 1 when the range is empty.  Bin a value with floor(x / width) * width.
+-- edge; a width a rounding error above a nice one counts as it); 1 when the range is
+-- empty.  Bin a value with floor(x / width) * width.
 -- Example: lo 0.057, hi 0.113, 20 bins: (0.113 - 0.057) / 20 = 0.0028, so 0.005 (12 bins,
 -- 0.055 to 0.115).
-CREATE MACRO bin_width(lo, hi, bins) AS
+CREATE MACRO _bin_width(lo, hi, bins) AS
     CASE
         WHEN hi IS NULL OR lo IS NULL THEN NULL
         WHEN hi <= lo THEN 1.0
         ELSE pow(10, floor(log10((hi - lo) / bins)))
              * CASE
-                   WHEN (hi - lo) / bins / pow(10, floor(log10((hi - lo) / bins))) <= 1 THEN 1
-                   WHEN (hi - lo) / bins / pow(10, floor(log10((hi - lo) / bins))) <= 2 THEN 2
-                   WHEN (hi - lo) / bins / pow(10, floor(log10((hi - lo) / bins))) <= 5 THEN 5
+                   WHEN (hi - lo) / bins / pow(10, floor(log10((hi - lo) / bins))) <= 1 + 1e-9 THEN 1
+                   WHEN (hi - lo) / bins / pow(10, floor(log10((hi - lo) / bins))) <= 2 + 1e-9 THEN 2
+                   WHEN (hi - lo) / bins / pow(10, floor(log10((hi - lo) / bins))) <= 5 + 1e-9 THEN 5
                    ELSE 10
                END
     END;
