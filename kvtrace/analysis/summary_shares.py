@@ -21,7 +21,7 @@ import pyarrow as pa
 from kvtrace.sql.catalog import cursor_of
 
 _ALL_REQUESTS = (-(2**63), 2**63 - 1)
-_PARTS = ("requests", "blocks", "fill", "prefix", "touches")
+_PARTS = ("requests", "blocks", "prefix", "touches")
 _HOT_BLOCKS = 20
 
 
@@ -43,7 +43,6 @@ class ShareCounts:
 
     requests: pa.Table
     blocks: pa.Table
-    fill: pa.Table
     prefix: pa.Table
     touches: pa.Table
 
@@ -122,17 +121,18 @@ def row_statistics(counts: ShareCounts) -> dict[str, Any]:
     """The summary's fields that are computed over rows: rows, requests, unique_blocks,
     touched_block_ratio, prefix_intersection_ratio and prefix_hot_blocks, and the per-row
     mean of tokens per touched block (``tokens_per_block_mean_per_row``)."""
-    blocks = _columns(counts.blocks, "unique_blocks", "context_blocks")
-    fill = _columns(counts.fill, "selected", "unique_blocks")
+    unique, context, selected, n = _columns(
+        counts.blocks, "unique_blocks", "context_blocks", "selected"
+    )
     prefix = _columns(counts.prefix, "inside_blocks", "unique_blocks")
     return {
         "rows": int(np.sum(_column(counts.requests, "n"))),
         "requests": counts.requests.num_rows,
-        "unique_blocks": histogram_statistics(blocks[0], blocks[2]),
-        "touched_block_ratio": ratio_statistics(*blocks),
+        "unique_blocks": histogram_statistics(unique, n),
+        "touched_block_ratio": ratio_statistics(unique, context, n),
         "prefix_intersection_ratio": ratio_statistics(*prefix),
         "prefix_hot_blocks": _hot_blocks(counts.touches),
-        "tokens_per_block_mean_per_row": ratio_statistics(*fill)["mean"],
+        "tokens_per_block_mean_per_row": ratio_statistics(selected, unique, n)["mean"],
     }
 
 

@@ -31,27 +31,17 @@ FROM _dsa_share_rows(share_run, share_dataset, share_block_size, first_request,
 GROUP BY request_id;
 
 -- @macro _dsa_share_blocks(share_run, share_dataset, share_block_size, first_request, last_request)
--- Rows counted by (unique_blocks, blocks of the context): the counts behind unique_blocks
--- and touched_block_ratio (unique_blocks / context_blocks).
+-- Rows counted by (unique_blocks, blocks of the context, selected positions): the counts
+-- behind unique_blocks, touched_block_ratio (unique_blocks / context_blocks) and the
+-- per-row mean of tokens per touched block (selected / unique_blocks).
 -- @column unique_blocks   distinct blocks of a row
 -- @column context_blocks  ceil(seq_len / block_size) of the row
+-- @column selected        positions the row selected
 -- @column n               rows
 CREATE MACRO _dsa_share_blocks(share_run, share_dataset, share_block_size, first_request,
                                last_request) AS TABLE
-SELECT unique_blocks, ceil(seq_len / block_size)::BIGINT AS context_blocks, count(*) AS n
-FROM _dsa_share_rows(share_run, share_dataset, share_block_size, first_request,
-                     last_request)
-GROUP BY ALL;
-
--- @macro _dsa_share_fill(share_run, share_dataset, share_block_size, first_request, last_request)
--- Rows counted by (selected positions, unique_blocks): the counts behind the per-row mean
--- of tokens per touched block (selected / unique_blocks), beside the pooled one.
--- @column selected       positions the row selected
--- @column unique_blocks  distinct blocks of the row
--- @column n              rows
-CREATE MACRO _dsa_share_fill(share_run, share_dataset, share_block_size, first_request,
-                             last_request) AS TABLE
-SELECT len(selected_pos) AS selected, unique_blocks, count(*) AS n
+SELECT unique_blocks, ceil(seq_len / block_size)::BIGINT AS context_blocks,
+       len(selected_pos) AS selected, count(*) AS n
 FROM _dsa_share_rows(share_run, share_dataset, share_block_size, first_request,
                      last_request)
 GROUP BY ALL;
