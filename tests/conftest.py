@@ -161,3 +161,14 @@ def cli(capsys, monkeypatch):
         return status, captured.out, captured.err
 
     return run
+
+
+def query_rows(location: str, sql: str) -> list[tuple]:
+    """The rows ``sql`` gives on the warehouse at ``location``, on a connection of its own."""
+    from kvtrace import connect
+
+    con = connect(Warehouse(location))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()

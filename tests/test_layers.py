@@ -9,18 +9,20 @@ import kvtrace
 
 PACKAGE = Path(kvtrace.__file__).parent
 
+# the layers above the kernels: what a self-contained layer may not import
+ABOVE_KERNELS = {
+    "warehouse",
+    "sql",
+    "analysis",
+    "ingest",
+    "collectors",
+    "reports",
+    "distributed",
+    "cli",
+}
 # layer -> kvtrace packages its modules may not import
 FORBIDDEN = {
-    "kernels": {
-        "warehouse",
-        "sql",
-        "analysis",
-        "ingest",
-        "collectors",
-        "reports",
-        "distributed",
-        "cli",
-    },
+    "kernels": ABOVE_KERNELS,
     "warehouse": {"sql", "analysis", "ingest", "collectors", "reports", "distributed", "cli"},
     "sql": {"analysis", "ingest", "collectors", "reports", "distributed", "cli"},
     "analysis": {"ingest", "collectors", "reports", "distributed", "cli"},
@@ -28,26 +30,8 @@ FORBIDDEN = {
     "collectors": {"sql", "analysis", "ingest", "reports", "distributed", "cli"},
     "reports": {"ingest", "collectors", "distributed", "cli"},
     "distributed": {"collectors", "reports", "cli"},
-    "samples": {
-        "warehouse",
-        "sql",
-        "analysis",
-        "ingest",
-        "collectors",
-        "reports",
-        "distributed",
-        "cli",
-    },
-    "synthetic": {
-        "warehouse",
-        "sql",
-        "analysis",
-        "ingest",
-        "collectors",
-        "reports",
-        "distributed",
-        "cli",
-    },
+    "samples": ABOVE_KERNELS | {"kernels"},
+    "synthetic": ABOVE_KERNELS,
 }
 TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "cli", "defaults", "errors"}
 

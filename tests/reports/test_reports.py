@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from kvtrace import connect
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
 from kvtrace.collectors.dsa_collect import collect_dsa
@@ -21,7 +20,7 @@ from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
-from tests.conftest import DATA, warehouse_at
+from tests.conftest import DATA, query_rows, warehouse_at
 from tests.reports.browser import open_report
 from tests.serving.fixtures import pool_rows, request_rows, write
 from tests.test_cli import kvtrace
@@ -371,7 +370,7 @@ def test_a_table_column_keeps_one_number_format_and_run_ids_show_whole_on_hover(
     root, tmp_path, name
 ):
     html = _render(root, name, tmp_path / f"{name}.html")
-    run_ids = {row[0] for row in _rows(root, "SELECT run_id FROM runs")}
+    run_ids = {row[0] for row in query_rows(root, "SELECT run_id FROM runs")}
     number = re.compile(r"^-?[\d,]+(\.\d+)?$")
     for header, rows in _tables(html):
         for column, title in enumerate(header):
@@ -414,7 +413,7 @@ def test_histograms_fit_their_bins_to_the_data_and_legends_keep_whole_labels(roo
     shown = {tuple(b["series"].rsplit(" ", 1)[0].split(" B=")) for b in bins}  # run, size
     ratios = [
         ratio
-        for run, size, ratio in _rows(
+        for run, size, ratio in query_rows(
             root,
             "SELECT run_id, block_size::VARCHAR, intersection_ratio FROM dsa_prefix_rows "
             "WHERE intersection_ratio IS NOT NULL",
@@ -426,14 +425,6 @@ def test_histograms_fit_their_bins_to_the_data_and_legends_keep_whole_labels(roo
     assert width < (max(ratios) - min(ratios)) / 4  # not a handful of fixed ones
     assert round(width / 10 ** math.floor(math.log10(width)), 9) in (1, 2, 5)
     assert sum(b["rows"] for b in bins) == len(ratios)
-
-
-def _rows(root: str, sql: str) -> list[tuple]:
-    con = connect(Warehouse(root))
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_a_series_of_one_row_is_drawn_as_a_point(tmp_path):

@@ -22,7 +22,7 @@ from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.maintenance import leftovers, settle
 from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse
 from kvtrace.warehouse.storage import open_storage
-from tests.conftest import DATA, warehouse_at
+from tests.conftest import DATA, query_rows, warehouse_at
 
 LEGACY = DATA / "legacy_warehouse"
 
@@ -284,7 +284,7 @@ def test_each_commit_names_the_warehouse_version_it_made_even_when_writers_race(
     ]
     assert all(p.wait(timeout=300) == 0 for p in processes)
     stamped = dict(
-        _rows(location, "SELECT DISTINCT commit_id, warehouse_version FROM warehouse_commits")
+        query_rows(location, "SELECT DISTINCT commit_id, warehouse_version FROM warehouse_commits")
     )
     assert sorted(stamped.values()) == [1, 2, 3, 4]
     journal = f"{location}/_commits"
@@ -301,11 +301,3 @@ def test_each_commit_names_the_warehouse_version_it_made_even_when_writers_race(
         }
         con.close()
         assert shown == {c for c, v in stamped.items() if v <= version}
-
-
-def _rows(location: str, sql: str) -> list[tuple]:
-    con = connect(Warehouse(location))
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
