@@ -93,14 +93,21 @@ def open_table(storage: Storage, name: str, version: int | None = None) -> Delta
     return table
 
 
+# Commits between two checkpoints of a table's log: a reader replays at most this many
+# JSON commits after the newest checkpoint (Delta Lake's own default; delta-rs writes 100).
+CHECKPOINT_INTERVAL = 10
+
+
 def create_table(storage: Storage, name: str, schema: pa.Schema) -> None:
-    """Create the empty table ``name`` unless it exists (several processes may race)."""
+    """Create the empty table ``name`` unless it exists (several processes may race),
+    checkpointed every `CHECKPOINT_INTERVAL` commits."""
     try:
         DeltaTable.create(
             storage.uri(name),
             schema=schema,
             mode="ignore",
             storage_options=storage.storage_options(),
+            configuration={"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)},
         )
     except (CommitFailedError, DeltaError) as exc:
         if open_table(storage, name) is None:

@@ -19,6 +19,7 @@ from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.integrity import check
 from kvtrace.warehouse.maintenance import leftovers, settle
 from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse
 from kvtrace.warehouse.storage import open_storage
@@ -301,3 +302,23 @@ def test_each_commit_names_the_warehouse_version_it_made_even_when_writers_race(
         }
         con.close()
         assert shown == {c for c, v in stamped.items() if v <= version}
+
+
+def test_logs_are_checkpointed_every_ten_commits_and_read_the_same(tmp_path):
+    location = warehouse_at(tmp_path / "wh")
+    trace = (DATA / "mooncake_conversation_trace.jsonl").read_text().splitlines(keepends=True)
+    paths = []
+    for i in range(12):  # twelve sources: twelve commits to workload_requests
+        path = tmp_path / f"part{i}.jsonl"
+        path.write_text("".join(trace[i * 5 : i * 5 + 5]))
+        paths.append(str(path))
+    warehouse = Warehouse(location, create=True)
+    ingest(warehouse, paths)
+    storage = open_storage(location)
+    for table in ("workload_requests", "_commits"):
+        names = [path.rsplit("/", 1)[-1] for path in storage.list_files(f"{table}/_delta_log")]
+        checkpoints = [int(n[:20]) for n in names if n.endswith(".checkpoint.parquet")]
+        newest = max(int(n[:20]) for n in names if n.endswith(".json"))
+        assert checkpoints and newest - max(checkpoints) < 10, (table, sorted(names))
+    assert query_rows(location, "SELECT count(*) FROM workload_requests") == [(60,)]
+    assert check(Warehouse(location)).problems == []
