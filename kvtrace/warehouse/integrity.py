@@ -199,7 +199,12 @@ def _journal_rows(warehouse: Warehouse, report: CheckReport) -> pa.Table:
         report.problems.append(Problem(journal.JOURNAL, version, what + lost))
     if scan.readable_up_to < 0:
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
-    return journal.load_rows(warehouse.storage, scan.readable_up_to)
+    try:
+        return journal.load_rows(warehouse.storage, scan.readable_up_to, cached=False)
+    except WarehouseError as exc:  # a journal data file damaged: nothing can be checked
+        what = str(exc).removesuffix("; 'kvtrace check' says what is wrong")
+        report.problems.append(Problem(journal.JOURNAL, scan.readable_up_to, what))
+        return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
 
 
 def _check_named_versions(report: CheckReport, commits: pa.Table) -> None:

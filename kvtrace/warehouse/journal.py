@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -173,15 +174,28 @@ def load(storage: Storage, version: int | None = None) -> Snapshot:
     return Snapshot(journal.version(), commits, _visible_files(storage, commits), retractions)
 
 
-def _read(storage: Storage, journal: DeltaTable) -> pa.Table:
+def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Table:
     """The journal's rows at its loaded version.  Its files are read one by one with
     Parquet's own reader: Arrow's dataset layer, which ``to_pyarrow_table`` goes through,
-    costs a command a quarter of a second and pandas' memory on import."""
+    costs a command a quarter of a second and pandas' memory on import.
+
+    A journal file never changes once written (each commit adds one under a fresh
+    name), so the files a storage has read are kept (`_JOURNAL_FILES`) and each read
+    fetches only the new ones: an ingest of many files commits once per file, and would
+    otherwise read every earlier commit's row again each time.  ``cached=False`` reads
+    every file (``kvtrace check`` and repair look at what is on disk).
+    """
     filesystem, base = storage.arrow_filesystem()
+    kept = _JOURNAL_FILES.setdefault(storage, {}) if cached else {}
     try:
         paths = [f"{base}/{JOURNAL}/{path}" for path in active_files(journal)["path"].to_pylist()]
-        with ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
-            parts = list(pool.map(lambda path: _read_file(filesystem, path), paths))
+        missing = [path for path in paths if path not in kept]
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(missing)))) as pool:
+            rows = pool.map(lambda path: _read_file(filesystem, path), missing)
+            read = dict(zip(missing, rows, strict=True))
+        parts = [kept[path] if path in kept else read[path] for path in paths]
+        if cached:
+            kept.update(read)
         data = (
             pa.concat_tables(parts, promote_options="default")
             if parts
@@ -196,6 +210,12 @@ def _read(storage: Storage, journal: DeltaTable) -> pa.Table:
         if column.name not in data.column_names:
             data = data.append_column(column.name, pa.nulls(data.num_rows, column.type))
     return data.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA)
+
+
+# Per storage, the journal files it has read: path -> rows (see `_read`).
+_JOURNAL_FILES: weakref.WeakKeyDictionary[Storage, dict[str, pa.Table]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _read_file(filesystem: pafs.FileSystem, path: str) -> pa.Table:
@@ -223,13 +243,13 @@ def newest_commits(storage: Storage) -> tuple[int, pa.Table]:
     return journal.version(), _standing(_read(storage, journal))[0]
 
 
-def load_rows(storage: Storage, version: int | None = None) -> pa.Table:
+def load_rows(storage: Storage, version: int | None = None, cached: bool = True) -> pa.Table:
     """The journal's standing rows at ``version`` (the newest when None), without
-    opening any table."""
+    opening any table (``cached``: see `_read`)."""
     journal = open_table(storage, JOURNAL, version)
     if journal is None:
         raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
-    return _standing(_read(storage, journal))[0]
+    return _standing(_read(storage, journal, cached))[0]
 
 
 def retractions(storage: Storage) -> Counter[str]:

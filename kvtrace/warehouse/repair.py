@@ -157,7 +157,11 @@ def _sources_of_journal_entries(warehouse: Warehouse, scan: LogScan, first: int)
         except OSError:
             continue
         sources.update(s for s in rows["source_path"].to_pylist() if s)
-    standing = set(journal.load_rows(storage)["source_path"].to_pylist()) if first > 0 else set()
+    standing = (
+        set(journal.load_rows(storage, cached=False)["source_path"].to_pylist())
+        if first > 0
+        else set()
+    )
     return sorted(sources - standing)
 
 
@@ -168,7 +172,7 @@ def _commits_lost_with_logs(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
         table = open_table(warehouse.storage, name)
         newest[name] = table.version() if table is not None else -1
     lost = {}
-    for commit in journal.load_rows(warehouse.storage).to_pylist():
+    for commit in journal.load_rows(warehouse.storage, cached=False).to_pylist():
         if any(e["version"] > newest.get(e["table"], -1) for e in commit["tables"] or []):
             lost[commit["commit_id"]] = commit
     return lost
@@ -181,7 +185,9 @@ def _repair_files(warehouse: Warehouse, problems: list[Problem], report: RepairR
     damaged = [p for p in problems if p.path is not None]
     if not damaged:
         return
-    commits = {c["commit_id"]: c for c in journal.load_rows(warehouse.storage).to_pylist()}
+    commits = {
+        c["commit_id"]: c for c in journal.load_rows(warehouse.storage, cached=False).to_pylist()
+    }
     lost: dict[str, dict[str, Any]] = {}
     for problem in damaged:
         commit_id = journal.commit_of(problem.path or "")
