@@ -194,8 +194,8 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
             rows = pool.map(lambda path: _read_file(filesystem, path), missing)
             read = dict(zip(missing, rows, strict=True))
         parts = [kept[path] if path in kept else read[path] for path in paths]
-        if cached:
-            kept.update(read)
+        if cached:  # up to a bound: a journal that long wants `kvtrace optimize` anyway
+            kept.update(list(read.items())[: max(0, KEPT_FILES - len(kept))])
         data = (
             pa.concat_tables(parts, promote_options="default")
             if parts
@@ -212,7 +212,9 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
     return data.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA)
 
 
-# Per storage, the journal files it has read: path -> rows (see `_read`).
+# Per storage, the journal files it has read: path -> rows (see `_read`); at most
+# KEPT_FILES of them (one-row tables of a few KB each).
+KEPT_FILES = 20_000
 _JOURNAL_FILES: weakref.WeakKeyDictionary[Storage, dict[str, pa.Table]] = (
     weakref.WeakKeyDictionary()
 )

@@ -50,3 +50,19 @@ def test_check_reads_the_journal_on_disk_not_what_a_read_kept(tmp_path):
     problems = check(warehouse).problems  # seen, although a read before kept its rows
     assert [p.table for p in problems] == [journal.JOURNAL]
     assert "the journal of the warehouse is unreadable" in problems[0].what
+
+
+def test_past_the_bound_files_are_read_again_and_the_rows_stay_whole(tmp_path, monkeypatch):
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
+    ingest(warehouse, _parts(tmp_path, 4))
+    monkeypatch.setattr(journal, "KEPT_FILES", 2)
+    journal._JOURNAL_FILES.pop(warehouse.storage, None)
+    fetched: list[str] = []
+    reader = journal._read_file
+    monkeypatch.setattr(journal, "_read_file", lambda fs, p: fetched.append(p) or reader(fs, p))
+    first = journal.load_rows(warehouse.storage)
+    assert len(fetched) == len(first) == 4 and len(journal._JOURNAL_FILES[warehouse.storage]) == 2
+    fetched.clear()
+    again = journal.load_rows(warehouse.storage)
+    assert len(fetched) == 2  # the two not kept
+    assert again.sort_by("commit_id").equals(first.sort_by("commit_id"))
