@@ -1330,14 +1330,16 @@ def samples(
 
     Example: kvtrace samples && kvtrace ingest kvtrace-samples
     """
-    from kvtrace.samples import SAMPLES, write_samples
+    from kvtrace.samples import README, SAMPLES, sample
+    from kvtrace.sql.query import write_output
 
     try:
-        written = write_samples(folder)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KvtraceError(f"cannot write the samples into {folder}: {exc.strerror}") from None
-    for path in written:
-        out.print(f"{path}  {SAMPLES.get(path.name, 'where each sample comes from')}")
+    for name in [*SAMPLES, README]:
+        write_output(sample(name), folder / name)  # each whole or not at all
+        out.print(f"{folder / name}  {SAMPLES.get(name, 'where each sample comes from')}")
     out.print(f"Next: kvtrace ingest {folder}")
 
 

@@ -13,6 +13,15 @@ class WarehouseError(KvtraceError):
     """The warehouse is missing, unreadable or inconsistent."""
 
 
+class JournalUnreadable(WarehouseError):
+    """A file of the warehouse's journal cannot be read; ``what`` says what is wrong
+    with it, without the advice to run ``kvtrace check`` (which reports it itself)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}; 'kvtrace check' says what is wrong")
+        self.what = what
+
+
 class WarehouseDamaged(WarehouseError):
     """``kvtrace check`` found problems (it has printed them)."""
 

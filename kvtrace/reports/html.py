@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kvtrace.sql.text_table import format_column
+from kvtrace.sql.text_table import cell_text, format_column
 
 VENDOR = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
 
@@ -159,17 +159,10 @@ def _cells(name: str, values: list[Any]) -> tuple[list[str], bool]:
     if numeric:
         return [f"<td>{escape(text)}</td>" for text in texts], True
     runs = "run" in name
-    return [f'<td class="text">{_shortened(_text(v), runs)}</td>' for v in values], False
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, default=str)
-    return str(value)
+    return [
+        f'<td class="text">{"" if v is None else _shortened(cell_text(v), runs)}</td>'
+        for v in values
+    ], False
 
 
 def _shortened(text: str, runs: bool) -> str:

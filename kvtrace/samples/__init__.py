@@ -1,15 +1,13 @@
 """Small real and example traces that ship with kvtrace, one of each family beyond the
 demo's DSA run, so that every guide's first example runs on a fresh machine.
 
-``kvtrace samples FOLDER`` writes them out (`write_samples`); their sources and licenses
-are in ``README.md`` beside them, which is written too.
+``kvtrace samples FOLDER`` writes them out (`sample` gives each file's bytes); their
+sources and licenses are in ``README.md`` beside them, which is written too.
 """
 
 from __future__ import annotations
 
-import os
 from importlib import resources
-from pathlib import Path
 
 # file -> what it is, as `kvtrace samples` lists it
 SAMPLES = {
@@ -26,15 +24,6 @@ SAMPLES = {
 README = "README.md"
 
 
-def write_samples(folder: Path) -> list[Path]:
-    """Write every sample and the README into ``folder`` (created), each file whole or
-    not at all; the paths written, README last."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in [*SAMPLES, README]:
-        target = folder / name
-        temp = folder / f".{name}.kvtrace-tmp"
-        temp.write_bytes(resources.files(__package__).joinpath(name).read_bytes())
-        os.replace(temp, target)
-        written.append(target)
-    return written
+def sample(name: str) -> bytes:
+    """The bytes of the shipped file ``name`` (a key of `SAMPLES`, or `README`)."""
+    return resources.files(__package__).joinpath(name).read_bytes()

@@ -140,8 +140,14 @@ def _fixed(value: float, decimals: int) -> str:
     return f"{value:,.{decimals}f}"
 
 
-def _text(value: object) -> str:
+def cell_text(value: object) -> str:
+    """A value that is not a number, as a cell shows it: true or false, strict JSON for
+    a list or struct, else its text."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    text = json_text(value) if isinstance(value, (dict, list)) else str(value)
+    return json_text(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def _text(value: object) -> str:
+    text = cell_text(value)
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 3] + "..."

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvtrace.errors import WarehouseError
+from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import active_files, open_table
 from kvtrace.warehouse.schema import TABLES
@@ -201,9 +201,8 @@ def _journal_rows(warehouse: Warehouse, report: CheckReport) -> pa.Table:
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
     try:
         return journal.load_rows(warehouse.storage, scan.readable_up_to, cached=False)
-    except WarehouseError as exc:  # a journal data file damaged: nothing can be checked
-        what = str(exc).removesuffix("; 'kvtrace check' says what is wrong")
-        report.problems.append(Problem(journal.JOURNAL, scan.readable_up_to, what))
+    except JournalUnreadable as exc:  # a journal data file damaged: nothing can be checked
+        report.problems.append(Problem(journal.JOURNAL, scan.readable_up_to, exc.what))
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
 
 

@@ -34,7 +34,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import CommitProperties, Transaction
 
-from kvtrace.errors import WarehouseError
+from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse.delta_log import active_files, create_table, open_table
 from kvtrace.warehouse.storage import Storage
 
@@ -202,10 +202,7 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
             else JOURNAL_SCHEMA.empty_table()
         )
     except (DeltaError, OSError, pa.ArrowInvalid) as exc:
-        raise WarehouseError(
-            f"the journal of the warehouse is unreadable ({exc}); "
-            "'kvtrace check' says what is wrong"
-        ) from None
+        raise JournalUnreadable(f"the journal of the warehouse is unreadable ({exc})") from None
     for column in JOURNAL_SCHEMA:  # a journal of before a column was added
         if column.name not in data.column_names:
             data = data.append_column(column.name, pa.nulls(data.num_rows, column.type))
