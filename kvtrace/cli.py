@@ -711,13 +711,13 @@ def sql(
         if no_external_access:
             restrict_to(con, warehouse.location)
         try:
-            result = run_query(con, text)
+            result = run_query(con, text, fmt)
         except QueryError:  # a name bound only at run time, or a real error: say it in full
             con.close()
             con = connect(warehouse)
             if no_external_access:
                 restrict_to(con, warehouse.location)
-            result = run_query(con, text)
+            result = run_query(con, text, fmt)
         if output is None:
             write_stream(result, fmt, sys.stdout.buffer, _width(None))
             sys.stdout.flush()

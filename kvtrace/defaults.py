@@ -7,6 +7,7 @@ loading DuckDB, Arrow or NumPy.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
 
 DEFAULT_PATH = "kvtrace-warehouse"
@@ -25,3 +26,13 @@ def default_path() -> str:
     """``$KVTRACE_WAREHOUSE`` when set (a folder or an object-store URI such as
     ``s3://bucket/prefix``), else ``./kvtrace-warehouse``."""
     return os.environ.get("KVTRACE_WAREHOUSE") or DEFAULT_PATH
+
+
+def cache_folder() -> Path:
+    """Where kvtrace keeps what it computes once per machine (built SQL libraries,
+    warehouse snapshots): ``$KVTRACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvtrace``, else
+    ``~/.cache/kvtrace``."""
+    if folder := os.environ.get("KVTRACE_CACHE_DIR"):
+        return Path(folder)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kvtrace"

@@ -1,5 +1,6 @@
 """What a command loads before it answers: no pandas, no torch, numba only when a kernel
-runs (each costs a fresh process a fifth of a second or more).  Read from the modules a
+runs, and for a query whose snapshot is kept on disk no Arrow, Delta Lake or NumPy (each
+costs a fresh process a tenth of a second or more).  Read from the modules a
 real command process holds when it exits."""
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def test_a_query_loads_no_pandas_torch_or_numba(warehouse, query, tmp_path):
     assert not loaded & set(HEAVY)
 
 
+@pytest.mark.parametrize(
+    "query", ["SELECT 1", "SELECT count(*) FROM runs", "FROM workload_arrival_summary"]
+)
+def test_a_query_on_a_kept_snapshot_loads_no_arrow_delta_lake_or_numpy(warehouse, query, tmp_path):
+    if warehouse.root is None:
+        pytest.skip("an object store's files are read through Arrow")
+    ingest(warehouse, [str(DATA / "mooncake_conversation_trace.jsonl")])
+    command = ("-w", warehouse.location, "sql", query)
+    _imported(*command, tmp_path=tmp_path)  # the first computes the snapshot and keeps it
+    assert not _imported(*command, tmp_path=tmp_path) & {*HEAVY, "pyarrow", "deltalake", "numpy"}
+
+
 def test_numba_loads_when_a_kernel_runs(warehouse, tmp_path):
     ingest(warehouse, [str(DATA / "mooncake_conversation_trace.jsonl")])
     loaded = _imported(
@@ -75,7 +88,8 @@ def test_a_statement_reads_the_tables_it_names_and_those_its_analyses_read(wareh
     import duckdb
 
     from kvtrace import connect
-    from kvtrace.analysis.functions import READS, register
+    from kvtrace.analysis.function_reads import READS
+    from kvtrace.analysis.functions import register
 
     def reads(con, table: str) -> bool:
         found = con.sql(

@@ -42,7 +42,7 @@ def connect(
     >>> con = kvtrace.connect("kvtrace-warehouse")  # doctest: +SKIP
     >>> con.sql("SELECT * FROM dsa_summary").pl()  # doctest: +SKIP
     """
-    from kvtrace.analysis.functions import READS, register
+    from kvtrace.analysis.function_reads import READS
     from kvtrace.sql.catalog import named_definitions, open_connection
     from kvtrace.warehouse import Warehouse
 
@@ -52,4 +52,6 @@ def connect(
     if for_sql is not None:  # an analysis reads views it names only when it runs
         called = named_definitions(for_sql) + for_sql
         also = [file for name, files in READS.items() if name in called for file in files]
-    return open_connection(warehouse, functions=register, for_sql=for_sql, with_files=also)
+    return open_connection(
+        warehouse, functions=("kvtrace.analysis.functions",), for_sql=for_sql, with_files=also
+    )

@@ -71,7 +71,11 @@ def ingest(
         experiment=experiment,
         columns=columns,
     )
-    return ingest_paths(warehouse, paths, options, progress=progress, jobs=jobs, executor=executor)
+    report = ingest_paths(
+        warehouse, paths, options, progress=progress, jobs=jobs, executor=executor
+    )
+    warehouse.stored_snapshot()  # kept for the queries that follow (they read it at once)
+    return report
 
 
 __all__ = ["FileReport", "IngestReport", "ingest"]

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtrace.warehouse.schema import TableSpec
+from kvtrace.warehouse.schema.tables import TableSpec
 
 Key = tuple[Any, ...]
 _ROW = "__row"

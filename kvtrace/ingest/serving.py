@@ -19,7 +19,7 @@ from kvtrace.ingest.lines import json_records, json_type, raw_text
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rejects import BadLine
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.serving_rows import POOL_ALIASES, FieldError, pool_row, request_row
 
 ServingKind = Literal["pool", "requests"]

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.ingest.record_keys import RecordKeys, incomplete
-from kvtrace.warehouse import Commit, TableFile, Warehouse
-from kvtrace.warehouse.schema import TABLES, TableSpec
+from kvtrace.warehouse import Commit, Warehouse
+from kvtrace.warehouse.schema.tables import TABLES, TableSpec
+from kvtrace.warehouse.table_file import TableFile
 
 REPEATED = "record repeated within the file"
 

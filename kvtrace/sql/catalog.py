@@ -19,22 +19,24 @@ and is loaded after them (a test checks each declaration against what the file u
 
 from __future__ import annotations
 
+import importlib
 import re
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from kvtrace.errors import QueryError
-from kvtrace.sql import functions as list_functions
-from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse import Warehouse, snapshot_cache
+from kvtrace.warehouse.schema import TABLE_NAMES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FALLBACK_FILE = "udf_fallback.sql"
 _OBJECT = re.compile(r"^--\s*@(view|macro)\s+([A-Za-z_][\w]*)(\([^)]*\))?\s*$")
@@ -185,23 +187,25 @@ def alias_sql(sql_file: SqlFile) -> str:
     return "\n".join(statements)
 
 
-def table_sources(warehouse: Warehouse) -> dict[str, list[str]]:
-    """For each table, the Parquet files a view must read: the empty schema file first."""
-    files = warehouse.snapshot().files
+def table_sources(warehouse: Warehouse, files: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """For each table, the Parquet files a view must read: the empty schema file first,
+    then its visible ``files`` (table, path relative to the root)."""
     by_table: dict[str, list[str]] = {}
-    for table, path in zip(files["table"].to_pylist(), files["path"].to_pylist(), strict=True):
+    for table, path in files:
         by_table.setdefault(table, []).append(warehouse.uri(path))
-    return {name: [warehouse.schema_file(name), *by_table.get(name, [])] for name in TABLES}
+    return {name: [warehouse.schema_file(name), *by_table.get(name, [])] for name in TABLE_NAMES}
 
 
-def base_views_sql(warehouse: Warehouse, tables: set[str] | None = None) -> str:
-    """``CREATE VIEW _<table>_files`` statements over the files of the warehouse's
-    snapshot (of every table, or of ``tables``)."""
+def base_views_sql(
+    warehouse: Warehouse, files: list[tuple[str, str]], tables: set[str] | None = None
+) -> str:
+    """``CREATE VIEW _<table>_files`` statements over the visible ``files`` (of every
+    table, or of ``tables``)."""
     statements = []
-    for name, files in table_sources(warehouse).items():
+    for name, sources in table_sources(warehouse, files).items():
         if tables is not None and name not in tables:
             continue
-        listed = ", ".join(quote_literal(f) for f in files)
+        listed = ", ".join(quote_literal(f) for f in sources)
         statements.append(
             f"CREATE VIEW _{name}_files AS SELECT * FROM read_parquet([{listed}], "
             "union_by_name = true, hive_partitioning = false);"
@@ -209,8 +213,8 @@ def base_views_sql(warehouse: Warehouse, tables: set[str] | None = None) -> str:
     return "\n".join(statements)
 
 
-# What each open connection was handed by name (Arrow tables and datasets): a cursor of
-# the connection shares its views but not these, so `cursor_of` hands them again.
+# What each open connection was handed by name (Arrow datasets): a cursor of the
+# connection shares its views but not these, so `cursor_of` hands them again.
 _REGISTERED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, object]] = (
     weakref.WeakKeyDictionary()
 )
@@ -232,66 +236,118 @@ def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return cursor
 
 
+def _snapshot_tables(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> list[tuple[str, str]]:
+    """Create ``_snapshot_commits`` and ``_snapshot_files`` (the journal's standing rows
+    and the visible data files of the version the warehouse shows) and return the files
+    as (table, path) pairs.
+
+    On local disk they come from where the snapshot is kept (DuckDB reads it: no Arrow,
+    no Delta Lake library); over an object store, or where it cannot be kept, from the
+    snapshot in Arrow.  One snapshot either way, so every view reads the same version.
+    """
+    place = warehouse.stored_snapshot() if warehouse.root is not None else None
+    if place is not None:
+        try:
+            for name, path in (
+                ("_snapshot_commits", place.commits),
+                ("_snapshot_files", place.files),
+            ):
+                con.execute(f"CREATE TABLE {name} AS FROM read_parquet({quote_literal(str(path))})")
+        except duckdb.Error:  # removed meanwhile, or damaged: computed again
+            con.execute("DROP TABLE IF EXISTS _snapshot_commits")
+            snapshot_cache.forget(place)
+            place = None
+    if place is None:
+        snapshot = warehouse.snapshot()
+        for name, data in (
+            ("_snapshot_commits", snapshot.commits),
+            ("_snapshot_files", snapshot.files),
+        ):
+            con.register("_snapshot_arrow", data)
+            con.execute(f"CREATE TABLE {name} AS FROM _snapshot_arrow")
+            con.unregister("_snapshot_arrow")
+    rows = con.execute('SELECT "table", path FROM _snapshot_files ORDER BY ALL').fetchall()
+    return [(table, path) for table, path in rows]
+
+
 def _register_datasets(
-    con: duckdb.DuckDBPyConnection, warehouse: Warehouse, tables: set[str]
+    con: duckdb.DuckDBPyConnection,
+    warehouse: Warehouse,
+    files: list[tuple[str, str]],
+    tables: set[str],
 ) -> None:
-    """``_<table>_files`` as Arrow datasets over an object store: DuckDB scans them
-    through Arrow's file system, reading no file until a query needs it."""
+    """``_<table>_files`` as Arrow datasets over an object store's ``files``: DuckDB scans
+    them through Arrow's file system, reading no file until a query needs it."""
     import pyarrow.dataset as ds
 
+    from kvtrace.warehouse.schema.tables import TABLES
+
     filesystem, base = warehouse.storage.arrow_filesystem()
-    files = warehouse.snapshot().files
     for name, spec in TABLES.items():
         if name not in tables:
             continue
-        paths = [
-            f"{base}/{p}" for p in files.filter(pc.equal(files["table"], name))["path"].to_pylist()
-        ]
+        paths = [f"{base}/{path}" for table, path in files if table == name]
         dataset = ds.dataset(paths, schema=spec.schema, format="parquet", filesystem=filesystem)
         _register(con, f"_{name}_dataset", dataset)
         con.execute(f"CREATE VIEW _{name}_files AS SELECT * FROM _{name}_dataset")
 
 
+LIST_FUNCTIONS = "kvtrace.sql.functions"  # the list functions every view may call
+
+
+def install_functions(con: duckdb.DuckDBPyConnection, modules: Sequence[str]) -> None:
+    """Install the SQL functions of ``modules`` (each has ``register(con)``) on ``con``."""
+    for module in modules:
+        importlib.import_module(module).register(con)
+
+
 def open_connection(
     warehouse: Warehouse,
     *,
-    functions: Callable[[duckdb.DuckDBPyConnection], None],
+    functions: Sequence[str] = (),
     for_sql: str | None = None,
     with_files: Iterable[str] = (),
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the warehouse's tables, the library's views and
     its list functions.
 
-    ``functions`` installs the functions the library's macros call besides those (the
-    analysis layer's, `kvtrace.analysis.functions.register`): DuckDB binds a macro's
-    functions when the macro is created.  With ``for_sql``, only what that SQL names is
-    bound: the library files defining its names with the files they require, and the
-    tables those read (a command answers sooner; see `files_for`), and the files named in
-    ``with_files`` with theirs.
+    ``functions`` names the modules whose SQL functions the library's macros call besides
+    the list functions (the analysis layer's, `kvtrace.analysis.functions`).  With
+    ``for_sql``, only what that SQL names is bound: the library files defining its names
+    with the files they require, and the tables those read (a command answers sooner;
+    see `files_for`), and the files named in ``with_files`` with theirs; the functions
+    are installed only when one of them calls a kvtrace function.
     The library comes built (`kvtrace.sql.library_cache`) where the cache folder can
     hold it; the files that read the snapshot's own tables are created here.
     """
     from kvtrace.sql import library_cache
 
-    chosen, tables = (library(), set(TABLES)) if for_sql is None else files_for(for_sql, with_files)
+    chosen, tables = (
+        (library(), set(TABLE_NAMES)) if for_sql is None else files_for(for_sql, with_files)
+    )
     sql_files = list(chosen)
+    modules = (LIST_FUNCTIONS, *functions)
     con = duckdb.connect(":memory:")
-    if (filesystem := warehouse.storage.duckdb_filesystem()) is not None:
+    filesystem = warehouse.storage.duckdb_filesystem()
+    if filesystem is not None:
         con.register_filesystem(filesystem)  # for SQL that names warehouse files
-        if tables:
-            _register_datasets(con, warehouse, tables)
-    elif tables:
-        con.execute(base_views_sql(warehouse, tables))
     if tables or any(_SNAPSHOT_TABLES.search(f.text) for f in sql_files):
-        snapshot = warehouse.snapshot()
-        _register(con, "_warehouse_commits_arrow", snapshot.commits)
-        _register(con, "_warehouse_files_arrow", snapshot.files)
-    list_functions.register(con)
-    functions(con)
+        files = _snapshot_tables(con, warehouse)
+        if filesystem is not None and tables:
+            _register_datasets(con, warehouse, files, tables)
+        elif tables:
+            con.execute(base_views_sql(warehouse, files, tables))
     built = [f for f in library() if not _SNAPSHOT_TABLES.search(f.text)]
-    if library_cache.attach(con, built, (list_functions.register, functions)):
+    attached = library_cache.attach(con, built, modules)
+    if attached:
         in_library = {f.name for f in built}
         sql_files = [f for f in sql_files if f.name not in in_library]
+    if (
+        for_sql is None
+        or (attached and calls_functions(for_sql))
+        or any(_CALLS.search(t) for t in (for_sql, *(f.text for f in sql_files)))
+    ):
+        install_functions(con, modules)
     for sql_file in sql_files:
         try:
             con.execute(sql_file.text)
@@ -304,7 +360,9 @@ def open_connection(
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _TABLE_FILES = re.compile(r"\b_(\w+?)_(?:files|dataset)\b")
-_SNAPSHOT_TABLES = re.compile(r"\b_warehouse_(?:commits|files)_arrow\b")
+_SNAPSHOT_TABLES = re.compile(r"\b_snapshot_(?:commits|files)\b")
+_COMMENT = re.compile(r"--[^\n]*")
+_CALLS = re.compile(r"\bkvtrace_\w+\s*\(")  # a call of one of kvtrace's SQL functions
 
 
 @cache
@@ -328,12 +386,34 @@ _STATEMENT = re.compile(
 
 @cache
 def _statements() -> dict[str, str]:
-    """Each library object's CREATE statement, by its name (lower-cased)."""
+    """Each library object's CREATE statement, by its name and its aliases' (lower-cased)."""
     found: dict[str, str] = {}
     for sql_file in library():
         for match in _STATEMENT.finditer(sql_file.text):
             found[match[1].lower()] = match[0]
+    for sql_file in library():
+        for obj in sql_file.objects:
+            for alias in obj.aliases:
+                found[alias.lower()] = found.get(obj.name.lower(), "")
     return found
+
+
+def calls_functions(sql: str) -> bool:
+    """Whether ``sql`` calls one of kvtrace's SQL functions, itself or through the library
+    objects it names and those they name in turn."""
+    statements = _statements()
+    seen: set[str] = set()
+    pending = [sql]
+    while pending:
+        text = _COMMENT.sub("", pending.pop())  # a comment may name any object
+        if _CALLS.search(text):
+            return True
+        for word in _WORD.findall(text):
+            name = word.lower()
+            if name in statements and name not in seen:
+                seen.add(name)
+                pending.append(statements[name])
+    return False
 
 
 def named_definitions(sql: str) -> str:
@@ -361,7 +441,7 @@ def files_for(sql: str, also: Iterable[str] = ()) -> tuple[tuple[SqlFile, ...], 
         name
         for text in (sql, *(f.text for f in chosen))
         for name in _TABLE_FILES.findall(text)
-        if name in TABLES
+        if name in TABLE_NAMES
     }
     return chosen, tables
 
@@ -406,12 +486,15 @@ def shell_init_sql(warehouse: Warehouse) -> str:
     file lists are those of the warehouse version the script was written from.
     """
     fallback = next(f for f in _read_files() if f.name == FALLBACK_FILE)
+    snapshot = warehouse.snapshot()
+    files = snapshot.files
+    pairs = list(zip(files["table"].to_pylist(), files["path"].to_pylist(), strict=True))
     parts = [
-        f"-- kvtrace views over {warehouse.location} (version {warehouse.version}).",
+        f"-- kvtrace views over {warehouse.location} (version {snapshot.version}).",
         "-- Written by 'kvtrace shell-init'; run it again after new ingests.",
-        base_views_sql(warehouse),
-        literal_table_sql("_warehouse_commits_arrow", warehouse.snapshot().commits),
-        literal_table_sql("_warehouse_files_arrow", warehouse.snapshot().files),
+        base_views_sql(warehouse, pairs),
+        literal_table_sql("_snapshot_commits", snapshot.commits),
+        literal_table_sql("_snapshot_files", files),
         fallback.text,
         *(text for f in library() for text in (f.text, alias_sql(f)) if text),
     ]

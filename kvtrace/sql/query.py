@@ -7,12 +7,11 @@ import io
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvtrace.defaults import OutputFormat
 from kvtrace.errors import QueryError
@@ -20,6 +19,8 @@ from kvtrace.sql.json_text import json_text
 from kvtrace.sql.text_table import text_table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from kvtrace.sql.catalog import SqlObject
 
 READ_ONLY = {"SELECT", "EXPLAIN"}
@@ -61,15 +62,45 @@ def restrict_to(con: duckdb.DuckDBPyConnection, location: str) -> None:
     con.execute("SET lock_configuration = true")
 
 
-def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.RecordBatchReader:
+@dataclass
+class QueryResult:
+    """The last statement's result, running, to be read once in batches: from DuckDB's
+    cursor as Python rows, or, for Parquet and for values only Arrow turns into Python
+    without more libraries (zone-aware times, maps, intervals, 128-bit integers, UUIDs,
+    unions), as Arrow record batches."""
+
+    names: list[str]
+    cursor: duckdb.DuckDBPyConnection | None = None
+    reader: pa.RecordBatchReader | None = None
+
+    def row_batches(self) -> Iterator[list[tuple[Any, ...]]]:
+        if self.reader is not None:
+            for batch in self.reader:
+                yield list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+        elif self.cursor is not None:
+            while batch := self.cursor.fetchmany(TABLE_ROW_CAP):
+                yield batch
+
+
+_NOT_PLAIN = re.compile(r"TIME ZONE|MAP\(|INTERVAL|HUGEINT|UUID|UNION\(")
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str, fmt: OutputFormat = "table") -> QueryResult:
     """Execute ``sql`` (read-only): its statements run in turn and the last one's result
-    comes back as a stream of record batches."""
+    comes back running, to be written in ``fmt`` (an error before its first rows raises
+    here)."""
     check_read_only(sql)
     statements = duckdb.extract_statements(sql)
     try:
         for statement in statements[:-1]:
             con.execute(statement.query).fetchall()  # consumed: the next may run
-        return con.sql(statements[-1].query).to_arrow_reader(TABLE_ROW_CAP)
+        last = statements[-1].query
+        relation = con.sql(last)
+        names = list(relation.columns)
+        if fmt == "parquet" or any(_NOT_PLAIN.search(str(kind)) for kind in relation.types):
+            return QueryResult(names, reader=relation.to_arrow_reader(TABLE_ROW_CAP))
+        con.execute(last)
+        return QueryResult(names, cursor=con)
     except duckdb.Error as exc:
         raise query_error(exc) from None
 
@@ -134,38 +165,45 @@ def _first_line(exc: Exception) -> str:
 
 
 def write_stream(
-    reader: pa.RecordBatchReader, fmt: OutputFormat, sink: BinaryIO, width: int | None = None
+    result: QueryResult, fmt: OutputFormat, sink: BinaryIO, width: int | None = None
 ) -> None:
     """Write a query's result to ``sink`` batch by batch: csv, json and parquet hold every
     row without the whole result in memory; table prints the first `TABLE_ROW_CAP` rows,
     ``width`` characters wide at most (None: as wide as it is)."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        assert result.reader is not None, "run_query(..., fmt='parquet') reads through Arrow"
+        with pq.ParquetWriter(sink, result.reader.schema, compression="zstd") as writer:
+            for record_batch in result.reader:
+                writer.write_batch(record_batch)
+        return
+    batches = result.row_batches()
     if fmt == "table":
-        batches, rows = [], 0
-        for batch in reader:
-            batches.append(batch)
-            rows += batch.num_rows
-            if rows > TABLE_ROW_CAP:
+        rows: list[tuple[Any, ...]] = []
+        for batch in batches:
+            rows += batch
+            if len(rows) > TABLE_ROW_CAP:
                 break
-        table = pa.Table.from_batches(batches, reader.schema)
-        cut_at = TABLE_ROW_CAP if table.num_rows > TABLE_ROW_CAP else None
-        sink.write(_text_table(table.slice(0, TABLE_ROW_CAP), cut_at, width).encode())
-    elif fmt == "parquet":
-        with pq.ParquetWriter(sink, reader.schema, compression="zstd") as writer:
-            for batch in reader:
-                writer.write_batch(batch)
+        if result.cursor is not None:
+            result.cursor.abort()  # the rows past the cap are not read
+        cut_at = TABLE_ROW_CAP if len(rows) > TABLE_ROW_CAP else None
+        text = text_table(result.names, rows[:TABLE_ROW_CAP], cut_at=cut_at, width=width)
+        sink.write(text.encode())
     elif fmt == "csv":
         wrapper = io.TextIOWrapper(sink, encoding="utf-8", newline="", write_through=True)
         out = csv.writer(wrapper, lineterminator="\n")
-        out.writerow(reader.schema.names)
-        for batch in reader:
-            out.writerows(zip(*(col.to_pylist() for col in batch.columns), strict=True))
+        out.writerow(result.names)
+        for batch in batches:
+            out.writerows(batch)
         wrapper.detach()
     else:
         sink.write(b"[")
         first = True
-        for batch in reader:
-            for row in batch.to_pylist():
-                sink.write((b"\n" if first else b",\n") + json_text(row).encode())
+        for batch in batches:
+            for row in batch:
+                record = dict(zip(result.names, row, strict=True))
+                sink.write((b"\n" if first else b",\n") + json_text(record).encode())
                 first = False
         sink.write(b"\n]\n")
 
@@ -184,6 +222,9 @@ def render(table: pa.Table, fmt: OutputFormat, width: int | None = None) -> byte
     if fmt == "json":
         return (json_text(table.to_pylist(), indent=1) + "\n").encode()
     if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         return sink.getvalue().to_pybytes()

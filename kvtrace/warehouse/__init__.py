@@ -14,6 +14,6 @@ Everything that puts rows on disk lives here, and nothing here imports the SQL l
 - `bookkeeping` / `rejects`: run ids, ``runs`` rows and quarantine rows.
 """
 
-from kvtrace.warehouse.store import Commit, TableFile, Warehouse
+from kvtrace.warehouse.store import Commit, Warehouse
 
-__all__ = ["Commit", "TableFile", "Warehouse"]
+__all__ = ["Commit", "Warehouse"]

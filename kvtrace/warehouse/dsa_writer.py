@@ -21,11 +21,12 @@ import pyarrow.compute as pc
 
 from kvtrace.kernels import block_stats
 from kvtrace.kernels.block_stats import PositionLists
-from kvtrace.warehouse import Commit, TableFile, Warehouse
+from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.dsa_checks import SourceChecks, check_source_stats
 from kvtrace.warehouse.dsa_columns import complete
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.dsa import DSA_STEPS, TIERS
+from kvtrace.warehouse.table_file import TableFile
 
 FLUSH_BYTES = 64 << 20  # Arrow bytes buffered before a row group is written
 FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk

@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import active_files, open_table
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse.schema import JOURNAL
+from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import MARKER, Warehouse
 
 LOG_DIR = "_delta_log"
@@ -177,7 +178,7 @@ def check(warehouse: Warehouse) -> CheckReport:
     report = CheckReport()
     if warehouse.storage.read_bytes(MARKER) is None:
         report.problems.append(Problem(MARKER, None, "the warehouse's marker file is gone"))
-    for name in (journal.JOURNAL, *TABLES):
+    for name in (JOURNAL, *TABLES):
         report.logs[name] = scan_log(warehouse, name)
     commits = _journal_rows(warehouse, report)
     _check_named_versions(report, commits)
@@ -193,16 +194,16 @@ def check(warehouse: Warehouse) -> CheckReport:
 
 def _journal_rows(warehouse: Warehouse, report: CheckReport) -> pa.Table:
     """The journal's standing rows at its newest readable version (noting what is lost)."""
-    scan = report.logs[journal.JOURNAL]
+    scan = report.logs[JOURNAL]
     for version, what in sorted(scan.bad.items()):
         lost = "; the commits it and later entries recorded cannot be seen"
-        report.problems.append(Problem(journal.JOURNAL, version, what + lost))
+        report.problems.append(Problem(JOURNAL, version, what + lost))
     if scan.readable_up_to < 0:
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
     try:
         return journal.load_rows(warehouse.storage, scan.readable_up_to, cached=False)
     except JournalUnreadable as exc:  # a journal data file damaged: nothing can be checked
-        report.problems.append(Problem(journal.JOURNAL, scan.readable_up_to, exc.what))
+        report.problems.append(Problem(JOURNAL, scan.readable_up_to, exc.what))
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
 
 

@@ -36,9 +36,9 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse.delta_log import active_files, create_table, open_table
+from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.storage import Storage
 
-JOURNAL = "_commits"
 TABLE_COMMIT = pa.struct(
     [
         ("table", pa.string()),

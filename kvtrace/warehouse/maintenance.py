@@ -38,8 +38,8 @@ from kvtrace.warehouse.delta_log import (
     active_files,
     open_table,
 )
-from kvtrace.warehouse.object_lock import LOCK_TABLE
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse.schema import JOURNAL, LOCK_TABLE
+from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import Warehouse
 
 SAFE_RETAIN_HOURS = 1.0  # a shorter retention needs force (see `vacuum`)
@@ -362,7 +362,7 @@ def vacuum(
                     warehouse.storage.remove(f"{name}/{path}")
             if doomed:
                 report.tables[name] = f"{len(doomed)} file(s)" + (" would go" if dry_run else "")
-        for name in (journal.JOURNAL, LOCK_TABLE):  # append-only: only orphans of failed
+        for name in (JOURNAL, LOCK_TABLE):  # append-only: only orphans of failed
             # commit attempts, never younger than the safe retention
             table = open_table(warehouse.storage, name)
             if table is not None and (

@@ -12,7 +12,7 @@ from kvtrace.errors import WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import DataFile, add_files, file_stats
 from kvtrace.warehouse.maintenance import MaintenanceReport, row
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.storage import Storage, open_storage
 from kvtrace.warehouse.store import FORMAT, MARKER, create_tables
 

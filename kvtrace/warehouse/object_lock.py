@@ -19,10 +19,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
+from kvtrace.warehouse.schema import LOCK_TABLE
+
 if TYPE_CHECKING:
     from kvtrace.warehouse.storage import Storage
 
-LOCK_TABLE = "_locks"
 STALE_AFTER_S = 600.0
 _SCHEMA = pa.schema([("lock", pa.string())])
 

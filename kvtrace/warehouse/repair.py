@@ -53,7 +53,8 @@ from kvtrace.warehouse.integrity import (
     scan_log,
 )
 from kvtrace.warehouse.maintenance import MAINTENANCE_LOCK, row, settle
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse.schema import JOURNAL
+from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import COLLECTOR_APP_PREFIX, Warehouse
 
 
@@ -96,7 +97,7 @@ def _repair_logs(
                 f"{name}: wrote version 0 of its log again (it only creates the table)"
             )
             continue
-        if name == journal.JOURNAL:
+        if name == JOURNAL:
             lost = _sources_of_journal_entries(warehouse, scan, first)
             report.sources += [s for s in lost if s not in report.sources]
         moved = _move_aside(warehouse, name, scan, first, stamp)
@@ -109,7 +110,7 @@ def _repair_logs(
 
 def _write_version_zero(warehouse: Warehouse, name: str) -> None:
     """A new version 0 for table ``name``: the creation of an empty table of its schema."""
-    schema = journal.JOURNAL_SCHEMA if name == journal.JOURNAL else TABLES[name].schema
+    schema = journal.JOURNAL_SCHEMA if name == JOURNAL else TABLES[name].schema
     scratch = Path(tempfile.mkdtemp(prefix="kvtrace-repair-"))
     try:
         DeltaTable.create(str(scratch), schema=schema)
@@ -145,7 +146,7 @@ def _sources_of_journal_entries(warehouse: Warehouse, scan: LogScan, first: int)
     }
     files = [
         path
-        for path in storage.list_files(journal.JOURNAL)
+        for path in storage.list_files(JOURNAL)
         if path.endswith(".parquet")
         and f"/{LOG_DIR}/" not in path
         and path.split("/", 1)[1] not in kept

@@ -8,7 +8,6 @@ its journal row lands; a writer that dies before then leaves nothing kvtrace sho
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -16,19 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
-from kvtrace.warehouse import journal
-from kvtrace.warehouse.delta_log import DataFile, add_files, create_table, file_stats, open_table
-from kvtrace.warehouse.object_lock import LOCK_TABLE
-from kvtrace.warehouse.schema import TABLES, TableSpec
+from kvtrace.warehouse import snapshot_cache
+from kvtrace.warehouse.schema import JOURNAL, LOCK_TABLE, TABLE_NAMES, schema_digest
 from kvtrace.warehouse.storage import (
     IN_FLIGHT_DIR,
     LOCK_DIR,
@@ -37,16 +29,21 @@ from kvtrace.warehouse.storage import (
     LocalStorage,
     Storage,
     open_storage,
-    partition_value,
 )
+
+if TYPE_CHECKING:  # Arrow, Delta Lake and the writers load with the code that needs them:
+    # a query that finds its snapshot kept on disk needs none of them
+    import pyarrow as pa
+
+    from kvtrace.warehouse.delta_log import DataFile
+    from kvtrace.warehouse.journal import Snapshot
+    from kvtrace.warehouse.table_file import TableFile
 
 SCHEMA_DIR = "_schema"
 SCHEMA_STAMP = "_stamp"  # the digest of the schemas the files were written for
 MARKER = "kvtrace.json"
 FORMAT = 2  # 1: the manifest of kvtrace's own (converted by `kvtrace migrate`)
 COLLECTOR_APP_PREFIX = "kvtrace-commit:"  # the transaction of a commit of no source
-PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
-_LIST_LEAVES = {"selected_pos", "hbm_hit_blocks", "local_pool_hit_blocks", "remote_pool_hit_blocks"}
 _OWN_ENTRIES = {
     MARKER,
     SCHEMA_DIR,
@@ -54,8 +51,8 @@ _OWN_ENTRIES = {
     LOCK_DIR,
     IN_FLIGHT_DIR,
     LOCK_TABLE,
-    journal.JOURNAL,
-    *TABLES,
+    JOURNAL,
+    *TABLE_NAMES,
 }
 
 
@@ -90,56 +87,6 @@ class Commit:
         return f"{COLLECTOR_APP_PREFIX}{self.commit_id}"
 
 
-class TableFile:
-    """A Parquet file of one partition written in several row groups, then published.
-
-    Get one from `Warehouse.open_file`; `append` writes a row group, `close` renames the
-    file into its partition folder (still invisible until the commit is recorded).
-    """
-
-    def __init__(self, warehouse: Warehouse, commit: Commit, spec: TableSpec) -> None:
-        self.warehouse, self.commit, self.spec = warehouse, commit, spec
-        self.temp = warehouse.storage.new_temp(".parquet")
-        self.rows = 0
-        self._first: pa.Table | None = None
-        self._request_range: list[int] = []
-        self._writer: pq.ParquetWriter | None = None
-        commit.open_files.append(self)
-
-    @property
-    def bytes_written(self) -> int:
-        return self.temp.stat().st_size if self.temp.exists() else 0
-
-    def append(self, data: pa.Table) -> None:
-        data = _conform(data, self.spec)
-        if self._writer is None:
-            self._first = data.slice(0, 1)
-            self._writer = pq.ParquetWriter(self.temp, self.spec.schema, **_parquet_options(data))
-        self._writer.write_table(data, row_group_size=max(data.num_rows, 1))
-        self.rows += data.num_rows
-        if "request_id" in data.column_names:
-            ids = data["request_id"]
-            self._request_range = [
-                min([pc.min(ids).as_py(), *self._request_range[:1]]),
-                max([pc.max(ids).as_py(), *self._request_range[1:]]),
-            ]
-
-    def close(self) -> None:
-        """Finish the file and move it into its partition folder."""
-        self.commit.open_files.remove(self)
-        if self._writer is None:
-            return
-        self._writer.close()
-        self.warehouse._publish(self.commit, self.spec, self.temp, self._first, self._request_range)
-
-    def discard(self) -> None:
-        if self in self.commit.open_files:
-            self.commit.open_files.remove(self)
-        if self._writer is not None:
-            self._writer.close()
-        self.temp.unlink(missing_ok=True)
-
-
 class Warehouse:
     """A kvtrace warehouse at ``location``: a folder, or an object-store URI.
 
@@ -161,7 +108,7 @@ class Warehouse:
         self.location = self.storage.location
         self.root = self.storage.root if isinstance(self.storage, LocalStorage) else None
         self.as_of = as_of
-        self._snapshot: journal.Snapshot | None = None
+        self._snapshot: Snapshot | None = None
         marker = self.storage.read_bytes(MARKER)
         if marker is None:
             if not create:
@@ -199,13 +146,18 @@ class Warehouse:
 
         A stamp of the schemas they were last written for spares a command reading every
         file's schema when nothing changed (one read and one listing instead)."""
-        stamp = _schema_stamp()
+        stamp = schema_digest().encode()
         present = set(self.storage.listdir(SCHEMA_DIR))
         if (
             self.storage.read_bytes(f"{SCHEMA_DIR}/{SCHEMA_STAMP}") == stamp
-            and {f"{name}.parquet" for name in TABLES} <= present
+            and {f"{name}.parquet" for name in TABLE_NAMES} <= present
         ):
             return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from kvtrace.warehouse.schema.tables import TABLES
+
         filesystem, base = self.storage.arrow_filesystem()
         for spec in TABLES.values():
             relative = f"{SCHEMA_DIR}/{spec.name}.parquet"
@@ -231,20 +183,50 @@ class Warehouse:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def snapshot(self) -> journal.Snapshot:
+    def snapshot(self) -> Snapshot:
         """What the warehouse shows: the ``as_of`` version, or the newest one (read again
         when another commit has landed since)."""
         if self.as_of is not None:
             if self._snapshot is None:
-                self._snapshot = journal.load(self.storage, self.as_of)
+                self._snapshot = self._load_snapshot(self.as_of)
                 self._check_present(self._snapshot)
             return self._snapshot
-        newest = open_table(self.storage, journal.JOURNAL)
-        if self._snapshot is None or newest is None or newest.version() != self._snapshot.version:
-            self._snapshot = journal.load(self.storage)
+        newest = snapshot_cache.newest_version(self.storage)
+        if self._snapshot is None or newest is None or newest != self._snapshot.version:
+            self._snapshot = self._load_snapshot(None)
         return self._snapshot
 
-    def _check_present(self, snapshot: journal.Snapshot) -> None:
+    def _load_snapshot(self, version: int | None) -> Snapshot:
+        """The snapshot of ``version`` (the newest when None): kept on disk by the first
+        process that computed it (`kvtrace.warehouse.snapshot_cache`), else computed
+        from the journal and kept."""
+        place = snapshot_cache.stored(self.storage, version)
+        if place is not None and (kept := snapshot_cache.load(place)) is not None:
+            return kept
+        from kvtrace.warehouse import journal
+
+        snapshot = journal.load(self.storage, version)
+        if place is None or place.version != snapshot.version:
+            place = snapshot_cache.stored(self.storage, snapshot.version)
+        if place is not None:
+            snapshot_cache.keep(place, snapshot)
+        return snapshot
+
+    def stored_snapshot(self) -> snapshot_cache.StoredSnapshot | None:
+        """Where the snapshot the warehouse shows is kept on disk, for readers that read it
+        there (DuckDB): computed and kept first when no process has.  None where it
+        cannot be kept (or a commit landed meanwhile): read `snapshot` instead."""
+        place = snapshot_cache.stored(self.storage, self.as_of)
+        if place is None:
+            return None
+        if not place.present():
+            snapshot = self.snapshot()
+            if snapshot.version != place.version:
+                return None
+            snapshot_cache.keep(place, snapshot)
+        return place if place.present() else None
+
+    def _check_present(self, snapshot: Snapshot) -> None:
         """An earlier version is readable while vacuum has not deleted its files."""
         paths = snapshot.files["path"].to_pylist()
         present: set[str] = set()
@@ -271,6 +253,8 @@ class Warehouse:
     def run_files(self, run_id: str, table: str) -> list[str]:
         """Paths of the visible files of ``table`` that may hold rows of ``run_id`` (by
         their statistics)."""
+        import pyarrow.compute as pc
+
         files = self.snapshot().table_files(table)
         low, high = files["min_run_id"], files["max_run_id"]
         covers = pc.or_kleene(
@@ -281,6 +265,8 @@ class Warehouse:
 
     def read_files(self, paths: list[str], **options: Any) -> pa.Table:
         """``pyarrow.parquet.read_table`` over warehouse files (paths relative to the root)."""
+        import pyarrow.parquet as pq
+
         filesystem, base = self.storage.arrow_filesystem()
         return pq.read_table(
             [f"{base}/{p}" for p in paths], filesystem=filesystem, partitioning=None, **options
@@ -292,6 +278,9 @@ class Warehouse:
         """Some columns of warehouse files, read one file and one row group at a time on
         one thread (far less memory in flight than `read_files`); the ``dictionary``
         columns come dictionary-encoded."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         filesystem, base = self.storage.arrow_filesystem()
         parts: list[pa.Table] = []
         for path in paths:
@@ -304,6 +293,8 @@ class Warehouse:
     def source_hashes(self, run_id: str, size: int) -> set[str]:
         """The sha256 of every source of ``size`` bytes already ingested into ``run_id``
         (none: a source of that size is surely new to it, without hashing it first)."""
+        import pyarrow.compute as pc
+
         commits = self.snapshot().commits
         same = commits.filter(
             pc.and_(pc.equal(commits["source_size"], size), pc.equal(commits["run_id"], run_id))
@@ -338,7 +329,9 @@ class Warehouse:
         self._writable()
         for stale in self.storage.stale_temps(older_than_s=86_400):
             stale.unlink(missing_ok=True)
-        commit_id = journal.new_commit_id()
+        from kvtrace.warehouse.journal import new_commit_id
+
+        commit_id = new_commit_id()
         return Commit(
             commit_id,
             run_id,
@@ -377,51 +370,31 @@ class Warehouse:
 
     def write(self, commit: Commit, table: str, data: pa.Table) -> None:
         """Write ``data`` (rows of one partition) as Parquet files of ``commit``: one, or
-        for a large table one per core, encoded at once (`PARALLEL_FILE_BYTES`).
+        for a large table one per core, encoded at once (`kvtrace.warehouse.table_file`).
 
         The files are complete in the warehouse before this returns, but stay invisible
         until the commit is recorded.
         """
-        if data.num_rows == 0:
-            return
-        parts = _parallel_parts(data)
-        if parts == 1:
-            handle = self.open_file(commit, table)
-            handle.append(data)
-            handle.close()
-            return
-        step = -(-data.num_rows // parts)
-        handles = [self.open_file(commit, table) for _ in range(parts)]
-        with ThreadPoolExecutor(parts) as pool:  # Parquet encoding releases the GIL
-            list(
-                pool.map(
-                    lambda handle, start: handle.append(data.slice(start, step)),
-                    handles,
-                    range(0, data.num_rows, step),
-                )
-            )
-        for handle in handles:
-            handle.close()
+        from kvtrace.warehouse.schema.tables import TABLES
+        from kvtrace.warehouse.table_file import write_table
+
+        write_table(self, commit, TABLES[table], data)
 
     def write_rows(self, commit: Commit, table: str, rows: list[dict[str, Any]]) -> None:
         """`write` for rows as dicts, built with the table's schema (so a column that the
         first row lacks is not dropped, and a missing key reads as NULL)."""
+        import pyarrow as pa
+
+        from kvtrace.warehouse.schema.tables import TABLES
+
         self.write(commit, table, pa.Table.from_pylist(rows, schema=TABLES[table].schema))
 
     def open_file(self, commit: Commit, table: str) -> TableFile:
         """A file of ``table`` to fill with row groups of one partition."""
-        return TableFile(self, commit, TABLES[table])
+        from kvtrace.warehouse.schema.tables import TABLES
+        from kvtrace.warehouse.table_file import TableFile
 
-    def _publish(
-        self, commit: Commit, spec: TableSpec, temp: Path, first: pa.Table, request_range: list[int]
-    ) -> None:
-        relative = self._file_path(spec, commit, first, request_range)
-        metadata = pq.read_metadata(temp)
-        data_file = DataFile(relative, temp.stat().st_size, metadata.num_rows, file_stats(metadata))
-        self.storage.publish(temp, relative)
-        commit.files.append(data_file)
-        if commit.hold is not None:
-            commit.hold.touch()
+        return TableFile(self, commit, TABLES[table])
 
     def commit(self, commit: Commit) -> bool:
         """Add the files of ``commit`` to their tables and record it in the journal.
@@ -436,6 +409,10 @@ class Warehouse:
                 commit.hold.release()
 
     def _record(self, commit: Commit) -> bool:
+        from kvtrace.warehouse import journal
+        from kvtrace.warehouse.delta_log import add_files
+        from kvtrace.warehouse.schema.tables import TABLES
+
         by_table: dict[str, list[DataFile]] = {}
         for data_file in commit.files:
             by_table.setdefault(data_file.table, []).append(data_file)
@@ -483,9 +460,10 @@ class Warehouse:
         source were taken back (a collector's batch is never committed twice)."""
         if app_id.startswith(COLLECTOR_APP_PREFIX):
             return 1
+        from kvtrace.warehouse import journal
+
         snapshot = self._snapshot
-        table = open_table(self.storage, journal.JOURNAL)
-        if snapshot is not None and table is not None and table.version() == snapshot.version:
+        if snapshot is not None and snapshot_cache.newest_version(self.storage) == snapshot.version:
             return snapshot.generation(app_id)  # the journal read for this ingest's checks
         return journal.retractions(self.storage)[app_id] + 1
 
@@ -499,74 +477,13 @@ class Warehouse:
         if commit.hold is not None:
             commit.hold.release()
 
-    def _file_path(
-        self, spec: TableSpec, commit: Commit, first: pa.Table, request_range: list[int]
-    ) -> str:
-        """``<table>/<key>=<value>/.../<run>[-r<first>-<last>]-<commit>-<n>.parquet``.
-
-        The partition values are those of the file's first row (callers write one
-        partition per file).
-        """
-        parts = [spec.name]
-        for column in spec.partition_by:
-            value = partition_value(first[column][0].as_py())
-            parts.append(f"{spec.partition_dir(column)}={value}")
-        name = partition_value(commit.run_id)
-        if request_range:
-            name += f"-r{request_range[0]}-{request_range[1]}"
-        name += f"-{commit.commit_id}-{len(commit.files):04d}.parquet"
-        return "/".join([*parts, name])
-
 
 def create_tables(storage: Storage) -> None:
     """Create the journal and one empty Delta table per kvtrace table."""
+    from kvtrace.warehouse import journal
+    from kvtrace.warehouse.delta_log import create_table
+    from kvtrace.warehouse.schema.tables import TABLES
+
     journal.create(storage)
     with ThreadPoolExecutor(8) as pool:  # on an object store, each is a few round trips
         list(pool.map(lambda spec: create_table(storage, spec.name, spec.schema), TABLES.values()))
-
-
-def _schema_stamp() -> bytes:
-    """A digest of every table's schema: it changes when a kvtrace release changes one."""
-    text = "\n".join(f"{name}: {spec.schema}" for name, spec in sorted(TABLES.items()))
-    return hashlib.sha256(text.encode()).hexdigest().encode()
-
-
-def _parallel_parts(data: pa.Table) -> int:
-    """How many files to encode ``data`` into at once: one per core, each of at least
-    `PARALLEL_FILE_BYTES` bytes in memory."""
-    return max(
-        1, min(os.cpu_count() or 1, int(data.num_rows), int(data.nbytes) // PARALLEL_FILE_BYTES)
-    )
-
-
-def _conform(data: pa.Table, spec: TableSpec) -> pa.Table:
-    """Order, fill and cast ``data`` to the table's schema (missing columns become NULL)."""
-    columns = []
-    for column in spec.schema:
-        if column.name in data.column_names:
-            columns.append(data[column.name].cast(column.type))
-        else:
-            columns.append(pa.nulls(data.num_rows, column.type))
-    return pa.Table.from_arrays(columns, schema=spec.schema)
-
-
-def _parquet_options(data: pa.Table) -> dict[str, Any]:
-    """ZSTD; dictionaries for strings; delta encoding for integers and the sorted position
-    lists, byte-stream split for floats (both smaller and faster to write than plain)."""
-    encoding = {
-        f"{name}.list.element": "DELTA_BINARY_PACKED"
-        for name in data.column_names
-        if name in _LIST_LEAVES
-    }
-    for column in data.schema:
-        if pa.types.is_integer(column.type) or pa.types.is_timestamp(column.type):
-            encoding[column.name] = "DELTA_BINARY_PACKED"
-        elif pa.types.is_floating(column.type):
-            encoding[column.name] = "BYTE_STREAM_SPLIT"
-    return {
-        "compression": "zstd",
-        "compression_level": 3,
-        "use_dictionary": [c for c in data.column_names if pa.types.is_string(data[c].type)],
-        "column_encoding": encoding,
-        "write_statistics": True,
-    }

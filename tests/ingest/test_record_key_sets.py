@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtrace.ingest.record_keys import RecordKeys
-from kvtrace.warehouse.schema import TableSpec
+from kvtrace.warehouse.schema.tables import TableSpec
 
 SCHEMA = pa.schema([("run_id", pa.string()), ("rank", pa.int32()), ("event_idx", pa.int64()),
                     ("name", pa.string())])  # fmt: skip

@@ -87,7 +87,7 @@ FAMILY_PREFIX = {
 
 
 def test_every_public_object_carries_its_family_prefix():
-    from kvtrace.warehouse.schema import TABLES
+    from kvtrace.warehouse.schema.tables import TABLES
 
     unprefixed = []
     for obj in documented_objects():

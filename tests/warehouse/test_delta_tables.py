@@ -98,7 +98,7 @@ def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing
 
 def test_dead_commits_are_dropped_from_the_logs_other_engines_read(tmp_path, warehouse):
     from kvtrace.warehouse.delta_log import add_files
-    from kvtrace.warehouse.schema import TABLES
+    from kvtrace.warehouse.schema.tables import TABLES
 
     commit = warehouse.begin("orphan")
     warehouse.write_rows(commit, "runs", [{"run_id": "orphan", "run_name": "orphan"}])
@@ -252,7 +252,7 @@ def test_a_warehouse_location_that_is_not_one_is_one_clear_sentence(tmp_path, cl
 def test_a_table_an_older_kvtrace_made_gains_the_new_columns(tmp_path, synthetic_trace):
     from deltalake import DeltaTable
 
-    from kvtrace.warehouse.schema import TABLES
+    from kvtrace.warehouse.schema.tables import TABLES
 
     location = str(tmp_path / "wh")
     warehouse = Warehouse(location, create=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse, journal
 from kvtrace.warehouse.integrity import check
+from kvtrace.warehouse.schema import JOURNAL
 from tests.conftest import DATA, warehouse_at
 
 
@@ -45,10 +46,10 @@ def test_check_reads_the_journal_on_disk_not_what_a_read_kept(tmp_path):
     journal.load_rows(warehouse.storage)  # every journal file now kept in memory
     if warehouse.root is None:
         return  # the file is damaged on local disk only
-    victim = next((warehouse.root / journal.JOURNAL).glob("*.parquet"))
+    victim = next((warehouse.root / JOURNAL).glob("*.parquet"))
     victim.write_bytes(victim.read_bytes()[:20])  # cut short, as a failed upload leaves it
     problems = check(warehouse).problems  # seen, although a read before kept its rows
-    assert [p.table for p in problems] == [journal.JOURNAL]
+    assert [p.table for p in problems] == [JOURNAL]
     assert "the journal of the warehouse is unreadable" in problems[0].what
 
 

@@ -86,3 +86,11 @@ def test_processes_creating_one_warehouse_at_once_all_succeed(tmp_path):
         (tmp_path / "foreign").mkdir()
         (tmp_path / "foreign" / "notes.txt").write_text("mine")
         Warehouse(tmp_path / "foreign", create=True)
+
+
+def test_the_table_names_known_without_arrow_are_those_of_the_schemas():
+    from kvtrace.warehouse.schema import TABLE_NAMES
+    from kvtrace.warehouse.schema.tables import TABLES
+
+    assert TABLE_NAMES == tuple(TABLES)
+    assert all(name == spec.name for name, spec in TABLES.items())

@@ -32,7 +32,7 @@ SELECT c.commit_id, c.warehouse_version,
        list_transform(c.retracted, lambda r: r.commit_id) AS retracted,
        t.entry['table'] AS table_name, t.entry['version'] AS table_version,
        t.entry['files'] AS files, t.entry['rows'] AS "rows", t.entry['bytes'] AS bytes
-FROM _warehouse_commits_arrow AS c
+FROM _snapshot_commits AS c
 LEFT JOIN LATERAL (SELECT unnest(c.tables) AS entry) AS t ON true;
 
 -- @view warehouse_files
@@ -50,9 +50,9 @@ LEFT JOIN LATERAL (SELECT unnest(c.tables) AS entry) AS t ON true;
 CREATE VIEW warehouse_files AS
 SELECT f."table" AS table_name, f.path, f."rows", f.bytes, f.commit_id, f.table_version,
        c.run_id, c.source_path, c.source_sha256, c.created_at
-FROM _warehouse_files_arrow AS f
+FROM _snapshot_files AS f
 LEFT JOIN (
     SELECT DISTINCT entry['commit_id'] AS commit_id, run_id, source_path, source_sha256,
            created_at
-    FROM (SELECT *, unnest(tables) AS entry FROM _warehouse_commits_arrow)
+    FROM (SELECT *, unnest(tables) AS entry FROM _snapshot_commits)
 ) AS c USING (commit_id);

@@ -1,53 +1,49 @@
-"""Arrow schemas of the warehouse tables, one module per trace family."""
+"""The warehouse tables: their names here (known without loading Arrow), their Arrow
+schemas in one module per trace family, all of them in `kvtrace.warehouse.schema.tables`.
 
-from kvtrace.warehouse.schema.core import (
-    INGEST_CHECKS,
-    QUARANTINE,
-    REQUESTS,
-    RUNS,
-    TableSpec,
-)
-from kvtrace.warehouse.schema.dsa import (
-    DSA_FILL_HIST,
-    DSA_OFFSET_HIST,
-    DSA_REQUEST_TOKENS,
-    DSA_STEPS,
-)
-from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, NEEDLE_SPANS
-from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
-from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
-from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
-from kvtrace.warehouse.schema.workload import (
-    BATCH_METRICS,
-    BENCHMARK_SUMMARIES,
-    REQUEST_TIMINGS,
-    WORKLOAD_REQUESTS,
-)
+A command that only reads names what it reads by these names; the schemas load with
+the code that writes or checks files.
+"""
 
-TABLES: dict[str, TableSpec] = {
-    spec.name: spec
-    for spec in (
-        RUNS,
-        REQUESTS,
-        QUARANTINE,
-        INGEST_CHECKS,
-        DSA_STEPS,
-        DSA_OFFSET_HIST,
-        DSA_FILL_HIST,
-        DSA_REQUEST_TOKENS,
-        POOL_SNAPSHOTS,
-        REQUEST_METRICS,
-        RUN_SUMMARIES,
-        EVAL_SAMPLES,
-        NEEDLE_SPANS,
-        WORKLOAD_REQUESTS,
-        REQUEST_TIMINGS,
-        BENCHMARK_SUMMARIES,
-        BATCH_METRICS,
-        TIMELINE_EVENTS,
-        KV_EVENTS,
-        KV_EVENT_BLOCKS,
-    )
-}
+from __future__ import annotations
 
-__all__ = ["TABLES", "TableSpec"]
+import hashlib
+from functools import cache
+from pathlib import Path
+
+JOURNAL = "_commits"  # the warehouse's journal table (`kvtrace.warehouse.journal`)
+LOCK_TABLE = "_locks"  # run locks on an object store (`kvtrace.warehouse.object_lock`)
+TABLE_NAMES: tuple[str, ...] = (
+    "runs",
+    "requests",
+    "quarantine",
+    "ingest_checks",
+    "dsa_steps",
+    "dsa_offset_hist",
+    "dsa_fill_hist",
+    "dsa_request_tokens",
+    "pool_snapshots",
+    "request_metrics",
+    "run_summaries",
+    "eval_samples",
+    "needle_spans",
+    "workload_requests",
+    "request_timings",
+    "benchmark_summaries",
+    "batch_metrics",
+    "timeline_events",
+    "kv_events",
+    "kv_event_blocks",
+)
+"""Every table's name, in the order of `kvtrace.warehouse.schema.tables.TABLES` (a test
+holds the two together)."""
+
+
+@cache
+def schema_digest() -> str:
+    """A digest of the modules that define the tables' schemas: it changes whenever a
+    kvtrace release may change a schema (what is built for one schema is built again)."""
+    digest = hashlib.sha256()
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(module.name.encode() + b"\0" + module.read_bytes() + b"\0")
+    return digest.hexdigest()
