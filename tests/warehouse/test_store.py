@@ -92,5 +92,5 @@ def test_the_table_names_known_without_arrow_are_those_of_the_schemas():
     from kvtrace.warehouse.schema import TABLE_NAMES
     from kvtrace.warehouse.schema.tables import TABLES
 
-    assert TABLE_NAMES == tuple(TABLES)
+    assert tuple(TABLES) == TABLE_NAMES
     assert all(name == spec.name for name, spec in TABLES.items())
