@@ -311,6 +311,7 @@ def optimize(warehouse: Warehouse, target_mb: int = 256) -> MaintenanceReport:
                 "committing into them; optimize again when it has finished"
             )
         report.version = journal.newest_commits(warehouse.storage)[0]
+    warehouse.stored_snapshot()  # kept for the queries that follow (they read it at once)
     return report
 
 

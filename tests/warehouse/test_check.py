@@ -3,11 +3,13 @@ its newest consistent version; ingesting the sources it names restores every row
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse import Warehouse, snapshot_cache
 from kvtrace.warehouse.integrity import LOG_DIR
 from kvtrace.warehouse.maintenance import optimize
 from tests.conftest import warehouse_at
@@ -77,6 +79,21 @@ def _repair_then_ingest_again(cli, location: str, traces, expected_sources: set[
     assert _rows(location) == 24
 
 
+def _queries_name_check_once_the_kept_snapshots_are_gone(
+    cli, location: str, table: str, rows: int
+) -> None:
+    """A damaged table log leaves the snapshot kept before the damage readable (its
+    files are whole); computed from the damaged log, a query names ``kvtrace check``."""
+    query = f"SELECT count(*) FROM {table}"
+    status, out, _ = cli("-w", location, "sql", query, "-f", "csv")
+    assert status == 0 and out.split() == ["count_star()", str(rows)]
+    place = snapshot_cache.stored(Warehouse(location).storage)
+    assert place is not None
+    shutil.rmtree(place.folder.parent)
+    status, _, err = cli("-w", location, "sql", query)
+    assert status == 1 and "kvtrace check" in err and "report it" not in err
+
+
 @pytest.mark.parametrize("damage", [b'{"add": {garbled', b'{"commitInfo": {"timestamp": 1'])
 def test_a_garbled_or_cut_log_entry_is_named_and_rolled_back(three_ingests, cli, damage):
     location, traces = three_ingests
@@ -87,8 +104,7 @@ def test_a_garbled_or_cut_log_entry_is_named_and_rolled_back(three_ingests, cli,
     assert problem.startswith(f"problem: dsa_steps, version {version}: the log entry is garbled")
     assert "8 row(s) cannot be read" in problem and str(traces[2]) in problem
     assert "'kvtrace check --repair' returns it to its newest consistent version" in err
-    status, _, err = cli("-w", location, "sql", "SELECT count(*) FROM dsa_steps")
-    assert status == 1 and "kvtrace check" in err and "report it" not in err
+    _queries_name_check_once_the_kept_snapshots_are_gone(cli, location, "dsa_steps", 24)
     _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
 
 
@@ -97,8 +113,7 @@ def test_a_missing_version_0_is_written_again_and_loses_nothing(three_ingests, c
     Warehouse(location).storage.remove(f"runs/{LOG_DIR}/{0:020d}.json")
     status, out, _ = cli("-w", location, "check")
     assert status == 1 and "problem: runs, version 0: the log entry is missing" in out
-    status, _, err = cli("-w", location, "sql", "SELECT count(*) FROM runs")
-    assert status == 1 and "kvtrace check" in err
+    _queries_name_check_once_the_kept_snapshots_are_gone(cli, location, "runs", 3)
     status, out, _ = cli("-w", location, "check", "--repair")
     assert status == 0 and "runs: wrote version 0 of its log again" in out
     assert "ingest these sources again" not in out
