@@ -7,12 +7,14 @@ Rows (each a fresh process on each side):
 
 1. ``kvtrace --help``, beside a bare ``python -c pass`` (the interpreter's own floor);
 2. ``kvtrace sql "SELECT 1"``, beside DuckDB answering the same from Python;
-3. ``kvtrace sql`` of a run's arrival summary and request lengths on the Mooncake
+3. ``kvtrace.connect(...)`` from Python and one count of the Mooncake warehouse's
+   requests, beside DuckDB's ``SELECT 1`` from Python (imports included);
+4. ``kvtrace sql`` of a run's arrival summary and request lengths on the Mooncake
    conversation trace's warehouse, beside DuckDB reading the trace's JSONL for the same
    two aggregates;
-4. the Mooncake trace ingested and those two queries asked (three commands), beside
+5. the Mooncake trace ingested and those two queries asked (three commands), beside
    pandas reading the JSONL and computing them (one process);
-5. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
+6. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
    prefix semantics, token weight, warm-up 0.5), beside ``kvcache-simulator run``'s
    sweep of the same trace (which computes three policies at 13 budgets; its own floor).
 
@@ -82,6 +84,19 @@ def rows(root: str, scratch: Path) -> list[tuple[str, str, list[list[str]], list
             "DuckDB from Python",
             [[PY, "-c", "import duckdb; duckdb.sql('SELECT 1').fetchall()"]],
             [[KVTRACE, "-w", root, "sql", "SELECT 1"]],
+        ),
+        (
+            "`kvtrace.connect(...)` and one query, from Python",
+            "DuckDB from Python",
+            [[PY, "-c", "import duckdb; duckdb.connect().sql('SELECT 1').fetchall()"]],
+            [
+                [
+                    PY,
+                    "-c",
+                    f"import kvtrace; kvtrace.connect({root!r})"
+                    ".sql('SELECT count(*) FROM workload_requests').fetchall()",
+                ]
+            ],
         ),
         (
             "arrival summary + lengths, Mooncake warehouse",

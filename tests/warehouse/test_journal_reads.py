@@ -30,8 +30,8 @@ def test_a_read_fetches_only_the_new_commits_files_and_gives_every_row(tmp_path,
     reader = journal._read_file
     monkeypatch.setattr(journal, "_read_file", lambda fs, p: fetched.append(p) or reader(fs, p))
     first = journal.load_rows(warehouse.storage)
-    ingest(warehouse, paths[5:])  # one more commit: one more journal file
     fetched.clear()
+    ingest(warehouse, paths[5:])  # one more commit: one more journal file, read once
     cached = journal.load_rows(warehouse.storage)
     assert len(fetched) == 1
     fetched.clear()
