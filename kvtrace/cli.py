@@ -18,14 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from kvtrace._version import __version__
 from kvtrace.analysis import connect
@@ -72,8 +64,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="kvtrace: a columnar trace warehouse and query toolkit for LLM-inference research.",
 )
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
+
+
+class _Console:
+    """A rich console, made at its first use (importing rich costs a command 20 ms that
+    a query printing its own table does not need)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    @property
+    def console(self) -> Any:  # rich.console.Console
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
+
+
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
+out = _Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
 
 
 @dataclass
@@ -288,6 +302,14 @@ def ingest(
 def _with_progress(label: str, work):
     if options.quiet or not err.is_terminal:
         return work(None)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     columns = (
         "[progress.description]{task.description}",
         BarColumn(),
@@ -295,7 +317,7 @@ def _with_progress(label: str, work):
         TransferSpeedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as bar:
+    with Progress(*columns, console=err.console, transient=True) as bar:
         task = bar.add_task(label, total=None)
         return work(lambda done, total: bar.update(task, completed=done, total=total))
 
@@ -646,13 +668,15 @@ def _request_progress(total: int):
     if options.quiet or not err.is_terminal:
         yield None
         return
+    from rich.progress import BarColumn, Progress, TimeRemainingColumn
+
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         "{task.completed}/{task.total} requests",
         "{task.fields[rate]}",
         TimeRemainingColumn(),
-        console=err,
+        console=err.console,
         transient=True,
     ) as bar:
         task = bar.add_task("collecting", total=total, rate="")

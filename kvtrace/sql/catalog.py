@@ -378,19 +378,18 @@ def _definers() -> dict[str, str]:
     return found
 
 
-_STATEMENT = re.compile(
-    r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:VIEW|MACRO)\s+(\w+).*?(?=^CREATE\s|\Z)",
-    re.IGNORECASE | re.MULTILINE | re.DOTALL,
-)
+_STATEMENT_START = re.compile(r"^(?=CREATE\s)", re.IGNORECASE | re.MULTILINE)
+_VIEW_OR_MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
 
 
 @cache
 def _statements() -> dict[str, str]:
     """Each library object's CREATE statement, by its name and its aliases' (lower-cased)."""
     found: dict[str, str] = {}
-    for sql_file in library():
-        for match in _STATEMENT.finditer(sql_file.text):
-            found[match[1].lower()] = match[0]
+    for sql_file in library():  # a statement runs from its CREATE to the next one's
+        for statement in _STATEMENT_START.split(sql_file.text)[1:]:
+            if match := _VIEW_OR_MACRO.match(statement):
+                found[match[1].lower()] = statement
     for sql_file in library():
         for obj in sql_file.objects:
             for alias in obj.aliases:
