@@ -241,11 +241,11 @@ def _snapshot_tables(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> li
     and the visible data files of the version the warehouse shows) and return the files
     as (table, path) pairs.
 
-    On local disk they come from where the snapshot is kept (DuckDB reads it: no Arrow,
-    no Delta Lake library); over an object store, or where it cannot be kept, from the
-    snapshot in Arrow.  One snapshot either way, so every view reads the same version.
+    They come from where the snapshot is kept (DuckDB reads it: no Arrow, no Delta Lake
+    library), or where it cannot be kept, from the snapshot in Arrow.  One snapshot
+    either way, so every view reads the same version.
     """
-    place = warehouse.stored_snapshot() if warehouse.root is not None else None
+    place = warehouse.stored_snapshot()
     if place is not None:
         try:
             for name, path in (

@@ -197,20 +197,16 @@ class Warehouse:
         return self._snapshot
 
     def _load_snapshot(self, version: int | None) -> Snapshot:
-        """The snapshot of ``version`` (the newest when None): kept on disk by the first
-        process that computed it (`kvtrace.warehouse.snapshot_cache`), else computed
-        from the journal and kept."""
+        """The snapshot of ``version`` (the newest when None): as kept on disk by the
+        first reader that needed it there (`stored_snapshot`), else computed from the
+        journal (and not kept: an ingest works out one per file it commits, which only
+        its own checks read)."""
         place = snapshot_cache.stored(self.storage, version)
         if place is not None and (kept := snapshot_cache.load(place)) is not None:
             return kept
         from kvtrace.warehouse import journal
 
-        snapshot = journal.load(self.storage, version)
-        if place is None or place.version != snapshot.version:
-            place = snapshot_cache.stored(self.storage, snapshot.version)
-        if place is not None:
-            snapshot_cache.keep(place, snapshot)
-        return snapshot
+        return journal.load(self.storage, version)
 
     def stored_snapshot(self) -> snapshot_cache.StoredSnapshot | None:
         """Where the snapshot the warehouse shows is kept on disk, for readers that read it

@@ -47,7 +47,7 @@ def _no_journal_reads(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_kept_snapshot_equals_the_one_computed_from_the_journal(warehouse, monkeypatch):
     ingest(warehouse, [str(MOONCAKE), str(VLLM_BENCH)])
     computed = journal.load(warehouse.storage)
-    Warehouse(warehouse.location).snapshot()  # computed and kept
+    assert Warehouse(warehouse.location).stored_snapshot() is not None  # kept
     _no_journal_reads(monkeypatch)
     _assert_same(Warehouse(warehouse.location).snapshot(), computed)
     assert _kept(warehouse.location)[-1].startswith(f"{computed.version:012d}-")
@@ -125,12 +125,16 @@ def test_only_the_newest_versions_are_kept(warehouse, synthetic_trace):
 def test_readers_racing_to_keep_one_version_all_see_it_whole(warehouse):
     ingest(warehouse, [str(MOONCAKE), str(VLLM_BENCH)])
     computed = journal.load(warehouse.storage)
-    shown: list[journal.Snapshot] = []
+    place = snapshot_cache.stored(warehouse.storage)
+    assert place is not None
+    shutil.rmtree(place.folder.parent)  # the ingest kept it: forgotten, to race for it
+    shown: list[journal.Snapshot | None] = []
     failures: list[BaseException] = []
 
     def read() -> None:
         try:
-            shown.append(Warehouse(warehouse.location).snapshot())
+            kept = Warehouse(warehouse.location).stored_snapshot()
+            shown.append(None if kept is None else snapshot_cache.load(kept))
         except BaseException as exc:  # reported below
             failures.append(exc)
 
@@ -139,18 +143,32 @@ def test_readers_racing_to_keep_one_version_all_see_it_whole(warehouse):
         thread.start()
     for thread in threads:
         thread.join()
-    assert failures == []
+    assert failures == [] and len(shown) == 6
     for snapshot in shown:
+        assert snapshot is not None
         _assert_same(snapshot, computed)
-    place = snapshot_cache.stored(warehouse.storage)
-    assert place is not None and place.present()
-    assert [name for name in _kept(warehouse.location) if name.startswith(".")] == []
+    assert _kept(warehouse.location) == [place.folder.name]  # no scratch folder left
+
+
+def test_an_ingest_keeps_the_version_it_leaves_not_those_of_each_file(warehouse, tmp_path):
+    parts = MOONCAKE.read_text().splitlines(keepends=True)
+    paths = []
+    for i in range(4):
+        path = tmp_path / f"part{i}.jsonl"
+        path.write_text("".join(parts[i * 5 : i * 5 + 5]))
+        paths.append(str(path))
+    ingest(warehouse, paths)  # four commits
+    newest = journal.load(warehouse.storage).version
+    assert [int(name.split("-")[0]) for name in _kept(warehouse.location)] == [newest]
 
 
 def test_an_earlier_version_is_kept_apart(warehouse):
     ingest(warehouse, [str(MOONCAKE)])
     ingest(warehouse, [str(VLLM_BENCH)])
-    past = Warehouse(warehouse.location, as_of=1).snapshot()
+    place = Warehouse(warehouse.location, as_of=1).stored_snapshot()
+    assert place is not None and place.version == 1
+    past = snapshot_cache.load(place)
+    assert past is not None
     _assert_same(past, journal.load(warehouse.storage, 1))
     _assert_same(Warehouse(warehouse.location, as_of=1).snapshot(), past)
     assert Warehouse(warehouse.location).snapshot().version == 2
