@@ -276,14 +276,34 @@ def journaled_ids(commits: pa.Table) -> set[str]:
     return set(entries.field("commit_id").to_pylist())
 
 
+def _files_at(storage: Storage, table: str, version: int) -> pa.Table:
+    """The files of ``table`` at ``version`` (`active_files`).  A version's files never
+    change, so the newest version read of each table is kept (`_TABLE_FILES`): an ingest
+    of many files works out a snapshot per file, and most of the tables it names have
+    not moved since the last one."""
+    kept = _TABLE_FILES.setdefault(storage, {})
+    if table in kept and kept[table][0] == version:
+        return kept[table][1]
+    delta = open_table(storage, table, version)
+    if delta is None:
+        raise WarehouseError(f"the journal names table {table}, which {storage.location} lacks")
+    files = active_files(delta)
+    if version >= kept.get(table, (-1, files))[0]:
+        kept[table] = (version, files)
+    return files
+
+
+# Per storage, the newest version read of each table and its files (see `_files_at`).
+_TABLE_FILES: weakref.WeakKeyDictionary[Storage, dict[str, tuple[int, pa.Table]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
     journaled = journaled_ids(commits)
     parts = []
     for table, version in sorted(named_versions(commits).items()):
-        delta = open_table(storage, table, version)
-        if delta is None:
-            raise WarehouseError(f"the journal names table {table}, which {storage.location} lacks")
-        files = active_files(delta)
+        files = _files_at(storage, table, version)
         paths = files["path"].to_pylist()
         ids = [commit_of(p) for p in paths]
         keep = [i is None or i in journaled for i in ids]
