@@ -131,10 +131,7 @@ def add_files(
     Returns the table version to read and the id of the commit whose files the table
     holds for ``app_id``: ours, or that of the process that got there first.
     """
-    now_ms = int(time.time() * 1000)  # when the files joined the log (for their age)
-    actions: list[AddAction | RemoveAction] = [
-        AddAction(f.path.split("/", 1)[1], f.size, {}, now_ms, True, f.stats) for f in files
-    ]
+    actions = add_actions(files)
     evolved = False
     while True:
         table = open_table(storage, name)
@@ -143,8 +140,7 @@ def add_files(
             continue
         if (table.transaction_version(app_id) or 0) >= generation:
             return table.version(), _committer(table, app_id, generation)
-        if not evolved and _missing_columns(table, schema):
-            _add_columns(table, schema)
+        if not evolved and ensure_columns(table, schema):
             evolved = True
             continue
         try:
@@ -164,6 +160,20 @@ def add_files(
         except CommitFailedError:
             continue  # a concurrent commit: look again whether it was this transaction
         return open_table(storage, name).version(), commit_id  # type: ignore[union-attr]
+
+
+def add_actions(files: list[DataFile]) -> list[AddAction | RemoveAction]:
+    """The log actions that add ``files`` (paths relative to the root) to their table."""
+    now_ms = int(time.time() * 1000)  # when the files joined the log (for their age)
+    return [AddAction(f.path.split("/", 1)[1], f.size, {}, now_ms, True, f.stats) for f in files]
+
+
+def ensure_columns(table: DeltaTable, schema: pa.Schema) -> bool:
+    """Add to ``table`` the columns of ``schema`` it lacks; False when it lacks none."""
+    if not _missing_columns(table, schema):
+        return False
+    _add_columns(table, schema)
+    return True
 
 
 def _missing_columns(table: DeltaTable, schema: pa.Schema) -> list[pa.Field]:
