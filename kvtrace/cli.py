@@ -1519,10 +1519,10 @@ def main() -> None:
 
     SIGTERM stops a command the way Ctrl-C does (a collector writes what it has and
     closes its run).  On Linux, Arrow allocates from its jemalloc pool unless
-    ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise.  The process ends with ``os._exit`` once its output is flushed:
-    the Delta Lake library's runtime threads can abort an interpreter's ordinary exit
-    ("terminate called without an active exception"), and nothing of kvtrace's is left
-    to do by then.
+    ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise.  The process ends with ``os._exit`` once
+    its output is flushed: the Delta Lake library's runtime threads can abort an
+    interpreter's ordinary exit ("terminate called without an active exception"), and
+    nothing of kvtrace's is left to do by then.
     """
     signal.signal(signal.SIGTERM, _terminate)
     if sys.platform == "linux":  # Arrow's jemalloc pool: as fast as its default (mimalloc)
