@@ -3,9 +3,10 @@
 Once version V of a warehouse is committed, its snapshot never changes: the journal's rows
 up to V and the table versions they name are fixed.  Computing it reads every journal file
 and the log of every table it names (in a warehouse of a thousand runs, thousands of
-one-row files), so the first process that computes a version's snapshot keeps it in the
-cache folder (`kvtrace.defaults.cache_folder`) as two Parquet files and a JSON file, and
-later processes read those instead.  DuckDB reads the Parquet files directly, so a query
+one-row files), so a process that needs a version's snapshot on disk (a connection, the
+end of an ingest or optimize: `Warehouse.stored_snapshot`) keeps it in the cache folder
+(`kvtrace.defaults.cache_folder`) as two Parquet files and a JSON file, and later
+processes read those instead.  DuckDB reads the Parquet files directly, so a query
 needs no Arrow and no Delta Lake library to find what to read (`kvtrace.sql.catalog`).
 
 A snapshot is named by its warehouse's location, its version and a hash of the journal's
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from kvtrace.warehouse.storage import Storage
 
 JOURNAL_LOG = f"{JOURNAL}/_delta_log"
-KEEP_PER_WAREHOUSE = 8  # snapshots kept per warehouse: the newest versions computed
+KEEP_PER_WAREHOUSE = 8  # snapshots kept per warehouse: the newest versions kept
 COMMITS = "commits.parquet"  # the journal's standing rows
 FILES = "files.parquet"  # the visible data files
 RETRACTIONS = "retractions.json"  # application transaction id -> commits taken back
