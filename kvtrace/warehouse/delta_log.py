@@ -15,6 +15,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -69,6 +70,15 @@ def file_stats(metadata: pq.FileMetaData) -> str:
     return json.dumps(
         {"numRecords": metadata.num_rows, "minValues": lows, "maxValues": highs, "nullCount": nulls}
     )
+
+
+def publish_file(storage: Storage, temp: Path, relative: str) -> DataFile:
+    """Move the finished Parquet file ``temp`` to ``relative`` (its table's folder, not yet
+    in the table's log) and describe it: size, rows and statistics from its footer."""
+    metadata = pq.read_metadata(temp)
+    data_file = DataFile(relative, temp.stat().st_size, metadata.num_rows, file_stats(metadata))
+    storage.publish(temp, relative)
+    return data_file
 
 
 DAMAGED = "'kvtrace check' says what is wrong, and 'kvtrace check --repair' mends it"

@@ -42,8 +42,8 @@ from kvtrace.warehouse.delta_log import (
     add_actions,
     create_table,
     ensure_columns,
-    file_stats,
     open_table,
+    publish_file,
 )
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.storage import Storage
@@ -146,11 +146,8 @@ def _write_row(storage: Storage, row: dict[str, Any]) -> DataFile:
     (Delta Lake's own writer would cost a command 20 MB and 8 ms more)."""
     temp = storage.new_temp(".parquet")
     pq.write_table(pa.Table.from_pylist([row], schema=JOURNAL_SCHEMA), temp)
-    metadata = pq.read_metadata(temp)
     relative = f"{JOURNAL}/{row['commit_id']}-{uuid.uuid4().hex[:8]}.parquet"
-    written = DataFile(relative, temp.stat().st_size, metadata.num_rows, file_stats(metadata))
-    storage.publish(temp, relative)
-    return written
+    return publish_file(storage, temp, relative)
 
 
 def holds(storage: Storage, app_id: str) -> bool:

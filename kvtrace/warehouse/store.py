@@ -188,20 +188,23 @@ class Warehouse:
         when another commit has landed since)."""
         if self.as_of is not None:
             if self._snapshot is None:
-                self._snapshot = self._load_snapshot(self.as_of)
+                place = snapshot_cache.stored(self.storage, self.as_of)
+                self._snapshot = self._load_snapshot(place, self.as_of)
                 self._check_present(self._snapshot)
             return self._snapshot
         newest = snapshot_cache.newest_version(self.storage)
         if self._snapshot is None or newest is None or newest != self._snapshot.version:
-            self._snapshot = self._load_snapshot(None)
+            place = None if newest is None else snapshot_cache.stored(self.storage, newest)
+            self._snapshot = self._load_snapshot(place, None)
         return self._snapshot
 
-    def _load_snapshot(self, version: int | None) -> Snapshot:
-        """The snapshot of ``version`` (the newest when None): as kept on disk by the
-        first reader that needed it there (`stored_snapshot`), else computed from the
+    def _load_snapshot(
+        self, place: snapshot_cache.StoredSnapshot | None, version: int | None
+    ) -> Snapshot:
+        """The snapshot of ``version`` (the newest when None): as kept at ``place`` by the
+        first reader that needed it on disk (`stored_snapshot`), else computed from the
         journal (and not kept: an ingest works out one per file it commits, which only
         its own checks read)."""
-        place = snapshot_cache.stored(self.storage, version)
         if place is not None and (kept := snapshot_cache.load(place)) is not None:
             return kept
         from kvtrace.warehouse import journal

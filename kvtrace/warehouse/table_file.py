@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kvtrace.warehouse.delta_log import DataFile, file_stats
+from kvtrace.warehouse.delta_log import publish_file
 from kvtrace.warehouse.schema.tables import TableSpec
 from kvtrace.warehouse.storage import partition_value
 
@@ -65,12 +65,7 @@ class TableFile:
         if self._writer is None or self._first is None:
             return
         self._writer.close()
-        relative = self._path(self._first)
-        metadata = pq.read_metadata(self.temp)
-        data_file = DataFile(
-            relative, self.temp.stat().st_size, metadata.num_rows, file_stats(metadata)
-        )
-        self.warehouse.storage.publish(self.temp, relative)
+        data_file = publish_file(self.warehouse.storage, self.temp, self._path(self._first))
         self.commit.files.append(data_file)
         if self.commit.hold is not None:
             self.commit.hold.touch()
