@@ -33,7 +33,15 @@ FORBIDDEN = {
     "samples": ABOVE_KERNELS | {"kernels"},
     "synthetic": ABOVE_KERNELS,
 }
-TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "cli", "defaults", "errors"}
+TOP_LEVEL_MODULES = {
+    "__init__",
+    "__main__",
+    "_version",
+    "cli",
+    "defaults",
+    "errors",
+    "prefetch",
+}
 
 
 def _kvtrace_imports(path: Path) -> set[str]:

@@ -40,7 +40,7 @@ import numpy as np
 
 from kvtrace.analysis.kv_access import Policy
 from kvtrace.analysis.kv_access.plan import RunPlan
-from kvtrace.analysis.kv_access.stream import Chunk, StreamReader, Window, prefetched, windows
+from kvtrace.analysis.kv_access.stream import Chunk, StreamReader, Window, windows
 from kvtrace.kernels.access_items import distinct_per_bucket, first_touches
 from kvtrace.kernels.cache_sim import (
     LruStack,
@@ -51,6 +51,7 @@ from kvtrace.kernels.cache_sim import (
     tally_distances,
 )
 from kvtrace.kernels.sampling import sampled
+from kvtrace.prefetch import prefetched
 from kvtrace.sql.catalog import cursor_of
 
 
@@ -501,7 +502,9 @@ def _simulate_windows(
     replicated: dict[int, tuple[int, int]] = {}
     reader = StreamReader(con, plan)
     current: _UnitRun | None = None
-    for chunk in prefetched(chunk for part in parts for chunk in reader.chunks(part)):
+    for chunk in prefetched(
+        (chunk for part in parts for chunk in reader.chunks(part)), name="kvtrace-stream"
+    ):
         if current is None or chunk.unit != current.unit:
             if current is not None:
                 units.append(current.finish())

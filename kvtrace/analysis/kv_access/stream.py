@@ -14,10 +14,8 @@ never split across units.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from queue import Full, Queue
 
 import duckdb
 import numpy as np
@@ -190,39 +188,6 @@ class StreamReader:
             ).to_arrow_table()
         finally:
             self.con.unregister("_kvtrace_window")
-
-
-def prefetched(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
-    """``chunks``, read ahead by a thread (queries and the stream kernel release the GIL,
-    so the next window is read while the caller simulates this one)."""
-    queue: Queue[Chunk | BaseException | None] = Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for chunk in chunks:
-                while not stop.is_set():
-                    try:
-                        queue.put(chunk, timeout=0.1)
-                        break
-                    except Full:
-                        continue
-                if stop.is_set():
-                    return
-            queue.put(None)
-        except BaseException as exc:  # raised again in the caller's thread
-            queue.put(exc)
-
-    thread = threading.Thread(target=produce, name="kvtrace-stream", daemon=True)
-    thread.start()
-    try:
-        while (item := queue.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _ints(table: pa.Table, name: str) -> np.ndarray:
