@@ -1,13 +1,13 @@
 """Read DSA top-k trace files (both JSONL layouts of the tracer) through the `DsaWriter`.
 
-The file is read in chunks of whole lines; Arrow parses the next chunk in a background
-thread while the writer validates and stores the current one.
+The file is read in chunks of whole lines; a background thread reads and parses the next
+chunk (the position lists by a compiled pass, the rest by Arrow) while the writer
+validates and stores the current one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +16,36 @@ import pyarrow.compute as pc
 from kvtrace.errors import InputError
 from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical, detect_format
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import Chunk, ParsedChunk, parse_chunk, raw_text, read_chunks
+from kvtrace.ingest.lines import (
+    Chunk,
+    IntLists,
+    ParsedChunk,
+    parse_chunk,
+    raw_text,
+    read_chunks,
+)
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.prefetch import prefetched
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.dsa_writer import DsaFileResult, DsaWriter
+
+_INT_LISTS: dict[Format, IntLists] = {
+    "seed": IntLists(lift=("selected_token_pos",), drop=("selected_block_ids",)),
+    "nested": IntLists(lift=("selected_token_pos", "topk_indices")),
+}
+"""The long integer arrays of each layout, read without Arrow's JSON reader (the block
+ids are the tracer's own summary of the positions, which the writer recomputes)."""
 
 
 def read_dsa_file(
     writer: DsaWriter, path: Path, fmt: Format, progress: Callable[[int], None] | None = None
 ) -> DsaFileResult:
     """Feed every line of ``path`` to ``writer`` and finish it."""
-    schema = SCHEMAS[fmt]
-    with ThreadPoolExecutor(max_workers=1) as parser:
-        pending = None
-        for chunk in read_chunks(path):
-            parsing = (chunk, parser.submit(parse_chunk, chunk, schema))
-            if pending is not None:
-                _consume(writer, fmt, pending[0], pending[1].result(), progress)
-            pending = parsing
-        if pending is not None:
-            _consume(writer, fmt, pending[0], pending[1].result(), progress)
+    schema, int_lists = SCHEMAS[fmt], _INT_LISTS[fmt]
+    parsed_chunks = ((chunk, parse_chunk(chunk, schema, int_lists)) for chunk in read_chunks(path))
+    for chunk, parsed in prefetched(parsed_chunks, depth=1, name="kvtrace-parse"):
+        _consume(writer, fmt, chunk, parsed, progress)
     return writer.finish()
 
 

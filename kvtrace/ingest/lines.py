@@ -28,7 +28,7 @@ import pyarrow.json as pa_json
 from kvtrace.errors import InputError
 from kvtrace.warehouse.rejects import BadLine
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 MAX_RAW_CHARS = 1 << 16
 NOT_UTF8 = "not UTF-8 text (binary data or a corrupted line)"
 NESTED_TOO_DEEPLY = "nested too deeply to read (more levels than any trace record has)"
@@ -187,8 +187,22 @@ def json_records(
             progress(chunk.source_offset)
 
 
-def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
-    """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL)."""
+@dataclass(frozen=True)
+class IntLists:
+    """Top-level integer arrays that `parse_chunk` reads itself (see
+    `kvtrace.kernels.json_lists`): ``lift`` into their schema columns, ``drop`` (fields
+    the schema ignores) checked and discarded."""
+
+    lift: tuple[str, ...]
+    drop: tuple[str, ...] = ()
+
+
+def parse_chunk(chunk: Chunk, schema: pa.Schema, int_lists: IntLists | None = None) -> ParsedChunk:
+    """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL).
+
+    With ``int_lists``, those arrays are read by a compiled pass and Arrow parses the
+    rest; a chunk that pass does not take whole is parsed by Arrow alone.
+    """
     if not chunk.data or chunk.data.isspace():  # (strip() would copy the chunk)
         return ParsedChunk(schema.empty_table(), np.zeros(0, dtype=np.int64), [])
     try:
@@ -197,14 +211,49 @@ def parse_chunk(chunk: Chunk, schema: pa.Schema) -> ParsedChunk:
         return _parse_line_by_line(chunk, schema)
     if not _every_line_an_object(chunk):
         return _parse_line_by_line(chunk, schema)
-    try:
-        table = _parse(chunk.data, schema)
-    except pa.ArrowInvalid:
-        return _parse_line_by_line(chunk, schema)
+    table = _parse_lifted(chunk, schema, int_lists) if int_lists else None
+    if table is None:
+        try:
+            table = _parse(chunk.data, schema)
+        except pa.ArrowInvalid:
+            return _parse_line_by_line(chunk, schema)
     if table.num_rows == chunk.lines:
         numbers = np.arange(chunk.first_line, chunk.first_line + chunk.lines, dtype=np.int64)
         return ParsedChunk(table, numbers, [])
     return _parse_line_by_line(chunk, schema)  # blank lines: recover the numbering
+
+
+def _parse_lifted(chunk: Chunk, schema: pa.Schema, int_lists: IntLists) -> pa.Table | None:
+    """The chunk's table, its integer arrays read by `lift_int_lists`; None when that
+    pass or Arrow does not take the chunk whole (the caller then parses it as before)."""
+    from kvtrace.kernels.json_lists import key_table, lift_int_lists
+
+    names = int_lists.lift + int_lists.drop
+    keys, key_lengths = key_table([name.encode() for name in names])
+    handled, rest, rest_length, values, offsets, present = lift_int_lists(
+        np.frombuffer(chunk.data, dtype=np.uint8),
+        chunk.lines,
+        keys,
+        key_lengths,
+        len(int_lists.lift),
+    )
+    if not handled:
+        return None
+    try:
+        table = _parse(rest[:rest_length].tobytes(), schema)
+    except pa.ArrowInvalid:
+        return None
+    if table.num_rows != chunk.lines:
+        return None
+    for k, name in enumerate(int_lists.lift):
+        column = pa.ListArray.from_arrays(
+            pa.array(offsets[k].astype(np.int32)),
+            pa.array(values[k, : offsets[k, -1]].copy()),
+            type=schema.field(name).type,
+            mask=pa.array(~present[k]),
+        )
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    return table
 
 
 def _every_line_an_object(chunk: Chunk) -> bool:
