@@ -28,7 +28,7 @@ from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.dsa import DSA_STEPS, TIERS
 from kvtrace.warehouse.table_file import TableFile
 
-FLUSH_BYTES = 64 << 20  # Arrow bytes buffered before a row group is written
+FLUSH_BYTES = 32 << 20  # Arrow bytes buffered before a row group is written
 FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk
 _INT32_MAX = 2**31 - 1
 
