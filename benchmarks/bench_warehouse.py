@@ -5,8 +5,10 @@
 Generates a seed-format DSA trace (61 layers, 2048 positions a row, synthetic), then
 measures side by side:
 
-1. ingest throughput: ``kvtrace ingest`` vs DuckDB ``COPY (FROM read_json(...)) TO parquet``,
-   interleaved for ``--rounds`` rounds (medians, with the spread of the ratio);
+1. ingest: ``ingest()`` vs DuckDB ``COPY (FROM read_json(...)) TO parquet`` in this
+   process, and the ``kvtrace ingest`` command vs a Python process running the COPY
+   (wall and CPU seconds, peak RSS, from GNU time), interleaved for ``--rounds`` rounds
+   (medians, with the spread of the ratio);
 2. storage: warehouse bytes vs JSONL bytes;
 3. the ``dsa_summary`` query vs the same statistics computed by DuckDB over the JSONL;
 4. re-binning to block size 16 on one thread: ``dsa_blocks(16)`` vs DuckDB list lambdas.
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -55,6 +58,44 @@ def machine() -> str:
         f"{platform.python_version()}, DuckDB {duckdb.__version__}, kvtrace "
         f"{kvtrace.__version__}"
     )
+
+
+COPY_PROCESS = "import duckdb, sys; duckdb.connect().execute(sys.argv[1])"
+KVTRACE = str(Path(sys.executable).with_name("kvtrace"))
+
+
+@dataclass
+class Run:
+    """One fresh process: wall and CPU seconds, peak RSS."""
+
+    wall: float
+    cpu: float
+    peak_rss_mb: float
+
+    @staticmethod
+    def median(runs: list[Run]) -> Run:
+        return Run(
+            float(np.median([r.wall for r in runs])),
+            float(np.median([r.cpu for r in runs])),
+            float(np.median([r.peak_rss_mb for r in runs])),
+        )
+
+
+def process(command: list[str]) -> Run:
+    """Run ``command`` as a fresh process under GNU time (a child forked from this
+    process would count this process's memory as its own)."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "%U %S %M", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} failed: {done.stderr}")
+    user, system, rss_kb = done.stderr.split()[-3:]
+    return Run(wall, float(user) + float(system), int(rss_kb) / 1024)
 
 
 def timed(work) -> tuple[float, object]:
@@ -112,41 +153,33 @@ def main() -> None:
     jsonl_bytes = trace.stat().st_size
     positions = rows * 2048
 
-    # 1. ingest vs DuckDB COPY, interleaved round by round so that a noisy stretch of the
-    # machine lands on both
+    # 1. ingest vs DuckDB COPY, in this process and as fresh processes, interleaved round
+    # by round so that a noisy stretch of the machine lands on both
     duck_parquet = work / "duckdb_copy.parquet"
-    copy_times, ingest_times = [], []
+    copy_sql = f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"
+    copy_times, ingest_times, copy_runs, ingest_runs = [], [], [], []
     for round_no in range(args.rounds):
-        copy_times.append(
-            timed(
-                lambda: duckdb.connect().execute(
-                    f"COPY (FROM read_json('{trace}')) TO '{duck_parquet}' (FORMAT parquet)"
-                )
-            )[0]
-        )
+        copy_times.append(timed(lambda: duckdb.connect().execute(copy_sql))[0])
         shutil.rmtree(work / "wh", ignore_errors=True)
         warehouse = Warehouse(work / "wh", create=True)
         seconds, report = timed(lambda wh=warehouse: ingest(wh, [str(trace)]))
         assert report.rows == rows and report.rejected == 0
         ingest_times.append(seconds)
-        print(f"round {round_no + 1}: COPY {copy_times[-1]:.1f} s, ingest {seconds:.1f} s")
+        copy_runs.append(process([sys.executable, "-c", COPY_PROCESS, copy_sql]))
+        shutil.rmtree(work / "wh-cmd", ignore_errors=True)
+        ingest_runs.append(
+            process([KVTRACE, "-q", "-w", str(work / "wh-cmd"), "ingest", str(trace)])
+        )
+        print(
+            f"round {round_no + 1}: in process COPY {copy_times[-1]:.1f} s, ingest "
+            f"{seconds:.1f} s; as processes COPY {copy_runs[-1].wall:.1f} s, "
+            f"kvtrace ingest {ingest_runs[-1].wall:.1f} s"
+        )
+    shutil.rmtree(work / "wh-cmd")
     ratios = [c / i for c, i in zip(copy_times, ingest_times, strict=True)]
+    command_ratios = [c.wall / i.wall for c, i in zip(copy_runs, ingest_runs, strict=True)]
     copy_s, ingest_s = float(np.median(copy_times)), float(np.median(ingest_times))
-    # peak memory of the same ingest in a fresh process
-    rss_script = (
-        "import re, sys; from kvtrace.ingest import ingest; "
-        "from kvtrace.warehouse import Warehouse; "
-        "ingest(Warehouse(sys.argv[1], create=True), [sys.argv[2]]); "
-        "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])"
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", rss_script, str(work / "wh-rss"), str(trace)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    shutil.rmtree(work / "wh-rss")
-    ingest_peak_rss_mb = int(child.stdout.split()[-1]) / 1024
+    copy_run, ingest_run = Run.median(copy_runs), Run.median(ingest_runs)
 
     # 2. bytes
     warehouse_bytes = sum(warehouse.snapshot().files["bytes"].to_pylist())
@@ -202,7 +235,15 @@ def main() -> None:
         "ingest_vs_copy": float(np.median(ratios)),
         "ingest_vs_copy_range": [min(ratios), max(ratios)],
         "rounds": args.rounds,
-        "ingest_peak_rss_mb": ingest_peak_rss_mb,
+        "command_copy_s": copy_run.wall,
+        "command_ingest_s": ingest_run.wall,
+        "command_ingest_vs_copy": float(np.median(command_ratios)),
+        "command_ingest_vs_copy_range": [min(command_ratios), max(command_ratios)],
+        "command_copy_cpu_s": copy_run.cpu,
+        "command_ingest_cpu_s": ingest_run.cpu,
+        "command_cpu_ratio": ingest_run.cpu / copy_run.cpu,
+        "command_copy_peak_rss_mb": copy_run.peak_rss_mb,
+        "ingest_peak_rss_mb": ingest_run.peak_rss_mb,
         "warehouse_mb": warehouse_bytes / 1e6,
         "duckdb_copy_parquet_mb": duck_parquet.stat().st_size / 1e6,
         "warehouse_fraction_of_jsonl": warehouse_bytes / jsonl_bytes,
@@ -225,7 +266,19 @@ def main() -> None:
         f"{figures['duckdb_copy_mb_s']:.0f} MB/s | {figures['ingest_vs_copy']:.2f}x "
         f"(median of {args.rounds} interleaved rounds, {min(ratios):.2f}-{max(ratios):.2f}) |"
     )
-    print(f"| ingest peak memory | {ingest_peak_rss_mb:.0f} MB RSS | | |")
+    print(
+        f"| `kvtrace ingest` as a command | {ingest_run.wall:.2f} s | a DuckDB COPY process "
+        f"{copy_run.wall:.2f} s | {figures['command_ingest_vs_copy']:.2f}x "
+        f"({min(command_ratios):.2f}-{max(command_ratios):.2f}) |"
+    )
+    print(
+        f"| CPU seconds of the command | {ingest_run.cpu:.2f} s | {copy_run.cpu:.2f} s | "
+        f"{figures['command_cpu_ratio']:.2f}x as much |"
+    )
+    print(
+        f"| peak RSS of the command | {ingest_run.peak_rss_mb:.0f} MB | "
+        f"{copy_run.peak_rss_mb:.0f} MB | |"
+    )
     print(
         f"| storage | {figures['warehouse_mb']:.1f} MB | JSONL {figures['jsonl_mb']:.0f} MB "
         f"(DuckDB's Parquet {figures['duckdb_copy_parquet_mb']:.0f} MB) | "

@@ -3,7 +3,7 @@
 Ingest (from JSONL dumps) and the live tracer both hand it batches of canonical columns
 (`kvtrace.warehouse.dsa_columns`), so a trace that was collected and one that was
 ingested are indistinguishable.  Rows are checked with vectorised NumPy; bad rows go to
-the quarantine with a reason.  Every 64 MB of rows becomes a row group of an open,
+the quarantine with a reason.  Every 32 MB of rows becomes a row group of an open,
 sorted Parquet file per (dataset, block size); nothing is visible until the caller
 commits.
 """
