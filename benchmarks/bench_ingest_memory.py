@@ -3,7 +3,8 @@
     python benchmarks/bench_ingest_memory.py --gb 0.5 1 2
 
 Generates seed-format DSA traces (61 layers, 2048 positions a row, synthetic) of each
-size and ingests each in a fresh process, reporting that process's peak RSS (VmHWM).
+size and ingests each twice in fresh processes: the ``kvtrace ingest`` command (peak RSS
+from GNU time) and ``kvtrace.ingest.ingest`` called from Python (its VmHWM).
 Prints a Markdown table and writes the figures as JSON to ``benchmarks/out/``.
 """
 
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_warehouse import ROW_BYTES_AT_12K, machine
+from bench_warehouse import KVTRACE, ROW_BYTES_AT_12K, machine, process
 
 from kvtrace.synthetic import write_seed_trace
 
@@ -31,8 +32,16 @@ _INGEST = (
 )
 
 
-def peak_rss_mb(trace: Path, warehouse: Path) -> tuple[float, float]:
-    """Peak RSS (MB) and seconds of ingesting ``trace`` in a fresh process."""
+def command_peak_rss_mb(trace: Path, warehouse: Path) -> tuple[float, float]:
+    """Peak RSS (MB) and seconds of the ``kvtrace ingest`` command on ``trace``."""
+    run = process([KVTRACE, "-q", "-w", str(warehouse), "ingest", str(trace)])
+    shutil.rmtree(warehouse)
+    return run.peak_rss_mb, run.wall
+
+
+def library_peak_rss_mb(trace: Path, warehouse: Path) -> tuple[float, float]:
+    """Peak RSS (MB) and seconds of ``kvtrace.ingest.ingest`` on ``trace`` in a fresh
+    Python process (Arrow's default memory pool: the command picks jemalloc)."""
     start = time.perf_counter()
     child = subprocess.run(
         [sys.executable, "-c", _INGEST, str(warehouse), str(trace)],
@@ -70,16 +79,28 @@ def main() -> None:
             dataset="synthetic-bench",
         )
         size_mb = trace.stat().st_size / 1e6
-        rss, seconds = peak_rss_mb(trace, work / f"wh{gb}")
+        rss, seconds = command_peak_rss_mb(trace, work / f"wh{gb}")
+        library_rss, _ = library_peak_rss_mb(trace, work / f"wh{gb}")
         trace.unlink()
         figures.append(
-            {"jsonl_mb": round(size_mb), "peak_rss_mb": round(rss), "ingest_s": round(seconds, 1)}
+            {
+                "jsonl_mb": round(size_mb),
+                "peak_rss_mb": round(rss),
+                "library_peak_rss_mb": round(library_rss),
+                "ingest_s": round(seconds, 1),
+            }
         )
-        print(f"{size_mb:,.0f} MB of JSONL: peak RSS {rss:,.0f} MB ({seconds:.0f} s)", flush=True)
+        print(
+            f"{size_mb:,.0f} MB of JSONL: kvtrace ingest peak RSS {rss:,.0f} MB ({seconds:.0f} s), "
+            f"ingest() from Python {library_rss:,.0f} MB",
+            flush=True,
+        )
     print(f"\nMachine: {machine()}\n")
-    print("| JSONL | ingest peak RSS |\n|---|---|")
+    print("| JSONL | `kvtrace ingest` peak RSS | `ingest()` from Python |\n|---|---|---|")
     for f in figures:
-        print(f"| {f['jsonl_mb']:,} MB | {f['peak_rss_mb']:,} MB |")
+        print(
+            f"| {f['jsonl_mb']:,} MB | {f['peak_rss_mb']:,} MB | {f['library_peak_rss_mb']:,} MB |"
+        )
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "ingest_memory.json").write_text(

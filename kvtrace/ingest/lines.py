@@ -3,6 +3,8 @@
 A chunk is parsed in one call to Arrow's multi-threaded JSON reader.  Only when that
 fails is the chunk split in halves, recursively, until every failing line stands alone;
 good lines keep their data and bad ones come back with their line number and a reason.
+A family whose lines are mostly long integer arrays (DSA traces) has them read by a
+compiled pass first (`IntLists`), and Arrow parses only the rest.
 
 Arrow's reader is only ever handed lines that start with ``{``: with an explicit
 schema it crashes the process on a block that starts with ``null``, and it turns a
