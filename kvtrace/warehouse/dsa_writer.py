@@ -3,15 +3,17 @@
 Ingest (from JSONL dumps) and the live tracer both hand it batches of canonical columns
 (`kvtrace.warehouse.dsa_columns`), so a trace that was collected and one that was
 ingested are indistinguishable.  Rows are checked with vectorised NumPy; bad rows go to
-the quarantine with a reason.  Every 32 MB of rows becomes a row group of an open,
-sorted Parquet file per (dataset, block size); nothing is visible until the caller
-commits.
+the quarantine with a reason.  Every 24 MB of rows becomes a row group of an open,
+sorted Parquet file per (dataset, block size), encoded by a thread of its own while the
+next rows are checked; nothing is visible until the caller commits.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,7 @@ from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.dsa import DSA_STEPS, TIERS
 from kvtrace.warehouse.table_file import TableFile
 
-FLUSH_BYTES = 32 << 20  # Arrow bytes buffered before a row group is written
+FLUSH_BYTES = 24 << 20  # Arrow bytes buffered before a row group is written
 FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk
 _INT32_MAX = 2**31 - 1
 
@@ -116,10 +118,17 @@ class DsaWriter:
         self.skip_stored = skip_stored
         self._taken: set[bytes] = set()
         self._stored_files = warehouse.run_files(commit.run_id, "dsa_steps") if skip_stored else []
+        self._write_thread: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None
+        commit.background_writes.append(self._settle)
 
     def finish(self) -> DsaFileResult:
         """Write what is buffered, close the files and write the histograms."""
-        self._flush()
+        try:
+            self._flush()
+            self._wait_for_write()
+        finally:
+            self._stop_write_thread()
         for handle, _ in self._files.values():
             handle.close()
         self._files.clear()
@@ -506,19 +515,44 @@ class DsaWriter:
     # -- output ----------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Write the buffered rows as a row group per partition; fold the histograms."""
+        """Hand the buffered rows to the write thread (a row group per partition, encoded
+        while the next rows are checked); fold the histograms."""
         if not self._buffer:
             return
         table = pa.concat_tables(self._buffer)
         self._buffer, self._buffered_bytes = [], 0
         self._offset_hist = [_merged_histogram(self._offset_hist, "offset")]
         self._fill_hist = [_merged_histogram(self._fill_hist, "tokens")]
+        self._wait_for_write()  # one write at a time: memory stays bounded
+        if self._write_thread is None:
+            self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="kvtrace-dsa-write")
+        self._writing = self._write_thread.submit(self._write_row_groups, table)
+
+    def _write_row_groups(self, table: pa.Table) -> None:
         for part in _partitions(table):
             if not _is_sorted(part):
                 part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
             partition = (part["dataset"][0].as_py(), part["block_size"][0].as_py())
             self.result.block_sizes.add(partition[1])
             self._file_for(partition, part).append(part)
+
+    def _wait_for_write(self) -> None:
+        """Wait for the write in flight; its error is raised here."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()
+
+    def _stop_write_thread(self) -> None:
+        if self._write_thread is not None:
+            self._write_thread.shutdown(wait=True)
+            self._write_thread = None
+
+    def _settle(self) -> None:
+        """Wait for the write in flight before the commit is aborted (its error does not
+        matter then: the files are removed)."""
+        with suppress(Exception):
+            self._wait_for_write()
+        self._stop_write_thread()
 
     def _file_for(self, partition: tuple[str, int], part: pa.Table) -> TableFile:
         """The open file of ``partition``, or a new one when ``part`` would break its order."""

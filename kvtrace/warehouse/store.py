@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -78,6 +78,9 @@ class Commit:
     landed: bool = False  # set by `Warehouse.commit`: False when another process's
     # commit of the same source landed first
     hold: CommitHold | None = None  # marks the commit in flight until it ends
+    background_writes: list[Callable[[], None]] = field(default_factory=list)
+    # each waits for a write a writer still runs in a thread (`Warehouse.abort` calls them
+    # before it removes the files)
 
     @property
     def app_id(self) -> str:
@@ -468,6 +471,8 @@ class Warehouse:
 
     def abort(self, commit: Commit) -> None:
         """Remove the files of a commit that will not be recorded."""
+        for settle in commit.background_writes:
+            settle()
         for handle in list(commit.open_files):
             handle.discard()
         for data_file in commit.files:
