@@ -76,10 +76,11 @@ def _matching_key(
 
 @njit(cache=True, nogil=True)
 def _read_ints(
-    data: np.ndarray, j: int, size: int, values: np.ndarray, key: int, count: int, keep: bool
+    data: np.ndarray, j: int, size: int, out: np.ndarray, count: int, keep: int
 ) -> tuple[int, int]:
-    """Read the integers of the array whose ``[`` was just passed, into row ``key`` of
-    ``values`` from column ``count`` when ``keep``.
+    """Read the integers of the array whose ``[`` was just passed into ``out`` from
+    ``count`` on; ``keep`` 0 checks them and keeps nothing (``out[count]`` is written
+    over and over, so ``out`` must hold one more than it is given).
 
     Returns the position after the ``]`` and the new count; the position is -1 when the
     array is not plain integers.
@@ -89,8 +90,7 @@ def _read_ints(
         return j + 1, count
     while j < size:
         negative = data[j] == _MINUS
-        if negative:
-            j += 1
+        j += negative
         first = j
         number = 0
         while j < size:
@@ -102,9 +102,8 @@ def _read_ints(
         digits = j - first
         if digits == 0 or digits > 18 or (digits > 1 and data[first] == _ZERO):
             return -1, count  # not an integer, too long for int64, a leading zero
-        if keep:
-            values[key, count] = -number if negative else number
-            count += 1
+        out[count] = -number if negative else number
+        count += keep
         if j < size and data[j] == _COMMA:  # compact JSON: no space before the comma
             j = _skip_space(data, j + 1, size)
             continue
@@ -194,10 +193,15 @@ def lift_int_lists(
                     # copy up to the array, then null in its place
                     out = _copy(data, copied_from, j, rest, out)
                     out = _copy(_NULL, 0, 4, rest, out)
-                    j, count = _read_ints(data, j + 1, size, values, key, counts[key], key < lifted)
+                    row = key if key < lifted else 0  # a dropped key: row 0's next
+                    # free slot, written over
+                    j, count = _read_ints(
+                        data, j + 1, size, values[row], counts[row], 1 if key < lifted else 0
+                    )
                     if j < 0:
                         return nothing
-                    counts[key] = count
+                    if key < lifted:
+                        counts[key] = count
                     present[key, line] = True
                     i = j
                     copied_from = j
