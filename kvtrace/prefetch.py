@@ -2,48 +2,35 @@
 
 from __future__ import annotations
 
-import threading
+from collections import deque
 from collections.abc import Iterator
-from queue import Full, Queue
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar, cast
 
 Item = TypeVar("Item")
+_END = object()
 
 
 def prefetched(
-    items: Iterator[Item], depth: int = 2, name: str = "kvtrace-prefetch"
+    items: Iterator[Item], depth: int = 1, name: str = "kvtrace-prefetch"
 ) -> Iterator[Item]:
     """``items``, produced by a thread up to ``depth`` ahead of the caller.
 
-    Worth it when producing and consuming release the GIL (Arrow, DuckDB, NumPy and the
+    At most ``depth`` (at least 1) items are being produced or wait while the caller
+    holds one.  Worth
+    it when producing and consuming release the GIL (Arrow, DuckDB, NumPy and the
     compiled kernels do).  An exception in the thread is raised again in the caller's;
     the thread stops when the caller stops iterating.
     """
-    queue: Queue[tuple[Item] | BaseException | None] = Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
+    with ThreadPoolExecutor(1, thread_name_prefix=name) as thread:
+        # one thread runs the calls in order, so ``items`` is never advanced twice at once
+        pending: deque[Future[object]] = deque(
+            thread.submit(next, items, _END) for _ in range(depth)
+        )
         try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        queue.put((item,), timeout=0.1)
-                        break
-                    except Full:
-                        continue
-                if stop.is_set():
-                    return
-            queue.put(None)
-        except BaseException as exc:  # raised again in the caller's thread
-            queue.put(exc)
-
-    thread = threading.Thread(target=produce, name=name, daemon=True)
-    thread.start()
-    try:
-        while (entry := queue.get()) is not None:
-            if isinstance(entry, BaseException):
-                raise entry
-            yield entry[0]
-    finally:
-        stop.set()
-        thread.join()
+            while (item := pending.popleft().result()) is not _END:
+                pending.append(thread.submit(next, items, _END))
+                yield cast(Item, item)
+        finally:
+            for future in pending:
+                future.cancel()

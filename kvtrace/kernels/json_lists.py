@@ -126,10 +126,12 @@ def lift_int_lists(
     keys: np.ndarray,
     key_lengths: np.ndarray,
     lifted: int,
+    commas: int,
 ) -> tuple[bool, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
     """Lift the arrays named by ``keys`` out of the ``lines`` lines of ``data``.
 
-    The first ``lifted`` keys are read; the others (fields the reader ignores) are
+    ``commas`` is the number of commas in ``data``, which bounds the integers.  The
+    first ``lifted`` keys are read; the others (fields the reader ignores) are
     checked and discarded.  Returns (handled, rest, rest_length, values, offsets,
     present): the lines with ``null`` for each named array in ``rest[:rest_length]``;
     for a read key ``k``, line ``i``'s integers in
@@ -140,9 +142,9 @@ def lift_int_lists(
     """
     n_keys = len(key_lengths)
     rest = np.empty(len(data) + 2 * n_keys * lines, dtype=np.uint8)  # "null" for "[]"
-    # an integer takes at least two bytes with its separator; pages never written to
-    # are never touched
-    values = np.empty((max(lifted, 1), len(data) // 2 + 1), dtype=np.int64)
+    # every integer but an array's last is followed by a comma, and a line holds each
+    # key once; one slot more for a dropped key's values, written over
+    values = np.empty((max(lifted, 1), commas + lines * n_keys + 1), dtype=np.int64)
     counts = np.zeros(n_keys, dtype=np.int64)
     offsets = np.zeros((n_keys, lines + 1), dtype=np.int64)
     present = np.zeros((n_keys, lines), dtype=np.bool_)

@@ -20,7 +20,12 @@ def lift(lines: list[bytes], lifted: tuple[str, ...] = (LIFTED,), dropped=(DROPP
     data = b"".join(line + b"\n" for line in lines)
     keys, lengths = key_table([k.encode() for k in lifted + dropped])
     handled, rest, size, values, offsets, present = lift_int_lists(
-        np.frombuffer(data, dtype=np.uint8), len(lines), keys, lengths, len(lifted)
+        np.frombuffer(data, dtype=np.uint8),
+        len(lines),
+        keys,
+        lengths,
+        len(lifted),
+        data.count(b","),
     )
     if not handled:
         return None

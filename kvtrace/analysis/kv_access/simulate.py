@@ -503,7 +503,7 @@ def _simulate_windows(
     reader = StreamReader(con, plan)
     current: _UnitRun | None = None
     for chunk in prefetched(
-        (chunk for part in parts for chunk in reader.chunks(part)), name="kvtrace-stream"
+        (chunk for part in parts for chunk in reader.chunks(part)), depth=2, name="kvtrace-stream"
     ):
         if current is None or chunk.unit != current.unit:
             if current is not None:
