@@ -285,3 +285,23 @@ def test_exposed_copy_time_per_annotated_layer(warehouse, tmp_path):
     # layer_0 [0, 50): copy [30, 50) = 20, hidden [30, 40) = 10
     # layer_1 [50, 100): copy [50, 60) + [80, 90) = 20, hidden [50, 60) = 10
     assert rows == [("layer_0", 1, 20.0, 10.0, 10.0), ("layer_1", 1, 20.0, 10.0, 10.0)]
+
+
+def test_args_that_are_not_numbers_read_as_null(tmp_path):
+    """A bandwidth or stream given as a boolean or text is null, a number is kept."""
+    from kvtrace.ingest import kineto
+
+    values = [12.5, 3, True, "fast", None]
+    events = [
+        kineto_event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", i * 10, 5, stream=7)
+        for i in range(len(values))
+    ]
+    for event, value in zip(events, values, strict=True):
+        event["args"]["memory bandwidth (GB/s)"] = value
+        event["args"]["stream"] = value if value != 12.5 else 12
+    trace = tmp_path / "args.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    (table,) = kineto.KinetoReader(trace).batches()
+    assert table["memory_bw_gbps"].to_pylist() == [12.5, 3.0, None, None, None]
+    assert table["stream"].to_pylist() == [12, 3, None, None, None]
+    assert table["copy_kind"].to_pylist() == ["HtoD"] * len(values)
