@@ -9,7 +9,7 @@ reading one of 4 documents of 12,288 shared tokens, 16 layers, top-2048, block s
 2.07 M block accesses, 29.4 M layer-block accesses.  In interleaved rounds it measures:
 
 1. ``kvtrace whatif`` at granularity layer_block, in this process and as a user runs it
-   (a fresh ``kvtrace`` process, its peak RSS read from ``wait4``): the private pool of
+   (a fresh ``kvtrace`` process, its peak RSS read by GNU time): the private pool of
    one cache per request (the what-if as it was), one private pool for the run, and one
    pool shared by content;
 2. the shared pool at granularity block against a brute-force exclusive LRU hierarchy
@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import OrderedDict
@@ -38,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from bench_warehouse import machine
+from bench_warehouse import KVTRACE, machine, process
 from whatif_workload import trace
 
 from kvtrace import connect
@@ -49,7 +47,6 @@ from kvtrace.analysis.kv_access.whatif import WhatIfSpec, whatif
 from kvtrace.warehouse import Warehouse
 
 HERE = Path(__file__).parent
-KVTRACE = str(Path(sys.executable).with_name("kvtrace"))
 POOLS = {
     "private, a cache per request": ("request", "private"),
     "private, one pool": ("run", "private"),
@@ -67,22 +64,10 @@ def median_seconds(function: Callable[[], object], rounds: int) -> tuple[float, 
     return statistics.median(times), result
 
 
-def command(warehouse: str, *args: str) -> tuple[float, float | None]:
-    """Wall seconds and peak RSS (MB) of one fresh ``kvtrace`` process.  The RSS comes
-    from GNU time when installed (a child forked from this process would count this
-    process's memory as its own)."""
-    timer = ["/usr/bin/time", "-f", "%M"] if Path("/usr/bin/time").exists() else []
-    start = time.perf_counter()
-    done = subprocess.run(
-        [*timer, KVTRACE, "-q", "-w", warehouse, *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    seconds = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"kvtrace {' '.join(args)} failed: {done.stderr}")
-    return seconds, int(done.stderr.split()[-1]) / 1024 if timer else None
+def command(warehouse: str, *args: str) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one fresh ``kvtrace`` process."""
+    run = process([KVTRACE, "-q", "-w", warehouse, *args])
+    return run.wall, run.peak_rss_mb
 
 
 def pools(con, warehouse: str, rounds: int) -> dict:
