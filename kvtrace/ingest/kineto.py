@@ -379,8 +379,13 @@ def _numbers(
 
 
 def _integers(values: list[Any]) -> pa.Array | None:
-    """JSON values as int64: a number as an integer, anything else (bool, text) as null;
-    None when a number is out of int64's range (the caller finds its event)."""
+    """JSON values as int64: a whole number as an integer, anything else (bool, text) as
+    null; None when a number is fractional or out of int64's range (the caller finds its
+    event: nothing is rounded)."""
+    if float in set(map(type, values)) and any(
+        type(value) is float and not value.is_integer() for value in values
+    ):
+        return None  # (Arrow would cut 12.5 to 12)
     try:
         return pa.array(values, pa.int64())  # fails on a bool or text: then value by value
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):

@@ -305,3 +305,18 @@ def test_args_that_are_not_numbers_read_as_null(tmp_path):
     assert table["memory_bw_gbps"].to_pylist() == [12.5, 3.0, None, None, None]
     assert table["stream"].to_pylist() == [12, 3, None, None, None]
     assert table["copy_kind"].to_pylist() == ["HtoD"] * len(values)
+
+
+def test_a_fractional_id_sends_its_event_to_the_quarantine_not_rounded(tmp_path):
+    from kvtrace.ingest import kineto
+
+    events = [kineto_event("kernel", f"k{i}", i * 10, 5, stream=7) for i in range(3)]
+    events[1]["args"]["stream"] = 7.5
+    events[2]["args"]["correlation"] = 40.0  # a whole float is the integer it names
+    trace = tmp_path / "ids.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    reader = kineto.KinetoReader(trace)
+    (table,) = reader.batches()
+    assert table["name"].to_pylist() == ["k0", "k2"]
+    assert table["correlation"].to_pylist() == [None, 40]
+    assert [(bad.line_no, "whole number" in bad.reason) for bad in reader.rejected] == [(2, True)]
