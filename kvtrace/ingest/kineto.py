@@ -4,7 +4,9 @@ Complete events (``"ph": "X"``) become ``timeline_events`` rows: pid and tid as 
 (Kineto writes numbers or names), the CUDA stream, device, correlation and external id
 from ``args``; for ``gpu_memcpy`` events the copy kind from the name (``Memcpy DtoH
 (Device -> Pageable)`` is ``DtoH``) and ``args.bytes``.  Metadata events and other phases
-are left out; an event without a numeric ``ts`` and ``dur`` goes to the quarantine.  The
+are left out; an event without a numeric ``ts`` and ``dur``, or with an id or byte
+count that is a fractional number or beyond int64, goes to the quarantine (an id given as
+text or a boolean reads as null).  The
 iteration (``ProfilerStep#N``) of each event is worked out by the ``timeline_events``
 view, so the file is read once.  The trace's ``distributedInfo`` gives the rank and goes
 to ``runs`` with the schema version (Kineto writes these keys before the events; a rank
