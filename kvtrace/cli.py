@@ -127,7 +127,15 @@ AddressOption = Annotated[
 OutputOption = Annotated[
     Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
 ]
-FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")]
+FormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        "-f",
+        help="table, csv, json or parquet [default: the --output file's suffix, else table].",
+        show_default=False,
+    ),
+]
 DsaRunOption = Annotated[
     list[str] | None,
     typer.Option("--run", help="Run id or run name (repeatable) [default: every DSA run]."),
@@ -694,7 +702,7 @@ def _request_progress(total: int):
 def sql(
     query: Annotated[str | None, typer.Argument(help="SQL to run (SELECT only).")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="Read the SQL from a file.")] = None,
-    fmt: FormatOption = "table",
+    fmt: FormatOption = None,
     output: OutputOption = None,
     no_external_access: Annotated[
         bool,
@@ -770,7 +778,13 @@ def _read_text(path: Path) -> str:
         raise KvtraceError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _output_format(fmt: str, output: Path | None) -> OutputFormat:
+_SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def _output_format(fmt: str | None, output: Path | None) -> OutputFormat:
+    """``--format``, else what the output file's suffix names, else a table."""
+    if fmt is None:
+        fmt = _SUFFIX_FORMATS.get(output.suffix.lower(), "table") if output else "table"
     if fmt not in OUTPUT_FORMATS:
         raise KvtraceError(f"expected one of {', '.join(OUTPUT_FORMATS)} for --format, got {fmt!r}")
     if fmt == "parquet" and output is None:
@@ -867,7 +881,7 @@ def whatif(
             "stream's time), requests (TTFT saved) or replicas."
         ),
     ] = "combined",
-    fmt: FormatOption = "table",
+    fmt: FormatOption = None,
     output: OutputOption = None,
     engine: EngineOption = "local",
     address: AddressOption = None,
@@ -959,7 +973,7 @@ def prefix_curve(
     bytes_per_token: Annotated[
         float | None, typer.Option(help="KV bytes per token, all layers.")
     ] = None,
-    fmt: FormatOption = "table",
+    fmt: FormatOption = None,
     output: OutputOption = None,
 ) -> None:
     """Hit rate of a prefix cache shared by a workload trace's requests, by capacity: the
@@ -1012,7 +1026,7 @@ def hit_curve(
             "their keys (SHARDS): for streams too long to simulate whole [default: 1, exact]."
         ),
     ] = 1.0,
-    fmt: FormatOption = "table",
+    fmt: FormatOption = None,
     output: OutputOption = None,
 ) -> None:
     """Hit rate against cache capacity, per run: the rows of dsa_hit_curve.

@@ -98,6 +98,13 @@ def test_sql_formats(loaded, tmp_path):
     out = tmp_path / "r.parquet"
     kvtrace("-w", str(loaded), "sql", query, "-f", "parquet", "-o", str(out))
     assert pq.read_table(out).num_rows == 3
+    by_suffix = tmp_path / "by-suffix.parquet"  # no --format: the suffix names it
+    kvtrace("-w", str(loaded), "sql", query, "-o", str(by_suffix))
+    assert pq.read_table(by_suffix).equals(pq.read_table(out))
+    kvtrace("-w", str(loaded), "sql", query, "-o", str(tmp_path / "r.csv"))
+    assert (tmp_path / "r.csv").read_text().splitlines() == as_csv.splitlines()
+    kvtrace("-w", str(loaded), "sql", query, "-o", str(tmp_path / "r.txt"))
+    assert (tmp_path / "r.txt").read_text().rstrip().endswith("(3 rows)")
     sql_file = tmp_path / "q.sql"
     sql_file.write_text(query)
     assert kvtrace("-w", str(loaded), "sql", "--file", str(sql_file), "-f", "csv").stdout == as_csv
