@@ -17,10 +17,9 @@ def prefetched(
     """``items``, produced by a thread up to ``depth`` ahead of the caller.
 
     At most ``depth`` (at least 1) items are being produced or wait while the caller
-    holds one.  Worth
-    it when producing and consuming release the GIL (Arrow, DuckDB, NumPy and the
-    compiled kernels do).  An exception in the thread is raised again in the caller's;
-    the thread stops when the caller stops iterating.
+    holds one.  Worth it when producing and consuming release the GIL (Arrow, DuckDB,
+    NumPy and the compiled kernels do).  An exception in the thread is raised again in
+    the caller's; the thread stops when the caller stops iterating.
     """
     with ThreadPoolExecutor(1, thread_name_prefix=name) as thread:
         # one thread runs the calls in order, so ``items`` is never advanced twice at once

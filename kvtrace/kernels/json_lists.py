@@ -21,7 +21,7 @@ from numba import njit
 
 _QUOTE, _BACKSLASH, _COLON, _COMMA = 34, 92, 58, 44
 _OPEN_OBJECT, _CLOSE_OBJECT, _OPEN_ARRAY, _CLOSE_ARRAY = 123, 125, 91, 93
-_MINUS, _ZERO, _NINE, _NEWLINE = 45, 48, 57, 10
+_MINUS, _ZERO, _NEWLINE = 45, 48, 10
 _NULL = np.frombuffer(b"null", dtype=np.uint8)
 
 
@@ -35,13 +35,10 @@ def key_table(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
-def _is_space(byte: int) -> bool:
-    return byte == 32 or byte == 9 or byte == 13 or byte == _NEWLINE
-
-
-@njit(cache=True, nogil=True)
 def _skip_space(data: np.ndarray, i: int, end: int) -> int:
-    while i < end and _is_space(data[i]) and data[i] != _NEWLINE:
+    """The position of the first byte from ``i`` on that is not a space, tab or carriage
+    return (a newline ends the line, so it is never skipped)."""
+    while i < end and (data[i] == 32 or data[i] == 9 or data[i] == 13):
         i += 1
     return i
 
@@ -136,9 +133,8 @@ def lift_int_lists(
     present): the lines with ``null`` for each named array in ``rest[:rest_length]``;
     for a read key ``k``, line ``i``'s integers in
     ``values[k, offsets[k, i]:offsets[k, i + 1]]`` and ``present[k, i]`` whether the line
-    has the key.  ``handled`` is False when some line
-    is not of the plain shape (see the module's docstring); the other results are then
-    meaningless.
+    has the key.  ``handled`` is False when some line is not of the plain shape (see the
+    module's docstring); the other results are then meaningless.
     """
     n_keys = len(key_lengths)
     rest = np.empty(len(data) + 2 * n_keys * lines, dtype=np.uint8)  # "null" for "[]"
