@@ -82,10 +82,10 @@ class RecordKeys:
         if keys.num_rows == 0:
             return keep, stored_hits, repeats
         ordered = keys.append_column(_ROW, pa.array(np.arange(keys.num_rows)))
-        distinct = _increasing(keys)  # in order already, as most files give them
+        distinct = in_order(keys, strictly=True)  # in order already, as most files give them
         if not distinct:
             ordered = ordered.sort_by([(c, "ascending") for c in (*self.key, _ROW)])
-            distinct = _increasing(ordered.select(self.key))
+            distinct = in_order(ordered.select(self.key), strictly=True)
         low, high = _row(ordered, 0, self.key), _row(ordered, ordered.num_rows - 1, self.key)
         if self._sets is None and self._highest is not None and low <= self._highest:
             self._sets = self._all_keys()
@@ -200,19 +200,22 @@ def _row(table: pa.Table, i: int, columns: tuple[str, ...] | None = None) -> Key
     return tuple(table[name][i].as_py() for name in columns or table.column_names)
 
 
-def _increasing(keys: pa.Table) -> bool:
-    """Whether each row's key is above the one before (no two alike)."""
-    if keys.num_rows < 2:
+def in_order(rows: pa.Table, *, strictly: bool = False) -> bool:
+    """Whether ``rows`` are sorted by their columns, first to last, ascending (with
+    ``strictly``, no two rows alike).  A column with a null is taken as out of order."""
+    if rows.num_rows < 2:
         return True
-    head, tail = keys.slice(0, keys.num_rows - 1), keys.slice(1)
-    above = np.zeros(keys.num_rows - 1, dtype=bool)  # decided: above
-    tied = np.ones(keys.num_rows - 1, dtype=bool)  # equal in every column so far
-    for name in keys.column_names:
+    head, tail = rows.slice(0, rows.num_rows - 1), rows.slice(1)
+    above = np.zeros(rows.num_rows - 1, dtype=bool)  # decided: above
+    tied = np.ones(rows.num_rows - 1, dtype=bool)  # equal in every column so far
+    for name in rows.column_names:
+        if rows[name].null_count:
+            return False
         greater = pc.greater(tail[name], head[name]).to_numpy(zero_copy_only=False)
         equal = pc.equal(tail[name], head[name]).to_numpy(zero_copy_only=False)
         above |= tied & greater
         tied &= equal
-    return bool(above.all())
+    return bool(above.all() if strictly else (above | tied).all())
 
 
 def _hashable(value: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtrace.ingest.record_keys import RecordKeys, incomplete
+from kvtrace.ingest.record_keys import RecordKeys, in_order, incomplete
 from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.schema.tables import TABLES, TableSpec
 from kvtrace.warehouse.table_file import TableFile
@@ -50,9 +50,9 @@ class FileSink:
         rows = self._new_records(spec, self.with_run_id(rows))
         if rows.num_rows == 0:
             return 0
-        order = [(column, "ascending") for column in spec.sort_by if column != "run_id"]
-        if order:
-            rows = rows.sort_by(order)
+        order = [column for column in spec.sort_by if column != "run_id"]
+        if order and not in_order(rows.select(order)):  # (most files come in order)
+            rows = rows.sort_by([(column, "ascending") for column in order])
         self.warehouse.write(self.commit, table, rows)
         return int(rows.num_rows)
 
