@@ -55,15 +55,17 @@ FROM workload_requests;
 -- @column burstiness      (sd - mean) / (sd + mean) of the inter-arrival times
 -- @column peak_to_mean    the busiest 60 s window's rate over the mean rate
 CREATE VIEW workload_arrival_summary AS
-WITH gaps AS (
+WITH arrivals AS MATERIALIZED (  -- read once for both aggregates
+    SELECT run_id, arrival_s, gap_s FROM _workload_gaps
+), gaps AS (
     SELECT run_id, count(*) AS requests, max(arrival_s) - min(arrival_s) AS duration_s,
            avg(gap_s) AS gap_mean, stddev_pop(gap_s) AS gap_sd
-    FROM _workload_gaps
+    FROM arrivals
     GROUP BY run_id
 ), windows AS (
     SELECT run_id, max(n) AS busiest
     FROM (SELECT run_id, floor(arrival_s / 60) AS w, count(*) AS n
-          FROM workload_requests GROUP BY run_id, w)
+          FROM arrivals GROUP BY run_id, w)
     GROUP BY run_id
 )
 SELECT g.run_id, g.requests, g.duration_s,
