@@ -1,7 +1,7 @@
 """Whole-process benchmark: kvtrace commands as a user runs them, each beside the tool a
 user would reach for instead, every pair measured in the same round, rounds interleaved.
 
-    python benchmarks/bench_commands.py [--rounds 5]
+    python benchmarks/bench_commands.py [--rounds 5] [--requests 1000000]
 
 Rows (each a fresh process on each side):
 
@@ -14,9 +14,12 @@ Rows (each a fresh process on each side):
    two aggregates;
 5. the Mooncake trace ingested and those two queries asked (three commands), beside
    pandas reading the JSONL and computing them (one process);
-6. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
+6. the same for the Azure code trace (8,819 requests, CSV), beside pandas' ``read_csv``;
+7. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
    prefix semantics, token weight, warm-up 0.5), beside ``kvcache-simulator run``'s
-   sweep of the same trace (which computes three policies at 13 budgets; its own floor).
+   sweep of the same trace (which computes three policies at 13 budgets; its own floor);
+8. with ``--requests N``, row 5 again on a generated Mooncake-like trace of N requests
+   (``bench_workload.write_mooncake``: conversations that extend their earlier turns).
 
 Prints a Markdown table of medians with the machine described, and writes
 ``benchmarks/out/commands.json``.
@@ -34,12 +37,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from bench_prefix import BIN, KVCACHE_SIMULATOR_RUN, TRACE
 from bench_warehouse import machine
+from bench_workload import write_mooncake
 
 HERE = Path(__file__).parent
 KVTRACE = str(BIN / "kvtrace")
 PY = sys.executable
+AZURE_TRACE = HERE.parent / "tests" / "data" / "azure_llm_inference_code.csv"
 CAPACITIES = "[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]"
 WORKLOAD_SQL = (
     "SELECT requests, round(rate_per_s, 4), round(gap_cv, 4) FROM workload_arrival_summary; "
@@ -54,15 +60,25 @@ print(con.sql('''SELECT count(*), (count(*) - 1) / ((max(timestamp) - min(timest
 print(con.sql('''SELECT avg(input_length), quantile_cont(input_length, 0.9), avg(output_length)
                  FROM t''').fetchall())
 """
-PANDAS = f"""
+PANDAS_MOONCAKE = """
 import pandas as pd
-frame = pd.read_json('{TRACE}', lines=True)
+frame = pd.read_json('{trace}', lines=True)
 arrival = frame['timestamp'].sort_values() / 1000.0
 gaps = arrival.diff().dropna()
 span = arrival.iloc[-1] - arrival.iloc[0]
 print(len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean())
 inputs = frame['input_length']
 print(inputs.mean(), inputs.quantile(0.9), frame['output_length'].mean())
+"""
+PANDAS_AZURE = """
+import pandas as pd
+frame = pd.read_csv('{trace}')
+arrival = pd.to_datetime(frame['TIMESTAMP']).astype('int64').sort_values() / 1e9
+gaps = arrival.diff().dropna()
+span = arrival.iloc[-1] - arrival.iloc[0]
+print(len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean())
+inputs = frame['ContextTokens']
+print(inputs.mean(), inputs.quantile(0.9), frame['GeneratedTokens'].mean())
 """
 
 
@@ -74,10 +90,29 @@ def timed(commands: list[list[str]]) -> float:
     return time.perf_counter() - start
 
 
-def rows(root: str, scratch: Path) -> list[tuple[str, str, list[list[str]], list[list[str]]]]:
+Row = tuple[str, str, list[list[str]], list[list[str]]]
+
+
+def ingest_and_ask(
+    trace: Path, fresh: str, pandas: str = PANDAS_MOONCAKE
+) -> tuple[list[list[str]], list[list[str]]]:
+    """The ``pandas`` script's one process on ``trace``, and kvtrace's three commands on a
+    new warehouse ``fresh``: ingest ``trace``, then the two workload queries."""
+    return (
+        [[PY, "-c", pandas.format(trace=trace)]],
+        [
+            ["rm", "-rf", fresh],
+            [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)],
+            [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[0]],
+            [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[1]],
+        ],
+    )
+
+
+def rows(root: str, scratch: Path, requests: int) -> list[Row]:
     """(job, other tool, its commands, kvtrace's commands) for each row."""
     fresh = str(scratch / "fresh")
-    return [
+    table: list[Row] = [
         ("`kvtrace --help`", "`python -c pass`", [[PY, "-c", "pass"]], [[KVTRACE, "--help"]]),
         (
             '`kvtrace sql "SELECT 1"`',
@@ -107,13 +142,12 @@ def rows(root: str, scratch: Path) -> list[tuple[str, str, list[list[str]], list
         (
             "Mooncake ingest + the 2 queries",
             "pandas read + the same aggregates",
-            [[PY, "-c", PANDAS]],
-            [
-                ["rm", "-rf", fresh],
-                [KVTRACE, "-q", "-w", fresh, "ingest", str(TRACE)],
-                [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[0]],
-                [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[1]],
-            ],
+            *ingest_and_ask(TRACE, fresh),
+        ),
+        (
+            "Azure code trace ingest + the 2 queries",
+            "pandas read + the same aggregates",
+            *ingest_and_ask(AZURE_TRACE, fresh, PANDAS_AZURE),
         ),
         (
             "Mooncake prefix hit curve, 11 capacities",
@@ -131,17 +165,32 @@ def rows(root: str, scratch: Path) -> list[tuple[str, str, list[list[str]], list
             ],
         ),
     ]
+    if requests:
+        trace = scratch / "generated.jsonl"
+        write_mooncake(trace, requests, np.random.default_rng(0))
+        table.append(
+            (
+                f"Mooncake-like {requests:,} requests ({trace.stat().st_size / 1e6:.0f} MB): "
+                "ingest + the 2 queries",
+                "pandas read + the same aggregates",
+                *ingest_and_ask(trace, fresh),
+            )
+        )
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--requests", type=int, default=0, help="add row 8 on a generated trace of N requests"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kvtrace-bench-commands-"))
     try:
         root = str(scratch / "warehouse")
         subprocess.run([KVTRACE, "-q", "-w", root, "ingest", str(TRACE)], check=True)
-        table = rows(root, scratch)
+        table = rows(root, scratch, args.requests)
         times: dict[str, dict[str, list[float]]] = {
             job: {"other": [], "kvtrace": []} for job, *_ in table
         }
