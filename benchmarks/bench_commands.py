@@ -1,9 +1,10 @@
 """Whole-process benchmark: kvtrace commands as a user runs them, each beside the tool a
 user would reach for instead, every pair measured in the same round, rounds interleaved.
 
-    python benchmarks/bench_commands.py [--rounds 5] [--requests 1000000]
+    python benchmarks/bench_commands.py [--rounds 5] [--requests 1000000] [--dsa-mb 233]
+                                        [--readme]
 
-Rows (each a fresh process on each side):
+Rows (each a fresh process on each side, under GNU time: wall seconds, peak RSS):
 
 1. ``kvtrace --help``, beside a bare ``python -c pass`` (the interpreter's own floor);
 2. ``kvtrace sql "SELECT 1"``, beside DuckDB answering the same from Python;
@@ -18,28 +19,38 @@ Rows (each a fresh process on each side):
 7. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
    prefix semantics, token weight, warm-up 0.5), beside ``kvcache-simulator run``'s
    sweep of the same trace (which computes three policies at 13 budgets; its own floor);
-8. with ``--requests N``, row 5 again on a generated Mooncake-like trace of N requests
-   (``bench_workload.write_mooncake``: conversations that extend their earlier turns).
+8. a one-rank profiler trace (0.45 MB, `bench_timeline_hta.write_traces`) ingested and
+   its three analyses asked, beside HTA loading it and running the same three (when HTA
+   is installed);
+9. with ``--requests N``, row 5 again on a generated Mooncake-like trace of N requests
+   (``bench_workload.write_mooncake``: conversations that extend their earlier turns);
+10. with ``--dsa-mb M``, a generated seed-format DSA trace of M MB ingested by
+    ``kvtrace ingest``, beside a Python process running DuckDB's
+    ``COPY (FROM read_json(...)) TO parquet``;
+11. and its ``dsa_summary`` from a fresh ``kvtrace sql``, beside DuckDB computing the same
+    statistics over the JSONL (``summary_over_jsonl.sql``).
 
 Prints a Markdown table of medians with the machine described, and writes
-``benchmarks/out/commands.json``.
+``benchmarks/out/commands.json``; ``--readme`` writes the table into the README's
+performance section too.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from bench_prefix import BIN, KVCACHE_SIMULATOR_RUN, TRACE
-from bench_warehouse import machine
+from bench_timeline_hta import HTA_RUN, KVTRACE_QUERY, write_traces
+from bench_warehouse import COPY_PROCESS, SUMMARY_MACRO, Run, machine, process, write_dsa_trace
 from bench_workload import write_mooncake
 
 HERE = Path(__file__).parent
@@ -59,6 +70,12 @@ print(con.sql('''SELECT count(*), (count(*) - 1) / ((max(timestamp) - min(timest
                  FROM t''').fetchall())
 print(con.sql('''SELECT avg(input_length), quantile_cont(input_length, 0.9), avg(output_length)
                  FROM t''').fetchall())
+"""
+DUCKDB_SUMMARY = f"""
+import duckdb, pathlib, sys
+con = duckdb.connect()
+con.execute({SUMMARY_MACRO!r})
+print(con.execute(pathlib.Path(sys.argv[1]).read_text(), [sys.argv[2]]).fetchone())
 """
 PANDAS_MOONCAKE = """
 import pandas as pd
@@ -82,12 +99,13 @@ print(inputs.mean(), inputs.quantile(0.9), frame['GeneratedTokens'].mean())
 """
 
 
-def timed(commands: list[list[str]]) -> float:
-    """Seconds to run ``commands`` one after another, each a fresh process."""
-    start = time.perf_counter()
-    for command in commands:
-        subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - start
+def measured(commands: list[list[str]]) -> Run:
+    """``commands`` run one after another, each a fresh process: wall and CPU seconds
+    summed, the largest peak RSS."""
+    runs = [process(command) for command in commands]
+    return Run(
+        sum(r.wall for r in runs), sum(r.cpu for r in runs), max(r.peak_rss_mb for r in runs)
+    )
 
 
 Row = tuple[str, str, list[list[str]], list[list[str]]]
@@ -109,7 +127,7 @@ def ingest_and_ask(
     )
 
 
-def rows(root: str, scratch: Path, requests: int) -> list[Row]:
+def rows(root: str, scratch: Path, requests: int, dsa_mb: float) -> list[Row]:
     """(job, other tool, its commands, kvtrace's commands) for each row."""
     fresh = str(scratch / "fresh")
     table: list[Row] = [
@@ -165,6 +183,22 @@ def rows(root: str, scratch: Path, requests: int) -> list[Row]:
             ],
         ),
     ]
+    if importlib.util.find_spec("hta") is not None:
+        traces = scratch / "timeline"
+        write_traces(traces, ranks=1, iterations=2)
+        megabytes = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
+        table.append(
+            (
+                f"profiler trace, 1 rank ({megabytes:.2f} MB): ingest + 3 analyses",
+                "HTA: load + the same 3",
+                [[PY, "-c", HTA_RUN, str(traces)]],
+                [
+                    ["rm", "-rf", fresh],
+                    [KVTRACE, "-q", "-w", fresh, "ingest", str(traces)],
+                    [KVTRACE, "-w", fresh, "sql", KVTRACE_QUERY],
+                ],
+            )
+        )
     if requests:
         trace = scratch / "generated.jsonl"
         write_mooncake(trace, requests, np.random.default_rng(0))
@@ -176,52 +210,116 @@ def rows(root: str, scratch: Path, requests: int) -> list[Row]:
                 *ingest_and_ask(trace, fresh),
             )
         )
+    if dsa_mb:
+        table += dsa_rows(scratch, dsa_mb)
     return table
+
+
+def dsa_rows(scratch: Path, mb: float) -> list[Row]:
+    """Rows 10 and 11: a generated DSA trace of ``mb`` MB ingested, and summarised."""
+    trace = scratch / "dsa" / "block64" / "trace_steps_0_n.jsonl"
+    write_dsa_trace(trace, mb)
+    size = f"{trace.stat().st_size / 1e6:.0f} MB"
+    built, fresh = str(scratch / "dsa-warehouse"), str(scratch / "dsa-fresh")
+    subprocess.run([KVTRACE, "-q", "-w", built, "ingest", str(trace)], check=True)
+    copy_sql = f"COPY (FROM read_json('{trace}')) TO '{scratch / 'copy.parquet'}' (FORMAT parquet)"
+    summary_sql = str(HERE / "summary_over_jsonl.sql")
+    return [
+        (
+            f"ingest {size} of DSA JSONL",
+            "DuckDB `COPY` to Parquet",
+            [[PY, "-c", COPY_PROCESS, copy_sql]],
+            [["rm", "-rf", fresh], [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)]],
+        ),
+        (
+            "DSA summary statistics of that trace",
+            "DuckDB over the JSONL",
+            [[PY, "-c", DUCKDB_SUMMARY, summary_sql, str(trace)]],
+            [[KVTRACE, "-w", built, "sql", "SELECT * FROM dsa_summary"]],
+        ),
+    ]
+
+
+README_TABLE = re.compile(
+    r"(<!-- bench_commands: start -->\n).*?(<!-- bench_commands: end -->)", re.DOTALL
+)
+
+
+def markdown(results: list[dict], rounds: int) -> str:
+    """The table of ``results``: medians of wall time and peak RSS, and the ratio."""
+    lines = [
+        f"Medians of {rounds} interleaved rounds on {machine()}.",
+        "",
+        "| job | other tool | other | kvtrace | ratio (other / kvtrace) |",
+        "|---|---|---|---|---|",
+    ]
+    for row in results:
+        lines.append(
+            f"| {row['job']} | {row['other_tool']} | {row['other_s']:.2f} s, "
+            f"{row['other_rss_mb']:,.0f} MB | {row['kvtrace_s']:.2f} s, "
+            f"{row['kvtrace_rss_mb']:,.0f} MB | {row['ratio']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--requests", type=int, default=0, help="add row 8 on a generated trace of N requests"
+        "--requests", type=int, default=0, help="add row 9 on a generated trace of N requests"
+    )
+    parser.add_argument(
+        "--dsa-mb", type=float, default=0, help="add rows 10 and 11 on a DSA trace of M MB"
+    )
+    parser.add_argument(
+        "--readme", action="store_true", help="write the table into the README as well"
     )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kvtrace-bench-commands-"))
     try:
         root = str(scratch / "warehouse")
         subprocess.run([KVTRACE, "-q", "-w", root, "ingest", str(TRACE)], check=True)
-        table = rows(root, scratch, args.requests)
-        times: dict[str, dict[str, list[float]]] = {
+        table = rows(root, scratch, args.requests, args.dsa_mb)
+        runs: dict[str, dict[str, list[Run]]] = {
             job: {"other": [], "kvtrace": []} for job, *_ in table
         }
         for _ in range(args.rounds):
             for job, _tool, theirs, ours in table:
-                times[job]["other"].append(timed(theirs))
-                times[job]["kvtrace"].append(timed(ours))
+                runs[job]["other"].append(measured(theirs))
+                runs[job]["kvtrace"].append(measured(ours))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     results = []
-    print(f"Machine: {machine()}; medians of {args.rounds} interleaved rounds.\n")
-    print("| job | other tool | other | kvtrace | ratio (other / kvtrace) |")
-    print("|---|---|---|---|---|")
     for job, tool, *_ in table:
-        other = statistics.median(times[job]["other"])
-        ours = statistics.median(times[job]["kvtrace"])
+        other, ours = Run.median(runs[job]["other"]), Run.median(runs[job]["kvtrace"])
+        ratios = [
+            o.wall / k.wall for o, k in zip(runs[job]["other"], runs[job]["kvtrace"], strict=True)
+        ]
         results.append(
             {
                 "job": job,
                 "other_tool": tool,
-                "other_s": other,
-                "kvtrace_s": ours,
-                "ratio": other / ours,
+                "other_s": other.wall,
+                "kvtrace_s": ours.wall,
+                "other_rss_mb": other.peak_rss_mb,
+                "kvtrace_rss_mb": ours.peak_rss_mb,
+                "ratio": other.wall / ours.wall,
+                "ratio_per_round": ratios,
             }
         )
-        print(f"| {job} | {tool} | {other:.2f} s | {ours:.2f} s | {other / ours:.2f}x |")
+    text = markdown(results, args.rounds)
+    print(text)
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "commands.json").write_text(
         json.dumps({"machine": machine(), "rounds": args.rounds, "rows": results}, indent=2)
     )
+    if args.readme:
+        readme = HERE.parent / "README.md"
+        found = README_TABLE.search(readme.read_text())
+        if found is None:
+            raise SystemExit("README.md has no bench_commands markers")
+        readme.write_text(README_TABLE.sub(lambda m: m[1] + text + m[2], readme.read_text()))
 
 
 if __name__ == "__main__":

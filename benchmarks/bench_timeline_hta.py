@@ -137,6 +137,26 @@ def _same_rows(ours: list[list], theirs: list[list]) -> bool:
     )
 
 
+def write_traces(traces: Path, ranks: int, iterations: int, layers: int = 61) -> TimelineShape:
+    """One synthetic Kineto trace per rank in the folder ``traces``, unless it is there."""
+    shape = TimelineShape(
+        iterations=iterations,
+        layers=layers,
+        kernels_per_layer=4,
+        compute_us=240,
+        comm_us=40,
+        comm_hidden_us=32,
+        gpu_annotations=False,
+    )
+    if not traces.exists():
+        traces.mkdir(parents=True)
+        for rank in range(ranks):
+            write_timeline_trace(
+                traces / f"rank{rank}.pt.trace.json", shape, rank=rank, world_size=ranks
+            )
+    return shape
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=8)
@@ -147,21 +167,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-hta-"))
     traces = work / "traces"
-    shape = TimelineShape(
-        iterations=args.iterations,
-        layers=args.layers,
-        kernels_per_layer=4,
-        compute_us=240,
-        comm_us=40,
-        comm_hidden_us=32,
-        gpu_annotations=False,
-    )
-    if not traces.exists():
-        traces.mkdir(parents=True)
-        for rank in range(args.ranks):
-            write_timeline_trace(
-                traces / f"rank{rank}.pt.trace.json", shape, rank=rank, world_size=args.ranks
-            )
+    shape = write_traces(traces, args.ranks, args.iterations, args.layers)
     megabytes = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
     print(f"{args.ranks} ranks, {megabytes:.2f} MB of traces")
 

@@ -61,6 +61,12 @@ def machine() -> str:
 
 
 COPY_PROCESS = "import duckdb, sys; duckdb.connect().execute(sys.argv[1])"
+# the statistics macro that summary_over_jsonl.sql calls
+SUMMARY_MACRO = (
+    "CREATE MACRO _s(x) AS {'count': count(x), 'min': min(x), "
+    "'p50': quantile_cont(x, 0.5), 'p95': quantile_cont(x, 0.95), "
+    "'max': max(x), 'mean': avg(x)}"
+)
 KVTRACE = str(Path(sys.executable).with_name("kvtrace"))
 
 
@@ -108,6 +114,32 @@ def best_of(runs: int, work) -> float:
     return min(timed(work)[0] for _ in range(runs))
 
 
+def write_dsa_trace(trace: Path, mb: float) -> int:
+    """Write a seed-format DSA trace of about ``mb`` MB at ``trace`` (61 layers, 16 steps
+    a request, 2048 positions a row), unless one of that size is there; returns its rows."""
+    steps = 16
+    requests = max(1, int(mb * 1e6 / ROW_BYTES_AT_12K) // (61 * steps))
+    rows = requests * steps * 61
+    if trace.exists() and trace.read_bytes().count(b"\n") == rows:
+        print(f"reusing {trace}")
+        return rows
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    gen_s, _ = timed(
+        lambda: write_seed_trace(
+            trace,
+            requests=requests,
+            steps=steps,
+            layers=61,
+            topk=2048,
+            prompt_tokens=12000,
+            run_name="bench",
+            dataset="synthetic-bench",
+        )
+    )
+    print(f"generated {rows:,} rows in {gen_s:.0f} s")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=300, help="JSONL size to generate (MB)")
@@ -126,30 +158,10 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-"))
     trace = work / "bench" / "block64" / "trace_steps_0_n.jsonl"
-    trace.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(work / "wh", ignore_errors=True)
     (work / "duckdb_copy.parquet").unlink(missing_ok=True)
 
-    rows_wanted = int(args.mb * 1e6 / ROW_BYTES_AT_12K)
-    steps = 16
-    requests = max(1, rows_wanted // (61 * steps))
-    rows = requests * steps * 61
-    if trace.exists() and trace.read_bytes().count(b"\n") == rows:
-        print(f"reusing {trace}")
-    else:
-        gen_s, _ = timed(
-            lambda: write_seed_trace(
-                trace,
-                requests=requests,
-                steps=steps,
-                layers=61,
-                topk=2048,
-                prompt_tokens=12000,
-                run_name="bench",
-                dataset="synthetic-bench",
-            )
-        )
-        print(f"generated {rows:,} rows in {gen_s:.0f} s")
+    rows = write_dsa_trace(trace, args.mb)
     jsonl_bytes = trace.stat().st_size
     positions = rows * 2048
 
@@ -188,11 +200,7 @@ def main() -> None:
     con = connect(warehouse)
     summary_s = best_of(3, lambda: con.execute("SELECT * FROM dsa_summary").fetchall())
     baseline = duckdb.connect()
-    baseline.execute(
-        "CREATE MACRO _s(x) AS {'count': count(x), 'min': min(x), "
-        "'p50': quantile_cont(x, 0.5), 'p95': quantile_cont(x, 0.95), "
-        "'max': max(x), 'mean': avg(x)}"
-    )
+    baseline.execute(SUMMARY_MACRO)
     summary_sql = (HERE / "summary_over_jsonl.sql").read_text()
     jsonl_summary_s, jsonl_summary = timed(
         lambda: baseline.execute(summary_sql, [str(trace)]).fetchone()
