@@ -11,6 +11,8 @@ keys cannot change under it.)
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from typing import Any
 
 import pyarrow as pa
@@ -74,6 +76,10 @@ class FileSink:
         """A file of ``table`` to fill with batches of this run's rows."""
         return StreamedFile(self, self.warehouse.open_file(self.commit, table))
 
+    def open_file_in_thread(self, table: str) -> ThreadedFile:
+        """`open_file`, each batch stored by a thread while the caller prepares the next."""
+        return ThreadedFile(self.open_file(table), self.commit)
+
     # -- record keys -------------------------------------------------------------------
 
     def _new_records(self, spec: TableSpec, rows: pa.Table) -> pa.Table:
@@ -129,3 +135,41 @@ class StreamedFile:
 
     def close(self) -> None:
         self.handle.close()
+
+
+class ThreadedFile:
+    """A `StreamedFile` whose batches a thread of its own stores (record keys, encoding),
+    one at a time, while the caller prepares the next.  An error of a batch is raised by
+    the next `append` or by `close`; `Warehouse.abort` waits for the batch in flight."""
+
+    def __init__(self, file: StreamedFile, commit: Commit) -> None:
+        self.file = file
+        self.rows = 0  # records stored so far
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="kvtrace-write")
+        self._storing: Future[int] | None = None
+        commit.background_writes.append(self._settle)
+
+    def append(self, rows: pa.Table) -> None:
+        self._wait()
+        self._storing = self._thread.submit(self.file.append, rows)
+
+    def close(self) -> int:
+        """Store what is in flight, finish the file; returns the records stored."""
+        try:
+            self._wait()
+            self.file.close()
+        finally:
+            self._thread.shutdown(wait=True)
+        return self.rows
+
+    def _wait(self) -> None:
+        storing, self._storing = self._storing, None
+        if storing is not None:
+            self.rows += storing.result()
+
+    def _settle(self) -> None:
+        """Wait for the batch in flight before the commit's files are removed (its error
+        does not matter then)."""
+        with suppress(Exception):
+            self._wait()
+        self._thread.shutdown(wait=True)
