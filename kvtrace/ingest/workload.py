@@ -16,12 +16,14 @@ Formats, told apart by their header (CSV) or first record (JSONL):
 Arrival times become seconds since the trace's first kept arrival.  A row with an
 unparsable field, a negative length or an arrival earlier than the request before it goes
 to the quarantine with the reason; the rest is kept.  The work is vectorised over Arrow
-columns, so a million-row trace takes seconds.
+columns, so a million-row trace takes seconds.  A Mooncake JSONL is read and checked a
+chunk at a time (`ArrivalChecks` carries the order rule across chunks), so its memory
+does not grow with its length; a CSV is read whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,15 +35,17 @@ import pyarrow.compute as pc
 from kvtrace.errors import InputError
 from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import parse_chunk, raw_text, read_chunks
+from kvtrace.ingest.lines import Chunk, parse_chunk, raw_text, read_chunks
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.prefetch import prefetched
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.workload import WORKLOAD_REQUESTS
 
 WorkloadFormat = Literal["azure", "burstgpt", "splitwise", "mooncake"]
 
 MOONCAKE_BLOCK_TOKENS = 512
+ROW_GROUP_ROWS = 1 << 18  # requests a row group holds (about 50 MB of a Mooncake trace)
 BURSTGPT_SESSION = "Session ID"  # in some BurstGPT releases
 _TEXT_COLUMNS = ("model", "log_type", "session_id")
 
@@ -97,14 +101,20 @@ class WorkloadFileResult:
     fmt: str = ""
 
 
-def read_workload_file(
-    path: Path, fmt: WorkloadFormat | Literal["mapped"], mapping: ColumnMapping | None = None
-) -> WorkloadFileResult:
-    """Every request of an arrival trace, checked; see the module's rules.  ``mapping``
-    names the columns of a CSV layout kvtrace does not know (format ``mapped``)."""
+def workload_batches(
+    path: Path,
+    fmt: WorkloadFormat | Literal["mapped"],
+    mapping: ColumnMapping | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[WorkloadFileResult]:
+    """Every request of an arrival trace, checked (see the module's rules), in file order:
+    a Mooncake JSONL a chunk at a time, read one chunk ahead, so memory stays flat however
+    long the trace; a CSV in one piece.  ``mapping`` names the columns of a CSV layout
+    kvtrace does not know (format ``mapped``); ``progress`` gets the bytes read so far."""
     if fmt == "mooncake":
-        return _read_mooncake(path)
-    return _read_csv(path, fmt, mapping)
+        yield from _read_mooncake(path, progress)
+    else:
+        yield _read_csv(path, fmt, mapping)
 
 
 # -- CSV ---------------------------------------------------------------------------------------
@@ -144,15 +154,13 @@ def _read_csv(
         name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
         for name in _TEXT_COLUMNS
     }
-    result = _checked(
-        fmt,
+    result = ArrivalChecks(fmt, None).rows(
         line_no,
         line_no - 2,
         reasons,
         arrival,
         lengths,
         pa.nulls(raw.num_rows, pa.list_(pa.int64())),
-        None,
         text,
         read.raw_of,
     )
@@ -225,48 +233,50 @@ def _wall_clock_seconds(
 # -- Mooncake JSONL ----------------------------------------------------------------------------
 
 
-def _read_mooncake(path: Path) -> WorkloadFileResult:
-    tables, numbers, rejected = [], [], []
-    for chunk in read_chunks(path):
-        parsed = parse_chunk(chunk, _MOONCAKE_SCHEMA)
-        tables.append(parsed.table)
-        numbers.append(parsed.line_numbers)
-        rejected += parsed.bad
-        if (note := chunk.truncation_note()) is not None:
-            rejected.append(note)
-    table = pa.concat_tables(tables) if tables else _MOONCAKE_SCHEMA.empty_table()
-    line_no = np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
-    reasons = RowReasons(table.num_rows)
-    arrival = _present(table["timestamp"], "timestamp", reasons) / 1000.0
-    lengths = {
-        "input_tokens": _present(table["input_length"], "input_length", reasons),
-        "output_tokens": _present(table["output_length"], "output_length", reasons),
-    }
-    hashes = table["hash_ids"]
-    lines_by_number: dict[int, bytes] = {}
+def _read_mooncake(
+    path: Path, progress: Callable[[int], None] | None
+) -> Iterator[WorkloadFileResult]:
+    """The checked rows of each chunk, the next chunk read and parsed meanwhile."""
+    checks = ArrivalChecks("mooncake", MOONCAKE_BLOCK_TOKENS)
+    parsed_chunks = ((chunk, parse_chunk(chunk, _MOONCAKE_SCHEMA)) for chunk in read_chunks(path))
+    for chunk, parsed in prefetched(parsed_chunks, depth=1, name="kvtrace-parse"):
+        table, line_no = parsed.table, parsed.line_numbers
+        reasons = RowReasons(table.num_rows)
+        arrival = _present(table["timestamp"], "timestamp", reasons) / 1000.0
+        lengths = {
+            "input_tokens": _present(table["input_length"], "input_length", reasons),
+            "output_tokens": _present(table["output_length"], "output_length", reasons),
+        }
+        sessions = {"session_id": pc.coalesce(table["session_id"], table["conversation_id"])}
+        result = checks.rows(
+            line_no,
+            line_no - 1,
+            reasons,
+            arrival,
+            lengths,
+            table["hash_ids"],
+            sessions,
+            _raw_lines(chunk, line_no),
+        )
+        note = chunk.truncation_note()
+        result.rejected = sorted(
+            parsed.bad + result.rejected + ([note] if note else []), key=lambda bad: bad.line_no
+        )
+        yield result
+        if progress:
+            progress(chunk.source_offset)
+
+
+def _raw_lines(chunk: Chunk, line_no: np.ndarray) -> Callable[[int], str]:
+    """The raw text of row ``row`` of ``chunk``'s table (whose lines are ``line_no``)."""
+    lines: list[bytes] = []
 
     def raw_of(row: int) -> str:
-        if not lines_by_number:
-            for chunk in read_chunks(path):
-                for offset, text in enumerate(chunk.data.split(b"\n")):
-                    lines_by_number[chunk.first_line + offset] = text
-        return raw_text(lines_by_number.get(int(line_no[row]), b""))
+        if not lines:
+            lines.extend(chunk.data.split(b"\n"))
+        return raw_text(lines[int(line_no[row]) - chunk.first_line])
 
-    sessions = {"session_id": pc.coalesce(table["session_id"], table["conversation_id"])}
-    result = _checked(
-        "mooncake",
-        line_no,
-        line_no - 1,
-        reasons,
-        arrival,
-        lengths,
-        hashes,
-        MOONCAKE_BLOCK_TOKENS,
-        sessions,
-        raw_of,
-    )
-    result.rejected = sorted(rejected + result.rejected, key=lambda bad: bad.line_no)
-    return result
+    return raw_of
 
 
 def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndarray:
@@ -278,49 +288,65 @@ def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndar
 # -- checks shared by every format ---------------------------------------------------------
 
 
-def _checked(
-    fmt: str,
-    line_no: np.ndarray,
-    request_idx: np.ndarray,
-    reasons: RowReasons,
-    arrival: np.ndarray,
-    lengths: dict[str, np.ndarray],
-    hashes: pa.Array | pa.ChunkedArray,
-    block_tokens: int | None,
-    text: dict[str, pa.ChunkedArray],
-    raw_of: Callable[[int], str],
-) -> WorkloadFileResult:
-    """Apply the range and order rules, quarantine what breaks them, build the rows."""
-    for name, values in lengths.items():
-        reasons.note(values < 0, f"{name} is negative")
-    ok = reasons.ok
-    previous = np.maximum.accumulate(np.where(ok, arrival, -np.inf))
-    earlier = np.zeros(len(ok), dtype=bool)
-    earlier[1:] = ok[1:] & (arrival[1:] < previous[:-1])
-    reasons.note(earlier, "arrival earlier than the request before it (out of order)")
-    keep = reasons.ok
-    rejected = [
-        BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
-        for row in np.flatnonzero(~keep)
-    ]
-    if rejected:
-        arrival, request_idx = arrival[keep], request_idx[keep]
-        lengths = {name: values[keep] for name, values in lengths.items()}
-        hashes = pc.filter(hashes, pa.array(keep))
-        text = {name: pc.filter(values, pa.array(keep)) for name, values in text.items()}
-    rows = len(arrival)
-    columns = {
-        "run_id": pa.nulls(rows, pa.string()),
-        "request_idx": pa.array(request_idx, pa.int64()),
-        "arrival_s": pa.array(arrival - (arrival.min() if rows else 0.0), pa.float64()),
-        "input_tokens": pa.array(lengths["input_tokens"].astype(np.int64)),
-        "output_tokens": pa.array(lengths["output_tokens"].astype(np.int64)),
-        "hash_ids": hashes,
-        "hash_block_tokens": pa.repeat(pa.scalar(block_tokens, pa.int32()), rows),
-        **{name: text.get(name, pa.nulls(rows, pa.string())) for name in _TEXT_COLUMNS},
-    }
-    table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
-    return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, fmt)
+class ArrivalChecks:
+    """The range and order rules, applied to a trace's rows batch by batch in file order:
+    a negative length, or an arrival earlier than a request before it (in any earlier
+    batch too), sends the row to the quarantine; arrivals of the rest count from the
+    trace's first kept arrival."""
+
+    def __init__(self, fmt: str, block_tokens: int | None) -> None:
+        self.fmt, self.block_tokens = fmt, block_tokens
+        self._latest = -np.inf  # the latest arrival so far of a row otherwise valid
+        self._origin: float | None = None  # the first kept arrival
+
+    def rows(
+        self,
+        line_no: np.ndarray,
+        request_idx: np.ndarray,
+        reasons: RowReasons,
+        arrival: np.ndarray,
+        lengths: dict[str, np.ndarray],
+        hashes: pa.Array | pa.ChunkedArray,
+        text: dict[str, pa.ChunkedArray],
+        raw_of: Callable[[int], str],
+    ) -> WorkloadFileResult:
+        """Apply the rules to one batch, quarantine what breaks them, build its rows."""
+        for name, values in lengths.items():
+            reasons.note(values < 0, f"{name} is negative")
+        ok = reasons.ok
+        latest = np.maximum.accumulate(
+            np.concatenate([[self._latest], np.where(ok, arrival, -np.inf)])
+        )
+        self._latest = float(latest[-1])
+        reasons.note(
+            ok & (arrival < latest[:-1]),
+            "arrival earlier than the request before it (out of order)",
+        )
+        keep = reasons.ok
+        rejected = [
+            BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
+            for row in np.flatnonzero(~keep)
+        ]
+        if rejected:
+            arrival, request_idx = arrival[keep], request_idx[keep]
+            lengths = {name: values[keep] for name, values in lengths.items()}
+            hashes = pc.filter(hashes, pa.array(keep))
+            text = {name: pc.filter(values, pa.array(keep)) for name, values in text.items()}
+        rows = len(arrival)
+        if rows and self._origin is None:
+            self._origin = float(arrival[0])  # kept arrivals never decrease
+        columns = {
+            "run_id": pa.nulls(rows, pa.string()),
+            "request_idx": pa.array(request_idx, pa.int64()),
+            "arrival_s": pa.array(arrival - (self._origin or 0.0), pa.float64()),
+            "input_tokens": pa.array(lengths["input_tokens"].astype(np.int64)),
+            "output_tokens": pa.array(lengths["output_tokens"].astype(np.int64)),
+            "hash_ids": hashes,
+            "hash_block_tokens": pa.repeat(pa.scalar(self.block_tokens, pa.int32()), rows),
+            **{name: text.get(name, pa.nulls(rows, pa.string())) for name in _TEXT_COLUMNS},
+        }
+        table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
+        return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, self.fmt)
 
 
 class WorkloadFamily:
@@ -352,19 +378,25 @@ class WorkloadFamily:
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
-        result = read_workload_file(probe.path, fmt, options.columns)  # type: ignore[arg-type]
+        requests = sink.open_file_in_thread("workload_requests")
+        rejected, pending = [], []
+        batches = workload_batches(probe.path, fmt, options.columns, advance)  # type: ignore[arg-type]
+        for batch in batches:
+            rejected += batch.rejected
+            pending.append(batch.table)
+            if sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS:
+                requests.append(pa.concat_tables(pending))
+                pending = []
+        if pending:
+            requests.append(pa.concat_tables(pending))
+        rows = requests.close()
         columns = options.columns
         config = (
             {"columns": columns.columns, "arrival_unit": columns.arrival_unit}
             if columns is not None and fmt == "mapped"
             else {}
         )
-        return FileRows(
-            "workload",
-            rows=sink.write("workload_requests", result.table),
-            rejected=result.rejected,
-            config=config,
-        )
+        return FileRows("workload", rows=rows, rejected=rejected, config=config)
 
 
 WORKLOAD = WorkloadFamily()
