@@ -1,9 +1,10 @@
 """Peak memory of ingest as the JSONL grows: it should stay flat.
 
-    python benchmarks/bench_ingest_memory.py --gb 0.5 1 2
+    python benchmarks/bench_ingest_memory.py --gb 0.5 1 2 [--family mooncake]
 
-Generates seed-format DSA traces (61 layers, 2048 positions a row, synthetic) of each
-size and ingests each twice in fresh processes: the ``kvtrace ingest`` command (peak RSS
+Generates seed-format DSA traces (61 layers, 2048 positions a row, synthetic), or with
+``--family mooncake`` Mooncake-like arrival traces (``bench_workload.write_mooncake``),
+of each size and ingests each twice in fresh processes: the ``kvtrace ingest`` command (peak RSS
 from GNU time) and ``kvtrace.ingest.ingest`` called from Python (its VmHWM).
 Prints a Markdown table and writes the figures as JSON to ``benchmarks/out/``.
 """
@@ -19,11 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from bench_warehouse import KVTRACE, ROW_BYTES_AT_12K, machine, process
+from bench_workload import write_mooncake
 
 from kvtrace.synthetic import write_seed_trace
 
 HERE = Path(__file__).parent
+MOONCAKE_REQUEST_BYTES = 194  # JSONL bytes of one generated Mooncake-like request
 _INGEST = (
     "import re, sys; from kvtrace.ingest import ingest; "
     "from kvtrace.warehouse import Warehouse; "
@@ -59,6 +63,7 @@ def main() -> None:
     parser.add_argument(
         "--gb", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="JSONL sizes to generate (GB)"
     )
+    parser.add_argument("--family", choices=["dsa", "mooncake"], default="dsa")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kvtrace-bench-rss-"))
@@ -66,18 +71,23 @@ def main() -> None:
     for gb in args.gb:
         trace = work / f"rss{gb}" / "block64" / "trace_steps_0_n.jsonl"
         trace.parent.mkdir(parents=True, exist_ok=True)
-        steps = 16
-        requests = max(1, int(gb * 1e9 / ROW_BYTES_AT_12K) // (61 * steps))
-        write_seed_trace(
-            trace,
-            requests=requests,
-            steps=steps,
-            layers=61,
-            topk=2048,
-            prompt_tokens=12000,
-            run_name=f"rss{gb}",
-            dataset="synthetic-bench",
-        )
+        if args.family == "mooncake":
+            trace = trace.with_name("mooncake.jsonl")
+            requests = int(gb * 1e9 / MOONCAKE_REQUEST_BYTES)
+            write_mooncake(trace, requests, np.random.default_rng(0))
+        else:
+            steps = 16
+            requests = max(1, int(gb * 1e9 / ROW_BYTES_AT_12K) // (61 * steps))
+            write_seed_trace(
+                trace,
+                requests=requests,
+                steps=steps,
+                layers=61,
+                topk=2048,
+                prompt_tokens=12000,
+                run_name=f"rss{gb}",
+                dataset="synthetic-bench",
+            )
         size_mb = trace.stat().st_size / 1e6
         rss, seconds = command_peak_rss_mb(trace, work / f"wh{gb}")
         library_rss, _ = library_peak_rss_mb(trace, work / f"wh{gb}")
@@ -103,8 +113,9 @@ def main() -> None:
         )
     out = HERE / "out"
     out.mkdir(exist_ok=True)
-    (out / "ingest_memory.json").write_text(
-        json.dumps({"machine": machine(), "figures": figures}, indent=2)
+    name = "ingest_memory.json" if args.family == "dsa" else f"ingest_memory_{args.family}.json"
+    (out / name).write_text(
+        json.dumps({"machine": machine(), "family": args.family, "figures": figures}, indent=2)
     )
 
 
