@@ -21,10 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_warehouse import KVTRACE, ROW_BYTES_AT_12K, machine, process
+from bench_warehouse import KVTRACE, machine, process, write_dsa_trace
 from bench_workload import write_mooncake
-
-from kvtrace.synthetic import write_seed_trace
 
 HERE = Path(__file__).parent
 MOONCAKE_REQUEST_BYTES = 194  # JSONL bytes of one generated Mooncake-like request
@@ -76,18 +74,7 @@ def main() -> None:
             requests = int(gb * 1e9 / MOONCAKE_REQUEST_BYTES)
             write_mooncake(trace, requests, np.random.default_rng(0))
         else:
-            steps = 16
-            requests = max(1, int(gb * 1e9 / ROW_BYTES_AT_12K) // (61 * steps))
-            write_seed_trace(
-                trace,
-                requests=requests,
-                steps=steps,
-                layers=61,
-                topk=2048,
-                prompt_tokens=12000,
-                run_name=f"rss{gb}",
-                dataset="synthetic-bench",
-            )
+            write_dsa_trace(trace, gb * 1000)
         size_mb = trace.stat().st_size / 1e6
         rss, seconds = command_peak_rss_mb(trace, work / f"wh{gb}")
         library_rss, _ = library_peak_rss_mb(trace, work / f"wh{gb}")

@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +65,24 @@ def library_cache(tmp_path_factory):
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Warehouse:
     return Warehouse(warehouse_at(tmp_path / "wh"), create=True)
+
+
+@pytest.fixture
+def slow_table_appends(monkeypatch) -> threading.Event:
+    """Every row group a `TableFile` writes waits half a second first; the event is set
+    when the first one starts (so a test can act while a write is in flight)."""
+    from kvtrace.warehouse.table_file import TableFile
+
+    writing = threading.Event()
+    append = TableFile.append
+
+    def slow_append(self, data):
+        writing.set()
+        time.sleep(0.5)
+        append(self, data)
+
+    monkeypatch.setattr(TableFile, "append", slow_append)
+    return writing
 
 
 def seed_record(

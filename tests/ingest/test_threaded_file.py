@@ -3,9 +3,6 @@ no file, an error surfaces at close, and what the thread stored is committed."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pyarrow as pa
 import pytest
 
@@ -23,21 +20,12 @@ def _requests(first: int, count: int):
     return pa.Table.from_pylist(rows, schema=TABLES["workload_requests"].schema)
 
 
-def test_an_abort_waits_for_the_batch_in_flight_and_leaves_no_file(warehouse, monkeypatch):
-    storing = threading.Event()
-    append = TableFile.append
-
-    def slow_append(self, data):
-        storing.set()
-        time.sleep(0.5)
-        append(self, data)
-
-    monkeypatch.setattr(TableFile, "append", slow_append)
+def test_an_abort_waits_for_the_batch_in_flight_and_leaves_no_file(warehouse, slow_table_appends):
     commit = warehouse.begin("aborted")
     requests = FileSink(warehouse, commit).open_file_in_thread("workload_requests")
     handle = requests.file.handle
     requests.append(_requests(0, 5))
-    assert storing.wait(5)
+    assert slow_table_appends.wait(5)
     warehouse.abort(commit)  # while the thread is still encoding
     assert not handle.temp.exists()
     assert commit.files == [] and commit.open_files == []

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -37,17 +35,10 @@ def _writer(warehouse, commit) -> DsaWriter:
     )
 
 
-def test_an_abort_waits_for_the_write_in_flight_and_leaves_no_file(warehouse, monkeypatch):
+def test_an_abort_waits_for_the_write_in_flight_and_leaves_no_file(
+    warehouse, monkeypatch, slow_table_appends
+):
     monkeypatch.setattr(dsa_writer, "FLUSH_BYTES", 0)  # every batch is written at once
-    writing = threading.Event()
-    append = TableFile.append
-
-    def slow_append(self, data):
-        writing.set()
-        time.sleep(0.5)
-        append(self, data)
-
-    monkeypatch.setattr(TableFile, "append", slow_append)
     opened: list[TableFile] = []
     open_file = warehouse.open_file
     monkeypatch.setattr(
@@ -56,7 +47,7 @@ def test_an_abort_waits_for_the_write_in_flight_and_leaves_no_file(warehouse, mo
     commit = warehouse.begin("aborted")
     writer = _writer(warehouse, commit)
     _add_batch(writer)
-    assert writing.wait(5)
+    assert slow_table_appends.wait(5)
     warehouse.abort(commit)  # while the thread is still writing
     assert writer._write_thread is None
     assert opened and not any(handle.temp.exists() for handle in opened)
