@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from kvtrace.errors import InputError
-from kvtrace.ingest.lines import is_gzip, raw_text, read_chunks
+from kvtrace.ingest.lines import LineTexts, is_gzip, raw_text
 from kvtrace.warehouse.rejects import BadLine
 
 EXACT_LIMIT = 2.0**53  # larger magnitudes are not stored exactly as float64 (or counted)
@@ -47,16 +47,14 @@ class CsvColumns:
     table: pa.Table
     line_no: np.ndarray  # each row's line number in the file (the header is line 1)
     rejected: list[BadLine] = field(default_factory=list)  # rows of the wrong width
-    _lines: dict[int, bytes] = field(default_factory=dict, repr=False)
+    _texts: LineTexts | None = field(default=None, repr=False)
 
-    def raw_of(self, row: int) -> str:
-        """The text of row ``row`` of ``table``, for the quarantine (the file is split
-        into lines on the first call only)."""
-        if not self._lines:
-            for chunk in read_chunks(self.path):
-                for offset, text in enumerate(chunk.data.split(b"\n")):
-                    self._lines[chunk.first_line + offset] = text
-        return raw_text(self._lines.get(int(self.line_no[row]), b""))
+    def line_text(self, line_no: int) -> str:
+        """The text of line ``line_no``, for the quarantine (read a chunk at a time, the
+        lines asked for in ascending order)."""
+        if self._texts is None:
+            self._texts = LineTexts(self.path)
+        return self._texts(line_no)
 
 
 def read_csv_columns(

@@ -21,7 +21,6 @@ from kvtrace.ingest.lines import (
     IntLists,
     ParsedChunk,
     parse_chunk,
-    raw_text,
     read_chunks,
 )
 from kvtrace.ingest.probe import Probe
@@ -60,22 +59,9 @@ def _consume(
     if (note := chunk.truncation_note()) is not None:
         writer.result.rejected.append(note)
     if parsed.table.num_rows:
-        writer.add(canonical(parsed.table, fmt), parsed.line_numbers, _raw_lines(chunk))
+        writer.add(canonical(parsed.table, fmt), parsed.line_numbers, chunk.line_text)
     if progress:
         progress(chunk.source_offset)
-
-
-def _raw_lines(chunk: Chunk) -> Callable[[int], str]:
-    """A rejected line's text by line number; the chunk is split into lines on the first
-    call only, since most chunks reject nothing."""
-    lines: list[bytes] = []
-
-    def raw_of(line_no: int) -> str:
-        if not lines:
-            lines.extend(chunk.data.split(b"\n"))
-        return raw_text(lines[line_no - chunk.first_line])
-
-    return raw_of
 
 
 class DsaFamily:

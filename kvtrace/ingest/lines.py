@@ -19,7 +19,7 @@ import gzip
 import json
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -48,6 +48,14 @@ class Chunk:
     lines: int  # newline-terminated lines, plus one for a final unterminated line
     source_offset: int  # bytes of the source file (compressed, for .gz) read so far
     truncated: bool = False  # the last chunk of a gzip stream that ends early
+    _split: list[bytes] = field(default_factory=list, repr=False, compare=False)
+
+    def line_text(self, line_no: int) -> str:
+        """The text of line ``line_no`` of this chunk, for the quarantine (the chunk is
+        split into lines on the first call only: most chunks reject nothing)."""
+        if not self._split:
+            self._split = self.data.split(b"\n")
+        return raw_text(self._split[line_no - self.first_line])
 
     def truncation_note(self) -> BadLine | None:
         """A quarantine entry saying the file ends early, for the last chunk of one."""
@@ -133,6 +141,25 @@ def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
             except zlib.error as exc:
                 raise InputError(f"{path}: corrupt gzip data ({exc})") from None
             compressed = decompressor.unused_data
+
+
+class LineTexts:
+    """The text of a file's lines by number, for the quarantine, reading one chunk at a
+    time: lines asked for in ascending order (as rejected rows are) read the file once;
+    an earlier line than the last reads it again from the start."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._chunks: Iterator[Chunk] = iter(())
+        self._chunk: Chunk | None = None
+
+    def __call__(self, line_no: int) -> str:
+        if self._chunk is None or line_no < self._chunk.first_line:
+            self._chunks = read_chunks(self.path)
+            self._chunk = next(self._chunks, None)
+        while self._chunk is not None and line_no >= self._chunk.first_line + self._chunk.lines:
+            self._chunk = next(self._chunks, None)
+        return "" if self._chunk is None else self._chunk.line_text(line_no)
 
 
 def read_json_document(path: Path) -> dict[str, Any]:

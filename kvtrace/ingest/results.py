@@ -143,7 +143,11 @@ def _read_csv(
     rejected = sorted(
         read.rejected
         + [
-            BadLine(int(read.line_no[row]), reasons.text(int(row)), read.raw_of(int(row)))
+            BadLine(
+                int(read.line_no[row]),
+                reasons.text(int(row)),
+                read.line_text(int(read.line_no[row])),
+            )
             for row in np.flatnonzero(~keep)
         ],
         key=lambda bad: bad.line_no,

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from kvtrace.errors import InputError
 from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import Chunk, parse_chunk, raw_text, read_chunks
+from kvtrace.ingest.lines import parse_chunk, read_chunks
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.prefetch import prefetched
@@ -162,7 +162,7 @@ def _read_csv(
         lengths,
         pa.nulls(raw.num_rows, pa.list_(pa.int64())),
         text,
-        read.raw_of,
+        read.line_text,
     )
     result.rejected = sorted(read.rejected + result.rejected, key=lambda bad: bad.line_no)
     return result
@@ -256,7 +256,7 @@ def _read_mooncake(
             lengths,
             table["hash_ids"],
             sessions,
-            _raw_lines(chunk, line_no),
+            chunk.line_text,
         )
         note = chunk.truncation_note()
         result.rejected = sorted(
@@ -265,18 +265,6 @@ def _read_mooncake(
         yield result
         if progress:
             progress(chunk.source_offset)
-
-
-def _raw_lines(chunk: Chunk, line_no: np.ndarray) -> Callable[[int], str]:
-    """The raw text of row ``row`` of ``chunk``'s table (whose lines are ``line_no``)."""
-    lines: list[bytes] = []
-
-    def raw_of(row: int) -> str:
-        if not lines:
-            lines.extend(chunk.data.split(b"\n"))
-        return raw_text(lines[int(line_no[row]) - chunk.first_line])
-
-    return raw_of
 
 
 def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndarray:
@@ -308,7 +296,7 @@ class ArrivalChecks:
         lengths: dict[str, np.ndarray],
         hashes: pa.Array | pa.ChunkedArray,
         text: dict[str, pa.ChunkedArray],
-        raw_of: Callable[[int], str],
+        line_text: Callable[[int], str],
     ) -> WorkloadFileResult:
         """Apply the rules to one batch, quarantine what breaks them, build its rows."""
         for name, values in lengths.items():
@@ -324,7 +312,7 @@ class ArrivalChecks:
         )
         keep = reasons.ok
         rejected = [
-            BadLine(int(line_no[row]), reasons.text(int(row)), raw_of(int(row)))
+            BadLine(int(line_no[row]), reasons.text(int(row)), line_text(int(line_no[row])))
             for row in np.flatnonzero(~keep)
         ]
         if rejected:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
+from kvtrace.ingest import lines as lines_module
+from kvtrace.ingest.lines import LineTexts
 from tests.conftest import seed_record, write_jsonl
 
 
@@ -65,3 +69,33 @@ def test_precomputed_stats_that_disagree_are_reported_not_kept(warehouse, tmp_pa
     assert con.execute("SELECT DISTINCT unique_blocks FROM dsa_steps").fetchall() == [(3,)]
     check = con.execute("SELECT check_name, violations FROM dsa_quality").fetchall()
     assert check == [("source_stat_disagreement", 1)]
+
+
+def test_line_texts_read_forward_a_chunk_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(lines_module, "CHUNK_BYTES", 64)  # several lines a chunk
+    text = [f"line {n:03d} " + "x" * (n % 17) for n in range(1, 201)]
+    for name, write in (("plain.txt", Path.write_bytes), ("packed.gz", _gzipped)):
+        path = tmp_path / name
+        write(path, ("\n".join(text) + "\n").encode())
+        texts = LineTexts(path)
+        assert [texts(n) for n in (3, 40, 41, 199, 200)] == [
+            text[n - 1] for n in (3, 40, 41, 199, 200)
+        ]
+        assert texts(7) == text[6]  # an earlier line: read again from the start
+        assert texts(201) == ""  # past the end
+
+
+def test_csv_rows_rejected_in_different_chunks_keep_their_text(warehouse, tmp_path, monkeypatch):
+    monkeypatch.setattr(lines_module, "CHUNK_BYTES", 128)
+    rows = [f"2023-11-16 18:{m // 60:02d}:{m % 60:02d}.0000000,{100 + m},5" for m in range(60)]
+    rows[10] = "2023-11-16 18:00:10.0000000,-4,5"  # negative
+    rows[45] = "2023-11-16 18:00:45.0000000,12x,5"  # not a number
+    path = tmp_path / "azure_mini.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    ingest(warehouse, [str(path)])
+    found = connect(warehouse).execute("SELECT line_no, raw FROM quarantine ORDER BY 1")
+    assert found.fetchall() == [(12, rows[10]), (47, rows[45])]
+
+
+def _gzipped(path: Path, data: bytes) -> None:
+    path.write_bytes(gzip.compress(data))
