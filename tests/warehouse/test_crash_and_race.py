@@ -13,12 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.integrity import check
-from tests.conftest import warehouse_at
+from tests.conftest import ON_S3, warehouse_at
 
 ROUNDS = 50
 SEED = 20261124
@@ -88,6 +90,11 @@ def _run_with_kills(
             assert process.returncode == 0, (process.args, err)
 
 
+@pytest.mark.skipif(
+    ON_S3,
+    reason="an object store's lock that a killed process held is taken over after 600 s "
+    "(object_lock.STALE_AFTER_S), longer than a round may wait",
+)
 def test_maintenance_survives_random_kills_and_races(tmp_path, synthetic_trace):
     rng = random.Random(SEED)
     location = warehouse_at(tmp_path / "wh")
