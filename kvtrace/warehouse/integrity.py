@@ -29,12 +29,11 @@ import pyarrow.parquet as pq
 
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse import journal
-from kvtrace.warehouse.delta_log import active_files, open_table
+from kvtrace.warehouse.delta_log import LOG_DIR, active_files, open_table
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import MARKER, Warehouse
 
-LOG_DIR = "_delta_log"
 DAMAGED_DIR = "_delta_log_damaged"  # where a repair moves the log entries it rolls back
 _ENTRY = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")

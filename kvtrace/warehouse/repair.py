@@ -22,13 +22,10 @@ taken out of the logs stay until ``kvtrace vacuum`` proves nothing needs them.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -42,6 +39,7 @@ from kvtrace.warehouse.delta_log import (
     active_files,
     file_stats,
     open_table,
+    version_zero,
 )
 from kvtrace.warehouse.integrity import (
     DAMAGED_DIR,
@@ -111,14 +109,9 @@ def _repair_logs(
 def _write_version_zero(warehouse: Warehouse, name: str) -> None:
     """A new version 0 for table ``name``: the creation of an empty table of its schema."""
     schema = journal.JOURNAL_SCHEMA if name == JOURNAL else TABLES[name].schema
-    scratch = Path(tempfile.mkdtemp(prefix="kvtrace-repair-"))
-    try:
-        DeltaTable.create(str(scratch), schema=schema)
-        temp = warehouse.storage.new_temp(".json")
-        shutil.copy(scratch / LOG_DIR / f"{0:020d}.json", temp)
-        warehouse.storage.publish(temp, f"{name}/{LOG_DIR}/{0:020d}.json")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    temp = warehouse.storage.new_temp(".json")
+    temp.write_bytes(version_zero(schema))
+    warehouse.storage.publish(temp, f"{name}/{LOG_DIR}/{0:020d}.json")
 
 
 def _move_aside(warehouse: Warehouse, name: str, scan: LogScan, first: int, stamp: str) -> int:

@@ -238,6 +238,24 @@ class LocalStorage(Storage):
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temp, target)
 
+    def write_new(self, relative: str, data: bytes) -> bool:
+        """Write ``data`` to ``relative`` whole unless it exists; False when it did (another
+        writer's stays).  A hard link publishes the file without replacing one."""
+        target = self.path(relative)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.new_temp(target.suffix)
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(temp, target)
+        except FileExistsError:
+            return False
+        finally:
+            temp.unlink(missing_ok=True)
+        return True
+
     def read_bytes(self, relative: str) -> bytes | None:
         try:
             return self.path(relative).read_bytes()

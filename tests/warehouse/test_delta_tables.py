@@ -322,3 +322,67 @@ def test_logs_are_checkpointed_every_ten_commits_and_read_the_same(tmp_path):
         assert checkpoints and newest - max(checkpoints) < 10, (table, sorted(names))
     assert query_rows(location, "SELECT count(*) FROM workload_requests") == [(60,)]
     assert check(Warehouse(location)).problems == []
+
+
+def _log_entry(path) -> dict:
+    """The actions of a Delta log entry, by kind."""
+    import json
+
+    return {
+        kind: action
+        for line in path.read_text().splitlines()
+        for kind, action in json.loads(line).items()
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["_commits", "runs", "dsa_steps", "kv_events", "pool_snapshots", "ntz"]
+)
+def test_version_zero_is_what_delta_lake_writes_for_the_same_schema(tmp_path, name):
+    import pyarrow as pa
+
+    from kvtrace.warehouse.delta_log import CHECKPOINT_INTERVAL, version_zero
+    from kvtrace.warehouse.journal import JOURNAL_SCHEMA
+    from kvtrace.warehouse.schema.tables import TABLES
+
+    schemas = {"_commits": JOURNAL_SCHEMA, "ntz": pa.schema([("at", pa.timestamp("us"))])}
+    schema = schemas.get(name) or TABLES[name].schema
+    theirs = tmp_path / "theirs"
+    DeltaTable.create(
+        str(theirs),
+        schema=schema,
+        configuration={"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)},
+    )
+    ours = tmp_path / "ours" / "_delta_log" / f"{0:020d}.json"
+    ours.parent.mkdir(parents=True)
+    ours.write_bytes(version_zero(schema))
+    expected = _log_entry(theirs / "_delta_log" / f"{0:020d}.json")
+    written = _log_entry(ours)
+    assert written["protocol"] == expected["protocol"]
+    for key in ("id", "createdTime"):  # a new table's own
+        del written["metaData"][key], expected["metaData"][key]
+    assert written["metaData"] == expected["metaData"]
+    table = DeltaTable(str(ours.parent.parent))
+    assert table.version() == 0
+    assert table.schema().to_arrow() == DeltaTable(str(theirs)).schema().to_arrow()
+
+
+def test_tables_created_at_once_get_one_version_zero_and_an_existing_log_is_kept(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kvtrace.warehouse.delta_log import create_table
+    from kvtrace.warehouse.schema.tables import TABLES
+
+    storage = open_storage(tmp_path / "wh")
+    schema = TABLES["runs"].schema
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: create_table(storage, "runs", schema), range(32)))
+    log = tmp_path / "wh" / "runs" / "_delta_log"
+    assert sorted(p.name for p in log.iterdir()) == [f"{0:020d}.json"]
+    assert list((tmp_path / "wh" / "_tmp").iterdir()) == []  # no scratch file left
+    table_id = _log_entry(log / f"{0:020d}.json")["metaData"]["id"]
+    # a table whose early entries are gone (cleaned up after a checkpoint) is not made anew
+    (log / f"{0:020d}.json").rename(log / f"{1:020d}.json")
+    create_table(storage, "runs", schema)
+    assert sorted(p.name for p in log.iterdir()) == [f"{1:020d}.json"]
+    assert _log_entry(log / f"{1:020d}.json")["metaData"]["id"] == table_id
