@@ -153,7 +153,7 @@ def version_zero(schema: pa.Schema) -> bytes:
             "writerFeatures": ["timestampNtz"],
         }
     now_ms = int(time.time() * 1000)
-    metadata = {
+    metadata: dict[str, Any] = {
         "id": str(uuid.uuid4()),
         "name": None,
         "description": None,

@@ -35,6 +35,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import (
     COMMIT_ID_KEY,
+    LOG_DIR,
     OPERATION_KEY,
     active_files,
     file_stats,
@@ -43,7 +44,6 @@ from kvtrace.warehouse.delta_log import (
 )
 from kvtrace.warehouse.integrity import (
     DAMAGED_DIR,
-    LOG_DIR,
     CheckReport,
     LogScan,
     Problem,
