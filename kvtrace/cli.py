@@ -68,7 +68,7 @@ app = typer.Typer(
 
 class _Console:
     """A rich console, made at its first use (importing rich costs a command 20 ms that
-    a query printing its own table does not need)."""
+    a query printing its own table does not need); `say` prints plain lines without it."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options
@@ -84,6 +84,12 @@ class _Console:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.console, name)
+
+    def say(self, text: str) -> None:
+        """Print a line of plain text as it is: no markup, no emoji codes, no rich
+        loaded."""
+        stream = sys.stderr if self._options.get("stderr") else sys.stdout
+        stream.write(text + "\n")
 
 
 err = _Console(stderr=True, highlight=False, soft_wrap=True)
@@ -200,7 +206,7 @@ def _global(
 
 
 def _print_version() -> None:
-    out.print(f"kvtrace {__version__}")
+    out.say(f"kvtrace {__version__}")
     raise typer.Exit()
 
 
@@ -338,22 +344,22 @@ def _print_ingest(report: IngestReport) -> None:
         if item.status == NOT_READ:
             continue
         if item.status != "ingested":
-            out.print(f"{name}: {item.status}" + (f" (run {item.run_id})" if item.run_id else ""))
+            out.say(f"{name}: {item.status}" + (f" (run {item.run_id})" if item.run_id else ""))
             continue
         line = f"{name}: {item.rows:,} rows into run {item.run_id}"
         if item.rejected:
             line += f", {item.rejected:,} line(s) rejected (see the quarantine view)"
-        out.print(line)
+        out.say(line)
         for reason, count in item.skipped.items():
-            out.print(f"  skipped {count:,} {reason}")
+            out.say(f"  skipped {count:,} {reason}")
         for stat, tally in item.disagreements.items():
             if tally.first_line is None:  # a file-wide figure, e.g. RULER's summary.csv
-                out.print(
+                out.say(
                     f"  {stat}: the source says {tally.source_value:g}, kvtrace "
                     f"recomputes {tally.recomputed:g}; the samples are stored"
                 )
                 continue
-            out.print(
+            out.say(
                 f"  source {stat.removeprefix('src_')} disagreed with the recomputed value "
                 f"on {tally.disagreeing:,} of {tally.checked:,} rows (line {tally.first_line}: "
                 f"{tally.source_value:g} vs {tally.recomputed:g}); the recomputed values are "
@@ -363,16 +369,16 @@ def _print_ingest(report: IngestReport) -> None:
         shown = ", ".join(skipped[:5]) + (
             f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
         )
-        out.print(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
+        out.say(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
     if len(families := report.by_family()) > 1:  # a folder of several kinds
-        out.print(
+        out.say(
             "by family: "
             + ", ".join(
                 f"{family} {files:,} file{'s' * (files != 1)} ({rows:,} rows)"
                 for family, (files, rows) in families.items()
             )
         )
-    out.print(
+    out.say(
         f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected into {options.path}"
     )
 
@@ -443,7 +449,7 @@ def collect_pool(
             on_batch=show,
             stop=stop,
         )
-    out.print(
+    out.say(
         f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
         f"with errors, {report.rows:,} rows into run {report.run_id}"
     )
@@ -520,7 +526,7 @@ def collect_kv_events_command(
             on_batch=show,
             stop=stop,
         )
-    out.print(
+    out.say(
         f"recorded {len(sources)} engine(s): {report.messages:,} batches, "
         f"{report.events:,} block events ({report.replayed:,} batches replayed, "
         f"{report.gaps:,} gaps, {report.errors:,} unreadable) into run {report.run_id}"
@@ -642,7 +648,7 @@ def collect_dsa_command(
             run_name=run_name,
         )
     )
-    out.print(
+    out.say(
         f"{result.requests} request(s) traced, {result.skipped} skipped, "
         f"{result.new_tokens:,} tokens in {result.seconds:.1f} s "
         f"({result.new_tokens / max(result.seconds, 1e-9):.1f} tokens/s) into run "
@@ -756,7 +762,7 @@ def sql(
         else:
             with atomic_output(output) as sink:
                 write_stream(result, fmt, sink)
-            err.print(f"wrote {output}")
+            err.say(f"wrote {output}")
     except _duckdb_error() as exc:  # raised while streaming rows
         from kvtrace.sql.query import query_error
 
@@ -807,7 +813,7 @@ def _emit(data: bytes, output: Path | None) -> None:
         from kvtrace.sql.query import write_output
 
         write_output(data, output)
-        err.print(f"wrote {output}")
+        err.say(f"wrote {output}")
 
 
 WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas"]
@@ -926,7 +932,7 @@ def whatif(
         result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
     if chosen == "table" and output is None and table == "combined":
         orders = sorted(set(result.runs["stream_order"].to_pylist()))
-        err.print(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
+        err.say(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
         shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
         _emit(b"\n".join(render(part, "table", _width(None)) for part in shown), None)
     else:
@@ -1196,10 +1202,10 @@ def optimize(
     with _busy("Compacting"):
         report = compact(_open(), target_mb=target_mb)
     for note in report.notes:
-        err.print(note)
+        err.say(note)
     for table, what in report.tables.items():
-        out.print(f"{table}: {what}")
-    out.print(
+        out.say(f"{table}: {what}")
+    out.say(
         f"warehouse version {report.version}" + ("" if report.tables else " (nothing to compact)")
     )
 
@@ -1234,10 +1240,10 @@ def vacuum(
 
     report = sweep(_open(), retain_hours=retain_hours, force=force, dry_run=dry_run)
     for note in report.notes:
-        err.print(note)
+        err.say(note)
     for table, what in report.tables.items():
-        out.print(f"{table}: {what}")
-    out.print("nothing to delete" if not report.tables else f"warehouse version {report.version}")
+        out.say(f"{table}: {what}")
+    out.say("nothing to delete" if not report.tables else f"warehouse version {report.version}")
 
 
 @app.command("check")
@@ -1268,9 +1274,9 @@ def check_command(
         with _busy("Repairing"):
             done = mend(warehouse)
         for line in done.done:
-            out.print(f"repaired: {line}")
+            out.say(f"repaired: {line}")
         if done.sources:
-            out.print(
+            out.say(
                 "ingest these sources again to restore their rows: " + ", ".join(done.sources)
             )
         found = done.after
@@ -1278,9 +1284,9 @@ def check_command(
         with _busy("Checking"):
             found = check(warehouse)
     for problem in found.problems:
-        out.print(f"problem: {problem.line()}")
+        out.say(f"problem: {problem.line()}")
     for note in found.notes:
-        out.print(f"note: {note}")
+        out.say(f"note: {note}")
     if found.problems:
         raise WarehouseDamaged(
             f"{len(found.problems)} problem(s) in {warehouse.location}"
@@ -1290,7 +1296,7 @@ def check_command(
                 else "; 'kvtrace check --repair' returns it to its newest consistent version"
             )
         )
-    out.print(
+    out.say(
         f"{warehouse.location} is healthy: {len(found.logs)} logs and "
         f"{found.files_checked:,} data files checked"
     )
@@ -1308,8 +1314,8 @@ def migrate() -> None:
     with _busy("Converting"):
         report = convert(options.path)
     for table, files in report.tables.items():
-        out.print(f"{table}: {files} file(s)")
-    out.print(f"{options.path} is now made of Delta tables (version {report.version})")
+        out.say(f"{table}: {files} file(s)")
+    out.say(f"{options.path} is now made of Delta tables (version {report.version})")
 
 
 @app.command()
@@ -1333,7 +1339,7 @@ def demo() -> None:
             run_name="demo-ruler-dsa-ref",
         )
     )
-    out.print(
+    out.say(
         f"traced {result.requests} requests ({result.new_tokens} tokens, "
         f"{result.seconds:.1f} s) into run {result.run_id}"
     )
@@ -1350,7 +1356,7 @@ def demo() -> None:
     if warehouse.root is not None:
         report = warehouse.root.parent / report.name
     _write_report(warehouse, "dsa", runs=[result.run_id], experiments=[], output=report)
-    out.print(
+    out.say(
         f"\nWarehouse: {warehouse.location}\nReport:    {report}\nNext: kvtrace -w "
         f'{warehouse.location} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '
         "lists the views)"
@@ -1377,8 +1383,8 @@ def samples(
         raise KvtraceError(f"cannot write the samples into {folder}: {exc.strerror}") from None
     for name in [*SAMPLES, README]:
         write_output(sample(name), folder / name)  # each whole or not at all
-        out.print(f"{folder / name}  {SAMPLES.get(name, 'where each sample comes from')}")
-    out.print(f"Next: kvtrace ingest {folder}")
+        out.say(f"{folder / name}  {SAMPLES.get(name, 'where each sample comes from')}")
+    out.say(f"Next: kvtrace ingest {folder}")
 
 
 @app.command("report")
@@ -1421,7 +1427,7 @@ def report_command(
         output=output,
         slos=_slos(name, slo or []),
     )
-    out.print(f"wrote {output}")
+    out.say(f"wrote {output}")
 
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
@@ -1525,7 +1531,7 @@ def _print_summary_table(result: dict) -> None:
     hot = result["prefix_hot_blocks"]
     for request, blocks in list(hot.items())[:3]:
         top = ", ".join(f"block {b['block_id']} x{b['touch_count']}" for b in blocks[:4])
-        out.print(f"hottest prefix blocks of request {request}: {top}")
+        out.say(f"hottest prefix blocks of request {request}: {top}")
 
 
 def main() -> None:
