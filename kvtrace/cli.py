@@ -6,6 +6,7 @@ status 1 (``--debug`` shows the traceback instead).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -1276,9 +1277,7 @@ def check_command(
         for line in done.done:
             out.say(f"repaired: {line}")
         if done.sources:
-            out.say(
-                "ingest these sources again to restore their rows: " + ", ".join(done.sources)
-            )
+            out.say("ingest these sources again to restore their rows: " + ", ".join(done.sources))
         found = done.after
     else:
         with _busy("Checking"):
@@ -1560,7 +1559,7 @@ def run() -> int:
     """Run the app on ``sys.argv`` and turn kvtrace errors into one sentence; returns the
     exit status."""
     try:
-        command = typer.main.get_command(app)
+        command = typer.main.get_command(_app_for(sys.argv[1:]))
         _readable_metavars(command)
         command(prog_name="kvtrace")
     except SystemExit as exc:
@@ -1592,6 +1591,36 @@ def run() -> int:
             1,
         )  # a bug: one line
     return 0
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command ``args`` name, when they name one: typer reads the
+    signature of every command it builds (20 ms for all of them).  Help, a version or a
+    name that is not a command get the whole app."""
+    name = _command_name(args)
+    commands = [
+        info
+        for info in app.registered_commands
+        if (info.name or typer.main.get_command_name(getattr(info.callback, "__name__", "")))
+        == name
+    ]
+    groups = [info for info in app.registered_groups if info.name == name]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands, one.registered_groups = commands, groups
+    return one
+
+
+def _command_name(args: list[str]) -> str | None:
+    """The first argument that is not a global option or its value."""
+    values = iter(args)
+    for arg in values:
+        if arg in ("-w", "--warehouse"):
+            next(values, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
 
 
 _METAVARS = {

@@ -403,3 +403,22 @@ def test_help_names_what_to_give_not_a_python_type(cli):
     assert "warehouse_version" in out and "warehouse_commits" in out
     commits = next(o for o in documented_objects() if o.name == "warehouse_commits")
     assert "warehouse_version" in commits.columns
+
+
+@pytest.mark.parametrize(
+    ("args", "built"),
+    [
+        (["-w", "wh", "-q", "sql", "SELECT 1"], ["sql"]),
+        (["--warehouse", "sql", "ingest", "x"], ["ingest"]),  # a warehouse named sql
+        (["prefix-curve", "--run", "r"], ["prefix-curve"]),
+        (["collect", "pool", "--help"], ["collect"]),
+        (["--help"], None),
+        (["--version"], None),
+        (["no-such-command"], None),
+    ],
+)
+def test_a_command_line_builds_only_the_command_it_names(args, built):
+    from kvtrace.cli import _app_for
+
+    command = get_command(_app_for(args))
+    assert sorted(command.commands) == (built or sorted(get_command(app).commands))

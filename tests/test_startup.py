@@ -72,6 +72,12 @@ def test_a_query_on_a_kept_snapshot_loads_no_arrow_delta_lake_or_numpy(warehouse
     assert not _imported(*command, tmp_path=tmp_path) & {*HEAVY, "pyarrow", "deltalake", "numpy"}
 
 
+def test_ingesting_an_arrival_trace_loads_no_pandas_numba_or_console_library(tmp_path):
+    trace = str(DATA / "mooncake_conversation_trace.jsonl")
+    loaded = _imported("-q", "-w", str(tmp_path / "wh"), "ingest", trace, tmp_path=tmp_path)
+    assert "pyarrow" in loaded and not loaded & {*HEAVY, "rich"}
+
+
 def test_numba_loads_when_a_kernel_runs(warehouse, tmp_path):
     ingest(warehouse, [str(DATA / "mooncake_conversation_trace.jsonl")])
     loaded = _imported(
