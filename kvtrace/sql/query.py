@@ -30,11 +30,13 @@ _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.I
 TABLE_ROW_CAP = 1000  # rows the table format prints; the file formats stream every row
 
 
-def check_read_only(sql: str) -> None:
-    """Refuse anything but SELECT / EXPLAIN statements (so nothing can write or attach);
-    an EXPLAIN is judged by the statement it explains (EXPLAIN ANALYZE runs it)."""
+def read_only_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement]:
+    """The statements of ``sql``, parsed by ``con`` (DuckDB's module-level parser would
+    open its default database first: 16 ms); anything but SELECT / EXPLAIN is refused (so
+    nothing can write or attach), and an EXPLAIN is judged by the statement it explains
+    (EXPLAIN ANALYZE runs it)."""
     try:
-        statements = duckdb.extract_statements(sql)
+        statements = con.extract_statements(sql)
     except duckdb.Error as exc:
         raise QueryError(f"the SQL does not parse: {_first_line(exc)}") from None
     if not statements:
@@ -44,13 +46,14 @@ def check_read_only(sql: str) -> None:
         if kind == "EXPLAIN":
             inner = _EXPLAIN.sub("", statement.query, count=1)
             if inner.strip() and inner != statement.query:
-                check_read_only(inner)
+                read_only_statements(con, inner)
                 continue
         if kind not in READ_ONLY:
             raise QueryError(
                 f"kvtrace sql is read-only: {kind} statements are refused "
                 "(use SELECT, DESCRIBE, SUMMARIZE, SHOW or EXPLAIN)"
             )
+    return statements
 
 
 def restrict_to(con: duckdb.DuckDBPyConnection, location: str) -> None:
@@ -89,8 +92,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, fmt: OutputFormat = "tab
     """Execute ``sql`` (read-only): its statements run in turn and the last one's result
     comes back running, to be written in ``fmt`` (an error before its first rows raises
     here)."""
-    check_read_only(sql)
-    statements = duckdb.extract_statements(sql)
+    statements = read_only_statements(con, sql)
     try:
         for statement in statements[:-1]:
             con.execute(statement.query).fetchall()  # consumed: the next may run
