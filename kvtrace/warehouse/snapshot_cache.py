@@ -27,6 +27,7 @@ import shutil
 import time
 import uuid
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -139,15 +140,22 @@ def keep(place: StoredSnapshot, snapshot: Snapshot) -> None:
 
 
 def _forget_older(place: StoredSnapshot) -> None:
-    """Remove the warehouse's snapshots beyond the newest `KEEP_PER_WAREHOUSE` versions
-    (one still being read is computed again by its reader if it goes), and what a
-    process killed while keeping one left for a day."""
+    """Remove the warehouse's snapshots beyond the `KEEP_PER_WAREHOUSE` kept last (one
+    still being read is computed again by its reader if it goes), and what a process
+    killed while keeping one left for a day.
+
+    The order is the time each was kept, not its version: a warehouse made again at the
+    same place starts again at version 1, and its snapshots must not give way to the
+    higher versions of the one it replaced."""
+    entries: list[tuple[float, str, Path]] = []
     try:
-        entries = list(place.folder.parent.iterdir())
-        abandoned = [p for p in entries if p.name.startswith(".")]
-        stale = [p for p in abandoned if p.stat().st_mtime < time.time() - 86_400]
+        for path in place.folder.parent.iterdir():
+            with suppress(OSError):  # another process may remove one at once
+                entries.append((path.stat().st_mtime, path.name, path))
     except OSError:
         return
-    kept = sorted(p for p in entries if not p.name.startswith("."))
-    for old in kept[:-KEEP_PER_WAREHOUSE] + stale:
+    day_ago = time.time() - 86_400
+    abandoned = [p for mtime, name, p in entries if name.startswith(".") and mtime < day_ago]
+    kept = [p for _, name, p in sorted(entries) if not name.startswith(".")]
+    for old in kept[:-KEEP_PER_WAREHOUSE] + abandoned:
         shutil.rmtree(old, ignore_errors=True)

@@ -122,6 +122,31 @@ def test_only_the_newest_versions_are_kept(warehouse, synthetic_trace):
     assert kept == computed[-snapshot_cache.KEEP_PER_WAREHOUSE :]
 
 
+def test_a_warehouse_made_again_keeps_its_snapshot_beside_those_of_the_ones_before(tmp_path):
+    import os
+
+    location = warehouse_at(tmp_path / "again")
+    first = Warehouse(location, create=True)
+    ingest(first, [str(MOONCAKE)])
+    place = snapshot_cache.stored(first.storage)
+    assert place is not None and place.present()
+    # the snapshots of earlier warehouses at this place, kept before, of higher versions
+    # and names that sort after any other
+    for i in range(snapshot_cache.KEEP_PER_WAREHOUSE):
+        old = place.folder.parent / f"{99 - i:012d}-ffffffffffffffff"
+        shutil.copytree(place.folder, old)
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    if first.root is None:
+        first.storage.remove_tree("")
+    else:
+        shutil.rmtree(first.root)
+    again = Warehouse(location, create=True)
+    ingest(again, [str(VLLM_BENCH)])
+    kept = snapshot_cache.stored(again.storage)
+    assert kept is not None and kept.present()  # the query that follows finds it
+    assert len(_kept(location)) == snapshot_cache.KEEP_PER_WAREHOUSE
+
+
 def test_readers_racing_to_keep_one_version_all_see_it_whole(warehouse):
     ingest(warehouse, [str(MOONCAKE), str(VLLM_BENCH)])
     computed = journal.load(warehouse.storage)
