@@ -4,7 +4,9 @@ A chunk is parsed in one call to Arrow's multi-threaded JSON reader.  Only when 
 fails is the chunk split in halves, recursively, until every failing line stands alone;
 good lines keep their data and bad ones come back with their line number and a reason.
 A family whose lines are mostly long integer arrays (DSA traces) has them read by a
-compiled pass first (`IntLists`), and Arrow parses only the rest.
+compiled pass first (`IntLists`), and Arrow parses only the rest; one whose records hold
+integers and integer arrays alone (Mooncake's arrival traces) can have whole chunks read
+by a compiled pass (`IntRecords`).
 
 Arrow's reader is only ever handed lines that start with ``{``: with an explicit
 schema it crashes the process on a block that starts with ``null``, and it turns a
@@ -226,14 +228,33 @@ class IntLists:
     drop: tuple[str, ...] = ()
 
 
-def parse_chunk(chunk: Chunk, schema: pa.Schema, int_lists: IntLists | None = None) -> ParsedChunk:
+@dataclass(frozen=True)
+class IntRecords:
+    """Records of integer fields (``scalars``) and integer-array fields (``lists``) alone,
+    which `parse_chunk` reads with a compiled pass (see `kvtrace.kernels.json_records`)
+    when every line of a chunk is of that plain shape."""
+
+    scalars: tuple[str, ...]
+    lists: tuple[str, ...] = ()
+
+
+def parse_chunk(
+    chunk: Chunk,
+    schema: pa.Schema,
+    int_lists: IntLists | None = None,
+    int_records: IntRecords | None = None,
+) -> ParsedChunk:
     """Parse ``chunk`` against ``schema`` (extra fields ignored, missing ones NULL).
 
-    With ``int_lists``, those arrays are read by a compiled pass and Arrow parses the
-    rest; a chunk that pass does not take whole is parsed by Arrow alone.
+    With ``int_records``, a chunk whose every line is such a record is read by a
+    compiled pass alone; with ``int_lists``, those arrays are read by a compiled pass and
+    Arrow parses the rest.  A chunk a pass does not take whole is parsed by Arrow alone.
     """
     if not chunk.data or chunk.data.isspace():  # (strip() would copy the chunk)
         return ParsedChunk(schema.empty_table(), np.zeros(0, dtype=np.int64), [])
+    if int_records and (table := _parse_int_records(chunk, schema, int_records)) is not None:
+        numbers = np.arange(chunk.first_line, chunk.first_line + chunk.lines, dtype=np.int64)
+        return ParsedChunk(table, numbers, [])
     try:
         chunk.data.decode("utf-8")  # Arrow would pass invalid UTF-8 into string columns
     except UnicodeDecodeError:
@@ -284,6 +305,41 @@ def _parse_lifted(chunk: Chunk, schema: pa.Schema, int_lists: IntLists) -> pa.Ta
         )
         table = table.set_column(table.schema.get_field_index(name), name, column)
     return table
+
+
+def _parse_int_records(chunk: Chunk, schema: pa.Schema, fields: IntRecords) -> pa.Table | None:
+    """The chunk's table read by `read_int_records` (its lines then hold ASCII alone), the
+    schema's other fields NULL; None when that pass does not take the chunk whole."""
+    from kvtrace.kernels.json_lists import key_table
+    from kvtrace.kernels.json_records import read_int_records
+
+    names = fields.scalars + fields.lists
+    keys, key_lengths = key_table([name.encode() for name in names])
+    handled, scalars, values, offsets = read_int_records(
+        np.frombuffer(chunk.data, dtype=np.uint8),
+        chunk.lines,
+        keys,
+        key_lengths,
+        len(fields.scalars),
+        chunk.data.count(b","),
+    )
+    if not handled:
+        return None
+    columns: dict[str, pa.Array] = {}
+    for k, name in enumerate(fields.scalars):  # an integer converts exactly, or rounded
+        # to the nearest double as a JSON reader rounds the same digits
+        kind = schema.field(name).type
+        numbers = scalars[k].astype(np.float64) if pa.types.is_floating(kind) else scalars[k]
+        columns[name] = pa.array(numbers, type=kind)
+    for a, name in enumerate(fields.lists):
+        columns[name] = pa.ListArray.from_arrays(
+            pa.array(offsets[a].astype(np.int32)),
+            pa.array(values[a, : offsets[a, -1]]),  # a view: the buffer is 1-2x its size
+            type=schema.field(name).type,
+        )
+    return pa.table(
+        [columns.get(f.name, pa.nulls(chunk.lines, f.type)) for f in schema], schema=schema
+    )
 
 
 def _every_line_an_object(chunk: Chunk) -> bool:

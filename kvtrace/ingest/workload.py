@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from kvtrace.errors import InputError
 from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import parse_chunk, read_chunks
+from kvtrace.ingest.lines import IntRecords, parse_chunk, read_chunks
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.prefetch import prefetched
@@ -79,6 +79,11 @@ _MOONCAKE_SCHEMA = pa.schema(
         ("conversation_id", pa.string()),
     ]
 )
+# Mooncake's records hold integers and one integer array alone: a chunk of such lines is
+# read by a compiled pass (four times Arrow's speed), in a trace large enough to pay for
+# loading the compiler's runtime (0.4 s, about what Arrow takes for 50 MB)
+_MOONCAKE_RECORDS = IntRecords(("timestamp", "input_length", "output_length"), ("hash_ids",))
+COMPILED_PARSE_BYTES = 64 << 20
 _WALL_CLOCK = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?$"
 
 
@@ -238,7 +243,11 @@ def _read_mooncake(
 ) -> Iterator[WorkloadFileResult]:
     """The checked rows of each chunk, the next chunk read and parsed meanwhile."""
     checks = ArrivalChecks("mooncake", MOONCAKE_BLOCK_TOKENS)
-    parsed_chunks = ((chunk, parse_chunk(chunk, _MOONCAKE_SCHEMA)) for chunk in read_chunks(path))
+    compiled = _MOONCAKE_RECORDS if path.stat().st_size >= COMPILED_PARSE_BYTES else None
+    parsed_chunks = (
+        (chunk, parse_chunk(chunk, _MOONCAKE_SCHEMA, int_records=compiled))
+        for chunk in read_chunks(path)
+    )
     for chunk, parsed in prefetched(parsed_chunks, depth=1, name="kvtrace-parse"):
         table, line_no = parsed.table, parsed.line_numbers
         reasons = RowReasons(table.num_rows)

@@ -96,3 +96,18 @@ def test_the_order_rule_holds_wherever_a_chunk_ends(tmp_path, monkeypatch, cut):
     ingest(warehouse, [str(trace)])
     found = connect(warehouse).execute("SELECT line_no, reason FROM quarantine ORDER BY 1")
     assert [row for row in found.fetchall() if row[0] != 91] == EXPECTED_QUARANTINE
+
+
+def test_a_large_trace_read_by_the_compiled_pass_gives_the_same_rows(tmp_path, monkeypatch):
+    # small chunks: most are plain records the compiled pass reads, the rest Arrow's
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 300)
+    by_arrow = _ingested(tmp_path, "arrow")
+    monkeypatch.setattr(workload_reader, "COMPILED_PARSE_BYTES", 0)  # any trace is large
+    read = []
+    parse = lines._parse_int_records
+    monkeypatch.setattr(
+        lines, "_parse_int_records", lambda *args: read.append(table := parse(*args)) or table
+    )
+    assert _ingested(tmp_path, "compiled") == by_arrow
+    taken = sum(table is not None for table in read)
+    assert 0 < taken < len(read)
