@@ -10,11 +10,11 @@ Rows (each a fresh process on each side, under GNU time: wall seconds, peak RSS)
 2. ``kvtrace sql "SELECT 1"``, beside DuckDB answering the same from Python;
 3. ``kvtrace.connect(...)`` from Python and one count of the Mooncake warehouse's
    requests, beside DuckDB's ``SELECT 1`` from Python (imports included);
-4. ``kvtrace sql`` of a run's arrival summary and request lengths on the Mooncake
-   conversation trace's warehouse, beside DuckDB reading the trace's JSONL for the same
-   two aggregates;
-5. the Mooncake trace ingested and those two queries asked (three commands), beside
-   pandas reading the JSONL and computing them (one process);
+4. ``kvtrace sql`` of a run's arrival summary and request lengths (one statement) on the
+   Mooncake conversation trace's warehouse, beside DuckDB reading the trace's JSONL for
+   the same answers;
+5. the Mooncake trace ingested into a new warehouse and those questions asked (two
+   commands), beside pandas reading the JSONL and computing them (one process);
 6. the same for the Azure code trace (8,819 requests, CSV), beside pandas' ``read_csv``;
 7. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
    prefix semantics, token weight, warm-up 0.5), beside ``kvcache-simulator run``'s
@@ -30,7 +30,9 @@ Rows (each a fresh process on each side, under GNU time: wall seconds, peak RSS)
 11. and its ``dsa_summary`` from a fresh ``kvtrace sql``, beside DuckDB computing the same
     statistics over the JSONL (``summary_over_jsonl.sql``).
 
-Prints a Markdown table of medians with the machine described, and writes
+On the arrival traces the answers of both sides are compared before the rounds (the
+benchmark stops when they differ).  Prints a Markdown table of medians with the machine
+described, and writes
 ``benchmarks/out/commands.json``; ``--readme`` writes the table into the README's
 performance section too.
 """
@@ -58,18 +60,24 @@ KVTRACE = str(BIN / "kvtrace")
 PY = sys.executable
 AZURE_TRACE = HERE.parent / "tests" / "data" / "azure_llm_inference_code.csv"
 CAPACITIES = "[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]"
+# the two usual questions of an arrival trace, asked in one statement: the arrival
+# process (requests, mean rate, inter-arrival CV) and the request lengths
 WORKLOAD_SQL = (
-    "SELECT requests, round(rate_per_s, 4), round(gap_cv, 4) FROM workload_arrival_summary; "
-    "SELECT requests, input_mean, input_p90, output_mean FROM workload_lengths"
+    "SELECT a.requests, a.rate_per_s, a.gap_cv, l.input_mean, l.input_p90, l.output_mean "
+    "FROM workload_arrival_summary AS a JOIN workload_lengths AS l USING (run_id)"
 )
 DUCKDB_JSONL = f"""
-import duckdb
+import duckdb, json
 con = duckdb.connect()
 con.sql("CREATE VIEW t AS SELECT * FROM read_json_auto('{TRACE}')")
-print(con.sql('''SELECT count(*), (count(*) - 1) / ((max(timestamp) - min(timestamp)) / 1000.0)
-                 FROM t''').fetchall())
-print(con.sql('''SELECT avg(input_length), quantile_cont(input_length, 0.9), avg(output_length)
-                 FROM t''').fetchall())
+print(json.dumps(con.execute('''
+    WITH a AS (SELECT timestamp / 1000.0 AS arrival FROM t),
+         g AS (SELECT arrival, arrival - lag(arrival) OVER (ORDER BY arrival) AS gap FROM a)
+    SELECT (SELECT count(*) FROM t),
+           (count(*) - 1) / (max(arrival) - min(arrival)), stddev_pop(gap) / avg(gap),
+           (SELECT avg(input_length) FROM t), (SELECT quantile_cont(input_length, 0.9) FROM t),
+           (SELECT avg(output_length) FROM t)
+    FROM g''').fetchone()))
 """
 DUCKDB_SUMMARY = f"""
 import duckdb, pathlib, sys
@@ -78,24 +86,26 @@ con.execute({SUMMARY_MACRO!r})
 print(con.execute(pathlib.Path(sys.argv[1]).read_text(), [sys.argv[2]]).fetchone())
 """
 PANDAS_MOONCAKE = """
+import json
 import pandas as pd
 frame = pd.read_json('{trace}', lines=True)
 arrival = frame['timestamp'].sort_values() / 1000.0
 gaps = arrival.diff().dropna()
 span = arrival.iloc[-1] - arrival.iloc[0]
-print(len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean())
 inputs = frame['input_length']
-print(inputs.mean(), inputs.quantile(0.9), frame['output_length'].mean())
+print(json.dumps([len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean(),
+                  inputs.mean(), inputs.quantile(0.9), frame['output_length'].mean()]))
 """
 PANDAS_AZURE = """
+import json
 import pandas as pd
 frame = pd.read_csv('{trace}')
 arrival = pd.to_datetime(frame['TIMESTAMP']).astype('int64').sort_values() / 1e9
 gaps = arrival.diff().dropna()
 span = arrival.iloc[-1] - arrival.iloc[0]
-print(len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean())
 inputs = frame['ContextTokens']
-print(inputs.mean(), inputs.quantile(0.9), frame['GeneratedTokens'].mean())
+print(json.dumps([len(frame), (len(frame) - 1) / span, gaps.std(ddof=0) / gaps.mean(),
+                  inputs.mean(), inputs.quantile(0.9), frame['GeneratedTokens'].mean()]))
 """
 
 
@@ -114,22 +124,49 @@ Row = tuple[str, str, list[list[str]], list[list[str]]]
 def ingest_and_ask(
     trace: Path, fresh: str, pandas: str = PANDAS_MOONCAKE
 ) -> tuple[list[list[str]], list[list[str]]]:
-    """The ``pandas`` script's one process on ``trace``, and kvtrace's three commands on a
-    new warehouse ``fresh``: ingest ``trace``, then the two workload queries."""
+    """The ``pandas`` script's one process on ``trace``, and kvtrace's two commands on a
+    new warehouse ``fresh``: ingest ``trace``, then ask the two workload questions.  Both
+    give the same answers (`same_answers`)."""
+    same_answers(
+        json.loads(_output([PY, "-c", pandas.format(trace=trace)])),
+        _kvtrace_answers(["ingest", str(trace)], fresh),
+        str(trace),
+    )
     return (
         [[PY, "-c", pandas.format(trace=trace)]],
         [
             ["rm", "-rf", fresh],
             [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)],
-            [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[0]],
-            [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL.split("; ")[1]],
+            [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL],
         ],
     )
+
+
+def _output(command: list[str]) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def _kvtrace_answers(ingest: list[str], warehouse: str) -> list[float]:
+    """kvtrace's answers to the workload questions on a new warehouse after ``ingest``."""
+    shutil.rmtree(warehouse, ignore_errors=True)
+    subprocess.run([KVTRACE, "-q", "-w", warehouse, *ingest], check=True, capture_output=True)
+    (row,) = json.loads(_output([KVTRACE, "-w", warehouse, "sql", WORKLOAD_SQL, "-f", "json"]))
+    return [float(value) for value in row.values()]
+
+
+def same_answers(theirs: list[float], ours: list[float], what: str) -> None:
+    """Stop the benchmark unless the two tools agree on every answer (to 1e-9)."""
+    if not np.allclose(theirs, ours, rtol=1e-9, atol=0):
+        raise SystemExit(f"the answers on {what} differ: {theirs} against kvtrace's {ours}")
 
 
 def rows(root: str, scratch: Path, requests: int, dsa_mb: float) -> list[Row]:
     """(job, other tool, its commands, kvtrace's commands) for each row."""
     fresh = str(scratch / "fresh")
+    (row,) = json.loads(_output([KVTRACE, "-w", root, "sql", WORKLOAD_SQL, "-f", "json"]))
+    same_answers(
+        json.loads(_output([PY, "-c", DUCKDB_JSONL])), list(row.values()), "the JSONL by DuckDB"
+    )
     table: list[Row] = [
         ("`kvtrace --help`", "`python -c pass`", [[PY, "-c", "pass"]], [[KVTRACE, "--help"]]),
         (
