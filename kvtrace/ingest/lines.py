@@ -276,17 +276,11 @@ def parse_chunk(
 def _parse_lifted(chunk: Chunk, schema: pa.Schema, int_lists: IntLists) -> pa.Table | None:
     """The chunk's table, its integer arrays read by `lift_int_lists`; None when that
     pass or Arrow does not take the chunk whole (the caller then parses it as before)."""
-    from kvtrace.kernels.json_lists import key_table, lift_int_lists
+    from kvtrace.kernels.json_lists import lift_int_lists
 
-    names = int_lists.lift + int_lists.drop
-    keys, key_lengths = key_table([name.encode() for name in names])
+    data, keys, key_lengths, commas = _kernel_inputs(chunk, int_lists.lift + int_lists.drop)
     handled, rest, rest_length, values, offsets, present = lift_int_lists(
-        np.frombuffer(chunk.data, dtype=np.uint8),
-        chunk.lines,
-        keys,
-        key_lengths,
-        len(int_lists.lift),
-        chunk.data.count(b","),
+        data, chunk.lines, keys, key_lengths, len(int_lists.lift), commas
     )
     if not handled:
         return None
@@ -297,12 +291,7 @@ def _parse_lifted(chunk: Chunk, schema: pa.Schema, int_lists: IntLists) -> pa.Ta
     if table.num_rows != chunk.lines:
         return None
     for k, name in enumerate(int_lists.lift):
-        column = pa.ListArray.from_arrays(
-            pa.array(offsets[k].astype(np.int32)),
-            pa.array(values[k, : offsets[k, -1]]),  # a view: the buffer is 1-2x its size
-            type=schema.field(name).type,
-            mask=pa.array(~present[k]),
-        )
+        column = _list_column(offsets[k], values[k], schema.field(name).type, ~present[k])
         table = table.set_column(table.schema.get_field_index(name), name, column)
     return table
 
@@ -310,18 +299,11 @@ def _parse_lifted(chunk: Chunk, schema: pa.Schema, int_lists: IntLists) -> pa.Ta
 def _parse_int_records(chunk: Chunk, schema: pa.Schema, fields: IntRecords) -> pa.Table | None:
     """The chunk's table read by `read_int_records` (its lines then hold ASCII alone), the
     schema's other fields NULL; None when that pass does not take the chunk whole."""
-    from kvtrace.kernels.json_lists import key_table
     from kvtrace.kernels.json_records import read_int_records
 
-    names = fields.scalars + fields.lists
-    keys, key_lengths = key_table([name.encode() for name in names])
+    data, keys, key_lengths, commas = _kernel_inputs(chunk, fields.scalars + fields.lists)
     handled, scalars, values, offsets = read_int_records(
-        np.frombuffer(chunk.data, dtype=np.uint8),
-        chunk.lines,
-        keys,
-        key_lengths,
-        len(fields.scalars),
-        chunk.data.count(b","),
+        data, chunk.lines, keys, key_lengths, len(fields.scalars), commas
     )
     if not handled:
         return None
@@ -332,13 +314,33 @@ def _parse_int_records(chunk: Chunk, schema: pa.Schema, fields: IntRecords) -> p
         numbers = scalars[k].astype(np.float64) if pa.types.is_floating(kind) else scalars[k]
         columns[name] = pa.array(numbers, type=kind)
     for a, name in enumerate(fields.lists):
-        columns[name] = pa.ListArray.from_arrays(
-            pa.array(offsets[a].astype(np.int32)),
-            pa.array(values[a, : offsets[a, -1]]),  # a view: the buffer is 1-2x its size
-            type=schema.field(name).type,
-        )
+        columns[name] = _list_column(offsets[a], values[a], schema.field(name).type)
     return pa.table(
         [columns.get(f.name, pa.nulls(chunk.lines, f.type)) for f in schema], schema=schema
+    )
+
+
+def _kernel_inputs(
+    chunk: Chunk, names: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """What the compiled passes take: the chunk's bytes, the ``names`` as a key table and
+    their lengths, and the chunk's commas (which bound its integers)."""
+    from kvtrace.kernels.json_lists import key_table
+
+    keys, key_lengths = key_table([name.encode() for name in names])
+    return np.frombuffer(chunk.data, dtype=np.uint8), keys, key_lengths, chunk.data.count(b",")
+
+
+def _list_column(
+    offsets: np.ndarray, values: np.ndarray, kind: pa.DataType, absent: np.ndarray | None = None
+) -> pa.Array:
+    """A list column of a compiled pass's ``values`` at ``offsets`` (NULL where
+    ``absent``)."""
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)),
+        pa.array(values[: offsets[-1]]),  # a view: the buffer is 1-2x its size
+        type=kind,
+        mask=None if absent is None else pa.array(absent),
     )
 
 
