@@ -189,11 +189,14 @@ def add_files(
     holds for ``app_id``: ours, or that of the process that got there first.
     """
     actions = add_actions(files)
-    evolved = False
+    evolved = created = False
     while True:
         table = open_table(storage, name)
         if table is None:
+            if created:  # a log folder whose entries Delta Lake does not take for a table
+                raise WarehouseError(f"table {name} of {storage.location} has no log; {DAMAGED}")
             create_table(storage, name, schema)
+            created = True
             continue
         if (table.transaction_version(app_id) or 0) >= generation:
             return table.version(), _committer(table, app_id, generation)

@@ -386,3 +386,16 @@ def test_tables_created_at_once_get_one_version_zero_and_an_existing_log_is_kept
     create_table(storage, "runs", schema)
     assert sorted(p.name for p in log.iterdir()) == [f"{1:020d}.json"]
     assert _log_entry(log / f"{1:020d}.json")["metaData"]["id"] == table_id
+
+
+def test_a_log_folder_without_a_log_is_one_sentence_not_a_loop(tmp_path, cli):
+    trace = DATA / "mooncake_conversation_trace.jsonl"
+    location = tmp_path / "wh"
+    Warehouse(location, create=True)
+    log = location / "workload_requests" / "_delta_log"
+    shutil.rmtree(log)
+    log.mkdir()
+    (log / "notes.txt").write_text("not a log entry")
+    status, _, err = cli("-w", str(location), "ingest", str(trace))
+    assert status == 1 and err.count("\n") == 1
+    assert "table workload_requests" in err and "kvtrace check" in err
