@@ -45,7 +45,7 @@ from kvtrace.warehouse.schema.workload import WORKLOAD_REQUESTS
 WorkloadFormat = Literal["azure", "burstgpt", "splitwise", "mooncake"]
 
 MOONCAKE_BLOCK_TOKENS = 512
-ROW_GROUP_ROWS = 1 << 18  # requests a row group holds (about 50 MB of a Mooncake trace)
+ROW_GROUP_ROWS = 1 << 17  # requests a row group holds (about 25 MB of a Mooncake trace)
 BURSTGPT_SESSION = "Session ID"  # in some BurstGPT releases
 _TEXT_COLUMNS = ("model", "log_type", "session_id")
 
