@@ -143,6 +143,41 @@ def test_lengths_and_the_prefill_decode_ratio(traces):
     )
 
 
+def test_requests_an_older_kvtrace_stored_twice_count_once(tmp_path):
+    """Before records were keyed at ingest, a grown trace ingested again stored its first
+    requests twice; the views count each once, gaps included."""
+    import pyarrow.parquet as pq
+
+    from kvtrace.warehouse import Warehouse
+
+    lines = AZURE.read_text().splitlines()[1:]
+    stamps = np.array(
+        [datetime.fromisoformat(line.split(",")[0][:26]).timestamp() for line in lines]
+    )
+    gaps = np.diff(stamps)
+    warehouse = Warehouse(tmp_path / "wh", create=True)
+    run_id = ingest(warehouse, [str(AZURE)]).files[0].run_id
+    (path,) = warehouse.run_files(run_id, "workload_requests")
+    stored = pq.read_table(warehouse.root / path)
+    with warehouse.transaction(run_id) as commit:  # past the sink, as an older kvtrace
+        warehouse.write(commit, "workload_requests", stored.slice(100, 500))
+    con = connect(warehouse)
+    assert con.execute("SELECT count(*) FROM _workload_requests_files").fetchone() == (9319,)
+    row = con.execute(
+        "SELECT s.requests, s.gap_cv, l.requests, l.input_mean "
+        "FROM workload_arrival_summary s JOIN workload_lengths l USING (run_id)"
+    ).fetchone()
+    inputs = np.array([int(line.split(",")[1]) for line in lines])
+    assert row == (
+        8819,
+        pytest.approx(gaps.std() / gaps.mean(), rel=1e-4),
+        8819,
+        pytest.approx(inputs.mean()),
+    )
+    windows = con.execute("SELECT sum(requests) FROM workload_arrivals(60)").fetchone()
+    assert windows == (8819,)
+
+
 def test_bad_rows_are_quarantined_and_the_rest_kept(cli, tmp_path):
     trace = tmp_path / "azure_mini.csv"
     trace.write_text(
