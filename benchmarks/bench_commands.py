@@ -34,7 +34,7 @@ On the arrival traces the answers of both sides are compared before the rounds (
 benchmark stops when they differ).  Prints a Markdown table of medians with the machine
 described, and writes
 ``benchmarks/out/commands.json``; ``--readme`` writes the table into the README's
-performance section too.
+performance section and the performance guide too.
 """
 
 from __future__ import annotations
@@ -277,6 +277,8 @@ def dsa_rows(scratch: Path, mb: float) -> list[Row]:
     ]
 
 
+# the pages whose table --readme writes, between the markers README_TABLE finds
+PAGES = (HERE.parent / "README.md", HERE.parent / "docs" / "guides" / "performance.md")
 README_TABLE = re.compile(
     r"(<!-- bench_commands: start -->\n).*?(<!-- bench_commands: end -->)", re.DOTALL
 )
@@ -309,7 +311,9 @@ def main() -> None:
         "--dsa-mb", type=float, default=0, help="add rows 10 and 11 on a DSA trace of M MB"
     )
     parser.add_argument(
-        "--readme", action="store_true", help="write the table into the README as well"
+        "--readme",
+        action="store_true",
+        help="write the table into the README and the performance guide as well",
     )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kvtrace-bench-commands-"))
@@ -352,11 +356,11 @@ def main() -> None:
         json.dumps({"machine": machine(), "rounds": args.rounds, "rows": results}, indent=2)
     )
     if args.readme:
-        readme = HERE.parent / "README.md"
-        found = README_TABLE.search(readme.read_text())
-        if found is None:
-            raise SystemExit("README.md has no bench_commands markers")
-        readme.write_text(README_TABLE.sub(lambda m: m[1] + text + m[2], readme.read_text()))
+        for page in PAGES:
+            found = README_TABLE.search(page.read_text())
+            if found is None:
+                raise SystemExit(f"{page.name} has no bench_commands markers")
+            page.write_text(README_TABLE.sub(lambda m: m[1] + text + m[2], page.read_text()))
 
 
 if __name__ == "__main__":
