@@ -109,9 +109,7 @@ def _repair_logs(
 def _write_version_zero(warehouse: Warehouse, name: str) -> None:
     """A new version 0 for table ``name``: the creation of an empty table of its schema."""
     schema = journal.JOURNAL_SCHEMA if name == JOURNAL else TABLES[name].schema
-    temp = warehouse.storage.new_temp(".json")
-    temp.write_bytes(version_zero(schema))
-    warehouse.storage.publish(temp, f"{name}/{LOG_DIR}/{0:020d}.json")
+    warehouse.storage.write_atomic(f"{name}/{LOG_DIR}/{0:020d}.json", version_zero(schema))
 
 
 def _move_aside(warehouse: Warehouse, name: str, scan: LogScan, first: int, stamp: str) -> int:

@@ -105,12 +105,17 @@ class Storage:
         raise NotImplementedError
 
     def write_atomic(self, relative: str, data: bytes) -> None:
+        self.publish(self._durable_temp(relative, data), relative)
+
+    def _durable_temp(self, relative: str, data: bytes) -> Path:
+        """A scratch file holding ``data``, on disk (fsynced), to be published as
+        ``relative``."""
         temp = self.new_temp(Path(relative).suffix)
         with open(temp, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        self.publish(temp, relative)
+        return temp
 
     def read_bytes(self, relative: str) -> bytes | None:
         """The content of ``relative``, or None when there is no such file."""
@@ -243,12 +248,8 @@ class LocalStorage(Storage):
         writer's stays).  A hard link publishes the file without replacing one."""
         target = self.path(relative)
         target.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.new_temp(target.suffix)
+        temp = self._durable_temp(relative, data)
         try:
-            with open(temp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             os.link(temp, target)
         except FileExistsError:
             return False
