@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvtrace.ingest.lines import Chunk
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 
@@ -122,6 +123,11 @@ def synthetic_trace(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return make
+
+
+def chunk_of(lines: list[bytes]) -> Chunk:
+    """``lines`` as one chunk of a JSONL file, from its first line."""
+    return Chunk(b"".join(line + b"\n" for line in lines), 1, len(lines), 0)
 
 
 def read_records(path: Path) -> list[dict]:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kvtrace.ingest.lines import Chunk, IntRecords, _parse_int_records, parse_chunk
 from kvtrace.ingest.workload import _MOONCAKE_RECORDS, _MOONCAKE_SCHEMA
+from tests.conftest import chunk_of
 
 PLAIN = [
     b'{"timestamp": 0, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}',
@@ -42,10 +43,6 @@ UNUSUAL = [
 ]
 
 
-def _chunk(lines: list[bytes]) -> Chunk:
-    return Chunk(b"".join(line + b"\n" for line in lines), 1, len(lines), 0)
-
-
 def _both(chunk: Chunk):
     return parse_chunk(chunk, _MOONCAKE_SCHEMA), parse_chunk(
         chunk, _MOONCAKE_SCHEMA, int_records=_MOONCAKE_RECORDS
@@ -60,7 +57,7 @@ def _assert_same(chunk: Chunk) -> None:
 
 
 def test_plain_records_give_arrows_table():
-    chunk = _chunk(PLAIN)
+    chunk = chunk_of(PLAIN)
     assert _parse_int_records(chunk, _MOONCAKE_SCHEMA, _MOONCAKE_RECORDS) is not None
     _assert_same(chunk)
     table = parse_chunk(chunk, _MOONCAKE_SCHEMA, int_records=_MOONCAKE_RECORDS).table
@@ -70,7 +67,7 @@ def test_plain_records_give_arrows_table():
 
 @pytest.mark.parametrize("unusual", UNUSUAL)
 def test_a_chunk_with_an_unusual_line_is_given_up_and_gives_the_same_rows(unusual):
-    chunk = _chunk([*PLAIN, unusual, *PLAIN])
+    chunk = chunk_of([*PLAIN, unusual, *PLAIN])
     assert _parse_int_records(chunk, _MOONCAKE_SCHEMA, _MOONCAKE_RECORDS) is None
     _assert_same(chunk)
 
@@ -107,7 +104,7 @@ def records(draw) -> dict:
 @given(st.lists(records(), min_size=1, max_size=8), st.sampled_from([None, (",", ":")]))
 def test_any_chunk_gives_arrows_rows_and_quarantine(batch, separators):
     lines = [json.dumps(record, separators=separators).encode() for record in batch]
-    _assert_same(_chunk(lines))
+    _assert_same(chunk_of(lines))
 
 
 def test_integer_records_of_another_layout():
@@ -116,7 +113,7 @@ def test_integer_records_of_another_layout():
     schema = pa.schema(
         [("a", pa.int64()), ("b", pa.list_(pa.int64())), ("c", pa.list_(pa.int64()))]
     )
-    chunk = _chunk([b'{"c": [3], "a": 1, "b": []}', b'{"a": -2, "b": [1, 2], "c": []}'])
+    chunk = chunk_of([b'{"c": [3], "a": 1, "b": []}', b'{"a": -2, "b": [1, 2], "c": []}'])
     table = _parse_int_records(chunk, schema, schema_fields)
     assert table is not None
     assert table.to_pylist() == [

@@ -10,6 +10,7 @@ from kvtrace.ingest.dsa import _INT_LISTS
 from kvtrace.ingest.dsa_formats import SCHEMAS
 from kvtrace.ingest.lines import Chunk, _parse_lifted, parse_chunk
 from kvtrace.synthetic import write_seed_trace
+from tests.conftest import chunk_of
 
 UNUSUAL = [
     b'{"event":"dsa_topk","request_id":1,"selected_token_pos":[1,2.0]}',
@@ -20,10 +21,6 @@ UNUSUAL = [
     b'{"event":"dsa_topk","request_id":"one","selected_token_pos":[1]}',
     b'{"event":"dsa_topk","request_id":1,"selected_token_pos":[1],"selected_token_pos":[2]}',
 ]
-
-
-def _chunk(lines: list[bytes]) -> Chunk:
-    return Chunk(b"".join(line + b"\n" for line in lines), 1, len(lines), 0)
 
 
 def _both(chunk: Chunk, fmt: str):
@@ -40,7 +37,7 @@ def seed_lines(tmp_path_factory) -> list[bytes]:
 
 
 def test_plain_records_give_arrows_table(seed_lines):
-    chunk = _chunk(seed_lines)
+    chunk = chunk_of(seed_lines)
     assert _parse_lifted(chunk, SCHEMAS["seed"], _INT_LISTS["seed"]) is not None
     plain, lifted = _both(chunk, "seed")
     assert lifted.table.equals(plain.table)
@@ -53,7 +50,7 @@ def test_plain_records_give_arrows_table(seed_lines):
 @pytest.mark.parametrize("unusual", UNUSUAL)
 def test_a_chunk_with_an_unusual_line_gives_the_same_rows_and_quarantine(seed_lines, unusual):
     lines = [*seed_lines[:5], unusual, *seed_lines[5:9]]
-    plain, lifted = _both(_chunk(lines), "seed")
+    plain, lifted = _both(chunk_of(lines), "seed")
     assert lifted.table.equals(plain.table)
     assert list(lifted.line_numbers) == list(plain.line_numbers)
     assert lifted.bad == plain.bad
@@ -65,6 +62,6 @@ def test_the_nested_layout_lifts_both_of_its_lists():
         b'{"request_id":"b","seq_len_current":9,"topk_indices":[5,4]}',
         b'{"request_id":"c","seq_len_current":9,"selected_token_pos":[]}',
     ]
-    plain, lifted = _both(_chunk(lines), "nested")
+    plain, lifted = _both(chunk_of(lines), "nested")
     assert lifted.table.equals(plain.table)
     assert lifted.table.column("topk_indices").to_pylist() == [[2], [5, 4], None]
