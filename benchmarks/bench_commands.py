@@ -1,10 +1,10 @@
 """Whole-process benchmark: kvtrace commands as a user runs them, each beside the tool a
 user would reach for instead, every pair measured in the same round, rounds interleaved.
 
-    python benchmarks/bench_commands.py [--rounds 5] [--requests 1000000] [--dsa-mb 233]
-                                        [--readme]
+    python benchmarks/bench_commands.py [--rounds 5] [--requests 1000000]
+                                        [--dsa-mb 233 [466 932]] [--tracer] [--readme]
 
-Rows (each a fresh process on each side, under GNU time: wall seconds, peak RSS):
+Rows (each a fresh process on each side, under GNU time: wall and CPU seconds, peak RSS):
 
 1. ``kvtrace --help``, beside a bare ``python -c pass`` (the interpreter's own floor);
 2. ``kvtrace sql "SELECT 1"``, beside DuckDB answering the same from Python;
@@ -24,15 +24,19 @@ Rows (each a fresh process on each side, under GNU time: wall seconds, peak RSS)
    is installed);
 9. with ``--requests N``, row 5 again on a generated Mooncake-like trace of N requests
    (``bench_workload.write_mooncake``: conversations that extend their earlier turns);
-10. with ``--dsa-mb M``, a generated seed-format DSA trace of M MB ingested by
-    ``kvtrace ingest``, beside a Python process running DuckDB's
-    ``COPY (FROM read_json(...)) TO parquet``;
-11. and its ``dsa_summary`` from a fresh ``kvtrace sql``, beside DuckDB computing the same
-    statistics over the JSONL (``summary_over_jsonl.sql``).
+10. with ``--dsa-mb M [M ...]``, a generated seed-format DSA trace of each size M MB
+    ingested by ``kvtrace ingest``, beside a Python process running DuckDB's
+    ``COPY (FROM read_json(...)) TO parquet`` (several sizes show how peak memory grows);
+11. and the first trace's ``dsa_summary`` from a fresh ``kvtrace sql``, beside DuckDB
+    computing the same statistics over the JSONL (``summary_over_jsonl.sql``);
+12. with ``--tracer``, the overhead of the DSA tracer on decode: ``bench_tracer.py``'s
+    untraced and traced ``dsa-ref`` decodes (8 layers, a 4,000-token prompt, 320 steps),
+    interleaved in one process for the same number of rounds, the ratio taken within
+    each round (decode alone: a process's start-up and prefill would hide it).
 
 On the arrival traces the answers of both sides are compared before the rounds (the
-benchmark stops when they differ).  Prints a Markdown table of medians with the machine
-described, and writes
+benchmark stops when they differ).  Prints a Markdown table of medians, with the spread
+of the rounds' ratios and the machine described, and writes
 ``benchmarks/out/commands.json``; ``--readme`` writes the table into the README's
 performance section and the performance guide too.
 """
@@ -160,7 +164,7 @@ def same_answers(theirs: list[float], ours: list[float], what: str) -> None:
         raise SystemExit(f"the answers on {what} differ: {theirs} against kvtrace's {ours}")
 
 
-def rows(root: str, scratch: Path, requests: int, dsa_mb: float) -> list[Row]:
+def rows(root: str, scratch: Path, requests: int, dsa_mb: list[float]) -> list[Row]:
     """(job, other tool, its commands, kvtrace's commands) for each row."""
     fresh = str(scratch / "fresh")
     (row,) = json.loads(_output([KVTRACE, "-w", root, "sql", WORKLOAD_SQL, "-f", "json"]))
@@ -252,29 +256,66 @@ def rows(root: str, scratch: Path, requests: int, dsa_mb: float) -> list[Row]:
     return table
 
 
-def dsa_rows(scratch: Path, mb: float) -> list[Row]:
-    """Rows 10 and 11: a generated DSA trace of ``mb`` MB ingested, and summarised."""
-    trace = scratch / "dsa" / "block64" / "trace_steps_0_n.jsonl"
-    write_dsa_trace(trace, mb)
-    size = f"{trace.stat().st_size / 1e6:.0f} MB"
-    built, fresh = str(scratch / "dsa-warehouse"), str(scratch / "dsa-fresh")
-    subprocess.run([KVTRACE, "-q", "-w", built, "ingest", str(trace)], check=True)
-    copy_sql = f"COPY (FROM read_json('{trace}')) TO '{scratch / 'copy.parquet'}' (FORMAT parquet)"
-    summary_sql = str(HERE / "summary_over_jsonl.sql")
-    return [
+def dsa_rows(scratch: Path, sizes: list[float]) -> list[Row]:
+    """Rows 10 and 11: a generated DSA trace of each size (MB) ingested, and the first
+    one summarised."""
+    table: list[Row] = []
+    for mb in sizes:
+        trace = scratch / f"dsa-{mb:g}" / "block64" / "trace_steps_0_n.jsonl"
+        write_dsa_trace(trace, mb)
+        fresh = str(scratch / "dsa-fresh")
+        copy_sql = (
+            f"COPY (FROM read_json('{trace}')) TO '{scratch / 'copy.parquet'}' (FORMAT parquet)"
+        )
+        table.append(
+            (
+                f"ingest {trace.stat().st_size / 1e6:.0f} MB of DSA JSONL",
+                "DuckDB `COPY` to Parquet",
+                [[PY, "-c", COPY_PROCESS, copy_sql]],
+                [["rm", "-rf", fresh], [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)]],
+            )
+        )
+    first = scratch / f"dsa-{sizes[0]:g}" / "block64" / "trace_steps_0_n.jsonl"
+    built = str(scratch / "dsa-warehouse")
+    subprocess.run([KVTRACE, "-q", "-w", built, "ingest", str(first)], check=True)
+    table.append(
         (
-            f"ingest {size} of DSA JSONL",
-            "DuckDB `COPY` to Parquet",
-            [[PY, "-c", COPY_PROCESS, copy_sql]],
-            [["rm", "-rf", fresh], [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)]],
-        ),
-        (
-            "DSA summary statistics of that trace",
+            "DSA summary statistics of the first trace",
             "DuckDB over the JSONL",
-            [[PY, "-c", DUCKDB_SUMMARY, summary_sql, str(trace)]],
+            [[PY, "-c", DUCKDB_SUMMARY, str(HERE / "summary_over_jsonl.sql"), str(first)]],
             [[KVTRACE, "-w", built, "sql", "SELECT * FROM dsa_summary"]],
-        ),
-    ]
+        )
+    )
+    return table
+
+
+# the decode setting of the tracer row (the performance guide's)
+TRACER_SETTING = ["--layers", "8", "--prompt", "4000", "--steps", "320"]
+
+
+def tracer_row(scratch: Path, rounds: int) -> dict:
+    """Row 12: `bench_tracer.py`'s interleaved rounds, as a row of the table (no memory
+    figures: both decodes share one process)."""
+    figures = scratch / "tracer.json"
+    command = [PY, str(HERE / "bench_tracer.py"), *TRACER_SETTING, "--rounds", str(rounds)]
+    subprocess.run(
+        [*command, "--json", str(figures)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    times = json.loads(figures.read_text())
+    untraced, traced = times["untraced"], times["kvtrace"]
+    return {
+        "job": f"`dsa-ref` decode, {times['records']:,} (step, layer) records, traced",
+        "other_tool": "the same decode untraced",
+        "other_s": float(np.median(untraced)),
+        "kvtrace_s": float(np.median(traced)),
+        "other_cpu_s": None,
+        "kvtrace_cpu_s": None,
+        "other_rss_mb": None,
+        "kvtrace_rss_mb": None,
+        "ratio_per_round": [u / t for u, t in zip(untraced, traced, strict=True)],
+    }
 
 
 # the pages whose table --readme writes, between the markers README_TABLE finds
@@ -285,20 +326,30 @@ README_TABLE = re.compile(
 
 
 def markdown(results: list[dict], rounds: int) -> str:
-    """The table of ``results``: medians of wall time and peak RSS, and the ratio."""
+    """The table of ``results``: medians of wall time, CPU time and peak RSS, and the
+    median of the rounds' ratios with their range."""
     lines = [
         f"Medians of {rounds} interleaved rounds on {machine()}.",
         "",
-        "| job | other tool | other | kvtrace | ratio (other / kvtrace) |",
+        "| job | other tool | other | kvtrace | ratio (other / kvtrace), rounds |",
         "|---|---|---|---|---|",
     ]
     for row in results:
+        ratios = row["ratio_per_round"]
         lines.append(
-            f"| {row['job']} | {row['other_tool']} | {row['other_s']:.2f} s, "
-            f"{row['other_rss_mb']:,.0f} MB | {row['kvtrace_s']:.2f} s, "
-            f"{row['kvtrace_rss_mb']:,.0f} MB | {row['ratio']:.2f}x |"
+            f"| {row['job']} | {row['other_tool']} | "
+            f"{_cell(row['other_s'], row['other_cpu_s'], row['other_rss_mb'])} | "
+            f"{_cell(row['kvtrace_s'], row['kvtrace_cpu_s'], row['kvtrace_rss_mb'])} | "
+            f"{np.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _cell(wall: float, cpu: float | None, rss_mb: float | None) -> str:
+    """``wall`` seconds, with CPU seconds and peak RSS where one process measured them."""
+    if cpu is None or rss_mb is None:
+        return f"{wall:.2f} s"
+    return f"{wall:.2f} s ({cpu:.2f} CPU-s), {rss_mb:,.0f} MB"
 
 
 def main() -> None:
@@ -308,7 +359,14 @@ def main() -> None:
         "--requests", type=int, default=0, help="add row 9 on a generated trace of N requests"
     )
     parser.add_argument(
-        "--dsa-mb", type=float, default=0, help="add rows 10 and 11 on a DSA trace of M MB"
+        "--dsa-mb",
+        type=float,
+        nargs="+",
+        default=[],
+        help="add row 10 for a DSA trace of each size (MB) and row 11 on the first",
+    )
+    parser.add_argument(
+        "--tracer", action="store_true", help="add row 12, the tracer's overhead (needs torch)"
     )
     parser.add_argument(
         "--readme",
@@ -328,6 +386,7 @@ def main() -> None:
             for job, _tool, theirs, ours in table:
                 runs[job]["other"].append(measured(theirs))
                 runs[job]["kvtrace"].append(measured(ours))
+        tracer = tracer_row(scratch, args.rounds) if args.tracer else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     results = []
@@ -342,12 +401,15 @@ def main() -> None:
                 "other_tool": tool,
                 "other_s": other.wall,
                 "kvtrace_s": ours.wall,
+                "other_cpu_s": other.cpu,
+                "kvtrace_cpu_s": ours.cpu,
                 "other_rss_mb": other.peak_rss_mb,
                 "kvtrace_rss_mb": ours.peak_rss_mb,
-                "ratio": other.wall / ours.wall,
                 "ratio_per_round": ratios,
             }
         )
+    if tracer is not None:
+        results.append(tracer)
     text = markdown(results, args.rounds)
     print(text)
     out = HERE / "out"

@@ -1,17 +1,19 @@
 """Tracer overhead: dsa-ref decode untraced, with kvtrace's tracer, and with a naive tracer.
 
-    python benchmarks/bench_tracer.py --layers 8 --prompt 8000 --steps 48
+    python benchmarks/bench_tracer.py --layers 8 --prompt 8000 --steps 48 [--json PATH]
 
 The naive tracer does what the seed's instrumentation did per record: ``.tolist()``,
 statistics in Python, ``json.dumps`` and a synchronous line written to a file.  All three
 runs decode the same prompt with the same model in one process, interleaved for
-``--rounds`` rounds (untraced, kvtrace, naive, untraced, ...), reported as medians.
+``--rounds`` rounds (untraced, kvtrace, naive, untraced, ...), reported as medians;
+``--json`` also writes every round's seconds (`bench_commands.py --tracer` reads them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -121,6 +123,7 @@ def main() -> None:
         default=5,
         help="Rounds; each runs untraced, kvtrace and naive in turn",
     )
+    parser.add_argument("--json", type=Path, help="write each variant's seconds per round here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     config = DsaRefConfig(
@@ -148,6 +151,9 @@ def main() -> None:
         naive = NaiveTracer(work / f"naive{run}.jsonl")
         times["naive"].append(decode(model, prompt, args.steps, naive))
         naive.close()
+    shutil.rmtree(work)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"records": args.steps * args.layers, **times}))
     median = {name: statistics.median(values) for name, values in times.items()}
     # each round's ratio to the untraced decode of the same round, then their median
     ratios = {
