@@ -13,16 +13,17 @@ Rows (each a fresh process on each side, under GNU time: wall and CPU seconds, p
 4. ``kvtrace sql`` of a run's arrival summary and request lengths (one statement) on the
    Mooncake conversation trace's warehouse, beside DuckDB reading the trace's JSONL for
    the same answers;
-5. the Mooncake trace ingested into a new warehouse and those questions asked (two
-   commands), beside pandas reading the JSONL and computing them (one process);
+5. the Mooncake trace ingested into a new warehouse and those questions asked, as two
+   commands and as one (``ingest --sql``), beside pandas reading the JSONL and computing
+   them (one process);
 6. the same for the Azure code trace (8,819 requests, CSV), beside pandas' ``read_csv``;
 7. the LRU prefix hit curve at 11 capacities (``workload_prefix_hit_curve``, radix_lru,
    prefix semantics, token weight, warm-up 0.5), beside ``kvcache-simulator run``'s
    sweep of the same trace (which computes three policies at 13 budgets; its own floor);
 8. a one-rank profiler trace (0.45 MB, `bench_timeline_hta.write_traces`) ingested and
-   its three analyses asked, beside HTA loading it and running the same three (when HTA
-   is installed);
-9. with ``--requests N``, row 5 again on a generated Mooncake-like trace of N requests
+   its three analyses asked (two commands, and one), beside HTA loading it and running
+   the same three (when HTA is installed);
+9. with ``--requests N``, the two rows of 5 again on a generated Mooncake-like trace of N requests
    (``bench_workload.write_mooncake``: conversations that extend their earlier turns);
 10. with ``--dsa-mb M [M ...]``, a generated seed-format DSA trace of each size M MB
     ingested by ``kvtrace ingest``, beside a Python process running DuckDB's
@@ -125,36 +126,51 @@ def measured(commands: list[list[str]]) -> Run:
 Row = tuple[str, str, list[list[str]], list[list[str]]]
 
 
-def ingest_and_ask(
-    trace: Path, fresh: str, pandas: str = PANDAS_MOONCAKE
-) -> tuple[list[list[str]], list[list[str]]]:
-    """The ``pandas`` script's one process on ``trace``, and kvtrace's two commands on a
-    new warehouse ``fresh``: ingest ``trace``, then ask the two workload questions.  Both
-    give the same answers (`same_answers`)."""
-    same_answers(
-        json.loads(_output([PY, "-c", pandas.format(trace=trace)])),
-        _kvtrace_answers(["ingest", str(trace)], fresh),
-        str(trace),
-    )
-    return (
-        [[PY, "-c", pandas.format(trace=trace)]],
-        [
-            ["rm", "-rf", fresh],
-            [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)],
-            [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL],
-        ],
-    )
+def ingest_and_ask(job: str, trace: Path, fresh: str, pandas: str = PANDAS_MOONCAKE) -> list[Row]:
+    """Two rows for ``job``: the ``pandas`` script's one process on ``trace`` beside
+    kvtrace's two commands on a new warehouse ``fresh`` (ingest ``trace``, then ask the
+    two workload questions), and beside the one command that does both (``ingest
+    --sql``).  All three give the same answers (`same_answers`)."""
+    theirs = [PY, "-c", pandas.format(trace=trace)]
+    answers = json.loads(_output(theirs))
+    same_answers(answers, _kvtrace_answers(["ingest", str(trace)], fresh), str(trace))
+    one = ["ingest", str(trace), "--sql", WORKLOAD_SQL]
+    same_answers(answers, _kvtrace_answers(one, fresh), f"{trace} (ingest --sql)")
+    tool = "pandas read + the same aggregates"
+    return [
+        (
+            f"{job}: ingest, then the 2 queries",
+            tool,
+            [theirs],
+            [
+                ["rm", "-rf", fresh],
+                [KVTRACE, "-q", "-w", fresh, "ingest", str(trace)],
+                [KVTRACE, "-w", fresh, "sql", WORKLOAD_SQL],
+            ],
+        ),
+        (
+            f"{job}: `ingest --sql`, one command",
+            tool,
+            [theirs],
+            [["rm", "-rf", fresh], [KVTRACE, "-q", "-w", fresh, *one]],
+        ),
+    ]
 
 
 def _output(command: list[str]) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
-def _kvtrace_answers(ingest: list[str], warehouse: str) -> list[float]:
-    """kvtrace's answers to the workload questions on a new warehouse after ``ingest``."""
+def _kvtrace_answers(command: list[str], warehouse: str) -> list[float]:
+    """kvtrace's answers to the workload questions on a new warehouse: ``command``, then
+    ``kvtrace sql`` unless ``command`` asked them itself (``ingest --sql``)."""
     shutil.rmtree(warehouse, ignore_errors=True)
-    subprocess.run([KVTRACE, "-q", "-w", warehouse, *ingest], check=True, capture_output=True)
-    (row,) = json.loads(_output([KVTRACE, "-w", warehouse, "sql", WORKLOAD_SQL, "-f", "json"]))
+    if "--sql" in command:
+        rows = json.loads(_output([KVTRACE, "-q", "-w", warehouse, *command, "-f", "json"]))
+    else:
+        subprocess.run([KVTRACE, "-q", "-w", warehouse, *command], check=True, capture_output=True)
+        rows = json.loads(_output([KVTRACE, "-w", warehouse, "sql", WORKLOAD_SQL, "-f", "json"]))
+    (row,) = rows
     return [float(value) for value in row.values()]
 
 
@@ -198,16 +214,8 @@ def rows(root: str, scratch: Path, requests: int, dsa_mb: list[float]) -> list[R
             [[PY, "-c", DUCKDB_JSONL]],
             [[KVTRACE, "-w", root, "sql", WORKLOAD_SQL]],
         ),
-        (
-            "Mooncake ingest + the 2 queries",
-            "pandas read + the same aggregates",
-            *ingest_and_ask(TRACE, fresh),
-        ),
-        (
-            "Azure code trace ingest + the 2 queries",
-            "pandas read + the same aggregates",
-            *ingest_and_ask(AZURE_TRACE, fresh, PANDAS_AZURE),
-        ),
+        *ingest_and_ask("Mooncake trace", TRACE, fresh),
+        *ingest_and_ask("Azure code trace", AZURE_TRACE, fresh, PANDAS_AZURE),
         (
             "Mooncake prefix hit curve, 11 capacities",
             "`kvcache-simulator run`",
@@ -240,16 +248,24 @@ def rows(root: str, scratch: Path, requests: int, dsa_mb: list[float]) -> list[R
                 ],
             )
         )
+        table.append(
+            (
+                "profiler trace, 1 rank: `ingest --sql`, one command",
+                "HTA: load + the same 3",
+                [[PY, "-c", HTA_RUN, str(traces)]],
+                [
+                    ["rm", "-rf", fresh],
+                    [KVTRACE, "-q", "-w", fresh, "ingest", str(traces), "--sql", KVTRACE_QUERY],
+                ],
+            )
+        )
     if requests:
         trace = scratch / "generated.jsonl"
         write_mooncake(trace, requests, np.random.default_rng(0))
-        table.append(
-            (
-                f"Mooncake-like {requests:,} requests ({trace.stat().st_size / 1e6:.0f} MB): "
-                "ingest + the 2 queries",
-                "pandas read + the same aggregates",
-                *ingest_and_ask(trace, fresh),
-            )
+        table += ingest_and_ask(
+            f"Mooncake-like {requests:,} requests ({trace.stat().st_size / 1e6:.0f} MB)",
+            trace,
+            fresh,
         )
     if dsa_mb:
         table += dsa_rows(scratch, dsa_mb)

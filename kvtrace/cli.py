@@ -274,6 +274,28 @@ def ingest(
     ] = 1,
     engine: EngineOption = "local",
     address: AddressOption = None,
+    then_sql: Annotated[
+        str | None,
+        typer.Option(
+            "--sql",
+            metavar="SQL",
+            help="Then run this read-only SQL on the warehouse as the ingest left it and "
+            "print its rows, as kvtrace sql does (the ingest's report goes to stderr).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="--sql's rows as table, csv, json or parquet [default: the --output "
+            "file's suffix, else table].",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write --sql's rows to this file.")
+    ] = None,
 ) -> None:
     """Load existing trace dumps into the warehouse.
 
@@ -283,11 +305,17 @@ def ingest(
     records, Vidur request and batch metrics), PyTorch profiler (Kineto) traces and
     serving run summaries, each told by its content.  A folder gives every such file
     in it.  Bad lines go to the quarantine (see the quarantine view) and the rest is
-    ingested; the same file ingested twice adds nothing.
+    ingested; the same file ingested twice adds nothing.  With --sql, one process ingests
+    and answers: the SQL is checked first and runs once the files are in.
 
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
+    answer_format = _answer_options(then_sql, fmt, output)
     warehouse = _open(create=True)
+    if output is not None and warehouse.root is not None:
+        from kvtrace.sql.query import check_output_path
+
+        check_output_path(output, warehouse.root)
     from kvtrace.ingest import ingest as ingest_paths
     from kvtrace.ingest.workload import parse_column_mapping
 
@@ -309,9 +337,29 @@ def ingest(
             executor=_executor(engine, address),
         ),
     )
-    _print_ingest(report)
+    _print_ingest(report, out if then_sql is None else err)
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
+    if then_sql is not None and answer_format is not None:
+        _answer(warehouse, then_sql, answer_format, output)
+
+
+def _answer_options(
+    then_sql: str | None, fmt: str | None, output: Path | None
+) -> OutputFormat | None:
+    """The format of ``--sql``'s rows, once its SQL is known to parse and only read
+    (before any file is read); None without ``--sql``."""
+    if then_sql is None:
+        if fmt is not None or output is not None:
+            raise KvtraceError("--format and --output shape the rows of --sql; give it the SQL")
+        return None
+    import duckdb
+
+    from kvtrace.sql.query import read_only_statements
+
+    with duckdb.connect(":memory:") as con:
+        read_only_statements(con, then_sql)
+    return _output_format(fmt, output)
 
 
 def _with_progress(label: str, work):
@@ -337,7 +385,8 @@ def _with_progress(label: str, work):
         return work(lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _print_ingest(report: IngestReport) -> None:
+def _print_ingest(report: IngestReport, to: _Console) -> None:
+    """The ingest's report, a line a file and a total, printed on ``to``."""
     from kvtrace.ingest.fanout import NOT_READ, skipped_files
 
     for item in report.files:
@@ -345,22 +394,22 @@ def _print_ingest(report: IngestReport) -> None:
         if item.status == NOT_READ:
             continue
         if item.status != "ingested":
-            out.say(f"{name}: {item.status}" + (f" (run {item.run_id})" if item.run_id else ""))
+            to.say(f"{name}: {item.status}" + (f" (run {item.run_id})" if item.run_id else ""))
             continue
         line = f"{name}: {item.rows:,} rows into run {item.run_id}"
         if item.rejected:
             line += f", {item.rejected:,} line(s) rejected (see the quarantine view)"
-        out.say(line)
+        to.say(line)
         for reason, count in item.skipped.items():
-            out.say(f"  skipped {count:,} {reason}")
+            to.say(f"  skipped {count:,} {reason}")
         for stat, tally in item.disagreements.items():
             if tally.first_line is None:  # a file-wide figure, e.g. RULER's summary.csv
-                out.say(
+                to.say(
                     f"  {stat}: the source says {tally.source_value:g}, kvtrace "
                     f"recomputes {tally.recomputed:g}; the samples are stored"
                 )
                 continue
-            out.say(
+            to.say(
                 f"  source {stat.removeprefix('src_')} disagreed with the recomputed value "
                 f"on {tally.disagreeing:,} of {tally.checked:,} rows (line {tally.first_line}: "
                 f"{tally.source_value:g} vs {tally.recomputed:g}); the recomputed values are "
@@ -370,16 +419,16 @@ def _print_ingest(report: IngestReport) -> None:
         shown = ", ".join(skipped[:5]) + (
             f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
         )
-        out.say(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
+        to.say(f"skipped {len(skipped):,} file(s) that are not traces kvtrace reads: {shown}")
     if len(families := report.by_family()) > 1:  # a folder of several kinds
-        out.say(
+        to.say(
             "by family: "
             + ", ".join(
                 f"{family} {files:,} file{'s' * (files != 1)} ({rows:,} rows)"
                 for family, (files, rows) in families.items()
             )
         )
-    out.say(
+    to.say(
         f"{report.rows:,} rows ingested, {report.rejected:,} line(s) rejected into {options.path}"
     )
 
@@ -728,14 +777,6 @@ def sql(
 
     Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
     """
-    from kvtrace.sql.query import (
-        atomic_output,
-        check_output_path,
-        restrict_to,
-        run_query,
-        write_stream,
-    )
-
     if query is None and file is None:
         raise KvtraceError('no SQL given: kvtrace sql "SELECT ..." or kvtrace sql --file QUERY.sql')
     if query is not None and file is not None:
@@ -744,7 +785,23 @@ def sql(
     fmt = _output_format(fmt, output)
     warehouse = _open(as_of=as_of)
     if output is not None and warehouse.root is not None:
+        from kvtrace.sql.query import check_output_path
+
         check_output_path(output, warehouse.root)
+    _answer(warehouse, text, fmt, output, no_external_access)
+
+
+def _answer(
+    warehouse: Warehouse,
+    text: str,
+    fmt: OutputFormat,
+    output: Path | None,
+    no_external_access: bool = False,
+) -> None:
+    """Run the read-only SQL ``text`` against ``warehouse`` and write its rows in ``fmt``
+    to ``output`` (standard output when None)."""
+    from kvtrace.sql.query import atomic_output, restrict_to, run_query, write_stream
+
     con = connect(warehouse, for_sql=text)  # only what the SQL names: a quick start
     try:
         if no_external_access:

@@ -45,6 +45,50 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
     assert strict.stderr.strip() == "Error: 1 line(s) were rejected (--strict)"
 
 
+MOONCAKE = Path(__file__).parent / "data" / "mooncake_conversation_trace.jsonl"
+ARRIVALS = "SELECT requests, rate_per_s, gap_cv FROM workload_arrival_summary"
+
+
+def test_ingest_with_sql_answers_in_one_process_what_two_commands_answer(tmp_path):
+    two = warehouse_at(tmp_path / "two")
+    kvtrace("-w", two, "-q", "ingest", str(MOONCAKE))
+    expected = kvtrace("-w", two, "sql", ARRIVALS, "-f", "json").stdout
+    one = warehouse_at(tmp_path / "one")
+    result = kvtrace("-w", one, "-q", "ingest", str(MOONCAKE), "--sql", ARRIVALS, "-f", "json")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected  # the rows alone: the report went to stderr
+    assert json.loads(result.stdout)[0]["requests"] == 12_031  # the CSV's data rows
+    assert "12,031 rows ingested" in result.stderr
+
+
+def test_ingest_with_sql_reads_the_files_it_just_added(tmp_path):
+    root = warehouse_at(tmp_path / "wh")
+    first = write_jsonl(tmp_path / "a.jsonl", [seed_record(0, 0, 9, [1, 2])])
+    second = write_jsonl(
+        tmp_path / "b.jsonl", [seed_record(1, 0, 9, [3]), seed_record(1, 1, 10, [4])]
+    )
+    count = "SELECT count(*) AS n FROM dsa_steps"
+    assert kvtrace("-w", root, "ingest", str(first), "--sql", count, "-f", "csv").stdout == "n\n1\n"
+    assert (
+        kvtrace("-w", root, "ingest", str(second), "--sql", count, "-f", "csv").stdout == "n\n3\n"
+    )
+    out = tmp_path / "n.json"
+    kvtrace("-w", root, "ingest", str(second), "--sql", count, "-o", str(out))
+    assert json.loads(out.read_text()) == [{"n": 3}]  # the same file again adds nothing
+
+
+@pytest.mark.parametrize(
+    "sql, said",
+    [("DROP VIEW dsa_steps", "read-only"), ("SELEC 1", "does not parse")],
+)
+def test_ingest_with_sql_that_cannot_run_reads_nothing(tmp_path, sql, said):
+    path = write_jsonl(tmp_path / "t.jsonl", [seed_record(0, 0, 9, [1])])
+    result = kvtrace("-w", str(tmp_path / "wh"), "ingest", str(path), "--sql", sql)
+    assert result.returncode == 1 and said in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "wh").exists()  # checked before any file was read
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -54,6 +98,7 @@ def test_ingest_reports_rows_and_rejections_and_strict_fails(tmp_path):
         (["sql", "SELECT 1"], "Error: no kvtrace warehouse at"),
         (["sql"], 'Error: no SQL given: kvtrace sql "SELECT ..."'),
         (["sql", "SELECT 1", "--file", "q.sql"], "Error: give the SQL either as an argument"),
+        (["ingest", "other.jsonl", "-f", "csv"], "Error: --format and --output shape the rows"),
     ],
 )
 def test_errors_are_one_sentence_without_traceback(tmp_path, args, message):
