@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scan_rows(
     values: np.ndarray, offsets: np.ndarray, seq_len: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -591,7 +591,7 @@ class DsaWriter:
 
 def _key_bytes(keys: np.ndarray) -> list[bytes]:
     """Each row of a contiguous (n, 4) int64 array as 32 bytes (a hashable record key)."""
-    return [row.tobytes() for row in keys.view(np.dtype((np.void, 32))).ravel()]
+    return keys.view(np.dtype((np.void, 32))).ravel().tolist()  # void items list as bytes
 
 
 def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
