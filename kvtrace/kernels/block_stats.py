@@ -154,7 +154,7 @@ class BlockStats:
 
 def _block_ids(lists: PositionLists, block_size: np.ndarray | int) -> np.ndarray:
     block_size = np.asarray(block_size)
-    if block_size.ndim == 0 or (block_size == block_size.flat[0]).all():
+    if block_size.ndim == 0 or (block_size.size and (block_size == block_size.flat[0]).all()):
         size = int(block_size.flat[0])
         if size & (size - 1) == 0:
             return lists.values >> (size.bit_length() - 1)
@@ -300,6 +300,22 @@ def prefix_block_lists(
     counts = np.bincount(rows[keep], minlength=n)
     offsets = np.concatenate(([0], np.cumsum(counts)))
     return PositionLists(blocks[keep].astype(np.int32), offsets)
+
+
+def blocks_below(touched: PositionLists, region_blocks: np.ndarray) -> PositionLists:
+    """Per row: the blocks of ``touched`` (each row's distinct blocks, ascending) with id
+    < ``region_blocks``, the same lists as `prefix_block_lists` gives from the positions
+    (a block's first selected position is inside the region exactly when its id is)
+    from a tenth of the values.  Rows whose ``region_blocks`` is NaN get empty lists."""
+    n = touched.num_rows
+    known = ~np.isnan(region_blocks)
+    limit = np.zeros(n, dtype=np.int64)
+    limit[known] = region_blocks[known].astype(np.int64)
+    rows = touched.row_ids()
+    keep = touched.values < limit[rows]
+    counts = np.bincount(rows[keep], minlength=n)
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    return PositionLists(touched.values[keep].astype(np.int32), offsets)
 
 
 def segment_bracket(

@@ -351,7 +351,7 @@ class DsaWriter:
         if from_dump.any():
             region_tokens[from_dump] = self._dump_regions(cols, request_id, block_size)[from_dump]
         region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
-        prefix_lists = block_stats.prefix_block_lists(lists, region_blocks, block_size)
+        prefix_lists = block_stats.blocks_below(touched, region_blocks)
         with np.errstate(divide="ignore", invalid="ignore"):
             intersection = np.where(
                 np.isnan(region_blocks), np.nan, prefix_lists.lengths / blocks.unique_blocks

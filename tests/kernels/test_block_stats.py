@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvtrace.kernels.block_stats import PositionLists, block_stats
+from kvtrace.kernels.block_stats import (
+    PositionLists,
+    block_stats,
+    blocks_below,
+    prefix_block_lists,
+    touched_blocks,
+)
 
 rows_of_positions = st.lists(
     st.lists(st.integers(0, 5_000), max_size=40, unique=True).map(sorted), max_size=12
@@ -51,3 +58,29 @@ def test_counts_too_large_to_tabulate_are_sorted_the_same():
     assert stats.tokens_by_row.tolist() == [6_000, 1, 1, 1, 2]
     assert stats.run_offsets.tolist() == [0, 1, 1, 3]
     np.testing.assert_allclose(stats.tokens_per_block_p50, [6_000, np.nan, 1, 1.5])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 5_000), max_size=40, unique=True).map(sorted),
+            st.sampled_from([1, 3, 16, 64]),  # a block size per row
+            st.none() | st.integers(-2, 200),  # the prefix region in blocks (None: NaN)
+        ),
+        max_size=12,
+    )
+)
+def test_prefix_blocks_from_the_touched_blocks_are_those_from_the_positions(rows):
+    lists = _lists([positions for positions, _, _ in rows])
+    size = np.array([size for _, size, _ in rows], dtype=np.int64)
+    region = np.array([np.nan if r is None else r for _, _, r in rows], dtype=np.float64)
+    expected = [
+        [] if r is None else sorted({p // s for p in positions if p // s < r})
+        for positions, s, r in rows
+    ]
+    for found in (
+        blocks_below(touched_blocks(lists, size), region),
+        prefix_block_lists(lists, region, size),
+    ):
+        pairs = pairwise(found.offsets)
+        assert [found.values[a:b].tolist() for a, b in pairs] == expected
