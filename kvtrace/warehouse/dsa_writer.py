@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -591,7 +591,8 @@ class DsaWriter:
 
 def _key_bytes(keys: np.ndarray) -> list[bytes]:
     """Each row of a contiguous (n, 4) int64 array as 32 bytes (a hashable record key)."""
-    return keys.view(np.dtype((np.void, 32))).ravel().tolist()  # void items list as bytes
+    rows = keys.view(np.dtype((np.void, 32))).ravel()
+    return cast(list[bytes], rows.tolist())  # unstructured void items list as bytes
 
 
 def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
