@@ -507,10 +507,9 @@ class DsaWriter:
         seq_len: np.ndarray,
         blocks: block_stats.BlockStats,
     ) -> None:
-        rows = lists.row_ids()
-        offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
-        self._offset_hist.append(_histogram(table, rows, offset, "offset"))
-        self._fill_hist.append(_histogram(table, blocks.run_rows, blocks.run_tokens, "tokens"))
+        groups = _RowGroups.of(table)
+        self._offset_hist.append(_offset_histogram(groups, lists, seq_len))
+        self._fill_hist.append(_histogram(groups, blocks.run_rows, blocks.run_tokens, "tokens"))
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -746,33 +745,67 @@ def _rows_with_null_values(lists: pa.ListArray) -> np.ndarray:
 _DENSE_BINS = 1 << 24
 
 
-def _histogram(table: pa.Table, value_rows: np.ndarray, values: np.ndarray, name: str) -> pa.Table:
+@dataclass
+class _RowGroups:
+    """The (dataset, block size) group of each row of a batch: the histograms' keys."""
+
+    datasets: pa.Array  # the batch's distinct datasets
+    groups: np.ndarray  # each group's key: dataset index << 32 | block size, ascending
+    group_of_row: np.ndarray
+
+    @staticmethod
+    def of(table: pa.Table) -> _RowGroups:
+        dataset = pc.dictionary_encode(_combined(table["dataset"]))
+        row_key = (dataset.indices.to_numpy().astype(np.int64) << 32) | table[
+            "block_size"
+        ].to_numpy().astype(np.int64)
+        groups, group_of_row = np.unique(row_key, return_inverse=True)
+        return _RowGroups(dataset.dictionary, groups, group_of_row)
+
+    def table(self, key: np.ndarray, counts: np.ndarray, width: int, name: str) -> pa.Table:
+        """The histogram rows: ``key`` is group * ``width`` + value, with its count."""
+        group = self.groups[key // width]
+        return pa.table(
+            {
+                "dataset": self.datasets.take(pa.array(group >> 32)),
+                "block_size": pa.array(group & 0xFFFFFFFF, pa.int32()),
+                name: pa.array(key % width, pa.int32()),
+                "n": pa.array(counts, pa.int64()),
+            }
+        )
+
+
+def _histogram(
+    groups: _RowGroups, value_rows: np.ndarray, values: np.ndarray, name: str
+) -> pa.Table:
     """Counts of ``values`` per (dataset, block size); ``value_rows`` maps values to rows."""
-    dataset = pc.dictionary_encode(_combined(table["dataset"]))
-    row_key = (dataset.indices.to_numpy().astype(np.int64) << 32) | table[
-        "block_size"
-    ].to_numpy().astype(np.int64)
-    groups, group_of_row = np.unique(row_key, return_inverse=True)
     width = int(values.max()) + 1 if len(values) else 1
     # The usual batch holds one dataset at one block size: the values are the keys.
     key = (
-        values if len(groups) == 1 else (group_of_row[value_rows] * width + values.astype(np.int64))
+        values
+        if len(groups.groups) == 1
+        else (groups.group_of_row[value_rows] * width + values.astype(np.int64))
     )
-    if len(groups) * width <= _DENSE_BINS:
-        counts = np.bincount(key, minlength=len(groups) * width)
+    if len(groups.groups) * width <= _DENSE_BINS:
+        counts = np.bincount(key, minlength=len(groups.groups) * width)
         key = np.flatnonzero(counts)
         counts = counts[key]
     else:
         key, counts = np.unique(key, return_counts=True)
-    group = groups[key // width]
-    return pa.table(
-        {
-            "dataset": dataset.dictionary.take(pa.array(group >> 32)),
-            "block_size": pa.array(group & 0xFFFFFFFF, pa.int32()),
-            name: pa.array(key % width, pa.int32()),
-            "n": pa.array(counts, pa.int64()),
-        }
-    )
+    return groups.table(key, counts, width, name)
+
+
+def _offset_histogram(groups: _RowGroups, lists: PositionLists, seq_len: np.ndarray) -> pa.Table:
+    """Counts of every position's offset (``seq_len - 1 - position``) per (dataset, block
+    size): a batch of one group, the usual one, is counted in one compiled pass."""
+    if len(groups.groups) == 1 and len(lists.values):
+        from kvtrace.kernels.offset_counts import offset_counts
+
+        counts = offset_counts(lists.values, lists.offsets, np.asarray(seq_len, np.int64))
+        key = np.flatnonzero(counts)
+        return groups.table(key, counts[key], len(counts), "offset")
+    offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
+    return _histogram(groups, lists.row_ids(), offset, "offset")
 
 
 def _merged_histogram(parts: list[pa.Table], value: str) -> pa.Table:
