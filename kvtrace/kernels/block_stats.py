@@ -287,26 +287,14 @@ def prefix_block_lists(
     Rows whose ``region_blocks`` is NaN get empty lists.  The seed's prefix region covers
     ``ceil(region_tokens / block_size)`` blocks (a partly covered block counts).
     """
-    n = lists.num_rows
-    size = np.broadcast_to(np.asarray(block_size, dtype=np.int64), (n,))
-    known = ~np.isnan(region_blocks)
-    if not known.any():
-        return PositionLists(np.zeros(0, dtype=np.int32), np.zeros(n + 1, dtype=np.int64))
-    limit = np.zeros(n, dtype=np.int64)
-    limit[known] = region_blocks[known].astype(np.int64) * size[known]
-    rows = lists.row_ids()
-    blocks = _block_ids(lists, block_size)
-    keep = _opens_block_run(lists, blocks) & (lists.values < limit[rows])
-    counts = np.bincount(rows[keep], minlength=n)
-    offsets = np.concatenate(([0], np.cumsum(counts)))
-    return PositionLists(blocks[keep].astype(np.int32), offsets)
+    return blocks_below(touched_blocks(lists, block_size), region_blocks)
 
 
 def blocks_below(touched: PositionLists, region_blocks: np.ndarray) -> PositionLists:
     """Per row: the blocks of ``touched`` (each row's distinct blocks, ascending) with id
-    < ``region_blocks``, the same lists as `prefix_block_lists` gives from the positions
-    (a block's first selected position is inside the region exactly when its id is)
-    from a tenth of the values.  Rows whose ``region_blocks`` is NaN get empty lists."""
+    < ``region_blocks``; rows whose ``region_blocks`` is NaN get empty lists.  A writer
+    that has the touched blocks already takes the prefix blocks from them (a tenth of
+    the positions)."""
     n = touched.num_rows
     known = ~np.isnan(region_blocks)
     limit = np.zeros(n, dtype=np.int64)
