@@ -1,12 +1,15 @@
 """Tracer overhead: dsa-ref decode untraced, with kvtrace's tracer, and with a naive tracer.
 
-    python benchmarks/bench_tracer.py --layers 8 --prompt 8000 --steps 48 [--json PATH]
+    python benchmarks/bench_tracer.py --layers 8 --prompt 8000 --steps 48 [--device cuda]
+                                      [--json PATH]
 
 The naive tracer does what the seed's instrumentation did per record: ``.tolist()``,
 statistics in Python, ``json.dumps`` and a synchronous line written to a file.  All three
 runs decode the same prompt with the same model in one process, interleaved for
 ``--rounds`` rounds (untraced, kvtrace, naive, untraced, ...), reported as medians;
 ``--json`` also writes every round's seconds (`bench_commands.py --tracer` reads them).
+``--device cuda`` decodes on a GPU; each step's greedy token is read back on the host, as
+a serving loop reads it, so the step's time includes its device work.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from kvtrace.collectors.dsa_ref import DsaRef, DsaRefConfig
 from kvtrace.collectors.dsa_tracer import DsaTracer
+from kvtrace.collectors.models import torch_device
 from kvtrace.warehouse import Warehouse
 
 
@@ -92,6 +96,7 @@ def decode(model: DsaRef, prompt: list[int], steps: int, tracer) -> float:
     logits = model.prefill(prompt, cache)[None]
     rows = torch.tensor([0])
     position = len(prompt)
+    synchronize(model.device)
     started = time.perf_counter()
     for _ in range(steps):
         token = [int(logits[-1].argmax())]
@@ -101,7 +106,14 @@ def decode(model: DsaRef, prompt: list[int], steps: int, tracer) -> float:
             with tracer.step({0: position}):
                 logits = model.decode_step(token, rows, torch.tensor([position]), cache, tracer)
         position += 1
+    synchronize(model.device)
     return time.perf_counter() - started
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def closing(tracer) -> float:
@@ -123,6 +135,10 @@ def main() -> None:
         default=5,
         help="Rounds; each runs untraced, kvtrace and naive in turn",
     )
+    parser.add_argument(
+        "--no-naive", action="store_true", help="leave the naive tracer out (more rounds a minute)"
+    )
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1")
     parser.add_argument("--json", type=Path, help="write each variant's seconds per round here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
@@ -132,10 +148,11 @@ def main() -> None:
         index_topk=args.topk,
         max_seq_len=args.prompt + args.steps + 2,
     )
-    model = DsaRef(config, seed=0)
+    model = DsaRef(config, seed=0).to(torch_device(args.device))
     prompt = [(i * 7919) % 256 for i in range(args.prompt)]
     work = Path(tempfile.mkdtemp(prefix="kvtrace-tracer-"))
-    times: dict[str, list[float]] = {"untraced": [], "kvtrace": [], "naive": []}
+    tracers = ("kvtrace",) if args.no_naive else ("kvtrace", "naive")
+    times: dict[str, list[float]] = {name: [] for name in ("untraced", *tracers)}
     flush = []
     for run in range(args.rounds):  # interleaved: a noisy stretch hits every variant
         times["untraced"].append(decode(model, prompt, args.steps, None))
@@ -148,30 +165,31 @@ def main() -> None:
         tracer.begin_request(0, prompt)
         times["kvtrace"].append(decode(model, prompt, args.steps, tracer))
         flush.append(closing(tracer))
-        naive = NaiveTracer(work / f"naive{run}.jsonl")
-        times["naive"].append(decode(model, prompt, args.steps, naive))
-        naive.close()
+        if "naive" in tracers:
+            naive = NaiveTracer(work / f"naive{run}.jsonl")
+            times["naive"].append(decode(model, prompt, args.steps, naive))
+            naive.close()
     shutil.rmtree(work)
     if args.json is not None:
-        args.json.write_text(json.dumps({"records": args.steps * args.layers, **times}))
+        figures = {"records": args.steps * args.layers, "device": device_name(model.device)}
+        args.json.write_text(json.dumps({**figures, **times}))
     median = {name: statistics.median(values) for name, values in times.items()}
     # each round's ratio to the untraced decode of the same round, then their median
     ratios = {
         name: sorted(t / u for t, u in zip(times[name], times["untraced"], strict=True))
-        for name in ("kvtrace", "naive")
+        for name in tracers
     }
     records = args.steps * args.layers
-    per_record = {
-        name: (median[name] - median["untraced"]) / records * 1e6 for name in ("kvtrace", "naive")
-    }
+    per_record = {name: (median[name] - median["untraced"]) / records * 1e6 for name in tracers}
     print(
-        f"dsa-ref {args.layers} layers, dim {args.dim}, top-k {args.topk}, prompt "
+        f"dsa-ref on {device_name(model.device)}, {args.layers} layers, dim {args.dim}, "
+        f"top-k {args.topk}, prompt "
         f"{args.prompt} tokens, {args.steps} decode steps ({records} records), "
         f"{args.rounds} interleaved rounds, median (min-max), prefill untimed\n"
     )
     print("| decode | seconds | vs untraced (same round) | added per record |")
     print("|---|---|---|---|")
-    for name in ("untraced", "kvtrace", "naive"):
+    for name in times:
         spread = f"{median[name]:.3f} ({min(times[name]):.3f}-{max(times[name]):.3f})"
         if name == "untraced":
             print(f"| {name} | {spread} | 1.000x | |")
@@ -181,11 +199,22 @@ def main() -> None:
         )
         print(f"| {name} | {spread} | {ratio} | {per_record[name]:.0f} us |")
     overhead = 100 * (statistics.median(ratios["kvtrace"]) - 1)
+    relative = (
+        f"1/{per_record['naive'] / per_record['kvtrace']:.1f} of the naive tracer's"
+        if per_record["kvtrace"] > 0 and "naive" in per_record
+        else f"{per_record['kvtrace']:.0f} us"
+    )
     print(
         f"\nkvtrace adds {overhead:.1f} % to decode (median of the rounds' ratios); per "
-        f"record it costs 1/{per_record['naive'] / max(per_record['kvtrace'], 1e-9):.1f} "
-        f"of the naive tracer; its final flush took {statistics.median(flush):.2f} s"
+        f"record it costs {relative}; its final flush took {statistics.median(flush):.2f} s"
     )
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"the CPU ({torch.get_num_threads()} threads)"
 
 
 if __name__ == "__main__":

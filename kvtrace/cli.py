@@ -659,6 +659,9 @@ def collect_dsa_command(
     layers: Annotated[int, typer.Option(help="dsa-ref layers.")] = 4,
     topk: Annotated[int, typer.Option(help="dsa-ref index top-k.")] = 2048,
     weights: Annotated[Path | None, typer.Option(help="dsa-ref weights (safetensors).")] = None,
+    device: Annotated[
+        str, typer.Option(help="Torch device the model decodes on: cpu, cuda, cuda:1, mps.")
+    ] = "cpu",
     scores: Annotated[Scores, typer.Option(help="stats or full index scores.")] = "stats",
     run_name: Annotated[
         str | None, typer.Option(help="Run name [default: <dataset>-<model>-<seed>].")
@@ -677,6 +680,7 @@ def collect_dsa_command(
             layers=layers,
             topk=topk,
             weights=weights,
+            device=device,
             dataset=dataset,
             data_file=data_file,
             hub=HubDataset(hf_dataset, hf_split, hf_revision) if hf_dataset else None,

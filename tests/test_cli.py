@@ -295,6 +295,12 @@ def test_collect_dsa_traces_a_small_ruler_run(tmp_path):
     assert rows.splitlines()[1] == "8,64"  # 2 requests x 2 decode steps x 2 layers
     bad = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--dataset", "mmlu")
     assert bad.returncode == 2 and "'mmlu' is not one of 'ruler', 'sharegpt'" in bad.stderr
+    nowhere = kvtrace("-w", warehouse_at(tmp_path / "wh"), "collect", "dsa", "--device", "tpu:x")
+    assert nowhere.returncode == 1
+    assert (
+        nowhere.stderr.strip()
+        == "Error: --device 'tpu:x' is not a torch device (cpu, cuda, cuda:1, mps)"
+    )
     chat = kvtrace(
         "-w",
         warehouse_at(tmp_path / "wh"),

@@ -33,6 +33,7 @@ class DsaCollectOptions:
     layers: int = 4  # dsa-ref only
     topk: int = 2048
     weights: Path | None = None  # dsa-ref safetensors
+    device: str = "cpu"  # the torch device the model decodes on: cpu, cuda, cuda:1, mps
     dataset: DatasetName = "ruler"
     data_file: Path | None = None
     hub: HubDataset | None = None

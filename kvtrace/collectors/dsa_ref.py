@@ -52,7 +52,7 @@ class DsaRefConfig:
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotate pairs (x[2i], x[2i+1]) of the last dimension by position * theta^(-2i/d)."""
     dim = x.shape[-1]
-    freqs = theta ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    freqs = theta ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim)
     angles = positions.float()[:, None] * freqs[None, :]  # [T, dim/2]
     shape = [1] * (x.dim() - 2)
     cos = angles.cos().view(angles.shape[0], *shape, -1)
@@ -114,7 +114,7 @@ class Block(nn.Module):
         """Dense causal attention over one prompt ``x`` [T, dim], filling ``cache``."""
         c = self.config
         t = x.shape[0]
-        positions = torch.arange(t)
+        positions = torch.arange(t, device=x.device)
         h = self.attn_norm(x)
         q, k, v = self.wqkv(h).view(t, 3, c.n_heads, self.head_dim).unbind(dim=1)
         q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
@@ -132,13 +132,14 @@ class Block(nn.Module):
         x: torch.Tensor,
         rows: torch.Tensor,
         positions: torch.Tensor,
+        end: int,
         cache: dict,
         layer_id: int,
         tracer: Any,
     ) -> torch.Tensor:
         """One sparse decode step for a batch: ``x`` [B, dim] is the new token of cache
-        row ``rows[b]`` at position ``positions[b]``; each row attends to the indexer's
-        top k of its own positions (rows shorter than k pad with -1)."""
+        row ``rows[b]`` at position ``positions[b]`` (all below ``end``); each row attends
+        to the indexer's top k of its own positions (rows shorter than k pad with -1)."""
         c = self.config
         b = x.shape[0]
         h = self.attn_norm(x)
@@ -146,9 +147,8 @@ class Block(nn.Module):
         q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
         cache["k"][rows, positions], cache["v"][rows, positions] = k, v
         cache["ik"][rows, positions] = self.indexer.keys(h, positions)
-        end = int(positions.max()) + 1
         index = self.indexer.scores(h, positions, cache["ik"][rows, :end])  # [B, end]
-        beyond = torch.arange(end)[None, :] > positions[:, None]
+        beyond = torch.arange(end, device=x.device)[None, :] > positions[:, None]
         index = index.masked_fill(beyond, float("-inf"))
         top = index.topk(min(c.index_topk, end), dim=-1)
         padding = top.values == float("-inf")
@@ -191,6 +191,11 @@ class DsaRef(nn.Module):
     name = "dsa-ref"
 
     @property
+    def device(self) -> torch.device:
+        """Where the weights are (``model.to(device)`` moves them; caches follow)."""
+        return self.embed.weight.device
+
+    @property
     def index_topk(self) -> int:
         return self.config.index_topk
 
@@ -199,7 +204,7 @@ class DsaRef(nn.Module):
         return self.config.max_seq_len
 
     def config_dict(self) -> dict[str, Any]:
-        return self.config.to_dict()
+        return {**self.config.to_dict(), "device": str(self.device)}
 
     @classmethod
     def from_safetensors(cls, path: Path, config: DsaRefConfig) -> DsaRef:
@@ -221,11 +226,12 @@ class DsaRef(nn.Module):
         """Empty KV and index-key caches for ``rows`` requests of up to ``length`` tokens."""
         c = self.config
         head_dim = c.dim // c.n_heads
+        device = self.device
         return [
             {
-                "k": torch.zeros(rows, length, c.n_heads, head_dim),
-                "v": torch.zeros(rows, length, c.n_heads, head_dim),
-                "ik": torch.zeros(rows, length, c.index_dim),
+                "k": torch.zeros(rows, length, c.n_heads, head_dim, device=device),
+                "v": torch.zeros(rows, length, c.n_heads, head_dim, device=device),
+                "ik": torch.zeros(rows, length, c.index_dim, device=device),
             }
             for _ in self.blocks
         ]
@@ -310,7 +316,7 @@ class DsaRef(nn.Module):
 
     def prefill(self, prompt: list[int], cache: list[dict], row: int = 0) -> torch.Tensor:
         """Dense causal prefill of one prompt into cache row ``row``; the last logits."""
-        x = self.embed(torch.tensor(prompt))
+        x = self.embed(torch.tensor(prompt, device=self.device))
         for block, layer_cache in zip(self._layers(), cache, strict=True):
             x = block.prefill(x, {name: part[row] for name, part in layer_cache.items()})
         return self._logits(x[-1])
@@ -324,10 +330,15 @@ class DsaRef(nn.Module):
         tracer: Any = None,
     ) -> torch.Tensor:
         """One sparse decode step of a batch (token b goes to cache row ``rows[b]`` at
-        ``positions[b]``), reporting each layer's top-k to ``tracer``; logits [B, vocab]."""
-        x = self.embed(torch.tensor(tokens))
+        ``positions[b]``), reporting each layer's top-k to ``tracer``; logits [B, vocab].
+
+        ``rows`` and ``positions`` may live on the host: the step's length is read there,
+        so a step on a GPU synchronises only where its caller reads the logits."""
+        end = int(positions.max()) + 1
+        rows, positions = rows.to(self.device), positions.to(self.device)
+        x = self.embed(torch.tensor(tokens, device=self.device))
         for layer_id, block in enumerate(self._layers()):
-            x = block.decode(x, rows, positions, cache[layer_id], layer_id, tracer)
+            x = block.decode(x, rows, positions, end, cache[layer_id], layer_id, tracer)
         return self._logits(x)
 
 
@@ -344,7 +355,7 @@ def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Gene
     """Greedy at temperature 0, else a draw from softmax(logits / temperature)."""
     if temperature <= 0:
         return int(logits.argmax())
-    probabilities = (logits / temperature).softmax(dim=-1)
+    probabilities = (logits.cpu() / temperature).softmax(dim=-1)  # the generator is the host's
     return int(torch.multinomial(probabilities, 1, generator=generator))
 
 

@@ -43,7 +43,7 @@ from kvtrace.errors import InputError, KvtraceError
 from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.bookkeeping import collection_run_id, quarantine_rows, run_row
-from kvtrace.warehouse.dsa_writer import DsaWriter
+from kvtrace.warehouse.dsa_writer import DsaWriter, load_kernels
 from kvtrace.warehouse.eval_rows import eval_row
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
@@ -202,6 +202,9 @@ class DsaTracer:
             world_size=world_size,
             started_at=datetime.now(timezone.utc),
         )
+        # loading compiled kernels holds the GIL (a second on a slow host): here, before
+        # decoding, not at the writer's first batch, where it would stall the model
+        load_kernels()
         self._writer_thread = threading.Thread(
             target=self._write_loop, name="kvtrace-writer", args=(commit_every_s,), daemon=True
         )

@@ -22,7 +22,13 @@ class HfCausalLM:
     """A local ``transformers`` causal LM behind the collectors' model interface."""
 
     def __init__(
-        self, path: Path, *, index_topk: int = 2048, max_seq_len: int | None = None, seed: int = 0
+        self,
+        path: Path,
+        *,
+        index_topk: int = 2048,
+        max_seq_len: int | None = None,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
     ) -> None:
         try:
             from transformers import AutoModelForCausalLM
@@ -39,7 +45,8 @@ class HfCausalLM:
             )
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot load the model in {path}: {exc}") from None
-        self.model.eval()
+        self.model.eval().to(device)
+        self.device = torch.device(device)
         self.path = Path(path)
         self.name = f"hf:{self.path.name}"
         self.index_topk = index_topk
@@ -58,6 +65,7 @@ class HfCausalLM:
             "index_topk": self.index_topk,
             "max_seq_len": self.max_seq_len,
             "selection": "attention of the last query summed over heads",
+            "device": str(self.device),
         }
 
     @torch.inference_mode()
@@ -75,7 +83,9 @@ class HfCausalLM:
         """Decode up to ``max_new_tokens`` after ``prompt`` (0: until EOS or max_seq_len)."""
         budget = decode_budget(len(prompt), max_new_tokens, self.max_seq_len)
         generator = torch.Generator().manual_seed(seed)
-        output = self.model(input_ids=torch.tensor([prompt]), use_cache=True)  # not traced
+        output = self.model(  # not traced
+            input_ids=torch.tensor([prompt], device=self.device), use_cache=True
+        )
         out: list[int] = []
         position = len(prompt)
         while True:
@@ -83,7 +93,7 @@ class HfCausalLM:
             out.append(token)
             if len(out) >= budget or token == eos_id:
                 return out
-            step = torch.tensor([[token]])
+            step = torch.tensor([[token]], device=self.device)
             if tracer is None:
                 output = self.model(
                     input_ids=step, past_key_values=output.past_key_values, use_cache=True

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvtrace.collectors.collect_options import DsaCollectOptions
 from kvtrace.collectors.dsa_collect import Tokenizer, TracedModel
 from kvtrace.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
@@ -18,6 +22,7 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
     from kvtrace.collectors.tokenizer_file import TokenizerFile
 
     _require_torch()
+    device = torch_device(options.device)
     given = TokenizerFile(options.tokenizer_file) if options.tokenizer_file else None
     if options.model == "dsa-ref":
         from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
@@ -33,7 +38,7 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
             if options.weights
             else DsaRef(config, seed=options.seed)
         )
-        return net, tokenizer
+        return net.to(device), tokenizer
     folder = Path(options.model)
     if not folder.is_dir():
         raise InputError(f"expected dsa-ref or a model folder for --model, got {options.model!r}")
@@ -43,7 +48,28 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
         if not (folder / "tokenizer.json").is_file():
             raise InputError(f"{folder} has no tokenizer.json; name one with --tokenizer")
         given = TokenizerFile(folder / "tokenizer.json")
-    return HfCausalLM(folder, index_topk=options.topk, seed=options.seed), given
+    return HfCausalLM(folder, index_topk=options.topk, seed=options.seed, device=device), given
+
+
+def torch_device(name: str) -> torch.device:
+    """The torch device ``name`` names, if this machine has it; one sentence otherwise."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise InputError(
+            f"--device {name!r} is not a torch device (cpu, cuda, cuda:1, mps)"
+        ) from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"--device {name}: torch sees no CUDA GPU on this machine")
+        if device.index is not None and device.index >= count:
+            raise InputError(f"--device {name}: this machine has {count} CUDA GPU(s)")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {name}: torch sees no Apple GPU (MPS) on this machine")
+    return device
 
 
 def _require_torch() -> None:

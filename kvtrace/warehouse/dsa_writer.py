@@ -588,6 +588,26 @@ class DsaWriter:
 # -- helpers -------------------------------------------------------------------------------------
 
 
+def load_kernels() -> None:
+    """Compile, or load from numba's cache, the kernels `DsaWriter.add` runs, for each
+    memory layout it passes (Arrow's buffers are read-only, which numba types apart).
+
+    A tracer calls this before decoding starts: loading them holds the GIL for a few
+    tenths of a second (a second on a slow host), which mid-decode stalls the model.
+    """
+    from kvtrace.kernels.list_checks import scan_rows
+    from kvtrace.kernels.offset_counts import offset_counts
+
+    offsets = np.array([0, 1], dtype=np.int64)
+    values, bound = np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int64)
+    frozen_values, frozen_bound = values.copy(), bound.copy()
+    frozen_values.flags.writeable = frozen_bound.flags.writeable = False
+    for positions, seq_len in ((frozen_values, frozen_bound), (frozen_values, bound)):
+        scan_rows(positions, offsets, seq_len)
+    scan_rows(values, offsets, bound)
+    offset_counts(frozen_values, offsets, bound)
+
+
 def _key_bytes(keys: np.ndarray) -> list[bytes]:
     """Each row of a contiguous (n, 4) int64 array as 32 bytes (a hashable record key)."""
     rows = keys.view(np.dtype((np.void, 32))).ravel()

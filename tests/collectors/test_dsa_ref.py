@@ -241,3 +241,34 @@ def test_a_batched_decode_selects_and_generates_what_one_at_a_time_does(warehous
     expected = _selections(warehouse, "alone")
     assert len(expected) == (6 + 2 + 4) * SMALL.n_layers
     assert _selections(warehouse, "batch") == expected
+
+
+def test_a_device_that_is_not_here_is_refused_in_one_sentence():
+    from kvtrace.collectors.models import torch_device
+    from kvtrace.errors import InputError
+
+    assert torch_device("cpu") == torch.device("cpu")
+    with pytest.raises(InputError, match="'gpu0' is not a torch device"):
+        torch_device("gpu0")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(InputError, match="CUDA GPU"):
+        torch_device(f"cuda:{count}")  # one index past the last GPU, or no GPU at all
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_decodes_and_selects_what_the_cpu_does():
+    from dataclasses import replace
+
+    config = replace(SMALL, dim=64, index_topk=12, max_seq_len=256)
+    prompt = ByteTokenizer().encode("the same tokens on either device, " * 3)
+    on_cpu, on_gpu = Recorder(), Recorder()
+    cpu_tokens = DsaRef(config, seed=3).generate(prompt, 6, tracer=on_cpu)
+    gpu_model = DsaRef(config, seed=3).to("cuda")
+    assert gpu_model.config_dict()["device"] == "cuda:0"
+    assert gpu_model.generate(prompt, 6, tracer=on_gpu) == cpu_tokens
+    assert [start for start, _ in on_gpu.steps] == [start for start, _ in on_cpu.steps]
+    for (_, cpu_layers), (_, gpu_layers) in zip(on_cpu.steps, on_gpu.steps, strict=True):
+        for layer, (cpu_positions, cpu_scores) in cpu_layers.items():
+            gpu_positions, gpu_scores = gpu_layers[layer]
+            assert sorted(gpu_positions) == sorted(cpu_positions)
+            np.testing.assert_allclose(gpu_scores, cpu_scores, rtol=1e-4, atol=1e-5)

@@ -408,3 +408,56 @@ def test_collecting_twice_under_one_name_makes_two_runs_never_one_key_twice(ware
         "-w", warehouse.location, "summary", "--run", runs[0][0], "--block-size", "64"
     )
     assert status == 0 and json.loads(out)["rows"] == 24
+
+
+KERNELS_AFTER_LOADING = """
+import importlib, json, pkgutil, sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+import kvtrace.kernels
+from kvtrace.collectors.dsa_tracer import DsaTracer
+from kvtrace.warehouse import Warehouse
+
+def compiled():
+    kernels = {}
+    for info in pkgutil.iter_modules(kvtrace.kernels.__path__):
+        module = importlib.import_module(f"kvtrace.kernels.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, CPUDispatcher):
+                kernels[f"{info.name}.{name}"] = sorted(map(str, value.signatures))
+    return kernels
+
+rng = np.random.default_rng(0)
+warehouse = Warehouse(sys.argv[1], create=True)
+tracers = [
+    DsaTracer(warehouse, run_name=scores, dataset="unit", topk=48, scores=scores,
+              block_sizes=(16, 64))
+    for scores in ("stats", "full")
+]
+loaded = compiled()
+for tracer in tracers:
+    tracer.begin_request(0, list(range(200)))
+    for start in range(200, 204):
+        with tracer.step(start):
+            for layer in range(3):
+                picked = rng.choice(start + 1, 48, replace=False)
+                tracer.record_topk(layer, picked, rng.normal(size=48).astype(np.float32))
+    tracer.end_request(0, new_tokens=4)
+    tracer.close()
+print(json.dumps({"loaded": loaded, "after": compiled()}))
+"""
+
+
+def test_a_tracer_loads_its_kernels_before_decoding_starts(tmp_path):
+    """Loading a compiled kernel holds the GIL; a kernel first loaded at the writer's
+    first batch would stall the model's thread mid-decode.  In a fresh process, tracing
+    with tracers already made loads no further kernel or signature."""
+    result = subprocess.run(
+        [sys.executable, "-c", KERNELS_AFTER_LOADING, str(tmp_path / "wh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    kernels = json.loads(result.stdout)
+    assert kernels["after"] == kernels["loaded"]
+    assert kernels["loaded"]["list_checks.scan_rows"]  # the check sees the kernels at all
