@@ -170,8 +170,9 @@ def main() -> None:
             times["naive"].append(decode(model, prompt, args.steps, naive))
             naive.close()
     shutil.rmtree(work)
+    records = args.steps * args.layers
     if args.json is not None:
-        figures = {"records": args.steps * args.layers, "device": device_name(model.device)}
+        figures = {"records": records, "device": device_name(model.device)}
         args.json.write_text(json.dumps({**figures, **times}))
     median = {name: statistics.median(values) for name, values in times.items()}
     # each round's ratio to the untraced decode of the same round, then their median
@@ -179,7 +180,6 @@ def main() -> None:
         name: sorted(t / u for t, u in zip(times[name], times["untraced"], strict=True))
         for name in tracers
     }
-    records = args.steps * args.layers
     per_record = {name: (median[name] - median["untraced"]) / records * 1e6 for name in tracers}
     print(
         f"dsa-ref on {device_name(model.device)}, {args.layers} layers, dim {args.dim}, "

@@ -312,10 +312,7 @@ def ingest(
     """
     answer_format = _answer_options(then_sql, fmt, output)
     warehouse = _open(create=True)
-    if output is not None and warehouse.root is not None:
-        from kvtrace.sql.query import check_output_path
-
-        check_output_path(output, warehouse.root)
+    _check_output(output, warehouse)
     from kvtrace.ingest import ingest as ingest_paths
     from kvtrace.ingest.workload import parse_column_mapping
 
@@ -788,11 +785,17 @@ def sql(
     text = query if query is not None else _read_text(file)  # type: ignore[arg-type]
     fmt = _output_format(fmt, output)
     warehouse = _open(as_of=as_of)
+    _check_output(output, warehouse)
+    _answer(warehouse, text, fmt, output, no_external_access)
+
+
+def _check_output(output: Path | None, warehouse: Warehouse) -> None:
+    """Refuse an ``--output`` file that would land inside a local warehouse, before any
+    work is done."""
     if output is not None and warehouse.root is not None:
         from kvtrace.sql.query import check_output_path
 
         check_output_path(output, warehouse.root)
-    _answer(warehouse, text, fmt, output, no_external_access)
 
 
 def _answer(

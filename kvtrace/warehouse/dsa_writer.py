@@ -602,8 +602,8 @@ def load_kernels() -> None:
     values, bound = np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int64)
     frozen_values, frozen_bound = values.copy(), bound.copy()
     frozen_values.flags.writeable = frozen_bound.flags.writeable = False
-    for positions, seq_len in ((frozen_values, frozen_bound), (frozen_values, bound)):
-        scan_rows(positions, offsets, seq_len)
+    scan_rows(frozen_values, offsets, frozen_bound)
+    scan_rows(frozen_values, offsets, bound)
     scan_rows(values, offsets, bound)
     offset_counts(frozen_values, offsets, bound)
 
