@@ -26,6 +26,8 @@ from numba import njit
 from kvtrace.kernels.cache_sim import ItemIds, LruStack
 from kvtrace.kernels.heap import heap_pop, heap_push
 
+NEVER = np.iinfo(np.int64).max  # the distance of a read no cache serves, however large
+
 
 @njit(nogil=True, cache=True)
 def _leading_run(  # pragma: no cover
@@ -74,14 +76,16 @@ def leading_lru_distances(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """For a hash-chained LRU pool (every block of a request touched after its hit is
     counted): per block read, the smallest capacity minus one that serves it and every
     block before it in its request when the request arrives, so that a request's hit at
-    capacity C is its reads with a value below C (never-cached reads get len(ids)).
+    capacity C is its reads with a value below C.  A read that no capacity serves (it or
+    a block before it in its request was never read before) gets `NEVER`, which no
+    capacity exceeds.
 
     One stack-distance pass answers every capacity: a block's distance as the request
     arrived is its distance when read less the blocks read before it in the request
     whose previous read was older than its own."""
     ids = np.ascontiguousarray(ids, np.int64)
     at_access = LruStack().distances(ids)
-    return _leading_distances(ids, np.ascontiguousarray(starts, np.int64), at_access, len(ids))
+    return _leading_distances(ids, np.ascontiguousarray(starts, np.int64), at_access, NEVER)
 
 
 @njit(nogil=True, cache=True)

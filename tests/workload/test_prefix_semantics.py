@@ -29,10 +29,12 @@ BLOCK = 512  # tokens per block of a Mooncake-format trace
 
 
 def _hash_chain(requests: list[list[int]], capacity: int, policy: str) -> list[int]:
-    """vLLM-like pool: the leading cached run, then every block touched in order."""
-    cache: OrderedDict[int, None] = OrderedDict()
+    """vLLM-like pool: the leading cached run, then every block touched in order; a block
+    is named by its path (the hash of everything up to its end)."""
+    cache: OrderedDict[tuple, None] = OrderedDict()
     hits = []
-    for blocks in requests:
+    for ids in requests:
+        blocks = [tuple(ids[: i + 1]) for i in range(len(ids))]
         run = 0
         while run < len(blocks) and blocks[run] in cache:
             run += 1
@@ -387,18 +389,18 @@ def test_the_prefix_tree_by_brute_force(random_traces):
 @pytest.mark.parametrize("seed", range(20))
 def test_one_stack_distance_pass_gives_the_lru_pool_at_every_capacity(seed):
     from kvtrace.kernels.cache_sim import dense_ids
-    from kvtrace.kernels.prefix_sim import leading_lru_distances
+    from kvtrace.kernels.prefix_sim import leading_lru_distances, radix_nodes
 
     rng = np.random.default_rng(seed)
     requests = [
         [int(b) for b in rng.integers(0, 30, size=int(rng.integers(1, 9)))] for _ in range(60)
     ]
-    requests = [list(dict.fromkeys(blocks)) for blocks in requests]  # a prompt's blocks differ
     flat = np.array([b for blocks in requests for b in blocks])
     starts = np.concatenate([[0], np.cumsum([len(b) for b in requests])])
-    ids, _ = dense_ids(flat)
-    leading = leading_lru_distances(ids, starts)
-    for capacity in (1, 2, 3, 5, 8, 13, 40):
+    paths, _ = radix_nodes(dense_ids(flat)[0], starts)
+    leading = leading_lru_distances(paths, starts)
+    # capacities past the number of reads too: a block never read before is never a hit
+    for capacity in (1, 2, 3, 5, 8, 13, 40, len(flat), len(flat) + 1, 10**12):
         runs = [
             int(((leading[s:e] >= 0) & (leading[s:e] < capacity)).sum())
             for s, e in itertools.pairwise(starts)
