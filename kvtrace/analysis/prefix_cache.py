@@ -12,6 +12,7 @@ Semantics:
   cached when it arrives (`kvtrace.kernels.prefix_sim`): ``lru`` and ``fifo`` are a
   hash-chained block pool (vLLM: every block of the request touched after), ``radix_lru``
   a radix tree (SGLang: leaves evicted only), ``opt`` Belady over the tree's leaves.
+  Every policy names a block by its path (its parent chain), never by its id alone.
 
 Weights: ``blocks`` counts hit blocks over blocks read; ``tokens`` hit tokens (a block
 holds ``hash_block_tokens`` tokens, the last one what is left of the input) over input
@@ -239,20 +240,26 @@ def _budgets(
 
 
 class PrefixSimulation:
-    """Which of a run's block reads hit, per capacity (the shared preparation kept)."""
+    """Which of a run's block reads hit, per capacity (the shared preparation kept).
+
+    With semantics ``prefix`` every policy names a block by its path (the node of the
+    prefix tree: the block and every block before it in its request), so a hash id that
+    repeats under another parent is another block, as it is in an engine whose block
+    hash covers everything up to the block's end; on a trace whose ids are chained (each
+    id implies its parents, as Mooncake's do) the path and the id name the same block."""
 
     def __init__(self, trace: PrefixTrace, policy: str, semantics: str) -> None:
         self.trace, self.policy, self.semantics = trace, policy, semantics
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, np.ndarray] | None = None
+        if semantics == "prefix":
+            self.tree = radix_nodes(trace.ids, trace.starts)
         if policy == "lru":  # every capacity from one stack-distance pass
             self.distances = (
                 LruStack().distances(trace.ids)
-                if semantics == "block"
-                else leading_lru_distances(trace.ids, trace.starts)
+                if self.tree is None
+                else leading_lru_distances(self.tree[0], trace.starts)
             )
-        if semantics == "prefix" and policy in ("radix_lru", "opt"):
-            self.tree = radix_nodes(trace.ids, trace.starts)
 
     def hits(self, capacity: int) -> np.ndarray:
         """Per block read: whether the cache of ``capacity`` blocks served it."""
@@ -260,13 +267,14 @@ class PrefixSimulation:
         if self.distances is not None:
             hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
             return hit
-        if self.semantics == "block":
+        if self.tree is None:
             simulate = opt_hits if self.policy == "opt" else fifo_hits
             return simulate(trace.ids, trace.distinct, capacity)
-        if self.tree is not None:
-            runs = radix_hits(self.tree[0], trace.starts, self.tree[1], capacity, self.policy)
+        nodes, parent = self.tree
+        if self.policy == "fifo":
+            runs = fifo_prefix_hits(nodes, trace.starts, len(parent), capacity)
         else:
-            runs = fifo_prefix_hits(trace.ids, trace.starts, trace.distinct, capacity)
+            runs = radix_hits(nodes, trace.starts, parent, capacity, self.policy)
         leading: np.ndarray = self._position < np.repeat(runs, np.diff(trace.starts))
         return leading
 
