@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from kvtrace.ingest.lines import Chunk
 from kvtrace.synthetic import write_seed_trace
@@ -24,6 +25,11 @@ DATA = Path(__file__).parent / "data"  # real and hostile inputs (see its README
 ON_S3 = os.environ.get("KVTRACE_TEST_STORAGE") == "s3"
 S3_BUCKET = "kvtrace-tests"
 local_only = pytest.mark.skipif(ON_S3, reason="needs the warehouse on local disk")
+
+# Generated inputs are the same on every run (a failure is reproduced by running the test
+# again), and no example has a deadline: the first one may load a compiled kernel.
+settings.register_profile("kvtrace", derandomize=True, deadline=None)
+settings.load_profile("kvtrace")
 
 
 def warehouse_at(folder: Path) -> str:
