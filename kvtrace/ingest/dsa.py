@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.dsa_formats import SCHEMAS, Format, canonical, detect_format
+from kvtrace.ingest.dsa_key_region import stated_key_tokens
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import (
     Chunk,
@@ -27,7 +28,7 @@ from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.prefetch import prefetched
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.dsa_writer import DsaFileResult, DsaWriter
+from kvtrace.warehouse.dsa_writer import DEFAULT_PREFIX_KEY_TOKENS, DsaFileResult, DsaWriter
 
 _INT_LISTS: dict[Format, IntLists] = {
     "seed": IntLists(lift=("selected_token_pos",), drop=("selected_block_ids",)),
@@ -97,18 +98,20 @@ class DsaFamily:
         sidecar = probe.source.sidecar
         record = probe.first_record or {}
         dataset = options.dataset or record.get("dataset") or sidecar.get("dataset")
+        block_size = int(
+            sidecar.get("config", {}).get("kv_block_size_tokens") or options.block_size
+        )
+        key_tokens = _prefix_key_tokens(sidecar, options, probe.path, block_size)
         writer = DsaWriter(
             sink.warehouse,
             sink.commit,
             string_ids=fmt == "nested",
             dataset=str(dataset or "unknown"),
             dataset_override=options.dataset is not None,
-            block_size=int(
-                sidecar.get("config", {}).get("kv_block_size_tokens") or options.block_size
-            ),
+            block_size=block_size,
             request_ids=_known_request_keys(sink.warehouse, sink.run_id),
             skip_stored=True,
-            prefix_key_tokens=(key_tokens := _prefix_key_tokens(sidecar, options)),
+            prefix_key_tokens=key_tokens,
         )
         result = read_dsa_file(writer, probe.path, fmt, advance)  # type: ignore[arg-type]
         datasets = sorted(result.datasets)
@@ -129,7 +132,7 @@ class DsaFamily:
             checks=result.checks.disagreements(),
             config={
                 "block_sizes": sorted(result.block_sizes),
-                "prefix_key_tokens": key_tokens or result.prefix_key_tokens,
+                "prefix_key_tokens": key_tokens,
                 **({"config": sidecar["config"]} if "config" in sidecar else {}),
             },
             dataset=datasets[0] if len(datasets) == 1 else ",".join(datasets) or None,
@@ -138,10 +141,13 @@ class DsaFamily:
         )
 
 
-def _prefix_key_tokens(sidecar: dict[str, Any], options: IngestOptions) -> int | None:
-    """Prompt tokens the run's prefix keys cover, when given: ``--prefix-key-tokens``,
-    else the run's ``summary.json`` config (the seed tracer's
-    ``--trace-prefix-key-tokens``); None: what each record states."""
+def _prefix_key_tokens(
+    sidecar: dict[str, Any], options: IngestOptions, path: Path, block_size: int
+) -> int:
+    """Prompt tokens the run's prefix keys cover (N): ``--prefix-key-tokens``, else the
+    run's ``summary.json`` config (the seed tracer's ``--trace-prefix-key-tokens``), else
+    what the file's first stated region says, else the seed tracer's 256
+    (`kvtrace.ingest.dsa_key_region`)."""
     if options.prefix_key_tokens is not None:
         return options.prefix_key_tokens
     config = sidecar.get("config") or {}
@@ -149,7 +155,7 @@ def _prefix_key_tokens(sidecar: dict[str, Any], options: IngestOptions) -> int |
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
-    return None
+    return stated_key_tokens(path, block_size) or DEFAULT_PREFIX_KEY_TOKENS
 
 
 def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:

@@ -32,6 +32,7 @@ from kvtrace.warehouse.table_file import TableFile
 
 FLUSH_BYTES = 24 << 20  # Arrow bytes buffered before a row group is written
 FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk
+DEFAULT_PREFIX_KEY_TOKENS = 256  # the seed tracer's --trace-prefix-key-tokens
 _INT32_MAX = 2**31 - 1
 
 
@@ -60,7 +61,6 @@ class DsaFileResult:
     datasets: set[str] = field(default_factory=set)
     block_sizes: set[int] = field(default_factory=set)
     first_record: dict[str, Any] = field(default_factory=dict)
-    prefix_key_tokens: int | None = None  # the widest prefix key region the records state
 
 
 class DsaWriter:
@@ -85,7 +85,7 @@ class DsaWriter:
         bytes, adds only its new records.  Ingest sets it; a live tracer needs no check.
     prefix_key_tokens
         Prompt tokens a dump's prefix key covers (N of the region rule, `_dump_regions`);
-        by default what each record states.
+        by default the seed tracer's 256.
     """
 
     def __init__(
@@ -99,7 +99,7 @@ class DsaWriter:
         block_size: int,
         request_ids: dict[str, int],
         skip_stored: bool = False,
-        prefix_key_tokens: int | None = None,
+        prefix_key_tokens: int = DEFAULT_PREFIX_KEY_TOKENS,
     ) -> None:
         self.warehouse = warehouse
         self.commit = commit
@@ -349,7 +349,7 @@ class DsaWriter:
         region_tokens = _floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
         from_dump = np.isnan(region_tokens)
         if from_dump.any():
-            region_tokens[from_dump] = self._dump_regions(cols, request_id, block_size)[from_dump]
+            region_tokens[from_dump] = self._dump_regions(cols, request_id)[from_dump]
         region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
         prefix_lists = block_stats.blocks_below(touched, region_blocks)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -420,16 +420,14 @@ class DsaWriter:
         if self._buffered_bytes >= FLUSH_BYTES:
             self._flush()
 
-    def _dump_regions(
-        self, cols: dict[str, Any], request_id: np.ndarray, block_size: np.ndarray
-    ) -> np.ndarray:
+    def _dump_regions(self, cols: dict[str, Any], request_id: np.ndarray) -> np.ndarray:
         """A dump's prefix region per row, in tokens: the request's own key region of
         min(prompt length, N) tokens, hit or miss (a seed tracer's hit is the same key
-        seen before, so the cached length is that region too).  N is the run's prefix key
-        length when it was given (`prefix_key_tokens`), else what the record says its key
-        covers: the seed tracer states ``prefix_cached_blocks`` = ceil(N / block size)
-        whatever the prompt.  The prompt length is the request's first decode position,
-        over this chunk and those before it.  NaN where the dump states no prefix."""
+        seen before, so the cached length is that region too; a miss states 0 cached
+        blocks, yet its key names the same tokens, so the request that first wrote a
+        prefix shares it).  N is `prefix_key_tokens`.  The prompt length is the request's
+        first decode position, over this chunk and those before it.  NaN where the dump
+        states no prefix."""
         step = _ints(cols["step_idx"])
         order = np.lexsort((step, request_id))
         firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
@@ -441,14 +439,8 @@ class DsaWriter:
         prompt = np.fromiter(
             (prompt_of[r] for r in request_id.tolist()), dtype=np.float64, count=len(request_id)
         )
-        stated = _floats(cols["prefix_cached_blocks"]) * block_size
-        if self.prefix_key_tokens is not None:
-            key_tokens = np.where(np.isnan(stated), np.nan, float(self.prefix_key_tokens))
-        else:
-            key_tokens = stated
-            if (~np.isnan(stated)).any():
-                widest = int(np.nanmax(stated))
-                self.result.prefix_key_tokens = max(self.result.prefix_key_tokens or 0, widest)
+        stated = _floats(cols["prefix_cached_blocks"])
+        key_tokens = np.where(np.isnan(stated), np.nan, float(self.prefix_key_tokens))
         return np.minimum(prompt, key_tokens)
 
     def _request_ids(self, cols: dict[str, Any]) -> np.ndarray:

@@ -260,6 +260,42 @@ def test_a_dump_shares_the_blocks_wholly_inside_the_prefix_key_region(warehouse,
     assert shared > 0
 
 
+def test_the_request_that_wrote_a_dump_s_prefix_shares_it(warehouse, tmp_path):
+    # Seven requests, one after another; three (0, 2, 4) hold prefix key "p".  The seed
+    # writes 0 cached blocks on a miss and 2 (N = 32 tokens at B = 16) on a hit, so request
+    # 0, which wrote the prefix, has the same 32-token key region as the two that hit it:
+    # its blocks 0 and 1 are ("p", block), and requests 2 and 4 hit them in a shared pool.
+    keys = {0: "p", 1: "a", 2: "p", 3: "b", 4: "p", 5: "c", 6: "d"}
+    records, streams = [], []
+    for request, key in keys.items():
+        hit = key == "p" and request > 0
+        prefix = {"prefix_cache_hit": hit, "prefix_cached_blocks": 2 if hit else 0}
+        for step in (40, 41):
+            positions = [1, 20, step]
+            records.append(
+                seed_record(request, 0, step, positions, prefix={**prefix, "prefix_key": key})
+            )
+            for block in sorted({p // 16 for p in positions}):
+                shared = (block + 1) * 16 <= 32
+                streams.append((request, (key, block) if shared else (request, block)))
+    ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", records))])
+    items = [item for _, item in streams]
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT capacity_blocks, hits, shared_hits FROM dsa_hit_curve(16, 'lru', "
+            "'block', 'run', [4, 100], 'content') WHERE capacity_blocks IN (4, 100)"
+        )
+        .fetchall()
+    )
+    assert len(rows) == 2
+    for capacity, hits, shared in rows:
+        expected = cache_models.lru_hits(items, capacity)
+        assert hits == sum(expected), capacity
+        assert shared == _shared_hits(streams, expected), capacity
+    assert rows[-1][2] == 4  # blocks 0 and 1 of requests 2 and 4
+
+
 def test_sharing_a_run_with_neither_token_ids_nor_prefix_keys_is_one_sentence(
     warehouse, tmp_path, cli
 ):

@@ -131,3 +131,33 @@ def test_a_given_prefix_key_length_bounds_the_region(warehouse, tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", records)
     ingest(warehouse, [str(path)], prefix_key_tokens=128)
     assert _region_rows(warehouse, 4) == [(200, 128, 32, [0, 1])]
+
+
+def test_a_miss_stating_no_blocks_has_the_key_region_of_the_run_s_hits(warehouse, tmp_path):
+    # The seed writes prefix_cached_blocks = 0 on a miss and ceil(N / B) on a hit.  The
+    # miss (request 0, first in the file) hashed the same first min(prompt, N) tokens the
+    # hit (request 1) found: its region is N = 2 x 16 = 32 tokens too, not 0.
+    records = [
+        seed_record(0, 0, 500, [3, 20, 330], **_prefix(False, 0, 0.0)),
+        seed_record(1, 0, 500, [3, 20, 330], **_prefix(True, 2, 2 / 3)),
+        seed_record(2, 0, 20, [3, 19], **_prefix(False, 0, 0.0)),  # a 20-token prompt
+    ]
+    ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", records))])
+    con = connect(warehouse)
+    assert con.execute(
+        "SELECT request_id, prefix_region_tokens, prefix_cached_tokens FROM requests "
+        "ORDER BY request_id"
+    ).fetchall() == [(0, 32, 0), (1, 32, 32), (2, 20, 0)]
+    assert con.execute(
+        "SELECT request_id, intersection_blocks FROM dsa_prefix(16) ORDER BY request_id"
+    ).fetchall() == [(0, [0, 1]), (1, [0, 1]), (2, [0, 1])]
+    config = con.execute("SELECT collector_config FROM runs").fetchone()[0]
+    assert '"prefix_key_tokens": 32' in config
+
+
+def test_a_dump_with_no_stated_region_takes_the_seed_s_default_key(warehouse, tmp_path):
+    records = [seed_record(0, 0, 500, [3, 300], **_prefix(False, 0, 0.0))]
+    ingest(warehouse, [str(write_jsonl(tmp_path / "t.jsonl", records))])
+    con = connect(warehouse)
+    assert con.execute("SELECT prefix_region_tokens FROM requests").fetchall() == [(256,)]
+    assert con.execute("SELECT intersection_blocks FROM dsa_prefix(16)").fetchall() == [([0],)]

@@ -1,0 +1,51 @@
+"""How many prompt tokens a DSA dump's prefix keys cover (N), when nothing says so.
+
+The seed's tracer hashes the first N prompt tokens of every request (its
+``--trace-prefix-key-tokens``, 256 by default) and writes ``prefix_cached_blocks`` =
+ceil(N / B) on a hit, but 0 on a miss.  A miss's key names the same first
+min(prompt_len, N) tokens as the later hits, so its prefix region is that long too: the
+request that first wrote a prefix shares it.  Where neither ``--prefix-key-tokens`` nor
+``summary.json`` gives N, the first record that states a region (a hit, or a miss that
+states one, as the seed's worked example does) gives it as blocks x block size; a dump
+that states none gets the tracer's default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from kvtrace.ingest.lines import read_chunks
+
+_STATED = re.compile(rb'"prefix_cached_blocks"\s*:\s*[1-9]')
+
+
+def stated_key_tokens(path: Path, default_block_size: int) -> int | None:
+    """N as the first record stating a positive ``prefix_cached_blocks`` gives it (its
+    blocks x its block size, ``default_block_size`` where the record names none), or None
+    when no readable record states one.  The file is read only up to that record."""
+    for chunk in read_chunks(path):
+        for found in _STATED.finditer(chunk.data):
+            start = chunk.data.rfind(b"\n", 0, found.start()) + 1
+            end = chunk.data.find(b"\n", found.end())
+            line = chunk.data[start : end if end >= 0 else len(chunk.data)]
+            tokens = _key_tokens_of(line, default_block_size)
+            if tokens is not None:
+                return tokens
+    return None
+
+
+def _key_tokens_of(line: bytes, default_block_size: int) -> int | None:
+    """A record's stated prefix region in tokens, or None when it states none readably
+    (a line that is not a record is left to the reader, which quarantines it)."""
+    try:
+        record = json.loads(line)
+        blocks = record["prefix"]["prefix_cached_blocks"]
+        size = record.get("block_size_tokens") or (record.get("block") or {}).get("block_size")
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    size = size or default_block_size
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (blocks, size)):
+        return None
+    return int(blocks * size)
