@@ -125,6 +125,19 @@ def test_the_arrival_summary_of_the_azure_trace(traces):
     ).fetchall()
     counts = np.bincount(np.floor(arrival / 10).astype(int))
     assert [n for (n,) in windows] == [int(c) for c in counts if c]
+    # every window's rate is over the time it covers: the last ends at the last arrival
+    rates = traces.execute(
+        "SELECT window_start_s, rate_per_s, covered_s, partial FROM workload_arrivals(10) w "
+        "JOIN runs USING (run_id) WHERE run_name = 'azure_llm_inference_code' "
+        "ORDER BY window_start_s"
+    ).fetchall()
+    starts = [10 * w for w, c in enumerate(counts) if c]
+    covered = [min(10.0, arrival[-1] - start) for start in starts]
+    assert covered[-1] < 10  # the trace ends inside its last window
+    assert rates == [
+        (start, pytest.approx(n / span), pytest.approx(span), span < 10)
+        for start, n, span in zip(starts, [int(c) for c in counts if c], covered, strict=True)
+    ]
 
 
 def test_lengths_and_the_prefill_decode_ratio(traces):

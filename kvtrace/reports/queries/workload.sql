@@ -4,10 +4,11 @@
 
 -- @query arrivals
 -- Arrivals per minute of each arrival trace: run, minute (since the first arrival),
--- rate_per_s.
+-- rate_per_s; the last, partial minute only where it is the trace's only one.
 SELECT r.run_name AS run, w.window_start_s / 60 AS minute, w.rate_per_s
 FROM workload_arrivals(60) AS w
 JOIN report_runs AS r USING (run_id)
+WHERE NOT w.partial OR w.window_start_s = 0
 ORDER BY run, minute;
 
 -- @query arrival_summary

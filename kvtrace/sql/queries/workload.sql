@@ -114,21 +114,34 @@ GROUP BY run_id, model, log_type
 ORDER BY run_id, model, log_type;
 
 -- @macro workload_arrivals(window_s)
--- The arrival process window by window (default 60 s windows).
+-- The arrival process window by window (default 60 s windows).  A run's last window ends
+-- at its last arrival, so it may cover less than window_s: its rate is over the time it
+-- covers and it is marked partial.  Example: the last 60 s window of Mooncake's
+-- conversation trace holds 203 requests in the 57.0 s up to its last arrival: 3.56 req/s,
+-- not 203 / 60 = 3.38 (with 2 s windows, 7 requests in 1.0 s: 7.0, not 3.5).
 -- @column run_id         the run
 -- @column window_start_s start of the window, in seconds since the first arrival
 -- @column requests       arrivals in the window
--- @column rate_per_s     requests / window_s
+-- @column rate_per_s     requests / covered_s (NULL when the window covers no time: one arrival at its start)
 -- @column gap_cv         CV of the inter-arrival times of the window's requests
 -- @column input_tokens   mean prompt length of the window's requests
 -- @column output_tokens  mean output length of the window's requests
+-- @column covered_s      seconds of the window the trace covers: window_s, or up to the run's last arrival
+-- @column partial        true for a last window the trace ends inside (covered_s < window_s)
 CREATE MACRO workload_arrivals(window_s := 60) AS TABLE
-SELECT run_id, floor(arrival_s / window_s) * window_s AS window_start_s,
-       count(*) AS requests, count(*) / window_s AS rate_per_s,
-       stddev_pop(gap_s) / nullif(avg(gap_s), 0) AS gap_cv,
-       avg(input_tokens) AS input_tokens, avg(output_tokens) AS output_tokens
-FROM _workload_gaps
-GROUP BY run_id, window_start_s
+WITH windows AS (
+    SELECT run_id, floor(arrival_s / window_s) * window_s AS window_start_s,
+           count(*) AS requests, stddev_pop(gap_s) / nullif(avg(gap_s), 0) AS gap_cv,
+           avg(input_tokens) AS input_tokens, avg(output_tokens) AS output_tokens,
+           max(max(arrival_s)) OVER (PARTITION BY run_id) AS last_arrival_s
+    FROM _workload_gaps
+    GROUP BY run_id, window_start_s
+), covered AS (
+    SELECT *, least(window_s, last_arrival_s - window_start_s) AS covered_s FROM windows
+)
+SELECT run_id, window_start_s, requests, requests / nullif(covered_s, 0) AS rate_per_s,
+       gap_cv, input_tokens, output_tokens, covered_s, covered_s < window_s AS partial
+FROM covered
 ORDER BY run_id, window_start_s;
 
 -- @view workload_lengths
