@@ -6,7 +6,12 @@
   ``--output-details``, the per-request lists ``input_lens``, ``output_lens``, ``ttfts``
   and ``itls`` (seconds) and ``errors``.  The file is one run; its line (from 0) is the
   load level.  There is no per-request end-to-end latency: a request's is its TTFT plus
-  its chunk gaps.
+  its chunk gaps, and its time per output token that decode time over its output tokens
+  after the first.
+- ``vllm``: the summary ``vllm bench serve`` (formerly ``benchmarks/benchmark_serving.py``)
+  writes at the top level of its result JSON (``duration``, ``completed``, ``failed``,
+  ``mean_ttft_ms``, ``p99_e2el_ms``, ...), read by `read_vllm_summary` beside the
+  per-request lists `kvtrace.ingest.results` reads.
 - ``aiperf_summary``: AIPerf's ``profile_export_aiperf.json``, and ``genai_perf``:
   GenAI-Perf's ``profile_export_genai_perf.json``: one object of metrics, each
   ``{unit, avg, p50, p90, p99, std, ...}``.  Their "inter token latency" is the time per
@@ -37,6 +42,7 @@ from kvtrace.warehouse.rejects import BadLine
 
 STATISTICS = {"mean": "avg", "median": "p50", "std": "std", "p90": "p90", "p99": "p99"}
 SGLANG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency"}
+VLLM_METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM's key names are the table's
 SGLANG_DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 # The metrics of AIPerf's and GenAI-Perf's JSON exports, by kvtrace's names.
 EXPORT_METRICS = {
@@ -49,6 +55,56 @@ EXPORT_METRICS = {
 
 def is_sglang_record(record: dict[str, Any]) -> bool:
     return "median_e2e_latency_ms" in record and "completed" in record
+
+
+def has_vllm_summary(document: dict[str, Any]) -> bool:
+    """Whether a vLLM result JSON holds the statistics the benchmark printed."""
+    return any(
+        f"{statistic}_{metric}_ms" in document
+        for metric in VLLM_METRICS
+        for statistic in STATISTICS
+    )
+
+
+def read_vllm_summary(document: dict[str, Any]) -> dict[str, Any]:
+    """The summary row of a vLLM result JSON: what ``vllm bench serve`` printed.
+
+    vLLM writes an infinite request rate as the string ``"inf"``; a percentile it was not
+    asked for (``--metric-percentiles``) is absent and stays NULL."""
+    rate = document.get("request_rate")
+    summary: dict[str, Any] = {
+        "load_level": 0,
+        "tool": "vllm",
+        "request_rate": math.inf
+        if rate in ("inf", math.inf)
+        else _printed(document, "request_rate"),
+        "max_concurrency": _printed_count(document, "max_concurrency"),
+        "completed": _printed_count(document, "completed"),
+        "failed": _printed_count(document, "failed"),
+        "duration_s": _printed(document, "duration"),
+        "total_input_tokens": _printed_count(document, "total_input_tokens"),
+        "total_output_tokens": _printed_count(document, "total_output_tokens"),
+        "request_throughput": _printed(document, "request_throughput"),
+        "output_throughput": _printed(document, "output_throughput"),
+        "total_token_throughput": _printed(document, "total_token_throughput"),
+    }
+    for metric in VLLM_METRICS:
+        for statistic in STATISTICS:
+            key = f"{statistic}_{metric}_ms"
+            summary[key] = _printed(document, key)
+    return summary
+
+
+def _printed(record: dict[str, Any], key: str) -> float | None:
+    """A non-negative number a tool printed under ``key``, None where it printed none."""
+    value = record.get(key)
+    return None if value is None else finite_number(key, value, minimum=0)
+
+
+def _printed_count(record: dict[str, Any], key: str) -> int | None:
+    """A count a tool printed under ``key``, None where it printed none."""
+    value = record.get(key)
+    return None if value is None else whole_number(key, value)
 
 
 def is_summary_export(document: dict[str, Any]) -> str | None:
@@ -92,34 +148,24 @@ def read_sglang_lines(
 
 
 def _sglang_summary(record: dict[str, Any], level: int) -> dict[str, Any]:
-    def number(key: str) -> float | None:
-        value = record.get(key)
-        return None if value is None else finite_number(key, value, minimum=0)
-
-    def count(key: str) -> int | None:
-        value = record.get(key)
-        return None if value is None else whole_number(key, value)
-
     rate = record.get("request_rate")
     summary: dict[str, Any] = {
         "load_level": level,
         "tool": "sglang",
-        "request_rate": math.inf
-        if rate == math.inf
-        else (None if rate is None else finite_number("request_rate", rate, minimum=0)),
-        "max_concurrency": count("max_concurrency"),
-        "completed": count("completed"),
-        "duration_s": number("duration"),
-        "total_input_tokens": count("total_input_tokens"),
-        "total_output_tokens": count("total_output_tokens"),
-        "request_throughput": number("request_throughput"),
-        "input_throughput": number("input_throughput"),
-        "output_throughput": number("output_throughput"),
-        "total_token_throughput": number("total_throughput"),
+        "request_rate": math.inf if rate == math.inf else _printed(record, "request_rate"),
+        "max_concurrency": _printed_count(record, "max_concurrency"),
+        "completed": _printed_count(record, "completed"),
+        "duration_s": _printed(record, "duration"),
+        "total_input_tokens": _printed_count(record, "total_input_tokens"),
+        "total_output_tokens": _printed_count(record, "total_output_tokens"),
+        "request_throughput": _printed(record, "request_throughput"),
+        "input_throughput": _printed(record, "input_throughput"),
+        "output_throughput": _printed(record, "output_throughput"),
+        "total_token_throughput": _printed(record, "total_throughput"),
     }
     for metric, name in SGLANG_METRICS.items():
         for statistic in STATISTICS:
-            summary[f"{statistic}_{metric}_ms"] = number(f"{statistic}_{name}_ms")
+            summary[f"{statistic}_{metric}_ms"] = _printed(record, f"{statistic}_{name}_ms")
     return summary
 
 
@@ -140,21 +186,33 @@ def _sglang_requests(record: dict[str, Any], level: int) -> list[dict[str, Any]]
             raise ValueError(f"itls[{i}] must be a list of non-negative numbers")
         itl = [finite_number(f"itls[{i}]", gap, minimum=0) for gap in gaps]
         ttft = finite_number(f"ttfts[{i}]", lists["ttfts"][i], minimum=0)
+        output_tokens = whole_number(f"output_lens[{i}]", lists["output_lens"][i])
+        e2e = None if error else ttft + sum(itl)
         rows.append(
             {
                 "load_level": level,
                 "request_idx": i,
                 "origin": "measured",
                 "input_tokens": whole_number(f"input_lens[{i}]", lists["input_lens"][i]),
-                "output_tokens": whole_number(f"output_lens[{i}]", lists["output_lens"][i]),
+                "output_tokens": output_tokens,
                 "ttft_s": None if error else ttft,
                 "itl_s": itl,
-                "tpot_s": sum(itl) / len(itl) if itl and not error else None,
-                "e2e_s": None if error else ttft + sum(itl),
+                "tpot_s": time_per_output_token(ttft, e2e, output_tokens),
+                "e2e_s": e2e,
                 "error": None if error is None else str(error),
             }
         )
     return rows
+
+
+def time_per_output_token(
+    ttft: float | None, e2e: float | None, output_tokens: int | None
+) -> float | None:
+    """A request's TPOT as the serving benchmarks define it: its decode time spread over
+    the tokens after the first, None for a failed request or one of fewer than two."""
+    if ttft is None or e2e is None or output_tokens is None or output_tokens < 2:
+        return None
+    return (e2e - ttft) / (output_tokens - 1)
 
 
 def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -1,10 +1,20 @@
 """Read per-request results of serving benchmarks and simulators.
 
-- ``vllm``: the result JSON of vLLM's ``benchmark_serving.py`` (``--save-result
-  --save-detailed``): per-request ``input_lens``, ``output_lens``, ``ttfts`` and ``itls``
-  (seconds), ``errors``; the run's ``duration`` is kept in ``runs``.  A request's e2e is
-  its TTFT plus its inter-token latencies (``e2els`` when the file has them); its time
-  per output token is the mean inter-token latency.  Origin ``measured``.
+- ``vllm``: the result JSON of ``vllm bench serve`` (formerly ``benchmarks/
+  benchmark_serving.py``) with ``--save-result --save-detailed``: per-request
+  ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``latencies`` (the end-to-end
+  latency; ``e2els`` in some forks) and ``start_times`` (seconds), ``errors``; the run's
+  ``duration`` is kept in ``runs``.  A request's e2e is its latency; a file of a vLLM
+  older than the ``latencies`` list gives TTFT plus the inter-token latencies instead
+  (what vLLM's streaming clients measured, up to the wait for a trailing usage chunk).
+  Its time per output token is (e2e - TTFT) / (output tokens - 1) for two tokens or
+  more, as vLLM's ``calculate_metrics`` has it.  A request failed when its error is not
+  empty, when a ``successes`` list (some forks) says so, or when its TTFT is 0: vLLM
+  writes an empty error for an HTTP failure without a reason, and a request it counts as
+  successful has received a chunk.  ``start_times`` (the client's monotonic clock) become
+  arrivals from the first.  The statistics vLLM printed go to ``benchmark_summaries``
+  (`kvtrace.ingest.bench_summaries.read_vllm_summary`); a file without
+  ``--save-detailed`` holds only those.  Origin ``measured``.
 - ``aiperf``: AIPerf's per-request export (``profile_export.jsonl``): ``metadata``
   (``request_start_ns`` becomes the arrival), ``metrics`` (each ``{value, unit}``:
   ``time_to_first_token``, ``inter_token_latency`` as the time per output token,
@@ -37,10 +47,13 @@ import pyarrow as pa
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.bench_summaries import (
+    has_vllm_summary,
     is_sglang_record,
     is_summary_export,
     read_sglang_lines,
     read_summary_export,
+    read_vllm_summary,
+    time_per_output_token,
 )
 from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
@@ -91,8 +104,37 @@ def is_aiperf_record(record: dict[str, Any]) -> bool:
     return isinstance(record.get("metadata"), dict) and "metrics" in record
 
 
+# vLLM's per-request lists, each by its current name and the names it had elsewhere
+VLLM_LISTS = {
+    "input_lens": ("input_lens",),
+    "output_lens": ("output_lens",),
+    "ttfts": ("ttfts",),
+    "itls": ("itls",),
+    "errors": ("errors",),
+    "latencies": ("latencies", "e2els"),
+    "start_times": ("start_times",),
+    "successes": ("successes",),
+}
+VLLM_SETTINGS = (
+    "backend",
+    "endpoint_type",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "num_prompts",
+    "date",
+)
+
+
 def is_vllm_result(document: object) -> bool:
-    return isinstance(document, dict) and "ttfts" in document and "input_lens" in document
+    """A vLLM result JSON: per-request lists, or the run's printed statistics."""
+    if not isinstance(document, dict):
+        return False
+    detailed = "ttfts" in document and "input_lens" in document
+    return detailed or ("duration" in document and has_vllm_summary(document))
 
 
 @dataclass
@@ -101,6 +143,7 @@ class ResultFileResult:
     rows: pa.Table  # run_id left NULL
     rejected: list[BadLine] = field(default_factory=list)
     run_config: dict[str, Any] = field(default_factory=dict)
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # benchmark_summaries rows
 
 
 def read_results_csv(path: Path, fmt: ResultFormat) -> ResultFileResult:
@@ -165,57 +208,62 @@ def _read_csv(
 
 
 def read_vllm_result(path: Path) -> ResultFileResult:
-    """The per-request records of a vLLM benchmark result JSON."""
+    """The per-request records and the printed summary of a vLLM result JSON."""
     document = read_json_document(path)
-    lists = {
-        key: document.get(key)
-        for key in ("input_lens", "output_lens", "ttfts", "itls", "errors", "e2els")
-    }
+    lists = _vllm_lists(document, path)
+    rows, starts, rejected = [], [], []
+    for i in range(len(lists["ttfts"] or [])):
+        try:
+            row, start = _vllm_row(i, lists)
+        except ValueError as exc:
+            shown = {k: v[i] for k, v in lists.items() if v is not None}
+            rejected.append(BadLine(i + 1, f"bad value: {exc}", json.dumps(shown)[:2000]))
+            continue
+        rows.append(row)
+        starts.append(start)
+    known = [start for start in starts if start is not None]
+    for row, start in zip(rows, starts, strict=True):
+        row["arrival_s"] = None if start is None else start - min(known)
+    config: dict[str, Any] = {k: document[k] for k in VLLM_SETTINGS if k in document}
+    if isinstance(document.get("duration"), (int, float)):
+        config["duration_s"] = document["duration"]
+    try:
+        summaries = [read_vllm_summary(document)] if has_vllm_summary(document) else []
+    except ValueError as exc:
+        raise InputError(f"{path}: the printed summary is not numbers: {exc}") from None
+    return ResultFileResult(
+        "request_timings",
+        pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
+        rejected,
+        config,
+        summaries,
+    )
+
+
+def _vllm_lists(document: dict[str, Any], path: Path) -> dict[str, list[Any] | None]:
+    """vLLM's per-request lists by their current names, each one value per request; none
+    without ``ttfts`` (a file saved without ``--save-detailed`` keeps only ``latencies``
+    and ``queue_times`` of them)."""
+    lists: dict[str, list[Any] | None] = dict.fromkeys(VLLM_LISTS)
+    if "ttfts" not in document:
+        return lists
+    for key, names in VLLM_LISTS.items():
+        lists[key] = next((document[name] for name in names if name in document), None)
     count = len(lists["ttfts"] or [])
     for key, value in lists.items():
         if value is not None and (not isinstance(value, list) or len(value) != count):
             raise InputError(
                 f"{path}: {key} must be a list of one value per request ({count}, like ttfts)"
             )
-    rows, rejected = [], []
-    for i in range(count):
-        row, reason = _vllm_row(i, lists)
-        if reason:
-            rejected.append(
-                BadLine(
-                    i + 1,
-                    reason,
-                    json.dumps({k: v[i] for k, v in lists.items() if v is not None})[:2000],
-                )
-            )
-        else:
-            rows.append(row)
-    config: dict[str, Any] = {
-        k: document[k]
-        for k in (
-            "backend",
-            "model_id",
-            "request_rate",
-            "burstiness",
-            "max_concurrency",
-            "num_prompts",
-            "date",
-        )
-        if k in document
-    }
-    if isinstance(document.get("duration"), (int, float)):
-        config["duration_s"] = document["duration"]
-    return ResultFileResult(
-        "request_timings",
-        pa.Table.from_pylist(rows, schema=REQUEST_TIMINGS.schema),
-        rejected,
-        config,
-    )
+    return lists
 
 
-def _vllm_row(i: int, lists: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def _vllm_row(i: int, lists: dict[str, list[Any] | None]) -> tuple[dict[str, Any], float | None]:
+    """Request ``i``'s row and its start time; ValueError for a value it cannot hold."""
+
     def value(key: str) -> object:
-        return None if lists[key] is None else lists[key][i]
+        given = lists[key]
+        return None if given is None else given[i]
 
     def seconds(key: str) -> float | None:
         given = value(key)
@@ -225,34 +273,40 @@ def _vllm_row(i: int, lists: dict[str, Any]) -> tuple[dict[str, Any], str]:
         given = value(key)
         return None if given is None else whole_number(f"{key}[{i}]", given)
 
-    try:
-        error = (lists["errors"] or [""] * (i + 1))[i] or None
-        itl = value("itls")
-        if itl is not None and not isinstance(itl, list):
-            raise ValueError(f"itls[{i}] must be a list of non-negative numbers")
-        if itl is not None:
-            itl = [finite_number(f"itls[{i}]", x, minimum=0) for x in itl]
-        ttft = seconds("ttfts")
-        e2e = (
-            seconds("e2els")
-            if lists["e2els"] is not None
-            else (None if error or ttft is None else ttft + sum(itl or []))
-        )
-        row = {
-            "load_level": 0,
-            "request_idx": i,
-            "origin": "measured",
-            "input_tokens": count("input_lens"),
-            "output_tokens": count("output_lens"),
-            "ttft_s": None if error else ttft,
-            "itl_s": itl,
-            "tpot_s": float(np.mean(itl)) if itl and not error else None,
-            "e2e_s": e2e,
-            "error": error,
-        }
-    except ValueError as exc:
-        return {}, f"bad value: {exc}"
-    return row, ""
+    itl = value("itls")
+    if itl is not None and not isinstance(itl, list):
+        raise ValueError(f"itls[{i}] must be a list of non-negative numbers")
+    gaps = None if itl is None else [finite_number(f"itls[{i}]", x, minimum=0) for x in itl]
+    ttft = seconds("ttfts")
+    error = _vllm_error(value("errors"), value("successes"), ttft)
+    latency = seconds("latencies")
+    e2e = None
+    if error is None and ttft is not None:
+        e2e = latency if lists["latencies"] is not None else ttft + sum(gaps or [])
+    output_tokens = count("output_lens")
+    row = {
+        "load_level": 0,
+        "request_idx": i,
+        "origin": "measured",
+        "input_tokens": count("input_lens"),
+        "output_tokens": output_tokens,
+        "ttft_s": None if error else ttft,
+        "itl_s": gaps,
+        "tpot_s": None if error else time_per_output_token(ttft, e2e, output_tokens),
+        "e2e_s": e2e,
+        "error": error,
+    }
+    return row, seconds("start_times")
+
+
+def _vllm_error(error: object, success: object, ttft: float | None) -> str | None:
+    """Why a request of a vLLM result failed, None when it succeeded."""
+    if success is not None and not isinstance(success, bool):
+        raise ValueError(f"successes must hold true or false, got {success!r}"[:200])
+    text = None if error is None or error == "" else str(error)
+    if success is False or (success is None and text is None and ttft == 0):
+        return text or "failed without an error message"
+    return None if success else text
 
 
 def read_aiperf_records(path: Path) -> ResultFileResult:
@@ -350,6 +404,10 @@ class BenchmarkFamily:
                 return "sglang"
         if b'"ttfts"' in head or (b'"input_lens"' in head and b'"output_lens"' in head):
             return "vllm"
+        if b'"num_prompts"' in head and b'"duration"' in head:
+            document = _document_or_none(probe.path)
+            if document is not None and is_vllm_result(document):
+                return "vllm"
         if b'"request_throughput"' in head and probe.path.name.endswith(".json"):
             document = _document_or_none(probe.path)
             if document is not None and (fmt := is_summary_export(document)) is not None:
@@ -389,9 +447,12 @@ class BenchmarkFamily:
             else read_results_csv(probe.path, cast(ResultFormat, fmt))
         )
         kind = "simulation" if fmt.startswith("vidur") else "benchmark"
+        stored = sink.write(result.table, result.rows)
+        if result.summaries:
+            stored += sink.write_rows("benchmark_summaries", result.summaries)
         return FileRows(
             kind,
-            rows=sink.write(result.table, result.rows),
+            rows=stored,
             rejected=result.rejected,
             config=result.run_config | labelled,
         )

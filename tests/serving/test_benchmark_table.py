@@ -1,73 +1,48 @@
-"""serving_benchmark_table against the numbers serving benchmarks print: vLLM's
-calculate_metrics (vllm/benchmarks/serve.py) written again here with NumPy from the
-result file's per-request lists, compared at the two decimals vLLM prints; and the
-worked example of the SQL header."""
+"""serving_benchmark_table on kvtrace's own vLLM example against vLLM's calculate_metrics
+(tests/serving/vllm_metrics.py), and the worked example of the SQL header."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from tests.conftest import DATA
+from tests.serving.vllm_metrics import Outcome, calculate_metrics, disagreements
 
 VLLM = DATA / "workload" / "vllm_bench_example.json"
 
 
-def _vllm_summary(document: dict, goodput_ms: dict[str, float]) -> dict[str, float]:
-    """What `vllm bench serve` prints for a result file: its metrics from the lists."""
-    ttfts, tpots, itls, e2els, good = [], [], [], [], 0
-    total_input = total_output = completed = 0
-    for i, error in enumerate(document["errors"]):
-        if error:
-            continue
-        output_len = document["output_lens"][i]
-        ttft = document["ttfts"][i]
-        latency = ttft + sum(document["itls"][i])  # the streaming client's latency
-        tpot = (latency - ttft) / (output_len - 1) if output_len > 1 else 0.0
-        if output_len > 1:
-            tpots.append(tpot)
-        itls += document["itls"][i]
-        ttfts.append(ttft)
-        e2els.append(latency)
-        total_input += document["input_lens"][i]
-        total_output += output_len
-        completed += 1
-        slos = {"ttft": ttft, "tpot": tpot, "e2el": latency}
-        good += all(slos[name] * 1e3 <= limit for name, limit in goodput_ms.items())
-    duration = document["duration"]
-    summary = {
-        "completed": completed,
-        "failed": len(document["errors"]) - completed,
-        "request_throughput": completed / duration,
-        "request_goodput": good / duration,
-        "output_throughput": total_output / duration,
-        "total_token_throughput": (total_input + total_output) / duration,
-    }
-    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        summary[f"mean_{name}_ms"] = np.mean(values) * 1e3
-        summary[f"median_{name}_ms"] = np.median(values) * 1e3
-        summary[f"std_{name}_ms"] = np.std(values) * 1e3
-        summary[f"p90_{name}_ms"] = np.percentile(values, 90) * 1e3
-        summary[f"p99_{name}_ms"] = np.percentile(values, 99) * 1e3
-    return summary
+def _outcomes(document: dict) -> list[Outcome]:
+    """The example's requests as vLLM's client recorded them; the file has no latencies,
+    so each request's ends at its last chunk."""
+    return [
+        Outcome(
+            document["input_lens"][i],
+            success=not error,
+            error=error,
+            ttft=document["ttfts"][i],
+            itl=document["itls"][i],
+            latency=document["ttfts"][i] + sum(document["itls"][i]),
+            usage_tokens=document["output_lens"][i],
+        )
+        for i, error in enumerate(document["errors"])
+    ]
 
 
-def test_the_table_prints_what_vllm_prints_for_its_result_file(warehouse):
+def test_the_table_is_what_vllm_computes_for_the_example(warehouse):
     ingest(warehouse, [str(VLLM)])
     con = connect(warehouse)
     table = con.sql(
         "FROM serving_benchmark_table(ttft_slo_ms := 250, tpot_slo_ms := 25, e2e_slo_ms := 6000)"
     ).to_arrow_table()
     (row,) = table.to_pylist()
-    expected = _vllm_summary(json.loads(VLLM.read_text()), {"ttft": 250, "tpot": 25, "e2el": 6000})
-    assert row["completed"] == expected.pop("completed")
-    assert row["failed"] == expected.pop("failed")
-    for name, value in expected.items():
-        assert round(row[name], 2) == round(value, 2), name
+    document = json.loads(VLLM.read_text())
+    goodput = {"ttft": 250.0, "tpot": 25.0, "e2el": 6000.0}
+    reported = calculate_metrics(_outcomes(document), document["duration"], goodput)
+    assert not disagreements(row, reported)
 
 
 def test_the_worked_example_of_the_sql_header(warehouse, tmp_path):

@@ -4,36 +4,41 @@
 -- (request_timings), replayed serving requests (request_metrics) and the requests of
 -- collected DSA runs (requests, end-to-end latency only).
 --
--- Where the tool's own file holds its summary (SGLang's bench_serving lines, AIPerf's
--- profile_export_aiperf.json, GenAI-Perf's profile_export_genai_perf.json: the
--- benchmark_summaries table), a number it printed is the number shown; what it did not
--- print (SGLang has no p90, none has goodput under your SLOs) is computed from the
--- per-request records when the file has them.  `source` says which: requests, summary,
--- or summary+requests.
+-- Where the tool's own file holds its summary (vLLM's result JSON, SGLang's bench_serving
+-- lines, AIPerf's profile_export_aiperf.json, GenAI-Perf's profile_export_genai_perf.json:
+-- the benchmark_summaries table), a number it printed is the number shown; what it did not
+-- print (a percentile it was not asked for, SGLang's p90, goodput under your SLOs) is
+-- computed from the per-request records when the file has them.  `source` says which:
+-- requests, summary, or summary+requests.
 --
--- Definitions, as the tools compute them from their per-request records:
---   completed / failed: requests without / with an error;
+-- Definitions, as the tools compute them from their per-request records (vLLM's
+-- calculate_metrics in vllm/benchmarks/serve.py, SGLang's bench_serving, AIPerf's):
+--   completed / failed: requests without / with an error (a vLLM request with an empty
+--     error but a TTFT of 0 failed: vLLM writes no text for an HTTP error without one);
 --   duration: the benchmark's recorded duration (vLLM's `duration`, SGLang's), else from
 --     the first arrival to the last completion;
 --   throughputs: completed requests, input tokens of completed requests, their output
 --     tokens, and both together, per second of the duration;
---   TTFT and E2EL: per completed request;
+--   TTFT and E2EL: per completed request; E2EL is the client's end-to-end latency
+--     (vLLM's `latencies`; for a file without them, TTFT plus the chunk gaps);
 --   TPOT: per completed request with more than one output token,
 --     (e2e - ttft) / (output_tokens - 1): the decode time spread over the tokens after
 --     the first.  vLLM and SGLang call it TPOT; AIPerf and GenAI-Perf call the same
 --     number "inter token latency", and their tpot columns here hold it;
 --   ITL: every gap between streamed chunks of every completed request, pooled (vLLM,
 --     SGLang; AIPerf's "inter chunk latency").  A chunk may hold several tokens, so the
---     mean ITL is not the mean TPOT; kvtrace's request_timings.tpot_s of a vLLM file is
---     the request's mean ITL, and this table does not use it.  GenAI-Perf reports no
---     chunk gaps: its ITL columns are NULL;
+--     mean ITL is not the mean TPOT.  GenAI-Perf reports no chunk gaps: its ITL columns
+--     are NULL;
 --   an SGLang file keeps no per-request end-to-end latency: computed, it is TTFT plus the
 --     request's chunk gaps (the tool's own adds the wait for the stream's end marker),
 --     which is why its printed E2E and TPOT are the ones shown;
 --   mean, median, std (population, as numpy's) and p90 / p99 (linear interpolation, as
---     numpy's percentile), in milliseconds;
---   goodput: completed requests meeting every SLO given (milliseconds; a request with
---     one output token has TPOT 0, as vLLM counts it) per second of the duration;
+--     numpy's percentile), in milliseconds.  A statistic of no values is NULL, where
+--     vLLM prints 0 (TPOT when every output was one token, TTFT when every request
+--     failed): coalesce(mean_tpot_ms, 0) is vLLM's number;
+--   goodput: completed requests meeting every SLO given (milliseconds, compared as vLLM
+--     compares them: the value in seconds against the SLO / 1000; a request with one
+--     output token has TPOT 0, as vLLM counts it) per second of the duration;
 --   prefix_hit_rate: cached prompt tokens over the prompt tokens of completed requests,
 --     where the run recorded them (replayed serving requests, collected DSA runs).
 --
@@ -68,16 +73,16 @@ WITH requests AS (
     SELECT run_id, load_level, any_value(origin) AS origin,
            count(*) FILTER (WHERE ok) AS completed,
            count(*) FILTER (WHERE NOT ok) AS failed,
-           coalesce(sum(input_tokens) FILTER (WHERE ok), 0) AS total_input_tokens,
-           coalesce(sum(output_tokens) FILTER (WHERE ok), 0) AS total_output_tokens,
+           coalesce(sum(input_tokens) FILTER (WHERE ok), 0)::BIGINT AS total_input_tokens,
+           coalesce(sum(output_tokens) FILTER (WHERE ok), 0)::BIGINT AS total_output_tokens,
            sum(cached_tokens) FILTER (WHERE ok)
                / nullif(sum(input_tokens) FILTER (WHERE ok AND cached_tokens IS NOT NULL), 0)
                AS prefix_hit_rate,
            count(*) FILTER (
                WHERE ok
-               AND (ttft_slo_ms IS NULL OR ttft_s * 1e3 <= ttft_slo_ms)
-               AND (tpot_slo_ms IS NULL OR coalesce(tpot_s, 0) * 1e3 <= tpot_slo_ms)
-               AND (e2e_slo_ms IS NULL OR e2e_s * 1e3 <= e2e_slo_ms)
+               AND (ttft_slo_ms IS NULL OR ttft_s <= ttft_slo_ms::DOUBLE / 1000)
+               AND (tpot_slo_ms IS NULL OR coalesce(tpot_s, 0) <= tpot_slo_ms::DOUBLE / 1000)
+               AND (e2e_slo_ms IS NULL OR e2e_s <= e2e_slo_ms::DOUBLE / 1000)
            ) AS good,
            avg(ttft_s) FILTER (WHERE ok) * 1e3 AS mean_ttft_ms,
            quantile_cont(ttft_s, 0.5) FILTER (WHERE ok) * 1e3 AS median_ttft_ms,

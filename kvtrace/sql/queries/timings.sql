@@ -1,11 +1,14 @@
 -- Per-request latencies of benchmarks and simulators: percentiles, SLOs, fidelity.
 --
--- request_timings holds measured runs (vLLM's benchmark_serving.py results) and
--- simulated ones (Vidur's request metrics) in one shape: TTFT, time per output token
--- (TPOT: the mean gap between output tokens after the first), e2e latency, scheduling
--- delay and preemptions, in seconds.  Percentiles are linear-interpolated and leave out
+-- request_timings holds measured runs (vLLM's `vllm bench serve` results, SGLang's
+-- bench_serving details, AIPerf's records) and simulated ones (Vidur's request metrics)
+-- in one shape: TTFT, time per output token (TPOT: the decode time over the output
+-- tokens after the first, (e2e - ttft) / (output tokens - 1), as vLLM computes it; the
+-- tool's own number for AIPerf and Vidur), e2e latency, scheduling delay and
+-- preemptions, in seconds.  Percentiles are linear-interpolated and leave out
 -- failed requests.  SLO attainment counts the requests that meet every SLO given (a NULL
--- SLO is not checked; a failed request meets none); goodput is those requests per second
+-- SLO is not checked; a failed request meets none; a request without a TPOT, of one
+-- output token, has TPOT 0 as vLLM counts it); goodput is those requests per second
 -- of the run, its span being the benchmark's duration when the run records one, else
 -- from the first arrival to the last completion.
 --
@@ -28,7 +31,7 @@
 -- @column output_tokens       generated tokens
 -- @column ttft_s              time to first token
 -- @column itl_s               inter-token latencies, when recorded
--- @column tpot_s              mean time per output token after the first
+-- @column tpot_s              time per output token after the first (NULL for one token)
 -- @column e2e_s               end-to-end latency
 -- @column scheduling_delay_s  time from arrival to first scheduling (simulators)
 -- @column preemptions         restarts of the request (simulators)
@@ -45,11 +48,12 @@ WHERE _row = 1;
 
 -- @view benchmark_summaries
 -- What a serving benchmark printed for a load level, when its file holds its summary
--- (SGLang's bench_serving lines, AIPerf's and GenAI-Perf's JSON exports), in the column
--- names of serving_benchmark_table; NULL where the tool does not report a number.
+-- (vLLM's result JSON, SGLang's bench_serving lines, AIPerf's and GenAI-Perf's JSON
+-- exports), in the column names of serving_benchmark_table; NULL where the tool does not
+-- report a number.
 -- @column run_id                  the run
 -- @column load_level              the load level within the run, as in request_timings
--- @column tool                    sglang, aiperf or genai-perf
+-- @column tool                    vllm, sglang, aiperf or genai-perf
 -- @column request_rate            the request rate asked for (inf: all at once)
 -- @column max_concurrency         the concurrency limit
 -- @column completed               completed requests
