@@ -101,7 +101,8 @@ class DsaFamily:
         block_size = int(
             sidecar.get("config", {}).get("kv_block_size_tokens") or options.block_size
         )
-        key_tokens = _prefix_key_tokens(sidecar, options, probe.path, block_size)
+        given = _given_key_tokens(sidecar, options)
+        key_tokens = given or stated_key_tokens(probe.path, block_size) or DEFAULT_PREFIX_KEY_TOKENS
         writer = DsaWriter(
             sink.warehouse,
             sink.commit,
@@ -111,7 +112,8 @@ class DsaFamily:
             block_size=block_size,
             request_ids=_known_request_keys(sink.warehouse, sink.run_id),
             skip_stored=True,
-            prefix_key_tokens=key_tokens,
+            prefix_key_tokens=given,
+            unstated_key_tokens=key_tokens,
         )
         result = read_dsa_file(writer, probe.path, fmt, advance)  # type: ignore[arg-type]
         datasets = sorted(result.datasets)
@@ -141,13 +143,12 @@ class DsaFamily:
         )
 
 
-def _prefix_key_tokens(
-    sidecar: dict[str, Any], options: IngestOptions, path: Path, block_size: int
-) -> int:
-    """Prompt tokens the run's prefix keys cover (N): ``--prefix-key-tokens``, else the
-    run's ``summary.json`` config (the seed tracer's ``--trace-prefix-key-tokens``), else
-    what the file's first stated region says, else the seed tracer's 256
-    (`kvtrace.ingest.dsa_key_region`)."""
+def _given_key_tokens(sidecar: dict[str, Any], options: IngestOptions) -> int | None:
+    """Prompt tokens the run's prefix keys cover (N), when given: ``--prefix-key-tokens``,
+    else the run's ``summary.json`` config (the seed tracer's
+    ``--trace-prefix-key-tokens``); None: what each record states, and for a record that
+    states none (a miss), what the file's first stated region says, else the seed
+    tracer's 256 (`kvtrace.ingest.dsa_key_region`)."""
     if options.prefix_key_tokens is not None:
         return options.prefix_key_tokens
     config = sidecar.get("config") or {}
@@ -155,7 +156,7 @@ def _prefix_key_tokens(
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
-    return stated_key_tokens(path, block_size) or DEFAULT_PREFIX_KEY_TOKENS
+    return None
 
 
 def _known_request_keys(warehouse: Warehouse, run_id: str) -> dict[str, int]:

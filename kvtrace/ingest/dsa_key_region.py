@@ -1,4 +1,5 @@
-"""How many prompt tokens a DSA dump's prefix keys cover (N), when nothing says so.
+"""How many prompt tokens a DSA dump's prefix keys cover (N) for its misses, when nothing
+says so.
 
 The seed's tracer hashes the first N prompt tokens of every request (its
 ``--trace-prefix-key-tokens``, 256 by default) and writes ``prefix_cached_blocks`` =

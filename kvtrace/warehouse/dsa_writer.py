@@ -84,7 +84,10 @@ class DsaWriter:
         already holds or this writer already took: a file that grew, or a copy with other
         bytes, adds only its new records.  Ingest sets it; a live tracer needs no check.
     prefix_key_tokens
-        Prompt tokens a dump's prefix key covers (N of the region rule, `_dump_regions`);
+        Prompt tokens a dump's prefix key covers (N of the region rule, `_dump_regions`)
+        when the user or the run's summary gave it; by default what each record states.
+    unstated_key_tokens
+        N for a record that states no region (0 cached blocks: the seed tracer's miss),
         by default the seed tracer's 256.
     """
 
@@ -99,7 +102,8 @@ class DsaWriter:
         block_size: int,
         request_ids: dict[str, int],
         skip_stored: bool = False,
-        prefix_key_tokens: int = DEFAULT_PREFIX_KEY_TOKENS,
+        prefix_key_tokens: int | None = None,
+        unstated_key_tokens: int = DEFAULT_PREFIX_KEY_TOKENS,
     ) -> None:
         self.warehouse = warehouse
         self.commit = commit
@@ -109,6 +113,7 @@ class DsaWriter:
         self.block_size = block_size
         self.request_ids = request_ids
         self.prefix_key_tokens = prefix_key_tokens
+        self.unstated_key_tokens = unstated_key_tokens
         self.result = DsaFileResult()
         self._buffer: list[pa.Table] = []
         self._buffered_bytes = 0
@@ -349,7 +354,7 @@ class DsaWriter:
         region_tokens = _floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
         from_dump = np.isnan(region_tokens)
         if from_dump.any():
-            region_tokens[from_dump] = self._dump_regions(cols, request_id)[from_dump]
+            region_tokens[from_dump] = self._dump_regions(cols, request_id, block_size)[from_dump]
         region_blocks = np.ceil(region_tokens / block_size)  # NaN where the source has none
         prefix_lists = block_stats.blocks_below(touched, region_blocks)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -420,14 +425,18 @@ class DsaWriter:
         if self._buffered_bytes >= FLUSH_BYTES:
             self._flush()
 
-    def _dump_regions(self, cols: dict[str, Any], request_id: np.ndarray) -> np.ndarray:
+    def _dump_regions(
+        self, cols: dict[str, Any], request_id: np.ndarray, block_size: np.ndarray
+    ) -> np.ndarray:
         """A dump's prefix region per row, in tokens: the request's own key region of
         min(prompt length, N) tokens, hit or miss (a seed tracer's hit is the same key
-        seen before, so the cached length is that region too; a miss states 0 cached
-        blocks, yet its key names the same tokens, so the request that first wrote a
-        prefix shares it).  N is `prefix_key_tokens`.  The prompt length is the request's
-        first decode position, over this chunk and those before it.  NaN where the dump
-        states no prefix."""
+        seen before, so the cached length is that region too).  N is `prefix_key_tokens`
+        when given, else what the record says its key covers: the seed tracer states
+        ``prefix_cached_blocks`` = ceil(N / block size) on a hit whatever the prompt, but
+        0 on a miss, whose key names the same tokens (so the request that first wrote a
+        prefix shares it): such a record's N is `unstated_key_tokens`.  The prompt length
+        is the request's first decode position, over this chunk and those before it.
+        NaN where the dump states no prefix."""
         step = _ints(cols["step_idx"])
         order = np.lexsort((step, request_id))
         firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
@@ -439,8 +448,13 @@ class DsaWriter:
         prompt = np.fromiter(
             (prompt_of[r] for r in request_id.tolist()), dtype=np.float64, count=len(request_id)
         )
-        stated = _floats(cols["prefix_cached_blocks"])
-        key_tokens = np.where(np.isnan(stated), np.nan, float(self.prefix_key_tokens))
+        stated = _floats(cols["prefix_cached_blocks"]) * block_size
+        if self.prefix_key_tokens is not None:
+            key_tokens = np.where(np.isnan(stated), np.nan, float(self.prefix_key_tokens))
+        else:
+            with np.errstate(invalid="ignore"):
+                unstated = ~(stated > 0) & ~np.isnan(stated)
+            key_tokens = np.where(unstated, float(self.unstated_key_tokens), stated)
         return np.minimum(prompt, key_tokens)
 
     def _request_ids(self, cols: dict[str, Any]) -> np.ndarray:
