@@ -14,7 +14,8 @@
   per-request lists `kvtrace.ingest.results` reads.
 - ``aiperf_summary``: AIPerf's ``profile_export_aiperf.json``, and ``genai_perf``:
   GenAI-Perf's ``profile_export_genai_perf.json``: one object of metrics, each
-  ``{unit, avg, p50, p90, p99, std, ...}``.  Their "inter token latency" is the time per
+  ``{unit, avg, p50, p90, p99, std, ...}`` (AIPerf 0.1 nests them under ``records`` and
+  names time to first token ``ttft``).  Their "inter token latency" is the time per
   output token after the first, so it fills the TPOT columns; AIPerf's "inter chunk
   latency" fills the ITL ones.
 
@@ -44,12 +45,13 @@ STATISTICS = {"mean": "avg", "median": "p50", "std": "std", "p90": "p90", "p99":
 SGLANG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency"}
 VLLM_METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM's key names are the table's
 SGLANG_DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
-# The metrics of AIPerf's and GenAI-Perf's JSON exports, by kvtrace's names.
+# The metrics of AIPerf's and GenAI-Perf's JSON exports, by kvtrace's names: each
+# export's current name first, then the names earlier versions gave it
 EXPORT_METRICS = {
-    "ttft": "time_to_first_token",
-    "tpot": "inter_token_latency",
-    "itl": "inter_chunk_latency",
-    "e2el": "request_latency",
+    "ttft": ("time_to_first_token", "ttft"),
+    "tpot": ("inter_token_latency",),
+    "itl": ("inter_chunk_latency",),
+    "e2el": ("request_latency",),
 }
 
 
@@ -107,14 +109,23 @@ def _printed_count(record: dict[str, Any], key: str) -> int | None:
     return None if value is None else whole_number(key, value)
 
 
+def export_metrics(document: dict[str, Any]) -> dict[str, Any]:
+    """The metrics of an AIPerf or GenAI-Perf JSON export, by their names."""
+    records = document.get("records")
+    return records if isinstance(records, dict) else document
+
+
 def is_summary_export(document: dict[str, Any]) -> str | None:
     """``aiperf_summary`` or ``genai_perf`` for a JSON export of either tool, else None."""
-    throughput = document.get("request_throughput")
+    metrics = export_metrics(document)
+    throughput = metrics.get("request_throughput")
     if not isinstance(throughput, dict) or "avg" not in throughput:
         return None
-    if not isinstance(document.get("time_to_first_token", document.get("request_latency")), dict):
+    if not any(
+        isinstance(metrics.get(name), dict) for name in (*EXPORT_METRICS["ttft"], "request_latency")
+    ):
         return None
-    return "aiperf_summary" if "benchmark_duration" in document else "genai_perf"
+    return "aiperf_summary" if "benchmark_duration" in metrics else "genai_perf"
 
 
 def read_sglang_lines(
@@ -218,11 +229,12 @@ def time_per_output_token(
 def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The summary row of an AIPerf or GenAI-Perf JSON export, and the run's settings."""
     document = read_json_document(path)
+    metrics = export_metrics(document)
     tool = "aiperf" if fmt == "aiperf_summary" else "genai-perf"
 
     def stat(metric: str, statistic: str) -> tuple[float, str] | None:
         """The statistic's value and its unit, when the export has it."""
-        entry = document.get(metric)
+        entry = metrics.get(metric)
         if not isinstance(entry, dict) or entry.get(statistic) is None:
             return None
         value = finite_number(f"{metric}.{statistic}", entry[statistic])
@@ -262,7 +274,8 @@ def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str,
         "output_throughput": number("output_token_throughput"),
     }
     try:
-        for metric, name in EXPORT_METRICS.items():
+        for metric, names in EXPORT_METRICS.items():
+            name = next((name for name in names if name in metrics), names[0])
             for statistic, key in STATISTICS.items():
                 summary[f"{statistic}_{metric}_ms"] = milliseconds(name, key)
     except ValueError as exc:

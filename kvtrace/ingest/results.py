@@ -16,11 +16,11 @@
   (`kvtrace.ingest.bench_summaries.read_vllm_summary`); a file without
   ``--save-detailed`` holds only those.  Origin ``measured``.
 - ``aiperf``: AIPerf's per-request export (``profile_export.jsonl``): ``metadata``
-  (``request_start_ns`` becomes the arrival), ``metrics`` (each ``{value, unit}``:
-  ``time_to_first_token``, ``inter_token_latency`` as the time per output token,
-  ``inter_chunk_latency`` as the inter-token list, ``request_latency``,
-  ``input_sequence_length``, ``output_sequence_length``) and ``error``.  Origin
-  ``measured``.
+  (``request_start_ns`` becomes the arrival; ``timestamp_ns`` in AIPerf 0.1),
+  ``metrics`` (each ``{value, unit}``: ``time_to_first_token`` (``ttft`` in AIPerf 0.1),
+  ``inter_token_latency`` as the time per output token, ``inter_chunk_latency`` as the
+  inter-token list, ``request_latency``, ``input_sequence_length``,
+  ``output_sequence_length``) and ``error``.  Origin ``measured``.
 - ``vidur_requests``: Vidur's ``request_metrics.csv``: ``prefill_e2e_time`` (TTFT),
   ``decode_time_execution_plus_preemption_normalized`` (time per output token),
   ``request_e2e_time``, ``request_scheduling_delay``, ``request_num_restarts``, the
@@ -353,15 +353,16 @@ def _aiperf_row(record: object, index: int) -> tuple[dict[str, Any], int | None]
         )
     )
     itl = value("inter_chunk_latency")
-    start = record["metadata"].get("request_start_ns")
+    metadata = record["metadata"]
+    start = metadata.get("request_start_ns", metadata.get("timestamp_ns"))
     start = None if start is None else whole_number("request_start_ns", start)
     return {
         "load_level": 0,
-        "request_idx": whole_number("session_num", record["metadata"].get("session_num", index)),
+        "request_idx": whole_number("session_num", metadata.get("session_num", index)),
         "origin": "measured",
         "input_tokens": _count(metrics, "input_sequence_length", "error_isl"),
         "output_tokens": _count(metrics, "output_sequence_length", "output_token_count"),
-        "ttft_s": value("time_to_first_token"),
+        "ttft_s": value("time_to_first_token", "ttft"),
         "itl_s": itl if isinstance(itl, list) else None,
         "tpot_s": value("inter_token_latency"),
         "e2e_s": value("request_latency"),
