@@ -42,7 +42,9 @@ REQUEST_TIMINGS = TableSpec(
             ("output_tokens", pa.int64()),
             ("ttft_s", pa.float64()),
             ("itl_s", pa.list_(pa.float64())),  # inter-token latencies, when recorded
-            ("tpot_s", pa.float64()),  # mean time per output token after the first
+            # time per output token after the first: (e2e - ttft) / (output tokens - 1), or
+            # the simulator's own (Vidur's normalised decode time)
+            ("tpot_s", pa.float64()),
             ("e2e_s", pa.float64()),
             ("scheduling_delay_s", pa.float64()),
             ("preemptions", pa.int64()),
@@ -61,7 +63,7 @@ BENCHMARK_SUMMARIES = TableSpec(
         [
             ("run_id", pa.string()),
             ("load_level", pa.int64()),  # as in request_timings
-            ("tool", pa.string()),  # sglang, aiperf or genai-perf: who computed the numbers
+            ("tool", pa.string()),  # vllm, sglang, aiperf or genai-perf: who computed them
             ("request_rate", pa.float64()),  # the rate asked for; inf: all at once
             ("max_concurrency", pa.int64()),
             ("completed", pa.int64()),
