@@ -161,3 +161,28 @@ def test_a_dump_with_no_stated_region_takes_the_seed_s_default_key(warehouse, tm
     con = connect(warehouse)
     assert con.execute("SELECT prefix_region_tokens FROM requests").fetchall() == [(256,)]
     assert con.execute("SELECT intersection_blocks FROM dsa_prefix(16)").fetchall() == [([0],)]
+
+
+def test_the_first_stated_region_is_found_in_plain_and_gzip_files(tmp_path):
+    import gzip
+
+    from kvtrace.ingest.dsa_key_region import stated_key_tokens
+
+    lines = [
+        '{"prefix": {"prefix_cached_blocks": 0}}',
+        'not a record "prefix_cached_blocks": 7',  # left to the reader's quarantine
+        '{"block_size_tokens": 32, "prefix": {"prefix_cached_blocks" :  3}}',
+        '{"prefix": {"prefix_cached_blocks": 9}}',
+    ]
+    plain = tmp_path / "t.jsonl"
+    plain.write_text("\n".join(lines))
+    packed = tmp_path / "t.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert stated_key_tokens(plain, 16) == stated_key_tokens(packed, 16) == 96
+    nested = tmp_path / "n.jsonl"
+    nested.write_text('{"block": {"block_size": 8}, "prefix": {"prefix_cached_blocks": 5}}')
+    assert stated_key_tokens(nested, 16) == 40
+    plain.write_text("\n".join(lines[:2]))
+    assert stated_key_tokens(plain, 16) is None
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert stated_key_tokens(tmp_path / "empty.jsonl", 16) is None
