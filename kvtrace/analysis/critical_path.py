@@ -42,6 +42,7 @@ import duckdb
 import numpy as np
 
 from kvtrace.analysis.timeline_stacks import (
+    DEVICE_SYNCS,
     NONE,
     CallStacks,
     RankEvents,
@@ -191,7 +192,7 @@ class _Graph:
             | (ev.is_gpu[rows] & (ev.correlation[rows] >= 0))
         ]
         times = np.concatenate([ev.ts[with_node], ev.end[with_node]])
-        order = np.argsort(times, kind="quicksort")
+        order = np.argsort(times, kind="stable")
         count = len(with_node)
         for node_id, position in enumerate(order.tolist()):
             row = int(with_node[position % count])
@@ -278,13 +279,13 @@ class _Graph:
         queue, later_of_call = _queue_lengths(ev, self.links, launches, self.hta)
         record_launch = _launch_before_event_records(ev, self.links, launches)
         wait_launch = _launch_after_stream_waits(ev, self.links, launches)
-        device_syncs = np.isin(ev.name[rows], ["Event Sync", "Context Sync"])
+        device_syncs = np.isin(ev.name[rows], DEVICE_SYNCS)
         gpu = rows[(ev.is_gpu[rows] | device_syncs) & (ev.correlation[rows] >= 0)]
         is_sync = ev.category[gpu] == "cuda_sync"
         sort_by = np.where(is_sync, ev.end[gpu], ev.ts[gpu])
         last_on_stream: dict[int, int] = {}
         kernel_sync: dict[int, int | None] = {}
-        for row in gpu[np.argsort(sort_by, kind="quicksort")].tolist():
+        for row in gpu[np.argsort(sort_by, kind="stable")].tolist():
             if ev.category[row] == "cuda_sync":
                 self._sync(row, last_on_stream, kernel_sync, record_launch, wait_launch)
                 continue
@@ -448,7 +449,7 @@ def _launches(events: RankEvents, links: np.ndarray, hta: bool) -> np.ndarray:
     """The runtime calls that launched a GPU event, in start order."""
     names = HTA_LAUNCH_CALLS if hta else LAUNCH_CALLS
     rows = np.flatnonzero(np.isin(events.name, list(names)) & (links != NONE))
-    return rows[np.argsort(events.ts[rows], kind="quicksort")]
+    return rows[np.argsort(events.ts[rows], kind="stable")]
 
 
 def _queue_lengths(
@@ -469,7 +470,7 @@ def _queue_lengths(
             later.update({k: len(mine) - place - 1 for place, k in enumerate(mine)})
     kernels = np.array(sorted(k for ks in kernels_of.values() for k in ks), np.int64)
     merged = np.concatenate([calls, kernels])
-    order = merged[np.argsort(ev.ts[merged], kind="quicksort")]
+    order = merged[np.argsort(ev.ts[merged], kind="stable")]
     length: dict[int, int] = defaultdict(int)
     found: dict[int, int] = {}
     for row in order.tolist():

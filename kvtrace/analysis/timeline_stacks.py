@@ -18,6 +18,7 @@ import numpy as np
 from kvtrace.sql.catalog import quote_literal
 
 NONE = -1  # no stream (a CPU event), no correlation, no linked event
+DEVICE_SYNCS = ("Event Sync", "Context Sync")  # waits on the GPU a trace puts on no stream
 
 _COLUMNS = (
     "event_idx, pid, tid, coalesce(stream, -1) AS stream, category, name, ts_us, dur_us, "
@@ -65,18 +66,16 @@ def rank_groups(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
 
 
 def load_rank(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> RankEvents:
-    """A rank's events; fractional times are rounded inwards to whole microseconds, as
-    HTA rounds them (start up, end down)."""
+    """A rank's events; times rounded inwards to whole microseconds, as HTA rounds them
+    (start up, end down: an event shorter than a microsecond that spans no whole one
+    ends before it starts)."""
     table = con.sql(
         f"SELECT {_COLUMNS} FROM _timeline_events_files WHERE run_id = {quote_literal(run_id)} "
         f"AND coalesce(rank, -1) = {int(rank)} ORDER BY event_idx"
     ).to_arrow_table()
     column = {name: table[name].to_numpy() for name in table.column_names}
-    ts, dur = column["ts_us"], column["dur_us"]
-    if np.any(ts != np.floor(ts)):
-        start = np.ceil(ts)
-        dur = np.floor(ts + dur) - start
-        ts = start
+    ts = np.ceil(column["ts_us"])
+    dur = np.floor(column["ts_us"] + column["dur_us"]) - ts
     pid = table["pid"].to_pylist()
     tid = table["tid"].to_pylist()
     return RankEvents(
@@ -98,13 +97,16 @@ def load_rank(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> RankEve
 def cpu_gpu_links(events: RankEvents) -> np.ndarray:
     """Per event, the row of the event it is linked to by correlation (a runtime call to
     its GPU event and back), else -1.  Where several GPU events share one correlation (a
-    CUDA graph launch), the runtime call points at the last and each GPU event at it."""
+    CUDA graph launch), the runtime call points at the last and each GPU event at it.  An
+    Event Sync or Context Sync on no stream counts as a GPU event here, as HTA counts
+    it: it links to the runtime call that waited on it."""
     linked = np.full(len(events), NONE, np.int64)
     has_id = events.correlation != NONE
-    gpu_rows = np.flatnonzero(has_id & events.is_gpu).tolist()
+    on_gpu = has_id & (events.is_gpu | np.isin(events.name, DEVICE_SYNCS))
+    gpu_rows = np.flatnonzero(on_gpu).tolist()
     gpu_by_id = {int(events.correlation[row]): row for row in gpu_rows}
     cpu_by_id: dict[int, int] = {}
-    for row in np.flatnonzero(has_id & ~events.is_gpu).tolist():
+    for row in np.flatnonzero(has_id & ~on_gpu).tolist():
         correlation = int(events.correlation[row])
         if correlation in gpu_by_id:
             linked[row] = gpu_by_id[correlation]

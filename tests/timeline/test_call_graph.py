@@ -1,6 +1,6 @@
 """Frequent CUDA kernel sequences and the critical path: HTA 0.5's own answers (run here)
-on its published alexnet trace and the real Kineto sample, edge for edge; the SQL
-header's worked example and a CUDA-graph launch by hand."""
+on its published alexnet trace, the real Kineto sample and its traces of CUDA event
+syncs, edge for edge; the SQL header's worked example and a CUDA-graph launch by hand."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from tests.timeline.test_hta_definitions import _trace
 
 hta = pytest.importorskip("hta.trace_analysis")
 
-ALEXNET = DATA / "hta_alexnet_trace.json.gz"
-SAMPLE = DATA / "kineto_sampled_rank0.json.gz"
+ALEXNET = DATA / "hta" / "alexnet.json.gz"
+SAMPLE = DATA / "hta" / "sampled_rank0.json.gz"
+EVENT_SYNC = DATA / "hta" / "cuda_event_sync.json.gz"  # Event Syncs on stream -1
+MULTI_STREAM = DATA / "hta" / "cuda_event_sync_multi_stream.json.gz"
 MEASURE = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
 WARMUP = "[param|pytorch.model.alex_net|0|0|0|warmup|forward]"
 
@@ -38,6 +40,8 @@ def _hta_analysis(tmp_path: Path, trace: Path) -> object:
     [
         (ALEXNET, ["conv", "aten::linear", "[param"]),
         (SAMPLE, ["aten::", "Optimizer", "ProfilerStep", "autograd"]),
+        (EVENT_SYNC, ["aten::"]),
+        (MULTI_STREAM, ["aten::"]),
     ],
 )
 def test_kernel_sequences_equal_htas(warehouse, tmp_path, trace, operators):
@@ -67,6 +71,25 @@ def test_kernel_sequences_equal_htas(warehouse, tmp_path, trace, operators):
             assert found or shortest > 1, "every operator above has patterns"
 
 
+def test_kernel_sequences_on_stream_0_where_hta_finds_none(warehouse, tmp_path):
+    """HTA's ROCm trace runs its kernels on stream 0, which HTA's call graph does not hang
+    under their launches: HTA finds no sequence, kvtrace finds them (the SQL header)."""
+    trace = DATA / "hta" / "amd_mi250_minitoy.json.gz"
+    ingest(warehouse, [str(trace)])
+    analysis = _hta_analysis(tmp_path, trace)
+    with quiet_hta():
+        expected = analysis.get_frequent_cuda_kernel_sequences(
+            "aten::", str(tmp_path), min_pattern_len=1, visualize=False
+        )
+    assert expected.empty
+    found = (
+        connect(warehouse)
+        .sql("SELECT pattern, count FROM timeline_kernel_sequences('aten::', min_pattern_len := 1)")
+        .fetchall()
+    )
+    assert ("aten::to|Memcpy HtoD (Host -> Device)", 2) in found
+
+
 @pytest.mark.parametrize(
     ("trace", "annotation", "instance"),
     [
@@ -75,6 +98,8 @@ def test_kernel_sequences_equal_htas(warehouse, tmp_path, trace, operators):
         (ALEXNET, WARMUP, 0),
         (ALEXNET, WARMUP, 1),
         (SAMPLE, "ProfilerStep", 0),
+        (EVENT_SYNC, "ProfilerStep", 0),
+        (MULTI_STREAM, "", 0),  # no ProfilerStep: the whole trace
     ],
 )
 def test_critical_path_equals_htas_edge_for_edge(warehouse, tmp_path, trace, annotation, instance):

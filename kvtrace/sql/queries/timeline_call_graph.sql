@@ -6,7 +6,10 @@
 -- starts, a longer event opens first) and hangs each GPU event under the runtime call
 -- with its correlation id.  Where one thread runs the steps (ProfilerStep#N) and another
 -- the backward pass (autograd::), the backward thread's top-level events hang under the
--- step that spans them.  Fractional microseconds are rounded inwards, as HTA rounds them.
+-- step that spans them.  An Event Sync or Context Sync that the trace puts on stream -1
+-- links to the runtime call that waited on it (cudaEventSynchronize, cudaEventQuery,
+-- cudaDeviceSynchronize), as HTA links it.  Times are rounded inwards to whole
+-- microseconds, as HTA rounds them (start up, end down).
 --
 -- Worked example (critical path): a thread runs an operator at [0, 100) us whose
 -- cudaLaunchKernel at [10, 20) starts a kernel at [30, 230) on an empty stream, then
@@ -21,7 +24,9 @@
 -- the shallowest depth such operators have and with at least min_pattern_len kernels
 -- beneath them (default 3), grouped by pattern (the operator's name and its kernels'
 -- names in start order, joined by '|'); most frequent first, top_k per run and rank
--- (all when NULL).  Equal to HTA's get_frequent_cuda_kernel_sequences.
+-- (all when NULL).  Equal to HTA's get_frequent_cuda_kernel_sequences, except on
+-- stream 0 (ROCm's default stream): HTA's call graph hangs only kernels of streams
+-- above 0 under their launches, so it finds no pattern in kernels there; kvtrace does.
 -- @column run_id         the run
 -- @column rank           the rank (-1 when unknown)
 -- @column place          1 for the most frequent pattern (ties by pattern text)
