@@ -1,61 +1,14 @@
-"""Memory bandwidth counters: HTA's time series and summary (HTA 0.5, run here) on HTA's
-alexnet trace and the real Kineto sample; the SQL header's worked example by hand."""
+"""Memory bandwidth counters: the SQL header's worked example by hand, with kvtrace's
+order of changes at one instant and HTA's (``definitions := 'hta'``).  HTA's own series
+and summary on every HTA trace: ``test_hta_agreement.py``."""
 
 from __future__ import annotations
 
 import json
-import shutil
-
-import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
-from tests.conftest import DATA
 from tests.timeline.events import kineto_event
-from tests.timeline.hta_quiet import quiet_hta
-
-hta = pytest.importorskip("hta.trace_analysis")
-
-TRACES = {
-    "alexnet": DATA / "hta_alexnet_trace.json.gz",
-    "sample": DATA / "kineto_sampled_rank0.json.gz",
-}
-STATISTICS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
-
-
-@pytest.mark.parametrize("trace", list(TRACES))
-def test_memory_bandwidth_is_htas(warehouse, tmp_path, trace):
-    folder = tmp_path / trace
-    folder.mkdir()
-    shutil.copy(TRACES[trace], folder / TRACES[trace].name)
-    ingest(warehouse, [str(folder)])
-    with quiet_hta():
-        analysis = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
-        (series,) = analysis.get_memory_bw_time_series().values()
-        summary = analysis.get_memory_bw_summary()
-    con = connect(warehouse)
-    found = con.sql(  # times from the first change (HTA's clock starts elsewhere)
-        "SELECT memory_type, t_us - min(t_us) OVER (), bandwidth_gbps "
-        "FROM timeline_memory_bandwidth"
-    ).fetchall()
-    start = series["ts"].min()
-    expected = sorted(
-        zip(series["name"], series["ts"] - start, series["memory_bw_gbps"], strict=True)
-    )
-    found.sort()
-    assert [row[0] for row in found] == [row[0] for row in expected]
-    assert [x for row in found for x in row[1:]] == pytest.approx(
-        [x for row in expected for x in row[1:]], abs=1e-9
-    )
-    rows = con.sql(
-        "SELECT memory_type, points, mean_gbps, std_gbps, min_gbps, p25_gbps, p50_gbps, "
-        "p75_gbps, max_gbps FROM timeline_memory_bandwidth_summary ORDER BY memory_type"
-    ).fetchall()
-    statistics = summary["memory_bw_gbps"]
-    assert [row[0] for row in rows] == [name for _, name in statistics.index]
-    assert [x for row in rows for x in row[1:]] == pytest.approx(
-        statistics[list(STATISTICS)].values.ravel().tolist(), rel=1e-9
-    )
 
 
 def _copy(name: str, ts: float, dur: float, gbps: float | None) -> dict:
@@ -97,3 +50,13 @@ def test_the_worked_example_by_hand(warehouse, tmp_path):
         "FROM timeline_memory_bandwidth_summary"
     ).fetchall()
     assert summary == [("Memcpy DtoD", 2, 3.0, 10.0, 3.0), ("Memcpy HtoD", 3, 6.0, 10.0, 5.6)]
+    hta_series = con.sql(
+        "SELECT memory_type, t_us, bandwidth_gbps "
+        "FROM timeline_memory_bandwidth(definitions := 'hta') WHERE memory_type = 'Memcpy DtoD'"
+    ).fetchall()
+    assert hta_series == [
+        ("Memcpy DtoD", 30, 2.0),
+        ("Memcpy DtoD", 35, 6.0),  # HTA's order: the start first, then the end
+        ("Memcpy DtoD", 35, 4.0),
+        ("Memcpy DtoD", 40, 0.0),
+    ]
