@@ -42,6 +42,7 @@ from kvtrace.analysis.kv_layouts import bytes_per_token
 from kvtrace.errors import InputError, QueryError
 from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits
 from kvtrace.kernels.prefix_sim import (
+    chained,
     fifo_prefix_hits,
     leading_lru_distances,
     radix_hits,
@@ -252,13 +253,17 @@ class PrefixSimulation:
         self.trace, self.policy, self.semantics = trace, policy, semantics
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, np.ndarray] | None = None
-        if semantics == "prefix":
+        self.paths = (trace.ids, trace.distinct)  # each read's block and how many there are
+        if semantics == "prefix" and (
+            policy in ("radix_lru", "opt") or not chained(trace.ids, trace.starts, trace.distinct)
+        ):
             self.tree = radix_nodes(trace.ids, trace.starts)
+            self.paths = (self.tree[0], len(self.tree[1]))
         if policy == "lru":  # every capacity from one stack-distance pass
             self.distances = (
                 LruStack().distances(trace.ids)
-                if self.tree is None
-                else leading_lru_distances(self.tree[0], trace.starts)
+                if semantics == "block"
+                else leading_lru_distances(self.paths[0], trace.starts)
             )
 
     def hits(self, capacity: int) -> np.ndarray:
@@ -267,13 +272,15 @@ class PrefixSimulation:
         if self.distances is not None:
             hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
             return hit
-        if self.tree is None:
+        if self.semantics == "block":
             simulate = opt_hits if self.policy == "opt" else fifo_hits
             return simulate(trace.ids, trace.distinct, capacity)
-        nodes, parent = self.tree
         if self.policy == "fifo":
-            runs = fifo_prefix_hits(nodes, trace.starts, len(parent), capacity)
+            paths, count = self.paths
+            runs = fifo_prefix_hits(paths, trace.starts, count, capacity)
         else:
+            assert self.tree is not None  # built for radix_lru and opt
+            nodes, parent = self.tree
             runs = radix_hits(nodes, trace.starts, parent, capacity, self.policy)
         leading: np.ndarray = self._position < np.repeat(runs, np.diff(trace.starts))
         return leading

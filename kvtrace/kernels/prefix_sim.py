@@ -125,6 +125,32 @@ def fifo_prefix_hits(
     )
 
 
+@njit(nogil=True, cache=True)
+def _chained(ids: np.ndarray, starts: np.ndarray, n_items: int) -> bool:  # pragma: no cover
+    parent_of = np.full(n_items, -2, dtype=np.int64)  # -2: not seen; -1: a request's first
+    for request in range(len(starts) - 1):
+        parent = -1
+        for index in range(starts[request], starts[request + 1]):
+            item = ids[index]
+            if parent_of[item] == -2:
+                parent_of[item] = parent
+            elif parent_of[item] != parent:
+                return False
+            parent = item
+    return True
+
+
+def chained(ids: np.ndarray, starts: np.ndarray, n_items: int) -> bool:
+    """Whether every block id of the trace (dense, below ``n_items``) always follows the
+    same id in its request (or always starts one): then an id names one path of the
+    prefix tree, and the ids can stand for `radix_nodes` without building them."""
+    return bool(
+        _chained(
+            np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(starts, np.int64), n_items
+        )
+    )
+
+
 def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The node of the prefix tree each block of each request is (1, 2, ...; 0 is the
     root), and each node's parent: requests share a node when they share every block up
