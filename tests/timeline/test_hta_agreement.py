@@ -1,12 +1,19 @@
-"""kvtrace's temporal breakdown, kernel breakdown and communication / computation overlap
-equal Holistic Trace Analysis' on the same traces: the real Kineto sample and generated
-ranks.  HTA 0.5 counts ``gpu_user_annotation`` spans as computation kernels (kvtrace
-does not: they mark time, they do no work), so the generated traces here carry none."""
+"""kvtrace's ``definitions := 'hta'`` give Holistic Trace Analysis' own answers (HTA 0.5,
+run here) on every trace of HTA's test data that kvtrace reads (``tests/data/hta``),
+analysis for analysis: the temporal breakdown, the kernel type breakdown, the
+communication / computation overlap, the kernel launch statistics, the queue length, the
+idle time breakdown, the per-kernel durations, the memory bandwidth series and summary,
+and the critical path (of the first ProfilerStep, or the whole trace where there is
+none).  kvtrace's own definitions give HTA's figures where they agree by design: on the
+real sample and on generated ranks.  HTA 0.5 counts ``gpu_user_annotation`` spans as
+computation kernels (kvtrace's own definitions do not: they mark time, they do no work),
+so the generated traces here carry none."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,12 +21,68 @@ from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
-from tests.conftest import warehouse_at
+from tests.conftest import DATA, warehouse_at
 from tests.timeline.hta_quiet import quiet_hta
+from tests.timeline.hta_reference import (
+    ANALYSES,
+    differences,
+    hta_answers,
+    kvtrace_answers,
+    kvtrace_critical_paths,
+)
 
 hta = pytest.importorskip("hta.trace_analysis")
 
-SAMPLE = Path(__file__).parent.parent / "data" / "kineto_sampled_rank0.json.gz"
+HTA_DATA = DATA / "hta"
+TRACES = sorted(path.name.removesuffix(".json.gz") for path in HTA_DATA.glob("*.json.gz"))
+
+
+def _trace_folder(parent: Path, trace: str) -> Path:
+    """A folder holding one of HTA's traces alone (kvtrace and HTA read folders)."""
+    folder = parent / trace
+    folder.mkdir()
+    shutil.copy(HTA_DATA / f"{trace}.json.gz", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def kvtrace_side(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """kvtrace's answers on every trace, from one warehouse holding each as a run: per
+    trace, its answers and the annotation its critical path starts from."""
+    root = tmp_path_factory.mktemp("hta_traces")
+    folders = [_trace_folder(root, trace) for trace in TRACES]
+    warehouse = Warehouse(warehouse_at(root / "wh"), create=True)
+    ingest(warehouse, [str(folder) for folder in folders])
+    con = connect(warehouse)
+    try:
+        answers = kvtrace_answers(con)
+        stepped = {
+            run_id
+            for (run_id,) in con.sql(
+                "SELECT DISTINCT run_id FROM timeline_events WHERE name LIKE 'ProfilerStep#%'"
+            ).fetchall()
+        }
+        paths = {
+            "ProfilerStep": kvtrace_critical_paths(con, "ProfilerStep"),
+            "": kvtrace_critical_paths(con, ""),
+        }
+    finally:
+        con.close()
+    found = {}
+    for run_id, run_answers in answers.items():
+        annotation = "ProfilerStep" if run_id in stepped else ""
+        run_answers["critical path"] = paths[annotation].get(run_id, {})
+        found[run_id.rsplit("-", 1)[0]] = {"answers": run_answers, "annotation": annotation}
+    return found
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_hta_definitions_give_htas_answers(kvtrace_side, tmp_path, trace):
+    ours = kvtrace_side[trace]
+    theirs = hta_answers(_trace_folder(tmp_path, trace), ours["annotation"])
+    assert set(theirs) == set(ANALYSES), "HTA answers every analysis on its own traces"
+    found = differences(trace, ours["answers"], theirs)
+    assert not found, "\n".join(found)
 
 
 def _hta(folder: Path) -> dict:
@@ -80,10 +143,10 @@ def _same(ours: dict, theirs: dict) -> None:
             assert mine == pytest.approx(tuple(other), abs=0.01), key
 
 
-def test_the_real_sample_gives_htas_figures(tmp_path):
-    folder = tmp_path / "sample"
-    folder.mkdir()
-    shutil.copy(SAMPLE, folder / "rank0.pt.trace.json.gz")
+def test_kvtraces_own_definitions_give_htas_figures_on_the_real_sample(tmp_path):
+    """On the sample (no syncs, no annotations, whole microseconds) kvtrace's own
+    definitions and HTA's agree."""
+    folder = _trace_folder(tmp_path, "sampled_rank0")
     ours, theirs = _kvtrace(folder, tmp_path), _hta(folder)
     _same(ours, theirs)
     assert ours["temporal"] == [(0, 1222847, 675191, 210320, 337336)]  # HTA's, by value
