@@ -53,3 +53,4 @@ class DsaCollectOptions:
     seed: int = 0
     scores: Scores = "stats"
     run_name: str | None = None
+    commit_every_s: float = 30.0  # how often the traced rows are committed (and at the end)

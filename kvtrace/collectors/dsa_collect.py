@@ -93,17 +93,20 @@ def collect_dsa(
     seed: int = 0,
     scores: Literal["stats", "full"] = "stats",
     progress: Progress | None = None,
+    commit_every_s: float = 30.0,
 ) -> CollectReport:
     """Decode every request with ``model``, tracing its DSA selections into ``warehouse``.
 
     Requests are decoded ``batch_size`` at a time (one batched decode step for all of
     them).  Prompts longer than ``max_prompt_tokens`` are not run; they are recorded in
     ``requests`` with a skip reason.  ``max_new_tokens`` 0 decodes until EOS or the
-    model's max_seq_len.
+    model's max_seq_len.  The traced rows are committed every ``commit_every_s`` seconds
+    and at the end.
     """
     _check_batching(model, batch_size)
     tracer = DsaTracer(
         warehouse,
+        commit_every_s=commit_every_s,
         run_name=run_name,
         dataset=dataset,
         block_sizes=block_sizes,
@@ -280,6 +283,7 @@ def replay_arrivals(
     max_prompt_tokens: int = 16384,
     seed: int = 0,
     progress: Progress | None = None,
+    commit_every_s: float = 30.0,
 ) -> CollectReport:
     """Serve recorded arrivals FIFO on a simulated clock, tracing DSA selections.
 
@@ -297,6 +301,7 @@ def replay_arrivals(
         raise InputError("the time scale must be positive")
     tracer = DsaTracer(
         warehouse,
+        commit_every_s=commit_every_s,
         run_name=run_name,
         dataset=dataset,
         block_sizes=block_sizes,

@@ -39,6 +39,7 @@ def run_dsa_collection(
         max_prompt_tokens=options.max_prompt_tokens,
         seed=options.seed,
         progress=progress,
+        commit_every_s=options.commit_every_s,
     )
     if options.dataset in REPLAYED:
         return replay_arrivals(warehouse, requests, time_scale=options.time_scale, **common)
