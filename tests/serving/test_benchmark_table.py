@@ -10,26 +10,9 @@ import pytest
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from tests.conftest import DATA
-from tests.serving.vllm_metrics import Outcome, calculate_metrics, disagreements
+from tests.serving.vllm_metrics import calculate_metrics, disagreements, outcomes_of
 
 VLLM = DATA / "workload" / "vllm_bench_example.json"
-
-
-def _outcomes(document: dict) -> list[Outcome]:
-    """The example's requests as vLLM's client recorded them; the file has no latencies,
-    so each request's ends at its last chunk."""
-    return [
-        Outcome(
-            document["input_lens"][i],
-            success=not error,
-            error=error,
-            ttft=document["ttfts"][i],
-            itl=document["itls"][i],
-            latency=document["ttfts"][i] + sum(document["itls"][i]),
-            usage_tokens=document["output_lens"][i],
-        )
-        for i, error in enumerate(document["errors"])
-    ]
 
 
 def test_the_table_is_what_vllm_computes_for_the_example(warehouse):
@@ -41,7 +24,7 @@ def test_the_table_is_what_vllm_computes_for_the_example(warehouse):
     (row,) = table.to_pylist()
     document = json.loads(VLLM.read_text())
     goodput = {"ttft": 250.0, "tpot": 25.0, "e2el": 6000.0}
-    reported = calculate_metrics(_outcomes(document), document["duration"], goodput)
+    reported = calculate_metrics(outcomes_of(document), document["duration"], goodput)
     assert not disagreements(row, reported)
 
 

@@ -13,7 +13,7 @@ import pytest
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from tests.conftest import DATA
-from tests.serving.vllm_metrics import Outcome, calculate_metrics, disagreements
+from tests.serving.vllm_metrics import calculate_metrics, disagreements, outcomes_of
 
 UPSTREAM = DATA / "workload" / "upstream"
 VLLM = UPSTREAM / "vllm_llama-3.3-70b_tp8_sharegpt_qps_inf.json.gz"
@@ -50,19 +50,7 @@ def test_a_vllm_benchmark_serving_result(warehouse, tmp_path):
         assert computed[key] == pytest.approx(document[key], rel=tolerance), key
     for key in ("request_throughput", "output_throughput", "total_token_throughput"):
         assert computed[key] == pytest.approx(document[key], rel=1e-12), key
-    outcomes = [
-        Outcome(
-            document["input_lens"][i],
-            success=not error,
-            error=error,
-            ttft=document["ttfts"][i],
-            itl=document["itls"][i],
-            latency=document["ttfts"][i] + sum(document["itls"][i]),
-            usage_tokens=document["output_lens"][i],
-        )
-        for i, error in enumerate(document["errors"])
-    ]
-    reported = calculate_metrics(outcomes, document["duration"], {})
+    reported = calculate_metrics(outcomes_of(document), document["duration"], {})
     assert not disagreements(computed, reported)
 
 

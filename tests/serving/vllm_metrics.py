@@ -76,6 +76,23 @@ def output_len(outcome: Outcome) -> int:
     return outcome.usage_tokens or outcome.text_tokens
 
 
+def outcomes_of(document: dict) -> list[Outcome]:
+    """The requests of a result file that keeps no latencies, as vLLM's client recorded
+    them: each request's latency ends at its last chunk."""
+    return [
+        Outcome(
+            document["input_lens"][i],
+            success=not error,
+            error=error,
+            ttft=document["ttfts"][i],
+            itl=document["itls"][i],
+            latency=document["ttfts"][i] + sum(document["itls"][i]),
+            usage_tokens=document["output_lens"][i],
+        )
+        for i, error in enumerate(document["errors"])
+    ]
+
+
 @dataclass
 class Reported:
     """What ``calculate_metrics`` reports, by serving_benchmark_table's column names, and

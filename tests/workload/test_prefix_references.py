@@ -206,13 +206,7 @@ def test_block_curves_equal_libcachesim_s(trace):
     con = _connection(requests, inputs)
     capacities = sorted({1, 2, len(set(stream)), len(stream), len(stream) + 1})
     for policy in ("lru", "fifo", "opt"):
-        rows = _curve(con, policy, capacities, "block", "blocks")
-        for capacity in capacities:
-            theirs = _libcachesim_hits(stream, capacity, policy)
-            assert rows[capacity]["hits"] == theirs, (
-                f"{policy} at {capacity} blocks: kvtrace {rows[capacity]['hits']} hits, "
-                f"libCacheSim {theirs} on {stream}"
-            )
+        _assert_libcachesim_s(con, stream, policy, capacities, f"on {stream}")
 
 
 def test_block_curves_equal_libcachesim_s_on_mooncake_s_trace():
@@ -225,13 +219,20 @@ def test_block_curves_equal_libcachesim_s_on_mooncake_s_trace():
         ("fifo", [distinct // 3, distinct]),
         ("opt", [distinct // 3]),
     ):
-        rows = _curve(con, policy, capacities, "block", "blocks")
-        for capacity in capacities:
-            theirs = _libcachesim_hits(stream, capacity, policy)
-            assert rows[capacity]["hits"] == theirs, (
-                f"{policy} at {capacity} blocks on Mooncake's trace: kvtrace "
-                f"{rows[capacity]['hits']} hits, libCacheSim {theirs}"
-            )
+        _assert_libcachesim_s(con, stream, policy, capacities, "on Mooncake's trace")
+
+
+def _assert_libcachesim_s(
+    con: duckdb.DuckDBPyConnection, stream: list[int], policy: str, capacities: list[int], on: str
+) -> None:
+    """The block curve's hits at each capacity are libCacheSim's over the same stream."""
+    rows = _curve(con, policy, capacities, "block", "blocks")
+    for capacity in capacities:
+        theirs = _libcachesim_hits(stream, capacity, policy)
+        assert rows[capacity]["hits"] == theirs, (
+            f"{policy} at {capacity} blocks {on}: kvtrace {rows[capacity]['hits']} hits, "
+            f"libCacheSim {theirs}"
+        )
 
 
 # -- invariants ----------------------------------------------------------------------------
