@@ -26,6 +26,7 @@ from kvtrace.ingest.lines import (
 )
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.values import is_positive_int
 from kvtrace.prefetch import prefetched
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.dsa_writer import DEFAULT_PREFIX_KEY_TOKENS, DsaFileResult, DsaWriter
@@ -154,7 +155,7 @@ def _given_key_tokens(sidecar: dict[str, Any], options: IngestOptions) -> int | 
     config = sidecar.get("config") or {}
     for name in ("prefix_key_tokens", "trace_prefix_key_tokens", "prefix_tokens"):
         value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if is_positive_int(value):
             return value
     return None
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvtrace.ingest.lines import is_gzip, read_chunks
+from kvtrace.ingest.values import is_positive_int
 
 _KEY = b'"prefix_cached_blocks"'
 _SEPARATORS = (b" ", b"\t", b":")
@@ -69,6 +70,6 @@ def _key_tokens_of(line: bytes, default_block_size: int) -> int | None:
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     size = size or default_block_size
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (blocks, size)):
+    if not (is_positive_int(blocks) and is_positive_int(size)):
         return None
-    return int(blocks * size)
+    return blocks * size

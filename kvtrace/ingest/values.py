@@ -8,6 +8,7 @@ sentence for the quarantine: nothing is wrapped, rounded or stored as infinity.
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 INT64_LIMIT = 2**63
 # units of time by their power of ten in seconds, as benchmark exports name them
@@ -19,6 +20,11 @@ EXACT_LIMIT = 2.0**53  # magnitudes float64 holds exactly
 
 class BadValue(ValueError):
     """A value its column cannot hold; the message says which and why."""
+
+
+def is_positive_int(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a JSON integer above 0 (``true`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def whole_number(name: str, value: object, *, minimum: int | None = 0) -> int:
