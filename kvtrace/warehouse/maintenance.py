@@ -358,23 +358,13 @@ def vacuum(
             if table is None:
                 continue
             doomed = _unneeded(warehouse, table, name, named.get(name), retain_hours)
-            if doomed and not dry_run:
-                for path in doomed:
-                    warehouse.storage.remove(f"{name}/{path}")
-            if doomed:
-                report.tables[name] = f"{len(doomed)} file(s)" + (" would go" if dry_run else "")
+            _sweep(warehouse, name, doomed, dry_run, report)
         for name in (JOURNAL, LOCK_TABLE):  # append-only: only orphans of failed
             # commit attempts, never younger than the safe retention
             table = open_table(warehouse.storage, name)
-            if table is not None and (
-                deleted := table.vacuum(
-                    retention_hours=math.ceil(max(retain_hours, SAFE_RETAIN_HOURS)),
-                    dry_run=dry_run,
-                    enforce_retention_duration=False,
-                    full=True,
-                )
-            ):
-                report.tables[name] = f"{len(deleted)} file(s)" + (" would go" if dry_run else "")
+            if table is not None:
+                hours = max(retain_hours, SAFE_RETAIN_HOURS)
+                _sweep(warehouse, name, _expired(warehouse, table, name, hours), dry_run, report)
         if not dry_run:
             for hold in warehouse.storage.dead_holds():
                 warehouse.storage.remove(hold)
@@ -382,17 +372,39 @@ def vacuum(
     return report
 
 
-def _unneeded(
-    warehouse: Warehouse, table: DeltaTable, name: str, named: int | None, retain_hours: float
-) -> list[str]:
-    """The files of ``table`` (paths in it) that no version inside the retention, no
-    version the journal names and no commit in flight needs."""
+def _sweep(
+    warehouse: Warehouse, name: str, doomed: list[str], dry_run: bool, report: MaintenanceReport
+) -> None:
+    """Delete ``doomed`` (paths in table ``name``) unless ``dry_run``, and say how many."""
+    if not doomed:
+        return
+    if not dry_run:
+        for path in doomed:
+            warehouse.storage.remove(f"{name}/{path}")
+    report.tables[name] = f"{len(doomed)} file(s)" + (" would go" if dry_run else "")
+
+
+def _expired(warehouse: Warehouse, table: DeltaTable, name: str, retain_hours: float) -> list[str]:
+    """The files of ``table`` (paths in it) that Delta's vacuum would delete and that are
+    there: it names a removed file's tombstone at every run, deleted already or not."""
     candidates = table.vacuum(
         retention_hours=math.ceil(retain_hours),
         dry_run=True,
         enforce_retention_duration=False,
         full=True,
     )
+    if not candidates:
+        return []
+    present = warehouse.storage.list_files(name)
+    return [path for path in candidates if f"{name}/{path}" in present]
+
+
+def _unneeded(
+    warehouse: Warehouse, table: DeltaTable, name: str, named: int | None, retain_hours: float
+) -> list[str]:
+    """The files of ``table`` (paths in it) that no version inside the retention, no
+    version the journal names and no commit in flight needs."""
+    candidates = _expired(warehouse, table, name, retain_hours)
     if not candidates:
         return []
     keep = set()

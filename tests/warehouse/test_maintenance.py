@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -170,3 +171,40 @@ def test_vacuum_never_deletes_what_the_newest_version_reads(warehouse, synthetic
     vacuum(warehouse, retain_hours=retain, force=True)
     assert _count(warehouse.location) == 24
     assert check(warehouse).healthy
+
+
+def _files_on_disk(location: str) -> set[str]:
+    storage = Warehouse(location).storage
+    return {
+        path
+        for path in storage.list_files("")
+        if path.endswith(".parquet") and "/_delta_log/" not in path
+    }
+
+
+def test_vacuum_counts_only_the_files_it_deletes(tmp_path, synthetic_trace, cli):
+    """Delta's vacuum names a removed file's tombstone at every run, present or not: a
+    second vacuum reported the first one's count again."""
+    location = warehouse_at(tmp_path / "wh")
+    warehouse = Warehouse(location, create=True)
+    for n in range(3):
+        ingest(
+            warehouse,
+            [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=2, seed=n))],
+        )
+    optimize(Warehouse(location))
+    before = _files_on_disk(location)
+    status, out, _ = cli("-w", location, "vacuum", "--retain-hours", "0", "--force")
+    assert status == 0
+    gone = before - _files_on_disk(location)
+    said = {
+        line.split(": ")[0]: int(line.split(": ")[1].split()[0])
+        for line in out.splitlines()
+        if line.endswith(" file(s)")
+    }
+    assert said == Counter(path.split("/", 1)[0] for path in gone)
+    assert sum(said.values()) == 15  # the 3 files of each of the 5 tables compacted
+    status, out, _ = cli("-w", location, "vacuum", "--retain-hours", "0", "--force")
+    assert status == 0 and out.strip() == "nothing to delete"
+    assert _files_on_disk(location) == before - gone
+    assert _count(location) == 24
