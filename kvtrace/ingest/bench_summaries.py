@@ -37,6 +37,7 @@ from kvtrace.ingest.values import (
     MILLISECONDS_PER_UNIT,
     SECONDS_PER_UNIT,
     finite_number,
+    is_number,
     whole_number,
 )
 from kvtrace.warehouse.rejects import BadLine
@@ -227,8 +228,18 @@ def time_per_output_token(
 
 
 def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The summary row of an AIPerf or GenAI-Perf JSON export, and the run's settings."""
+    """The summary row of an AIPerf or GenAI-Perf JSON export, and the run's settings; a
+    value no column holds (not a number, negative, infinite, beyond 2**53) is an
+    `InputError` naming the file and the value."""
     document = read_json_document(path)
+    try:
+        return _export_summary(document, fmt)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+def _export_summary(document: dict[str, Any], fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`read_summary_export` of a parsed export; ValueError for a value out of range."""
     metrics = export_metrics(document)
     tool = "aiperf" if fmt == "aiperf_summary" else "genai-perf"
 
@@ -237,7 +248,7 @@ def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str,
         entry = metrics.get(metric)
         if not isinstance(entry, dict) or entry.get(statistic) is None:
             return None
-        value = finite_number(f"{metric}.{statistic}", entry[statistic])
+        value = finite_number(f"{metric}.{statistic}", entry[statistic], minimum=0)
         return value, str(entry.get("unit", ""))
 
     def number(metric: str) -> float | None:
@@ -250,7 +261,7 @@ def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str,
             return None
         value, unit = found
         if unit not in MILLISECONDS_PER_UNIT:
-            raise InputError(f"{path}: {metric} is in {unit!r}, not a unit of time")
+            raise ValueError(f"{metric} is in {unit!r}, not a unit of time")
         return value * MILLISECONDS_PER_UNIT[unit]
 
     def total(metric: str) -> int | None:
@@ -273,27 +284,26 @@ def read_summary_export(path: Path, fmt: str) -> tuple[dict[str, Any], dict[str,
         "request_throughput": number("request_throughput"),
         "output_throughput": number("output_token_throughput"),
     }
-    try:
-        for metric, names in EXPORT_METRICS.items():
-            name = next((name for name in names if name in metrics), names[0])
-            for statistic, key in STATISTICS.items():
-                summary[f"{statistic}_{metric}_ms"] = milliseconds(name, key)
-    except ValueError as exc:
-        raise InputError(f"{path}: {exc}") from None
+    for metric, names in EXPORT_METRICS.items():
+        name = next((name for name in names if name in metrics), names[0])
+        for statistic, key in STATISTICS.items():
+            summary[f"{statistic}_{metric}_ms"] = milliseconds(name, key)
     return summary, {k: v for k, v in settings.items() if v is not None}
 
 
 def _load_settings(config: object) -> dict[str, Any]:
-    """The request rate and concurrency an export's ``input_config`` asked for."""
+    """The request rate and concurrency an export's ``input_config`` asked for (a value
+    that is no number is not a setting; a number out of range raises `BadValue`)."""
     if not isinstance(config, dict):
         return {}
-    places = [config, config.get("loadgen") or {}]
+    places = {"input_config": config, "input_config.loadgen": config.get("loadgen") or {}}
     found: dict[str, Any] = {}
-    for place in places:
+    for where, place in places.items():
         if not isinstance(place, dict):
             continue
-        if isinstance(place.get("concurrency"), int):
-            found["max_concurrency"] = place["concurrency"]
-        if isinstance(place.get("request_rate"), (int, float)):
-            found["request_rate"] = float(place["request_rate"])
+        concurrency, rate = place.get("concurrency"), place.get("request_rate")
+        if is_number(concurrency):
+            found["max_concurrency"] = whole_number(f"{where}.concurrency", concurrency)
+        if is_number(rate):
+            found["request_rate"] = finite_number(f"{where}.request_rate", rate, minimum=0)
     return found

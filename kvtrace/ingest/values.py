@@ -27,6 +27,11 @@ def is_positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def is_number(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` is a JSON number (``true`` is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def whole_number(name: str, value: object, *, minimum: int | None = 0) -> int:
     """``value`` as an int64: a JSON integer (or a whole float) within range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
