@@ -32,7 +32,9 @@ A value that is not a number, or a negative time or length, sends its row to the
 quarantine with the reason.  The files that carry the tool's own summary (SGLang's
 bench_serving lines, AIPerf's and GenAI-Perf's JSON exports) are read by
 `kvtrace.ingest.bench_summaries`.  Runs are named after their file, or after their
-folder for the fixed names AIPerf and GenAI-Perf give (``profile_export*``).
+folder for the fixed names AIPerf and GenAI-Perf give (``profile_export*``); a file of
+such a name that is a damaged JSON export, or a CSV export named on the command line, is
+one sentence saying so (`kvtrace.ingest.export_names`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from kvtrace.ingest.bench_summaries import (
     time_per_output_token,
 )
 from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv_columns
+from kvtrace.ingest.export_names import unreadable_export
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import json_records, raw_text, read_json_document
 from kvtrace.ingest.probe import Probe
@@ -66,6 +69,7 @@ from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
 
 ResultFormat = Literal["vllm", "aiperf", "vidur_requests", "vidur_batches"]
 FIXED_NAMES = "profile_export"  # AIPerf's and GenAI-Perf's files, named the same in every run
+UNREADABLE_EXPORT = "unreadable_export"  # a damaged JSON export, or a CSV export
 
 VIDUR_REQUEST_COLUMNS = {
     "input_tokens": "request_num_prefill_tokens",
@@ -396,6 +400,8 @@ class BenchmarkFamily:
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
+        if unreadable_export(probe.path, probe.source.named) is not None:
+            return UNREADABLE_EXPORT  # its reader says what is wrong
         if not probe.is_json_document:
             return detect_results_csv(probe.csv_header)
         head = probe.head
@@ -430,6 +436,9 @@ class BenchmarkFamily:
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
+        if fmt == UNREADABLE_EXPORT:
+            error = unreadable_export(probe.path, probe.source.named)
+            raise error or InputError(f"{probe.path} changed while kvtrace read it")
         labelled = {"experiment": options.experiment} if options.experiment else {}
         if fmt == "sglang":
             summaries, requests, rejected = read_sglang_lines(probe.path)

@@ -1,5 +1,6 @@
 """Hostile AIPerf and GenAI-Perf summary exports, built from the tools' files: a value out
-of range is one sentence naming the file and the value (tests/data/workload)."""
+of range is one sentence naming the file and the value, and an export that is damaged is
+said to be one (tests/data/workload)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,33 @@ def test_an_export_value_out_of_range_is_one_sentence_naming_file_and_value(
     path = _export(tmp_path, source, text)
     err = _ingest_fails(cli, warehouse, path)
     assert f"{path}: {said}" in err, err
+
+
+@pytest.mark.parametrize(("source", "tool"), [(AIPERF, "an AIPerf"), (GENAI_PERF, "a GenAI-Perf")])
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda text: text[: len(text) // 2], "not valid JSON"),
+        (lambda text: text + b"\n}garbage", "not valid JSON"),
+        (lambda text: b"[" + text + b"]", "holds no JSON object"),
+        (lambda text: b'{"records": {}}', "holds none of the export's metrics"),
+    ],
+)
+@pytest.mark.parametrize("named", [True, False])
+def test_a_damaged_export_is_said_to_be_damaged_not_an_unknown_file(
+    cli, warehouse, tmp_path, source, tool, damage, reason, named
+):
+    path = _export(tmp_path, source, damage(source.read_bytes()))
+    err = _ingest_fails(cli, warehouse, path if named else path.parent)
+    assert f"{path} looks like {tool} export but is damaged: {reason}" in err, err
+
+
+def test_a_csv_export_named_on_the_command_line_points_to_the_json_one(cli, warehouse, tmp_path):
+    path = tmp_path / "run" / "profile_export_genai_perf.csv"
+    path.parent.mkdir()
+    path.write_text("Metric,avg,min,max\nTime To First Token (ms),189.78,3.91,7")  # cut short
+    err = _ingest_fails(cli, warehouse, path)
+    assert (
+        f"{path} is GenAI-Perf's CSV export, which kvtrace does not read: "
+        "ingest profile_export_genai_perf.json, written beside it" in err
+    ), err
