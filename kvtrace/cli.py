@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from kvtrace._version import __version__
-from kvtrace.analysis import connect
+from kvtrace.analysis import open_analysis_connection
 from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
@@ -771,11 +771,19 @@ def sql(
         ),
     ] = False,
     as_of: AsOfOption = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            help="Memory the query may use, as 8GB, 512MiB or 25% [default: half the "
+            "memory]; it may spill twice that to a temporary folder.",
+        ),
+    ] = None,
 ) -> None:
     """Run read-only SQL against the warehouse's views.
 
     Statements separated by ';' run in turn; the last one's rows are printed. The table
-    format shows the first 1,000 rows; csv, json and parquet stream every row.
+    format shows the first 1,000 rows; csv, json and parquet stream every row. Ctrl-C
+    and SIGTERM stop a running query.
 
     Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
     """
@@ -787,7 +795,7 @@ def sql(
     fmt = _output_format(fmt, output)
     warehouse = _open(as_of=as_of)
     _check_output(output, warehouse)
-    _answer(warehouse, text, fmt, output, no_external_access)
+    _answer(warehouse, text, fmt, output, no_external_access, memory_limit)
 
 
 def _check_output(output: Path | None, warehouse: Warehouse) -> None:
@@ -805,30 +813,37 @@ def _answer(
     fmt: OutputFormat,
     output: Path | None,
     no_external_access: bool = False,
+    memory_limit: str | None = None,
 ) -> None:
     """Run the read-only SQL ``text`` against ``warehouse`` and write its rows in ``fmt``
-    to ``output`` (standard output when None)."""
+    to ``output`` (standard output when None), within ``memory_limit``."""
+    from kvtrace.sql.interrupt import interruptible
     from kvtrace.sql.query import atomic_output, restrict_to, run_query, write_stream
 
-    con = connect(warehouse, for_sql=text)  # only what the SQL names: a quick start
-    try:
+    def opened(for_sql: str | None) -> duckdb.DuckDBPyConnection:
+        con = open_analysis_connection(warehouse, for_sql=for_sql, memory_limit=memory_limit)
         if no_external_access:
             restrict_to(con, warehouse.location)
+        return con
+
+    con = opened(text)  # only what the SQL names: a quick start
+    try:
         try:
-            result = run_query(con, text, fmt)
+            with interruptible(con):
+                result = run_query(con, text, fmt)
         except QueryError:  # a name bound only at run time, or a real error: say it in full
             con.close()
-            con = connect(warehouse)
-            if no_external_access:
-                restrict_to(con, warehouse.location)
-            result = run_query(con, text, fmt)
-        if output is None:
-            write_stream(result, fmt, sys.stdout.buffer, _width(None))
-            sys.stdout.flush()
-        else:
-            with atomic_output(output) as sink:
-                write_stream(result, fmt, sink)
-            err.say(f"wrote {output}")
+            con = opened(None)
+            with interruptible(con):
+                result = run_query(con, text, fmt)
+        with interruptible(con):
+            if output is None:
+                write_stream(result, fmt, sys.stdout.buffer, _width(None))
+                sys.stdout.flush()
+            else:
+                with atomic_output(output) as sink:
+                    write_stream(result, fmt, sink)
+                err.say(f"wrote {output}")
     except _duckdb_error() as exc:  # raised while streaming rows
         from kvtrace.sql.query import query_error
 
@@ -1059,7 +1074,7 @@ def prefix_curve(
     from kvtrace.sql.runs import run_ids
 
     chosen = _output_format(fmt, output)
-    con = connect(_open())
+    con = open_analysis_connection(_open())
     spec = PrefixCurveSpec(
         policy=policy,
         capacities=tuple(capacity or []),
@@ -1112,7 +1127,7 @@ def hit_curve(
     from kvtrace.sql.runs import run_ids
 
     chosen = _output_format(fmt, output)
-    con = connect(_open())
+    con = open_analysis_connection(_open())
     runs = run_ids(con, run, having="dsa_steps", what="DSA rows") if run else None
     specs = [
         StreamSpec(
@@ -1409,7 +1424,7 @@ def demo() -> None:
         f"{result.seconds:.1f} s) into run {result.run_id}"
     )
     warehouse = _open()
-    con = connect(warehouse)
+    con = open_analysis_connection(warehouse)
     try:
         from kvtrace.analysis.summary import run_summary
 

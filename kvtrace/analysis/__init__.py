@@ -23,35 +23,61 @@ from kvtrace.defaults import default_path
 if TYPE_CHECKING:
     import duckdb
 
+    from kvtrace.sql.guard import GuardedConnection
     from kvtrace.warehouse import Warehouse
 
 
 def connect(
     warehouse: Warehouse | str | os.PathLike[str] | None = None,
     *,
+    read_only: bool = True,
+    memory_limit: str | None = None,
     for_sql: str | None = None,
-) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every table, view, macro and function of a warehouse.
+) -> GuardedConnection:
+    """A DuckDB connection with every table, view, macro and function of a warehouse,
+    which cannot write into the warehouse.
 
-    ``warehouse`` is an open `Warehouse` or its path (default: `default_path`).  With
-    ``for_sql``, only the views, macros and tables that SQL names are bound (with what
-    they require): faster to open, for that SQL alone.
+    ``warehouse`` is an open `Warehouse` or its path (default: `default_path`).  The
+    connection runs SELECT-like SQL only, as ``kvtrace sql`` does; with
+    ``read_only=False`` it is a scratch connection that runs any statement that names no
+    path inside the warehouse (temporary tables, ``COPY ... TO`` a file elsewhere).
+    Relations write files (``write_parquet``) only outside the warehouse.  A query may
+    use ``memory_limit`` ("8GB", "25%"; default: half the memory) and spill twice that
+    into a temporary folder of its own.  With ``for_sql``, only the views, macros and
+    tables that SQL names are bound (with what they require): faster to open, for that
+    SQL alone.
 
     Examples
     --------
     >>> con = kvtrace.connect("kvtrace-warehouse")  # doctest: +SKIP
     >>> con.sql("SELECT * FROM dsa_summary").pl()  # doctest: +SKIP
     """
-    from kvtrace.analysis.function_reads import READS
-    from kvtrace.sql.catalog import named_definitions, open_connection
+    from kvtrace.sql.guard import GuardedConnection, WarehousePaths
     from kvtrace.warehouse import Warehouse
 
     if not isinstance(warehouse, Warehouse):
         warehouse = Warehouse(warehouse or default_path())
+    con = open_analysis_connection(warehouse, for_sql=for_sql, memory_limit=memory_limit)
+    paths = WarehousePaths(warehouse.location, warehouse.root)
+    return GuardedConnection(con, paths, read_only=read_only)
+
+
+def open_analysis_connection(
+    warehouse: Warehouse, *, for_sql: str | None = None, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """The connection kvtrace's own commands use: every name of the warehouse and the
+    analysis layer's functions, unguarded; with ``for_sql``, only what that SQL names is
+    bound (with what they require): faster to open, for that SQL alone."""
+    from kvtrace.analysis.function_reads import READS
+    from kvtrace.sql.catalog import named_definitions, open_connection
+    from kvtrace.sql.limits import memory_bound
+
     also: list[str] = []
     if for_sql is not None:  # an analysis reads views it names only when it runs
         called = named_definitions(for_sql) + for_sql
         also = [file for name, files in READS.items() if name in called for file in files]
-    return open_connection(
+    con = open_connection(
         warehouse, functions=("kvtrace.analysis.functions",), for_sql=for_sql, with_files=also
     )
+    memory_bound(memory_limit).apply(con)
+    return con

@@ -63,10 +63,10 @@ def run_analysis(
 ) -> R:
     """The analysis over ``warehouse``: here, or with each share a task of ``executor``
     (about ``tasks`` shares; by default as many as the executor has workers)."""
-    from kvtrace.analysis import connect
+    from kvtrace.analysis import open_analysis_connection
 
     if executor is None:
-        con = connect(warehouse)
+        con = open_analysis_connection(warehouse)
         try:
             return run_here(analysis, con)
         finally:
@@ -76,7 +76,7 @@ def run_analysis(
         if warehouse.as_of is not None
         else Warehouse(warehouse.location, as_of=warehouse.version)
     )
-    con = connect(pinned)
+    con = open_analysis_connection(pinned)
     try:
         workers: int = tasks or getattr(executor, "workers", None) or os.cpu_count() or 1
         shares = analysis.plan(con, workers)
@@ -99,9 +99,9 @@ def pinned_connection(location: str, version: int) -> duckdb.DuckDBPyConnection:
     """A connection to the warehouse at ``version``, kept by a worker process for its
     next tasks: a version never changes, and opening one loads the whole SQL library.
     DuckDB runs on ``$KVTRACE_THREADS`` threads when the executor set it."""
-    from kvtrace.analysis import connect
+    from kvtrace.analysis import open_analysis_connection
 
-    con = connect(Warehouse(location, as_of=version))
+    con = open_analysis_connection(Warehouse(location, as_of=version))
     if threads := os.environ.get(THREADS_VARIABLE):
         con.execute(f"SET threads = {max(1, int(threads))}")
     return con

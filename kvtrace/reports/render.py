@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace._version import __version__
-from kvtrace.analysis import connect
+from kvtrace.analysis import open_analysis_connection
 from kvtrace.errors import QueryError
 from kvtrace.reports import charts
 from kvtrace.reports.html import RenderedSection, page
@@ -28,7 +28,7 @@ def render_report(
 ) -> str:
     """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select;
     ``settings`` are the user's values its queries read (``getvariable``)."""
-    con = connect(warehouse)
+    con = open_analysis_connection(warehouse)
     try:
         scope = report.select(con, runs, experiments)
         scope.variables.update(settings or {})

@@ -229,6 +229,8 @@ def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of ``con`` that sees everything ``con`` sees."""
     from kvtrace.sql.library_cache import with_search_path
 
+    if not isinstance(con, duckdb.DuckDBPyConnection):  # a guarded one: its own cursor
+        return con.cursor()
     cursor = con.cursor()
     for name, data in _REGISTERED.get(con, {}).items():
         cursor.register(name, data)

@@ -30,11 +30,13 @@ _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.I
 TABLE_ROW_CAP = 1000  # rows the table format prints; the file formats stream every row
 
 
-def read_only_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement]:
+def read_only_statements(
+    con: duckdb.DuckDBPyConnection, sql: str, who: str = "kvtrace sql"
+) -> list[duckdb.Statement]:
     """The statements of ``sql``, parsed by ``con`` (DuckDB's module-level parser would
     open its default database first: 16 ms); anything but SELECT / EXPLAIN is refused (so
-    nothing can write or attach), and an EXPLAIN is judged by the statement it explains
-    (EXPLAIN ANALYZE runs it)."""
+    nothing can write or attach; the error says ``who`` is read-only), and an EXPLAIN is
+    judged by the statement it explains (EXPLAIN ANALYZE runs it)."""
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
@@ -46,11 +48,11 @@ def read_only_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckd
         if kind == "EXPLAIN":
             inner = _EXPLAIN.sub("", statement.query, count=1)
             if inner.strip() and inner != statement.query:
-                read_only_statements(con, inner)
+                read_only_statements(con, inner, who)
                 continue
         if kind not in READ_ONLY:
             raise QueryError(
-                f"kvtrace sql is read-only: {kind} statements are refused "
+                f"{who} is read-only: {kind} statements are refused "
                 "(use SELECT, DESCRIBE, SUMMARIZE, SHOW or EXPLAIN)"
             )
     return statements
@@ -111,6 +113,11 @@ def query_error(exc: duckdb.Error) -> QueryError:
     """One sentence for a failed statement: a kvtrace function's own, or DuckDB's with
     what to do next (a file the warehouse cannot read points to ``kvtrace check``)."""
     message = _first_line(exc)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        detail = message.removeprefix("Out of Memory Error: ").rstrip(".")
+        return QueryError(
+            f"out of memory: {detail}; raise --memory-limit (as 16GB or 75%) or narrow the query"
+        )
     own = _OWN_ERROR.match(message)
     if own:  # a kvtrace function refused its arguments: its sentence alone
         return QueryError(own[1])
