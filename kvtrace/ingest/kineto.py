@@ -6,7 +6,9 @@ from ``args``; for ``gpu_memcpy`` events the copy kind from the name (``Memcpy D
 (Device -> Pageable)`` is ``DtoH``) and ``args.bytes``.  Metadata events and other phases
 are left out; an event without a numeric ``ts`` and ``dur``, or with an id or byte
 count that is a fractional number or beyond int64, goes to the quarantine (an id given as
-text or a boolean reads as null).  The
+text or a boolean reads as null).  An event that repeats an earlier one exactly (every
+value its row keeps, and the ids Kineto gives events, ``Ev Idx`` and ``Python id``, when
+it gives them) is stored once (`kvtrace.ingest.repeats`).  The
 iteration (``ProfilerStep#N``) of each event is worked out by the ``timeline_events``
 view, so the file is read once.  The trace's ``distributedInfo`` gives the rank and goes
 to ``runs`` with the schema version (Kineto writes these keys before the events; a rank
@@ -27,6 +29,7 @@ import gzip
 import json
 import operator
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +43,8 @@ from kvtrace.errors import InputError
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import NESTED_TOO_DEEPLY, is_gzip
 from kvtrace.ingest.probe import Probe
-from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.repeats import Repeats
+from kvtrace.ingest.sink import REPEATED, FileSink
 from kvtrace.ingest.values import EXACT_LIMIT, BadValue, finite_number, whole_number
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
@@ -69,6 +73,9 @@ class EventArgs(msgspec.Struct, gc=False):
     wait_on_stream: Any = None
     wait_on_correlation: Any = msgspec.field(name="wait_on_cuda_event_record_corr_id", default=None)
     memory_bw_gbps: Any = msgspec.field(name="memory bandwidth (GB/s)", default=None)
+    # not kept, but they tell apart events that are alike in every kept value
+    event_index: Any = msgspec.field(name="Ev Idx", default=None)
+    python_id: Any = msgspec.field(name="Python id", default=None)
 
 
 class Event(msgspec.Struct, gc=False):
@@ -95,6 +102,14 @@ _INT_ARGS = (
     "wait_on_stream",
     "wait_on_correlation",
 )
+# the ids a batch carries until its exact repeats are left out
+_IDS = {"ev_idx": operator.attrgetter("event_index"), "python_id": operator.attrgetter("python_id")}
+# what tells events apart: every column but the run, the rank (one for all events of a
+# file) and the event's place in the file; and their ids
+_DIGESTED = (
+    *(c for c in TIMELINE_EVENTS.schema.names if c not in ("run_id", "rank", "event_idx")),
+    *_IDS,
+)
 
 
 @dataclass
@@ -113,6 +128,8 @@ class KinetoReader:
     path: Path
     rejected: list[BadLine] = field(default_factory=list)
     header: KinetoHeader = field(default_factory=KinetoHeader)
+    repeated: int = 0  # events left out as exact repeats of earlier ones
+    _seen: Repeats = field(default_factory=Repeats, repr=False)
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
         """Batches of about `BATCH_EVENTS` rows; each run of decoded events becomes
@@ -138,11 +155,21 @@ class KinetoReader:
                 pending.append(self._table(kept, others))
                 held += pending[-1].num_rows
             if held >= BATCH_EVENTS:
-                yield pa.concat_tables(pending)
+                yield self._first_only(pa.concat_tables(pending))
                 pending, held = [], 0
         self._read_header(others)
         if pending:
-            yield self._with_rank(pa.concat_tables(pending))
+            yield self._with_rank(self._first_only(pa.concat_tables(pending)))
+
+    def _first_only(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (with the events' ids beside them) less exact repeats of events
+        before them, without the ids."""
+        first = self._seen.first_seen([rows[column] for column in _DIGESTED])
+        rows = rows.drop_columns(list(_IDS))
+        if first.all():
+            return rows
+        self.repeated += int(np.count_nonzero(~first))
+        return rows.filter(pa.array(first))
 
     def _with_rank(self, rows: pa.Table) -> pa.Table:
         """``rows`` with the rank the header gave (it may come after the events)."""
@@ -171,7 +198,7 @@ class KinetoReader:
         return good
 
     def _table(self, kept: list[tuple[int, Event]], others: dict[str, Any]) -> pa.Table:
-        """The events as one batch, built column by column."""
+        """The events as one batch, built column by column, their ids beside them."""
         self._read_header(others)
         events = [event for _, event in kept]
         ts, dur, integers, bandwidth = _numbers(events)
@@ -203,7 +230,11 @@ class KinetoReader:
             **integers,
             "memory_bw_gbps": _floats(bandwidth),
         }
-        return pa.table(columns, schema=TIMELINE_EVENTS.schema)
+        rows = pa.table(columns, schema=TIMELINE_EVENTS.schema)
+        args = [event.args or _NO_ARGS for event in events]
+        for column, getter in _IDS.items():
+            rows = rows.append_column(column, _identity(list(map(getter, args))))
+        return rows
 
     def _read_header(self, others: dict[str, Any]) -> None:
         info = others.get("distributedInfo")
@@ -400,6 +431,19 @@ def _integers(values: list[Any]) -> pa.Array | None:
         return None
 
 
+def _identity(values: list[Any]) -> pa.Array:
+    """Ids as given: integers as int64, anything else as its JSON text (NULL: none)."""
+    if set(map(type, values)) <= {int, type(None)}:
+        try:
+            return pa.array(values, pa.int64())
+        except OverflowError:
+            pass
+    return pa.array(
+        [None if value is None else msgspec.json.encode(value).decode() for value in values],
+        pa.string(),
+    )
+
+
 def _floats(values: list[Any]) -> pa.Array:
     """JSON values as float64: a number as it is, anything else (bool, text) as null."""
     if set(map(type, values)) <= _NUMBERS | {type(None)}:
@@ -459,6 +503,7 @@ class TimelineFamily:
             "timeline",
             rows=rows,
             rejected=reader.rejected,
+            skipped=Counter({REPEATED: reader.repeated} if reader.repeated else {}),
             config=header.run_config,
             rank=header.rank,
             world_size=header.run_config["distributed_info"].get("world_size"),

@@ -93,3 +93,62 @@ def test_a_run_summary_under_another_name_is_stored_once(warehouse, tmp_path):
     assert ingest(warehouse, [str(first)]).rows == 1
     assert ingest(warehouse, [str(copy)]).rows == 0
     assert _count(warehouse, "run_summaries") == 1
+
+
+def _kineto_events() -> tuple[dict, int]:
+    """The sampled Kineto trace and its number of complete (``X``) events."""
+    with gzip.open(DATA / "kineto_sampled_rank0.json.gz", "rb") as source:
+        trace = json.load(source)
+    complete = sum(1 for e in trace["traceEvents"] if e.get("ph") == "X")
+    return trace, complete
+
+
+@pytest.mark.parametrize("layout", ["each event twice", "the whole list twice"])
+def test_a_profiler_trace_with_every_event_repeated_stores_each_event_once(
+    warehouse, tmp_path, monkeypatch, layout
+):
+    from kvtrace.ingest import kineto
+
+    monkeypatch.setattr(kineto, "BATCH_EVENTS", 500)  # repeats in later batches, too
+    trace, complete = _kineto_events()
+    events = trace["traceEvents"]
+    repeated = [e for e in events for _ in (1, 2)] if layout == "each event twice" else events * 2
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({**trace, "traceEvents": repeated}))
+    report = ingest(warehouse, [str(path)])
+    assert report.rows == complete == 4811
+    assert report.files[0].skipped == {"record repeated within the file": complete}
+    stored = connect(warehouse).execute(
+        "SELECT count(*), count(DISTINCT (pid, tid, ts_us, dur_us, name, correlation)) "
+        "FROM timeline_events"
+    )
+    assert stored.fetchone() == (complete, complete)
+
+
+def test_profiler_events_alike_but_for_one_kept_value_are_all_stored(warehouse, tmp_path):
+    """Only an exact repeat is left out: the same kernel at the same time on another
+    stream, with another correlation id, or given another Kineto event index, is stored."""
+    kernel = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "gemm",
+        "pid": 0,
+        "tid": 7,
+        "ts": 100.5,
+        "dur": 3,
+        "args": {"stream": 7, "correlation": 1, "Ev Idx": 10},
+    }
+    variants = [
+        kernel,
+        {**kernel, "args": {**kernel["args"], "stream": 8}},
+        {**kernel, "args": {**kernel["args"], "correlation": 2}},
+        {**kernel, "args": {**kernel["args"], "Ev Idx": 11}},
+        {**kernel, "args": {"stream": 7, "correlation": 1}},
+        {**kernel, "dur": 3.5},
+        {**kernel, "args": {**kernel["args"], "Unkept": "x"}},  # the same as the first
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": variants}))
+    report = ingest(warehouse, [str(path)])
+    assert report.rows == 6
+    assert report.files[0].skipped == {"record repeated within the file": 1}
