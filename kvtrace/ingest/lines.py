@@ -3,6 +3,7 @@
 A chunk is parsed in one call to Arrow's multi-threaded JSON reader.  Only when that
 fails is the chunk split in halves, recursively, until every failing line stands alone;
 good lines keep their data and bad ones come back with their line number and a reason.
+A line longer than `MAX_LINE_BYTES` is passed over a block at a time and quarantined.
 A family whose lines are mostly long integer arrays (DSA traces) has them read by a
 compiled pass first (`IntLists`), and Arrow parses only the rest; one whose records hold
 integers and integer arrays alone (Mooncake's arrival traces) can have whole chunks read
@@ -33,6 +34,9 @@ from kvtrace.errors import InputError
 from kvtrace.warehouse.rejects import BadLine
 
 CHUNK_BYTES = 4 << 20
+# A line longer than this is no trace's record (a DSA record of a million positions
+# takes a few MB): it is left out, quarantined, without being held in memory
+MAX_LINE_BYTES = 256 << 20
 MAX_RAW_CHARS = 1 << 16
 NOT_UTF8 = "not UTF-8 text (binary data or a corrupted line)"
 NESTED_TOO_DEEPLY = "nested too deeply to read (more levels than any trace record has)"
@@ -50,6 +54,7 @@ class Chunk:
     lines: int  # newline-terminated lines, plus one for a final unterminated line
     source_offset: int  # bytes of the source file (compressed, for .gz) read so far
     truncated: bool = False  # the last chunk of a gzip stream that ends early
+    long_lines: list[BadLine] = field(default_factory=list)  # left out: empty in ``data``
     _split: list[bytes] = field(default_factory=list, repr=False, compare=False)
 
     def line_text(self, line_no: int) -> str:
@@ -64,6 +69,12 @@ class Chunk:
         if not self.truncated:
             return None
         return BadLine(self.first_line + self.lines, TRUNCATED_GZIP, "")
+
+    def notes(self) -> list[BadLine]:
+        """The chunk's quarantine entries that no parser finds: the lines left out for
+        their length, and the note of a file that ends early."""
+        note = self.truncation_note()
+        return self.long_lines + ([note] if note else [])
 
 
 @dataclass
@@ -92,41 +103,99 @@ def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
     """Yield the file (plain or gzip) as chunks of whole lines, about ``chunk_bytes`` each
     (default `CHUNK_BYTES`).
 
-    A gzip stream that ends early yields everything before the cut, its last chunk marked
-    ``truncated``; corrupt gzip data is an `InputError` naming the file.
+    A line longer than `MAX_LINE_BYTES` is passed over a block at a time (never held
+    whole): it stays in its chunk as an empty line, and its number and first bytes are in
+    the chunk's ``long_lines``.  A gzip stream that ends early yields everything before
+    the cut, its last chunk marked ``truncated``; corrupt gzip data is an `InputError`
+    naming the file.
     """
-    chunk_bytes = chunk_bytes or CHUNK_BYTES
-    line = 1
-    pending = b""
+    limit = MAX_LINE_BYTES
+    block_bytes = min(chunk_bytes or CHUNK_BYTES, limit)  # a line inside a block is short
+    lines = _LineSplitter(limit)
     with open(path, "rb") as raw:
         blocks = (
-            _gunzip(raw, chunk_bytes, path)
+            _gunzip(raw, block_bytes, path)
             if is_gzip(path)
-            else iter(lambda: raw.read(chunk_bytes), b"")
+            else iter(lambda: raw.read(block_bytes), b"")
         )
         truncated = False
         for block in blocks:
             if block is _TRUNCATED:
                 truncated = True
                 break
-            data = pending + block
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                pending = data
-                continue
-            pending = data[cut:]
-            count = data.count(b"\n", 0, cut)
-            yield Chunk(data[:cut], line, count, raw.tell())
-            line += count
-        if pending or truncated:
-            yield Chunk(pending, line, 1 if pending else 0, raw.tell(), truncated)
+            if (chunk := lines.take(block, raw.tell())) is not None:
+                yield chunk
+        if (chunk := lines.rest(raw.tell(), truncated)) is not None:
+            yield chunk
+
+
+class _LineSplitter:
+    """Cuts a stream of blocks into chunks of whole lines, numbering them, and passes
+    over lines longer than ``limit`` bytes without keeping more than ``limit`` of one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.line = 1  # the number of the next chunk's first line
+        self.pending = bytearray()  # the start of a line the next block continues
+        self.skipping = False  # inside a line too long to keep, until its newline
+        self.long_lines: list[BadLine] = []  # left out since the last chunk
+
+    def take(self, block: bytes, offset: int) -> Chunk | None:
+        """The whole lines that ``block`` completes, or None while they continue."""
+        if self.skipping:
+            end = block.find(b"\n")
+            if end < 0:
+                return None
+            self.skipping = False
+            block = block[end:]  # the long line's place: an empty line
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            self.pending += block
+            if len(self.pending) > self.limit:
+                self._leave_out(bytes(self.pending[:MAX_RAW_CHARS]))
+                self.pending.clear()
+                self.skipping = True
+            return None
+        head = block[: block.find(b"\n")]
+        if len(self.pending) + len(head) > self.limit:  # a line begun in earlier blocks
+            self._leave_out(bytes(self.pending[:MAX_RAW_CHARS]) + head[:MAX_RAW_CHARS])
+            self.pending.clear()
+            block, cut = block[len(head) :], cut - len(head)
+        data = bytes(self.pending) + block[:cut] if self.pending else block[:cut]
+        self.pending = bytearray(block[cut:])
+        count = data.count(b"\n")
+        chunk = Chunk(data, self.line, count, offset, long_lines=self.long_lines)
+        self.line += count
+        self.long_lines = []
+        return chunk
+
+    def rest(self, offset: int, truncated: bool) -> Chunk | None:
+        """The chunk of what follows the last newline, if anything does."""
+        unterminated = bool(self.pending) or self.skipping
+        if not (unterminated or truncated or self.long_lines):
+            return None
+        lines = 1 if unterminated else 0
+        return Chunk(bytes(self.pending), self.line, lines, offset, truncated, self.long_lines)
+
+    def _leave_out(self, start: bytes) -> None:
+        reason = f"line longer than {_size(self.limit)}: left out, the lines after it read"
+        self.long_lines.append(BadLine(self.line, reason, raw_text(start)))
+
+
+def _size(count: int) -> str:
+    """A byte count as people write it: 256 MiB, 64 KiB, 1000 bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift and count % (1 << shift) == 0:
+            return f"{count >> shift} {unit}"
+    return f"{count:,} bytes"
 
 
 _TRUNCATED = b"<truncated>"
 
 
 def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
-    """Decompressed blocks of a (multi-member) gzip file; `_TRUNCATED` when it ends early."""
+    """Decompressed blocks of at most ``size`` bytes of a (multi-member) gzip file;
+    `_TRUNCATED` when it ends early."""
     decompressor = zlib.decompressobj(wbits=31)
     while True:
         compressed = raw.read(size)
@@ -139,10 +208,10 @@ def _gunzip(raw: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
             if decompressor.eof:  # the next member of the file
                 decompressor = zlib.decompressobj(wbits=31)
             try:
-                yield decompressor.decompress(compressed)
+                yield decompressor.decompress(compressed, size)
             except zlib.error as exc:
                 raise InputError(f"{path}: corrupt gzip data ({exc})") from None
-            compressed = decompressor.unused_data
+            compressed = decompressor.unconsumed_tail or decompressor.unused_data
 
 
 class LineTexts:
@@ -212,8 +281,7 @@ def json_records(
                 rejected.append(BadLine(line_no, reason, raw_text(text)))
                 continue
             yield line_no, text, value
-        if (note := chunk.truncation_note()) is not None:
-            rejected.append(note)
+        rejected.extend(chunk.notes())
         if progress:
             progress(chunk.source_offset)
 
@@ -249,9 +317,14 @@ def parse_chunk(
     With ``int_records``, a chunk whose every line is such a record is read by a
     compiled pass alone; with ``int_lists``, those arrays are read by a compiled pass and
     Arrow parses the rest.  A chunk a pass does not take whole is parsed by Arrow alone.
+    The chunk's lines left out for their length are among the bad lines.
     """
     if not chunk.data or chunk.data.isspace():  # (strip() would copy the chunk)
-        return ParsedChunk(schema.empty_table(), np.zeros(0, dtype=np.int64), [])
+        return ParsedChunk(schema.empty_table(), np.zeros(0, dtype=np.int64), chunk.long_lines)
+    if chunk.long_lines:  # a rare chunk: the empty places of its long lines kept apart
+        parsed = _parse_line_by_line(chunk, schema)
+        parsed.bad = sorted(parsed.bad + chunk.long_lines, key=lambda line: line.line_no)
+        return parsed
     if int_records and (table := _parse_int_records(chunk, schema, int_records)) is not None:
         numbers = np.arange(chunk.first_line, chunk.first_line + chunk.lines, dtype=np.int64)
         return ParsedChunk(table, numbers, [])
