@@ -27,6 +27,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
+from kvtrace.warehouse.log_entry import DAMAGED
 from kvtrace.warehouse.storage import LocalStorage, Storage
 
 COMMIT_ID_KEY = "kvtrace.commit_id"
@@ -83,18 +84,17 @@ def publish_file(storage: Storage, temp: Path, relative: str) -> DataFile:
     return data_file
 
 
-DAMAGED = "'kvtrace check' says what is wrong, and 'kvtrace check --repair' mends it"
-
-
 def open_table(storage: Storage, name: str, version: int | None = None) -> DeltaTable | None:
     """The Delta table ``name`` (at ``version``), or None when it was never created.
 
-    A log that cannot be read is a `WarehouseError` that names ``kvtrace check``.
+    A log that cannot be read is a `WarehouseError` that names ``kvtrace check``; a
+    version is read from the entries up to it alone, so a damaged later entry does not
+    hide it.
     """
     try:
-        table = DeltaTable(storage.uri(name), storage_options=storage.storage_options())
-        if version is not None:
-            table.load_as_version(version)
+        table = DeltaTable(
+            storage.uri(name), version=version, storage_options=storage.storage_options()
+        )
     except TableNotFoundError:
         return None
     except (DeltaError, OSError, ValueError) as exc:

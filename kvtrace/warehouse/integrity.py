@@ -17,7 +17,6 @@ Leftovers of writers that died, or of a stopped maintenance command, are not dam
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ import pyarrow.parquet as pq
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import LOG_DIR, active_files, open_table
+from kvtrace.warehouse.log_entry import LogEntry, read_entry
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import MARKER, Warehouse
@@ -37,18 +37,6 @@ from kvtrace.warehouse.store import MARKER, Warehouse
 DAMAGED_DIR = "_delta_log_damaged"  # where a repair moves the log entries it rolls back
 _ENTRY = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
-_ACTIONS = {
-    "commitInfo",
-    "add",
-    "remove",
-    "metaData",
-    "protocol",
-    "txn",
-    "cdc",
-    "domainMetadata",
-    "checkpointMetadata",
-    "sidecar",
-}
 
 
 @dataclass(frozen=True)
@@ -72,17 +60,6 @@ class Problem:
             more = len(self.sources) - 3
             text += f" (from {shown}" + (f" and {more} more" if more > 0 else "") + ")"
         return text
-
-
-@dataclass
-class LogEntry:
-    """What one version of a Delta log did to the table's files."""
-
-    version: int
-    adds: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> add action
-    removes: list[str] = field(default_factory=list)
-    operation: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)  # commitInfo
 
 
 @dataclass
@@ -124,36 +101,12 @@ def scan_log(warehouse: Warehouse, table: str) -> LogScan:
             scan.bad[version] = "the log entry is missing"
     for version in scan.present:
         raw = storage.read_bytes(f"{table}/{LOG_DIR}/{version:020d}.json") or b""
-        entry, problem = _parse_entry(version, raw)
+        entry, problem = read_entry(version, raw)
         if problem is not None:
             scan.bad[version] = problem
         else:
             scan.entries[version] = entry
     return scan
-
-
-def _parse_entry(version: int, raw: bytes) -> tuple[LogEntry, str | None]:
-    entry = LogEntry(version)
-    if not raw.strip():
-        return entry, "the log entry is empty (0 bytes): its commit is lost"
-    for number, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            action = json.loads(line)
-        except (ValueError, RecursionError):
-            return entry, f"the log entry is garbled or cut short (line {number} is not JSON)"
-        if not isinstance(action, dict) or len(action) != 1 or not set(action) <= _ACTIONS:
-            return entry, f"the log entry is garbled (line {number} is no Delta action)"
-        kind, body = next(iter(action.items()))
-        if kind == "add":
-            entry.adds[body.get("path", "")] = body
-        elif kind == "remove":
-            entry.removes.append(body.get("path", ""))
-        elif kind == "commitInfo":
-            entry.metadata = body
-            entry.operation = body.get("operation")
-    return entry, None
 
 
 @dataclass

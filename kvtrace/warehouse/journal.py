@@ -37,6 +37,7 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse.delta_log import (
+    LOG_DIR,
     DataFile,
     active_files,
     add_actions,
@@ -45,6 +46,7 @@ from kvtrace.warehouse.delta_log import (
     open_table,
     publish_file,
 )
+from kvtrace.warehouse.log_entry import refuse_damaged_journal_entry
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.storage import Storage
 
@@ -113,13 +115,15 @@ def append(storage: Storage, row: dict[str, Any], app_id: str, generation: int =
     The row carries the version it makes (``warehouse_version``, what ``--as-of`` takes):
     it is written as a Parquet file of its own, added to the log at exactly that version,
     and written again with the next version after another process's commit took it.  A
-    journal written before a column was added gains it on the way.
+    journal written before a column was added gains it on the way.  Nothing is appended
+    on top of an empty or garbled entry (`refuse_damaged_top`).
     """
     evolved = False
     while True:
         table = open_table(storage, JOURNAL)
         if table is None:
             raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
+        refuse_damaged_top(storage, table.version())
         if (table.transaction_version(app_id) or 0) >= generation:
             return False
         if not evolved and ensure_columns(table, JOURNAL_SCHEMA):
@@ -139,6 +143,15 @@ def append(storage: Storage, row: dict[str, Any], app_id: str, generation: int =
         except CommitFailedError:
             storage.remove(written.path)  # stamped with a version another commit took
             continue
+
+
+def refuse_damaged_top(storage: Storage, version: int) -> None:
+    """Raise a `WarehouseError` when the journal's entry of ``version`` (its newest) is
+    empty or garbled: Delta Lake reads an empty entry as a commit that did nothing, and
+    a commit on top of it would bury the damage under a sound entry."""
+    raw = storage.read_bytes(f"{JOURNAL}/{LOG_DIR}/{version:020d}.json")
+    if raw is not None:
+        refuse_damaged_journal_entry(version, raw)
 
 
 def _write_row(storage: Storage, row: dict[str, Any]) -> DataFile:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvtrace.defaults import cache_folder
+from kvtrace.warehouse.log_entry import refuse_damaged_journal_entry
 from kvtrace.warehouse.schema import JOURNAL
 
 if TYPE_CHECKING:
@@ -78,12 +79,16 @@ def newest_version(storage: Storage) -> int | None:
 
 def stored(storage: Storage, version: int | None = None) -> StoredSnapshot | None:
     """Where the snapshot of ``version`` (the newest when None) is kept; None when the
-    journal's log lacks that version's entry (never made, or cleaned up)."""
+    journal's log lacks that version's entry (never made, or cleaned up).
+
+    An entry that is empty or garbled is a `WarehouseError`: Delta Lake would read an
+    empty one as a commit that did nothing, and answer without that commit's rows."""
     if version is None and (version := newest_version(storage)) is None:
         return None
     entry = storage.read_bytes(f"{JOURNAL_LOG}/{version:020d}.json")
     if entry is None:
         return None
+    refuse_damaged_journal_entry(version, entry)
     digest = hashlib.sha256(entry).hexdigest()[:16]
     return StoredSnapshot(version, _warehouse_folder(storage) / f"{version:012d}-{digest}")
 

@@ -138,12 +138,30 @@ def test_a_missing_or_cut_data_file_takes_its_commit_back(three_ingests, cli, ho
 
 
 def test_an_empty_newest_journal_entry_no_longer_hides_rows_silently(three_ingests, cli):
+    """Delta Lake reads a 0-byte entry as a commit that did nothing: queries answered
+    without the last commit's rows, and with no hint, until `kvtrace check` ran."""
     location, traces = three_ingests
-    _damage_newest_entry(location, "_commits", b"")
-    assert _rows(location) == 16  # what Delta Lake shows: the last commit is gone
+    version = int(_damage_newest_entry(location, "_commits", b"")[:20])
+    status, out, err = cli("-w", location, "sql", "SELECT count(*) FROM dsa_steps")
+    assert status == 1 and out == ""
+    assert f"version {version} of the warehouse's journal cannot be read" in err
+    assert "the log entry is empty" in err and "'kvtrace check --repair' mends it" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     status, out, _ = cli("-w", location, "check")
     assert status == 1
-    assert "problem: _commits, version" in out and "the log entry is empty" in out
+    assert f"problem: _commits, version {version}: the log entry is empty" in out
+    _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
+
+
+def test_no_commit_lands_on_an_empty_newest_journal_entry(three_ingests, synthetic_trace, cli):
+    """A commit made on top of a 0-byte journal entry buried it under a sound one, where
+    only `kvtrace check` saw it."""
+    location, traces = three_ingests
+    version = int(_damage_newest_entry(location, "_commits", b"")[:20])
+    later = synthetic_trace(run_name="later", requests=2, steps=2, layers=2, seed=9)
+    status, _, err = cli("-w", location, "ingest", str(later))
+    assert status == 1 and "'kvtrace check --repair' mends it" in err
+    assert _log(location, "_commits")[-1] == f"{version:020d}.json"
     _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
 
 
