@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import LOG_DIR, active_files, open_table
-from kvtrace.warehouse.log_entry import LogEntry, read_entry
+from kvtrace.warehouse.log_entry import EMPTY, LogEntry, read_entry
+from kvtrace.warehouse.lost_rows import lost_rows
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import MARKER, Warehouse
@@ -147,9 +148,8 @@ def check(warehouse: Warehouse) -> CheckReport:
 def _journal_rows(warehouse: Warehouse, report: CheckReport) -> pa.Table:
     """The journal's standing rows at its newest readable version (noting what is lost)."""
     scan = report.logs[JOURNAL]
-    for version, what in sorted(scan.bad.items()):
-        lost = "; the commits it and later entries recorded cannot be seen"
-        report.problems.append(Problem(JOURNAL, version, what + lost))
+    if scan.bad:
+        _report_journal_entries(warehouse, scan, report)
     if scan.readable_up_to < 0:
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
     try:
@@ -157,6 +157,28 @@ def _journal_rows(warehouse: Warehouse, report: CheckReport) -> pa.Table:
     except JournalUnreadable as exc:  # a journal data file damaged: nothing can be checked
         report.problems.append(Problem(JOURNAL, scan.readable_up_to, exc.what))
         return pa.Table.from_pylist([], schema=journal.JOURNAL_SCHEMA)
+
+
+def _report_journal_entries(warehouse: Warehouse, scan: LogScan, report: CheckReport) -> None:
+    """One problem per damaged journal entry, with the rows and sources of the journal
+    row it recorded (found on disk, unlisted: `kvtrace.warehouse.lost_rows`)."""
+    later = frozenset(path for entry in scan.entries.values() for path in entry.adds)
+    try:
+        lost = lost_rows(warehouse.storage, scan.readable_up_to, later)
+    except WarehouseError:
+        lost = journal.JOURNAL_SCHEMA.empty_table()
+    for version, what in sorted(scan.bad.items()):
+        rows = [r for r in lost.to_pylist() if r["warehouse_version"] == version]
+        if scan.newest > version and what != EMPTY:
+            what += f"; versions {version + 1} to {scan.newest} cannot be read until it is repaired"
+        count = sum(
+            e["rows"] or 0
+            for r in rows
+            for e in r["tables"] or []
+            if e["commit_id"] == r["commit_id"]
+        )
+        sources = tuple(sorted({r["source_path"] for r in rows if r["source_path"]}))
+        report.problems.append(Problem(JOURNAL, version, what, count, sources))
 
 
 def _check_named_versions(report: CheckReport, commits: pa.Table) -> None:

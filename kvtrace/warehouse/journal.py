@@ -88,6 +88,8 @@ FILES_SCHEMA = pa.schema(
         ("max_run_id", pa.string()),
     ]
 )
+# The operations of journal rows that store no rows of their own (maintenance).
+MAINTENANCE_OPERATIONS = frozenset({"optimize", "settle", "cleanup", "repair"})
 # A kvtrace data file ends in -<commit id>-<nnnn>.parquet; files that the table format's
 # own compaction wrote carry none (they only ever hold rows of journaled commits).
 _COMMIT_IN_NAME = re.compile(r"-(\d{8}T\d{12}Z-[0-9a-f]{8})-\d{4}\.parquet$")
@@ -238,10 +240,30 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
         )
     except (DeltaError, OSError, pa.ArrowInvalid) as exc:
         raise JournalUnreadable(f"the journal of the warehouse is unreadable ({exc})") from None
-    for column in JOURNAL_SCHEMA:  # a journal of before a column was added
+    return _conform(data)
+
+
+def _conform(data: pa.Table) -> pa.Table:
+    """Journal rows in `JOURNAL_SCHEMA` (a journal of before a column was added lacks it)."""
+    for column in JOURNAL_SCHEMA:
         if column.name not in data.column_names:
             data = data.append_column(column.name, pa.nulls(data.num_rows, column.type))
     return data.select(JOURNAL_SCHEMA.names).cast(JOURNAL_SCHEMA)
+
+
+def read_files(storage: Storage, paths: list[str]) -> pa.Table:
+    """The rows of the journal's files ``paths`` (in its folder) that can be read, read
+    from disk whether or not the log lists them."""
+    filesystem, base = storage.arrow_filesystem()
+    parts = []
+    for path in paths:
+        try:
+            parts.append(_read_file(filesystem, f"{base}/{JOURNAL}/{path}"))
+        except (OSError, pa.ArrowInvalid):
+            continue
+    if not parts:
+        return JOURNAL_SCHEMA.empty_table()
+    return _conform(pa.concat_tables(parts, promote_options="default"))
 
 
 # Per storage, the journal files it has read: path -> rows (see `_read`); at most

@@ -9,9 +9,11 @@ journal's newest entry with it.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
 
 _ACTIONS = {
@@ -27,6 +29,8 @@ _ACTIONS = {
     "sidecar",
 }
 DAMAGED = "'kvtrace check' says what is wrong, and 'kvtrace check --repair' mends it"
+REPAIR_NOTE = "kvtrace.repair"  # the commitInfo field of an entry a repair wrote again
+EMPTY = "the log entry is empty (0 bytes): its commit is lost"  # Delta Lake reads past it
 
 
 @dataclass
@@ -44,7 +48,7 @@ def read_entry(version: int, raw: bytes) -> tuple[LogEntry, str | None]:
     """The entry ``raw`` of ``version``, and what is wrong with it (None: it is sound)."""
     entry = LogEntry(version)
     if not raw.strip():
-        return entry, "the log entry is empty (0 bytes): its commit is lost"
+        return entry, EMPTY
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -74,3 +78,16 @@ def refuse_damaged_journal_entry(version: int, raw: bytes) -> None:
         raise WarehouseError(
             f"version {version} of the warehouse's journal cannot be read ({problem}); {DAMAGED}"
         )
+
+
+def empty_commit(note: str) -> bytes:
+    """An entry that changes nothing, saying why (``note``): what a repair writes in place
+    of an entry that lost its content, so that the log stays contiguous."""
+    info = {
+        "timestamp": int(time.time() * 1000),
+        "operation": "WRITE",
+        "operationParameters": {"mode": "Append"},
+        "clientVersion": f"kvtrace-{__version__}",
+        REPAIR_NOTE: note,
+    }
+    return (json.dumps({"commitInfo": info}, separators=(",", ":")) + "\n").encode()

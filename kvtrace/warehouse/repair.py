@@ -2,18 +2,27 @@
 
 What a repair does, in order (holding the maintenance lock):
 
-1. A Delta log whose entry is missing, empty or garbled is rolled back to the version
-   before it: that entry and every later one are moved to ``<table>/_delta_log_damaged/``
-   (nothing is deleted).  A missing or garbled version 0 of a table whose later entries
-   are sound is written again instead (it only creates the table, from kvtrace's schema).
-2. Commits that the rolled-back versions recorded are retracted in the journal, with
+1. A journal entry that is missing, empty or garbled is written again as a commit that
+   changes nothing (version 0: the creation of the journal), the damaged one kept in
+   ``_commits/_delta_log_damaged/``.  Journal rows are independent of each other (each
+   entry adds one row), so every later entry stays: only the damaged entry's commit is
+   lost.  Its row is still on disk (`kvtrace.warehouse.lost_rows`): that commit is
+   retracted and its source listed, and the commits that row took back are taken back
+   again.
+2. A table's Delta log whose entry is missing, empty or garbled is rolled back to the
+   version before it: that entry and every later one are moved to
+   ``<table>/_delta_log_damaged/`` (nothing is deleted), since a later entry may
+   compact or remove the files the damaged one added.  A missing or garbled version 0
+   of a table whose later entries are sound is written again instead (it only creates
+   the table, from kvtrace's schema).
+3. Commits that the rolled-back versions recorded are retracted in the journal, with
    every file of theirs taken out of the other tables too: a commit is seen whole or not
    at all.
-3. A data file that is missing, cut short or unreadable takes its commit with it the
-   same way.  A compacted file (it carries no commit) is replaced by the files it was
-   compacted from when they are all still there; otherwise it is taken out and the
-   commits whose rows it held are retracted.
-4. What others left behind is settled (`kvtrace.warehouse.maintenance.settle`).
+4. A data file that is missing, cut short or unreadable (with ``deep``, any page of it)
+   takes its commit with it the same way.  A compacted file (it carries no commit) is
+   replaced by the files it was compacted from when they are all still there;
+   otherwise it is taken out and the commits whose rows it held are retracted.
+5. What others left behind is settled (`kvtrace.warehouse.maintenance.settle`).
 
 Retracted commits' sources are listed: ingesting them again restores their rows (records
 the warehouse still holds are not stored twice).  No data file is deleted: the files
@@ -50,6 +59,8 @@ from kvtrace.warehouse.integrity import (
     check,
     scan_log,
 )
+from kvtrace.warehouse.log_entry import empty_commit
+from kvtrace.warehouse.lost_rows import lost_rows
 from kvtrace.warehouse.maintenance import MAINTENANCE_LOCK, row, settle
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
@@ -71,15 +82,66 @@ def repair(warehouse: Warehouse) -> RepairReport:
         report = RepairReport()
         found = check(warehouse)
         stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+        if _mend_journal(warehouse, found.logs[JOURNAL], stamp, report):
+            _retract(warehouse, *_lost_with_journal_entries(warehouse), report)
         _repair_logs(warehouse, found, stamp, report)
-        _retract(warehouse, _commits_lost_with_logs(warehouse), report)
+        _retract(warehouse, _commits_lost_with_logs(warehouse), [], report)
         _repair_files(warehouse, check(warehouse).problems, report)
         report.done += settle(warehouse)
         report.after = check(warehouse)
     return report
 
 
-# -- logs ------------------------------------------------------------------------------------
+# -- the journal -----------------------------------------------------------------------------
+
+
+def _mend_journal(warehouse: Warehouse, scan: LogScan, stamp: str, report: RepairReport) -> bool:
+    """Write every damaged journal entry again as a commit that changes nothing (version 0
+    as the journal's creation), keeping the damaged one aside; False when none was."""
+    storage = warehouse.storage
+    for version, what in sorted(scan.bad.items()):
+        entry = f"{version:020d}.json"
+        raw = storage.read_bytes(f"{JOURNAL}/{LOG_DIR}/{entry}")
+        if raw is not None:
+            storage.write_atomic(f"{JOURNAL}/{DAMAGED_DIR}/{stamp}/{entry}", raw)
+        if version == 0:
+            _write_version_zero(warehouse, JOURNAL)
+        else:
+            note = f"written again by a repair: {what}"
+            storage.write_atomic(f"{JOURNAL}/{LOG_DIR}/{entry}", empty_commit(note))
+        report.done.append(
+            f"{JOURNAL}: wrote version {version} of its log again as a commit that changes "
+            f"nothing ({what}; the damaged entry is kept in {JOURNAL}/{DAMAGED_DIR}/{stamp})"
+        )
+    return bool(scan.bad)
+
+
+def _lost_with_journal_entries(
+    warehouse: Warehouse,
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
+    """The commits whose journal rows were lost with their entries (unless their source
+    was recorded again since), and what those rows took back that no row takes back now."""
+    storage = warehouse.storage
+    lost = lost_rows(storage).to_pylist()
+    standing = journal.load_rows(storage, cached=False).to_pylist()
+    recorded = {_app_id(commit) for commit in standing}
+    taken_back = {r["commit_id"] for commit in standing for r in commit["retracted"] or []}
+    commits = {
+        commit["commit_id"]: commit
+        for commit in lost
+        if commit["operation"] not in journal.MAINTENANCE_OPERATIONS
+        and _app_id(commit) not in recorded
+    }
+    again = {
+        r["commit_id"]: r
+        for commit in lost
+        for r in commit["retracted"] or []
+        if r["commit_id"] not in taken_back
+    }
+    return commits, sorted(again.values(), key=lambda r: r["commit_id"])
+
+
+# -- table logs ------------------------------------------------------------------------------
 
 
 def _repair_logs(
@@ -87,7 +149,7 @@ def _repair_logs(
 ) -> None:
     for name, scan in found.logs.items():
         first = scan.first_bad
-        if first is None:
+        if first is None or name == JOURNAL:
             continue
         if first == 0 and set(scan.bad) == {0}:
             _write_version_zero(warehouse, name)
@@ -95,9 +157,6 @@ def _repair_logs(
                 f"{name}: wrote version 0 of its log again (it only creates the table)"
             )
             continue
-        if name == JOURNAL:
-            lost = _sources_of_journal_entries(warehouse, scan, first)
-            report.sources += [s for s in lost if s not in report.sources]
         moved = _move_aside(warehouse, name, scan, first, stamp)
         report.done.append(
             f"{name}: rolled back to version {first - 1} (log entries "
@@ -126,35 +185,6 @@ def _move_aside(warehouse: Warehouse, name: str, scan: LogScan, first: int, stam
     for entry in moving:
         storage.move(f"{name}/{LOG_DIR}/{entry}", f"{name}/{DAMAGED_DIR}/{stamp}/{entry}")
     return len(moving)
-
-
-def _sources_of_journal_entries(warehouse: Warehouse, scan: LogScan, first: int) -> list[str]:
-    """The sources that journal entries from ``first`` on recorded, as far as they can be
-    read, and those of journal rows no sound entry lists (their entry was lost)."""
-    storage = warehouse.storage
-    kept = {
-        path for version, entry in scan.entries.items() if version < first for path in entry.adds
-    }
-    files = [
-        path
-        for path in storage.list_files(JOURNAL)
-        if path.endswith(".parquet")
-        and f"/{LOG_DIR}/" not in path
-        and path.split("/", 1)[1] not in kept
-    ]
-    sources: set[str] = set()
-    for path in files:
-        try:
-            rows = warehouse.read_files([path], columns=["source_path"])
-        except OSError:
-            continue
-        sources.update(s for s in rows["source_path"].to_pylist() if s)
-    standing = (
-        set(journal.load_rows(storage, cached=False)["source_path"].to_pylist())
-        if first > 0
-        else set()
-    )
-    return sorted(sources - standing)
 
 
 def _commits_lost_with_logs(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
@@ -199,7 +229,7 @@ def _repair_files(warehouse: Warehouse, problems: list[Problem], report: RepairR
             f"{problem.table}: took the damaged compacted file {problem.path} out of the log"
         )
         lost.update({c: commits[c] for c in compacted_from if c in commits})
-    _retract(warehouse, lost, report)
+    _retract(warehouse, lost, [], report)
 
 
 def _undo_compaction(warehouse: Warehouse, name: str, path: str) -> tuple[int, set[str]]:
@@ -241,10 +271,14 @@ def _undo_compaction(warehouse: Warehouse, name: str, path: str) -> tuple[int, s
 
 
 def _retract(
-    warehouse: Warehouse, commits: dict[str, dict[str, Any]], report: RepairReport
+    warehouse: Warehouse,
+    commits: dict[str, dict[str, Any]],
+    again: list[dict[str, str]],
+    report: RepairReport,
 ) -> None:
-    """Take ``commits`` back: their files out of every table, one journal row."""
-    if not commits:
+    """Take ``commits`` (journal rows) back, their files out of every table, and
+    ``again`` (retractions a lost row made) back again: one journal row."""
+    if not commits and not again:
         return
     commit_id = journal.new_commit_id()
     entries = []
@@ -268,7 +302,7 @@ def _retract(
                 "bytes": 0,
             }
         )
-    retracted = [
+    retracted = again + [
         {"commit_id": c, "app_id": _app_id(commit)} for c, commit in sorted(commits.items())
     ]
     journal.append(
@@ -278,10 +312,15 @@ def _retract(
     )
     sources = sorted({c["source_path"] for c in commits.values() if c["source_path"]})
     report.sources += [s for s in sources if s not in report.sources]
-    report.done.append(
-        f"retracted {len(commits)} commit(s) whose rows could not all be "
-        "read; their other files were taken out of the logs too"
-    )
+    if commits:
+        report.done.append(
+            f"retracted {len(commits)} commit(s) whose rows could not all be "
+            "read; their other files were taken out of the logs too"
+        )
+    if again:
+        report.done.append(
+            f"took back again {len(again)} commit(s) that a lost journal entry had taken back"
+        )
 
 
 def _app_id(commit: dict[str, Any]) -> str:

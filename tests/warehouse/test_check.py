@@ -12,7 +12,7 @@ from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse, snapshot_cache
 from kvtrace.warehouse.integrity import LOG_DIR
 from kvtrace.warehouse.maintenance import optimize
-from tests.conftest import warehouse_at
+from tests.conftest import query_rows, warehouse_at
 
 
 @pytest.fixture
@@ -163,6 +163,64 @@ def test_no_commit_lands_on_an_empty_newest_journal_entry(three_ingests, synthet
     assert status == 1 and "'kvtrace check --repair' mends it" in err
     assert _log(location, "_commits")[-1] == f"{version:020d}.json"
     _repair_then_ingest_again(cli, location, traces, {str(traces[2])})
+
+
+_JOURNAL_DAMAGE = {
+    "empty": lambda raw: b"",
+    "cut in half": lambda raw: raw[: len(raw) // 2],
+    "garbled": lambda raw: raw[:40] + b"\x00\xff garbage \xfe" + raw[60:],
+}
+
+
+@pytest.mark.parametrize("later_commit", [False, True], ids=["newest", "under a later commit"])
+@pytest.mark.parametrize("damage", sorted(_JOURNAL_DAMAGE))
+def test_a_damaged_journal_entry_loses_only_its_own_commit_and_names_its_source(
+    three_ingests, synthetic_trace, cli, damage, later_commit
+):
+    """Repair moved a damaged journal entry and every later one aside, dropped their
+    commits' files and named no source (an empty entry under a later commit); a cut
+    entry made `check` and `check --repair` fail like every query."""
+    location, traces = three_ingests
+    if later_commit:
+        traces.append(synthetic_trace(run_name="run3", requests=2, steps=2, layers=2, seed=3))
+        ingest(Warehouse(location), [str(traces[3])])
+    entries = _log(location, "_commits")
+    version = 3  # 0 creates the journal, 1 to 3 record the three ingests
+    (rows,) = query_rows(
+        location,
+        f'SELECT sum("rows") FROM warehouse_commits WHERE warehouse_version = {version} '
+        f"AND source_path = '{traces[2]}'",
+    )[0]
+    storage = Warehouse(location).storage
+    path = f"_commits/{LOG_DIR}/{entries[version]}"
+    storage.write_atomic(path, _JOURNAL_DAMAGE[damage](storage.read_bytes(path) or b""))
+    status, out, _ = cli("-w", location, "check")
+    assert status == 1
+    problem = next(line for line in out.splitlines() if line.startswith("problem: "))
+    assert problem.startswith(f"problem: _commits, version {version}: the log entry is ")
+    assert f"; {rows:,} row(s) cannot be read (from {traces[2]})" in problem
+    status, out, _ = cli("-w", location, "check", "--repair")
+    assert status == 0, out
+    assert out.count("ingest these sources again") == 1
+    assert f"ingest these sources again to restore their rows: {traces[2]}\n" in out
+    assert _log(location, "_commits")[: len(entries)] == entries  # later entries kept
+    assert _rows(location) == 8 * (len(traces) - 1)  # every commit but the damaged one's
+    assert cli("-w", location, "check")[0] == 0
+    for trace in traces:
+        ingest(Warehouse(location), [str(trace)])
+    assert _rows_per_run(location) == {f"run{n}": 8 for n in range(len(traces))}
+
+
+def _rows_per_run(location: str) -> dict[str, int]:
+    con = connect(Warehouse(location))
+    try:
+        return dict(
+            con.execute(
+                "SELECT r.run_name, count(*) FROM dsa_steps JOIN runs r USING (run_id) GROUP BY 1"
+            ).fetchall()
+        )
+    finally:
+        con.close()
 
 
 def test_a_missing_compacted_file_is_replaced_by_the_files_it_was_made_of(three_ingests, cli):
