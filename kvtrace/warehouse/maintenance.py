@@ -34,10 +34,12 @@ from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import (
     APP_ID_KEY,
     COMMIT_ID_KEY,
+    LOG_DIR,
     OPERATION_KEY,
     active_files,
     open_table,
 )
+from kvtrace.warehouse.log_entry import refuse_damaged_journal_entry
 from kvtrace.warehouse.schema import JOURNAL, LOCK_TABLE
 from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.store import Warehouse
@@ -117,8 +119,22 @@ def describe_leftovers(found: list[Leftover]) -> list[str]:
 
 def settle(warehouse: Warehouse) -> list[str]:
     """Journal the table versions that maintenance left unjournaled, and drop the files
-    of commits whose writers died.  The caller holds the maintenance lock."""
+    of commits whose writers died.  The caller holds the maintenance lock.
+
+    A journal with an empty entry is left to ``kvtrace check --repair``: the commit that
+    entry recorded would look like a dead writer's, and be dropped without its source
+    being named."""
+    _refuse_empty_journal_entries(warehouse)
     return [*_journal_maintenance(warehouse), *_drop_dead_commits(warehouse)]
+
+
+def _refuse_empty_journal_entries(warehouse: Warehouse) -> None:
+    """Raise a `WarehouseError` when an entry of the journal's log is empty (Delta Lake
+    reads past it; one listing finds it)."""
+    for path, size in sorted(warehouse.storage.list_files(f"{JOURNAL}/{LOG_DIR}").items()):
+        name = path.rsplit("/", 1)[-1]
+        if size == 0 and name.endswith(".json") and name[:20].isdigit():
+            refuse_damaged_journal_entry(int(name[:20]), b"")
 
 
 def _journal_maintenance(warehouse: Warehouse) -> list[str]:

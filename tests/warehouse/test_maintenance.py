@@ -208,3 +208,27 @@ def test_vacuum_counts_only_the_files_it_deletes(tmp_path, synthetic_trace, cli)
     assert status == 0 and out.strip() == "nothing to delete"
     assert _files_on_disk(location) == before - gone
     assert _count(location) == 24
+
+
+@pytest.mark.parametrize("command", ["vacuum", "optimize"])
+def test_maintenance_leaves_a_journal_with_an_empty_entry_to_repair(
+    tmp_path, synthetic_trace, cli, command
+):
+    """Maintenance took the files of a commit whose journal entry was emptied for a dead
+    writer's and dropped them, naming no source; repair then had nothing to list."""
+    location = warehouse_at(tmp_path / "wh")
+    warehouse = Warehouse(location, create=True)
+    traces = [
+        synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=2, seed=n) for n in range(3)
+    ]
+    for trace in traces:
+        ingest(warehouse, [str(trace)])
+    storage = warehouse.storage
+    storage.write_atomic("_commits/_delta_log/00000000000000000002.json", b"")  # r1's
+    before = _files_on_disk(location)
+    options = ["--retain-hours", "0", "--force"] if command == "vacuum" else []
+    status, _, err = cli("-w", location, command, *options)
+    assert status == 1 and "'kvtrace check --repair' mends it" in err
+    assert _files_on_disk(location) == before
+    status, out, _ = cli("-w", location, "check", "--repair")
+    assert status == 0 and f"ingest these sources again to restore their rows: {traces[1]}\n" in out
