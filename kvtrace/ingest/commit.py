@@ -1,10 +1,11 @@
 """The one way a source file enters the warehouse, whatever its family.
 
-`commit_file` names the run, holds the run's lock, skips bytes the run already holds,
-lets the family read the file into one commit, writes the ``runs`` row, the quarantine
-and the source checks beside the rows, and commits: the file becomes visible whole or
-not at all.  A family whose reader looks up nothing in the run but its records
-(profiler traces) reads without the lock and takes it only to commit.
+`commit_file` names the run, holds the run's lock, skips bytes the warehouse already
+holds (`kvtrace.ingest.known_bytes`), lets the family read the file into one commit,
+writes the ``runs`` row, the quarantine and the source checks beside the rows, and
+commits: the file becomes visible whole or not at all.  A family whose reader looks up
+nothing in the run but its records (profiler traces) reads without the lock and takes it
+only to commit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from kvtrace.ingest.family import Advance, Family, FileRows, IngestOptions
+from kvtrace.ingest.known_bytes import run_holding
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.report import FileReport
 from kvtrace.ingest.sink import FileSink
@@ -34,13 +36,15 @@ def commit_file(
     run_id = make_run_id(run_name, "ingest")
 
     def read_and_commit(locked: bool) -> FileReport | None:
-        """Skip bytes the run holds, let the family read the file into one commit,
+        """Skip bytes a run holds, let the family read the file into one commit,
         write the bookkeeping and commit.  Not ``locked``: the commit takes the run's
         lock, and None means it was given up, as the run gained one of its records
         meanwhile."""
-        if (done := _already_ingested(warehouse, source, run_id, fmt, advance)) is not None:
-            done.family = family.name
-            return done
+        if (holder := run_holding(warehouse, source, run_id, fmt)) is not None:
+            advance(source.size)
+            return FileReport(
+                str(source.path), holder, "already ingested", fmt=fmt, family=family.name
+            )
         commit = warehouse.begin(run_id, source_path=str(source.path), source_size=source.size)
         try:
             sink = FileSink(warehouse, commit)
@@ -87,24 +91,6 @@ def commit_file(
         report = read_and_commit(locked=True)
     assert report is not None  # holding the lock, nothing can land in between
     return report
-
-
-def _already_ingested(
-    warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str, advance: Advance
-) -> FileReport | None:
-    """The report to return at once when ``source``'s bytes are already in ``run_id``.
-
-    When the run holds no source of the same size, the bytes are new: they are hashed
-    in the background while the family reads them (`SourceFile.sha256` waits for it).
-    """
-    hashes = warehouse.source_hashes(run_id, source.size)
-    if not hashes:
-        source.hash_in_background()
-        return None
-    if source.sha256() not in hashes:
-        return None
-    advance(source.size)
-    return FileReport(str(source.path), run_id, "already ingested", fmt=fmt)
 
 
 def _write_bookkeeping(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +16,15 @@ from kvtrace import connect
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse, dsa_writer
-from tests.conftest import local_only, warehouse_at
+from tests.conftest import (
+    DATA,
+    local_only,
+    run_kvtrace,
+    seed_record,
+    warehouse_at,
+    write_jsonl,
+)
+from tests.serving.fixtures import pool_rows, request_rows
 
 
 def _counts(warehouse):
@@ -171,3 +181,82 @@ def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse, 
     assert set(warehouse.snapshot().commits["source_sha256"].to_pylist()) == {sha}
     con = connect(warehouse)
     assert con.execute("SELECT DISTINCT source_sha256 FROM quarantine").fetchall() == [(sha,)]
+
+
+def _family_file(folder, family: str):
+    """A small file of ``family`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = {
+        "workload": ("mooncake_conversation_trace.jsonl", "arrivals.jsonl"),
+        "benchmark": ("workload/vllm_bench_example.json", "vllm_bench.json"),
+        "timeline": ("kineto_sampled_rank0.json.gz", "rank0.pt.trace.json.gz"),
+        "kv-events": ("kv_events/mooncake_lru600_events.jsonl", "events.jsonl"),
+    }
+    if family in copied:
+        source, name = copied[family]
+        return shutil.copy(DATA / source, folder / name)
+    if family == "summary":
+        path = folder / "exp2_summary.json"
+        path.write_text('{"requests": 4449, "errors": 415}')
+        return path
+    records = {
+        "dsa": lambda: [seed_record(r, layer, 99, [1, 5]) for r in range(3) for layer in range(2)],
+        "pool": lambda: pool_rows(3)[:12],
+        "requests": lambda: request_rows()[:12],
+        "eval": lambda: [{"index": i, "pred": "7", "outputs": ["7"]} for i in range(5)],
+    }[family]()
+    return write_jsonl(folder / f"{family}_trace.jsonl", records)
+
+
+FAMILIES = (
+    "dsa",
+    "pool",
+    "requests",
+    "eval",
+    "workload",
+    "benchmark",
+    "timeline",
+    "kv-events",
+    "summary",
+)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_copy_in_another_folder_under_another_run_adds_nothing(warehouse, tmp_path, family):
+    """The same bytes add nothing wherever they were ingested before, even into a run the
+    user names: the report names the run that holds them."""
+    original = _family_file(tmp_path / "first", family)
+    first = ingest(warehouse, [str(original)]).files[0]
+    assert (first.status, first.family) == ("ingested", family)
+    commits = warehouse.snapshot().commits.num_rows
+    (tmp_path / "second").mkdir()
+    copy = shutil.copy(original, tmp_path / "second")
+    for run_name in (None, "another"):
+        again = ingest(warehouse, [str(copy)], run_name=run_name).files[0]
+        assert (again.status, again.run_id, again.rows) == ("already ingested", first.run_id, 0)
+    assert warehouse.snapshot().commits.num_rows == commits
+
+
+def test_the_same_bytes_read_by_another_family_are_ingested(warehouse, tmp_path):
+    """A vLLM result read as a benchmark, then as a run summary (--kind): other tables,
+    so the second read is stored."""
+    original = _family_file(tmp_path / "first", "benchmark")
+    assert ingest(warehouse, [str(original)]).files[0].family == "benchmark"
+    again = ingest(warehouse, [str(original)], kind="summary", run_name="as-summary").files[0]
+    assert (again.status, again.family, again.rows) == ("ingested", "summary", 1)
+
+
+def test_a_metrics_file_copied_into_another_folder_is_already_ingested(tmp_path):
+    """The folder names the run of a file named ``m.jsonl``: the copy names another run,
+    and is still skipped, naming the run that holds its bytes."""
+    rows = request_rows()
+    first = write_jsonl(tmp_path / "a" / "m.jsonl", rows)
+    write_jsonl(tmp_path / "b" / "m.jsonl", rows)
+    root = warehouse_at(tmp_path / "wh")
+    result = run_kvtrace("-w", root, "ingest", str(first.parent))
+    run = re.search(r"into run (\S+)", result.stdout).group(1)
+    again = run_kvtrace("-w", root, "ingest", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == f"m.jsonl: already ingested (run {run})"
+    count = connect(Warehouse(root)).execute("SELECT count(*) FROM request_metrics")
+    assert count.fetchone()[0] == len(rows) == 100
