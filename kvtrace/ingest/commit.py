@@ -17,7 +17,7 @@ from kvtrace.ingest.known_bytes import run_holding
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.report import FileReport
 from kvtrace.ingest.sink import FileSink
-from kvtrace.ingest.sources import SourceFile
+from kvtrace.ingest.sources import SourceFile, printable
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.bookkeeping import make_run_id, quarantine_rows, run_row
 
@@ -32,7 +32,7 @@ def commit_file(
 ) -> FileReport:
     """Ingest one file that ``family`` reads as ``fmt``, in one commit."""
     source = probe.source
-    run_name = family.run_name(probe, fmt, options)
+    run_name = printable(family.run_name(probe, fmt, options))
     run_id = make_run_id(run_name, "ingest")
 
     def read_and_commit(locked: bool) -> FileReport | None:
@@ -42,10 +42,8 @@ def commit_file(
         meanwhile."""
         if (holder := run_holding(warehouse, source, run_id, fmt)) is not None:
             advance(source.size)
-            return FileReport(
-                str(source.path), holder, "already ingested", fmt=fmt, family=family.name
-            )
-        commit = warehouse.begin(run_id, source_path=str(source.path), source_size=source.size)
+            return FileReport(source.shown, holder, "already ingested", fmt=fmt, family=family.name)
+        commit = warehouse.begin(run_id, source_path=source.shown, source_size=source.size)
         try:
             sink = FileSink(warehouse, commit)
             rows = family.read(probe, fmt, sink, options, advance)
@@ -64,11 +62,9 @@ def commit_file(
                 warehouse.commit(commit)
         advance(source.size)
         if not commit.landed:  # another process committed the same bytes first
-            return FileReport(
-                str(source.path), run_id, "already ingested", fmt=fmt, family=family.name
-            )
+            return FileReport(source.shown, run_id, "already ingested", fmt=fmt, family=family.name)
         return FileReport(
-            str(source.path),
+            source.shown,
             run_id,
             "ingested",
             rows=rows.rows,
@@ -125,7 +121,7 @@ def _write_bookkeeping(
     if rows.rejected:
         sink.write_rows(
             "quarantine",
-            quarantine_rows(commit.run_id, str(source.path), commit.source_sha256, rows.rejected),
+            quarantine_rows(commit.run_id, source.shown, commit.source_sha256, rows.rejected),
         )
     if rows.checks:
         sink.write_rows(
@@ -133,7 +129,7 @@ def _write_bookkeeping(
             [
                 {
                     "run_id": commit.run_id,
-                    "source_path": str(source.path),
+                    "source_path": source.shown,
                     "statistic": name,
                     "rows_checked": tally.checked,
                     "rows_disagreeing": tally.disagreeing,

@@ -19,6 +19,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import json_records, json_type, raw_text
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.sources import printable
 from kvtrace.ingest.values import BadValue, whole_number
 from kvtrace.warehouse.dsa_checks import StatCheck
 from kvtrace.warehouse.eval_rows import eval_row
@@ -32,7 +33,7 @@ def is_eval_record(record: dict[str, Any]) -> bool:
 
 def task_name(path: Path) -> str:
     """``niah_single_1`` from ``niah_single_1.jsonl`` (or ``.jsonl.gz``)."""
-    return path.name.split(".")[0]
+    return printable(path.name.split(".")[0])
 
 
 @dataclass

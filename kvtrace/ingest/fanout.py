@@ -20,7 +20,7 @@ from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
 from kvtrace.ingest.family import Advance, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.report import FileReport, IngestReport
-from kvtrace.ingest.sources import SourceFile, expand
+from kvtrace.ingest.sources import SourceFile, expand, printable
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.no_pandas import pyarrow_without_pandas
 
@@ -77,12 +77,12 @@ def ingest_file(
     chosen = choose(probe, options)
     if chosen is None and probe.is_empty:
         advance(source.size)
-        return FileReport(str(source.path), "", "empty file")
+        return FileReport(source.shown, "", "empty file")
     if chosen is None:
         if source.named or source.path.name.endswith(JSONL_SUFFIXES):
             raise unknown(probe)
         advance(source.size)
-        return FileReport(str(source.path), "", NOT_READ)
+        return FileReport(source.shown, "", NOT_READ)
     family, fmt = chosen
     return commit_file(warehouse, probe, family, fmt, options, advance)
 
@@ -91,16 +91,14 @@ def _stopped_at(
     location: str, source: SourceFile, exc: Exception, committed: list[FileReport]
 ) -> KvtraceError:
     """One sentence for a file that failed: why, and what was committed before it."""
+    name = printable(source.path.name)
     if isinstance(exc, KvtraceError):
-        message = str(exc)
+        message = printable(str(exc))
     elif isinstance(exc, (OSError, DeltaError)):
-        message = (
-            f"{source.path.name} was not ingested: the warehouse at {location} "
-            f"failed ({_short(exc)})"
-        )
+        message = f"{name} was not ingested: the warehouse at {location} failed ({_short(exc)})"
     else:
         message = (
-            f"kvtrace failed unexpectedly on {source.path.name} "
+            f"kvtrace failed unexpectedly on {name} "
             f"({type(exc).__name__}: {_short(exc)}); rerun with --debug and report it"
         )
     done = [Path(r.path).name for r in committed if r.status == "ingested"]
@@ -118,7 +116,7 @@ def _short(exc: BaseException) -> str:
     characters (storage libraries chain long multi-line messages)."""
     text = _COLOURS.sub("", str(exc)).strip()
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
-    return first[:200]
+    return printable(first[:200])
 
 
 def _in_parallel(

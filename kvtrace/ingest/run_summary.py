@@ -55,7 +55,7 @@ class RunSummaryFamily:
                 {
                     "run_id": sink.run_id,
                     "experiment": options.experiment or name,
-                    "source_path": str(probe.path),
+                    "source_path": probe.source.shown,
                     "summary": json.dumps(summary, sort_keys=True),
                 }
             ],

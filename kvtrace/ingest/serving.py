@@ -18,6 +18,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import json_records, json_type, raw_text
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.sources import printable
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.tables import TABLES
 from kvtrace.warehouse.serving_rows import POOL_ALIASES, FieldError, pool_row, request_row
@@ -83,12 +84,12 @@ def _fill_relative_time(rows: list[dict[str, Any]]) -> None:
 
 def serving_run_name(probe: Probe) -> str:
     """``exp2_2p6d`` from ``exp2_2p6d_pool_timeseries.jsonl``; else the folder's name."""
-    stem = probe.path.name.split(".")[0]
+    stem = printable(probe.path.name.split(".")[0])
     for suffix in _RUN_NAME_SUFFIXES:
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
             break
-    return stem if len(stem) > 1 else probe.path.parent.name
+    return stem if len(stem) > 1 else printable(probe.path.parent.name)
 
 
 @dataclass(frozen=True)

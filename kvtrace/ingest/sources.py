@@ -1,4 +1,9 @@
-"""Turn the PATH arguments of ``kvtrace ingest`` into source files and their run metadata."""
+"""Turn the PATH arguments of ``kvtrace ingest`` into source files and their run metadata.
+
+A file name need not be UTF-8 text (Python keeps bytes that are not as lone
+surrogates): kvtrace shows and records such a name with those bytes escaped
+(`printable`: ``caf\\xe9.jsonl``), so that every name it stores is valid UTF-8.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +24,18 @@ WAREHOUSE_MARKER = "kvtrace.json"  # a folder holding it is a warehouse, not tra
 SIDECARS = ("run_meta.json", "summary.json")  # a DSA tracer's run metadata
 SIDE_FILES = (*SIDECARS, "summary.csv")  # ... and RULER's scores beside its predictions
 _HASHERS = ThreadPoolExecutor(2, thread_name_prefix="kvtrace-sha256")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8: a byte that was not UTF-8 (a surrogate Python decoded it
+    to) as ``\\xe9``, any other lone surrogate as ``\\ud800``."""
+    return _SURROGATE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 @dataclass
@@ -32,6 +50,11 @@ class SourceFile:
     @property
     def size(self) -> int:
         return self.path.stat().st_size
+
+    @property
+    def shown(self) -> str:
+        """The path as kvtrace shows and records it (`printable`)."""
+        return printable(str(self.path))
 
     def hash_in_background(self) -> Future[str]:
         """Start `sha256` on a thread of its own (hashing releases the GIL), once."""
@@ -58,7 +81,7 @@ class SourceFile:
         folder = self.path.parent
         if folder.name.startswith("block") and folder.name[5:].isdigit():
             folder = folder.parent
-        return folder.name or self.path.name.split(".")[0]
+        return printable(folder.name or self.path.name.split(".")[0])
 
 
 def _is_candidate(path: Path, top: Path | None = None) -> bool:

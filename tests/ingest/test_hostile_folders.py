@@ -1,0 +1,71 @@
+"""Hostile folders: a file name that is not UTF-8 is shown and recorded with its odd bytes
+escaped, and the rest of the folder is ingested."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kvtrace import connect
+from kvtrace.ingest import ingest
+from tests.conftest import DATA, run_kvtrace, warehouse_at, write_jsonl
+from tests.serving.fixtures import request_rows
+
+NOT_UTF8 = b"caf\xe9_metrics.jsonl"  # Latin-1 bytes: no UTF-8 decoder reads them
+SHOWN = "caf\\xe9_metrics.jsonl"  # how kvtrace writes that name
+
+
+def _folder_with(tmp_path: Path, odd_name: bytes | str) -> tuple[Path, Path]:
+    """A folder of three traces: a request-metrics file under ``odd_name`` between two
+    arrival traces (found before and after it); returns the folder and the odd file."""
+    folder = tmp_path / "traces"
+    lines = (DATA / "mooncake_conversation_trace.jsonl").read_text().splitlines()
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a_arrivals.jsonl").write_text("\n".join(lines[:10]) + "\n")
+    (folder / "z_arrivals.jsonl").write_text("\n".join(lines[10:30]) + "\n")
+    name = os.fsdecode(odd_name)
+    odd = write_jsonl(folder / name, request_rows()[:6])
+    return folder, odd
+
+
+def _non_utf8_folder(tmp_path: Path) -> tuple[Path, Path]:
+    try:
+        return _folder_with(tmp_path, NOT_UTF8)
+    except (OSError, UnicodeError):  # a file system that only holds UTF-8 names (macOS)
+        pytest.skip("this file system does not hold names that are not UTF-8")
+
+
+def _count(warehouse, table: str) -> int:
+    return connect(warehouse).execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_a_name_that_is_not_utf8_is_ingested_under_its_escaped_name(warehouse, tmp_path):
+    folder, odd = _non_utf8_folder(tmp_path)
+    report = ingest(warehouse, [str(folder)])
+    statuses = {Path(f.path).name: (f.status, f.rows) for f in report.files}
+    assert statuses == {
+        "a_arrivals.jsonl": ("ingested", 10),
+        SHOWN: ("ingested", 6),
+        "z_arrivals.jsonl": ("ingested", 20),
+    }
+    journal = warehouse.snapshot().commits["source_path"].to_pylist()
+    assert f"{folder}/{SHOWN}" in journal  # valid UTF-8: the byte written as \xe9
+    assert _count(warehouse, "request_metrics") == 6
+    run = connect(warehouse).execute("SELECT DISTINCT experiment FROM request_metrics")
+    assert run.fetchall() == [("caf\\xe9",)]
+    again = ingest(warehouse, [str(odd)])
+    assert (again.files[0].status, again.files[0].path) == ("already ingested", f"{folder}/{SHOWN}")
+
+
+def test_the_command_names_a_file_that_is_not_utf8_in_printable_form(tmp_path):
+    folder, _ = _non_utf8_folder(tmp_path)
+    root = warehouse_at(tmp_path / "wh")
+    first = run_kvtrace("-w", root, "ingest", str(folder))
+    assert first.returncode == 0, first.stderr
+    assert f"{SHOWN}: 6 rows into run caf-xe9-" in first.stdout
+    assert "36 rows ingested" in first.stdout
+    again = run_kvtrace("-w", root, "ingest", str(folder))
+    assert again.returncode == 0, again.stderr
+    assert f"{SHOWN}: already ingested (run caf-xe9-" in again.stdout
