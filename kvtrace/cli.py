@@ -315,6 +315,7 @@ def ingest(
     warehouse = _open(create=True)
     _check_output(output, warehouse)
     from kvtrace.ingest import ingest as ingest_paths
+    from kvtrace.ingest.fanout import unreadable_error
     from kvtrace.ingest.workload import parse_column_mapping
 
     mapping = parse_column_mapping(columns) if columns is not None else None
@@ -336,6 +337,8 @@ def ingest(
         ),
     )
     _print_ingest(report, out if then_sql is None else err)
+    if (unread := unreadable_error(report)) is not None:
+        raise unread
     if strict and report.rejected:
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
     if then_sql is not None and answer_format is not None:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from deltalake.exceptions import DeltaError
 
-from kvtrace.errors import KvtraceError
+from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest.commit import commit_file
 from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
 from kvtrace.ingest.family import Advance, IngestOptions
 from kvtrace.ingest.probe import Probe
-from kvtrace.ingest.report import FileReport, IngestReport
+from kvtrace.ingest.report import CANNOT_READ, FileReport, IngestReport
 from kvtrace.ingest.sources import SourceFile, expand, printable
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.no_pandas import pyarrow_without_pandas
@@ -42,8 +42,25 @@ def ingest_paths(
     jobs: int = 1,
     executor: Executor | None = None,
 ) -> IngestReport:
-    """Ingest every file named by ``paths`` (files, folders or glob patterns)."""
-    sources = expand(paths)
+    """Ingest every file named by ``paths`` (files, folders or glob patterns); those that
+    cannot be read are reported last, as `report.CANNOT_READ`."""
+    found = expand(paths)
+    report = _ingest_files(warehouse, found.files, options, progress, jobs, executor)
+    report.files += [
+        FileReport(item.path, "", f"{CANNOT_READ} ({item.reason})") for item in found.unreadable
+    ]
+    return report
+
+
+def _ingest_files(
+    warehouse: Warehouse,
+    sources: list[SourceFile],
+    options: IngestOptions,
+    progress: Progress | None,
+    jobs: int,
+    executor: Executor | None,
+) -> IngestReport:
+    """Ingest ``sources``, one after another, in worker processes or on ``executor``."""
     if executor is not None:
         return _in_parallel(warehouse.location, sources, options, progress, executor)
     total = sum(s.size for s in sources)
@@ -158,3 +175,17 @@ def _in_worker(location: str, source: SourceFile, options: IngestOptions) -> Fil
 def skipped_files(report: IngestReport) -> list[str]:
     """Names of the files of a folder or pattern that no family reads."""
     return [Path(f.path).name for f in report.files if f.status == NOT_READ]
+
+
+def unreadable_error(report: IngestReport) -> InputError | None:
+    """The error an ingest ends with when it skipped files or folders it could not read
+    (once the rest is ingested and reported), or None."""
+    names = [Path(path).name for path in report.unreadable]
+    if not names:
+        return None
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    what = "1 file or folder" if len(names) == 1 else f"{len(names)} files or folders"
+    verb = "was" if len(names) == 1 else "were"
+    return InputError(
+        f"{what} could not be read and {verb} skipped ({listed}); the rest was ingested"
+    )

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from kvtrace.warehouse.dsa_checks import StatCheck
 
+CANNOT_READ = "cannot be read"  # the status of a file or folder skipped, with the reason
+
 
 @dataclass
 class FileReport:
@@ -13,7 +15,7 @@ class FileReport:
 
     path: str
     run_id: str
-    status: str  # "ingested" | "already ingested" | "empty file"
+    status: str  # "ingested" | "already ingested" | "empty file" | "cannot be read (why)"
     rows: int = 0
     rejected: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -33,6 +35,11 @@ class IngestReport:
     @property
     def rejected(self) -> int:
         return sum(f.rejected for f in self.files)
+
+    @property
+    def unreadable(self) -> list[str]:
+        """The files and folders that could not be read, and were skipped (as shown)."""
+        return [f.path for f in self.files if f.status.startswith(CANNOT_READ)]
 
     def by_family(self) -> dict[str, tuple[int, int]]:
         """Per family, in the order first met: files ingested and rows they stored."""

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -85,16 +86,58 @@ class SourceFile:
 
 
 def _is_candidate(path: Path, top: Path | None = None) -> bool:
-    """A file of a folder (``top``) or pattern that may hold a trace: not hidden (nor in a
+    """A path of a folder (``top``) or pattern that may hold a trace: not hidden (nor in a
     hidden folder below ``top``), not a sidecar."""
     parts = path.relative_to(top).parts if top is not None else (path.name,)
     hidden = any(part.startswith(".") for part in parts)
-    return path.is_file() and not hidden and path.name not in SIDE_FILES
+    return not hidden and path.name not in SIDE_FILES
 
 
-def _files_under(folder: Path) -> Iterator[Path]:
-    """Every file below ``folder``, leaving out kvtrace warehouses inside it."""
-    for top, dirs, files in os.walk(folder):
+@dataclass(frozen=True)
+class Unreadable:
+    """A file or folder that could not be read, and why (the system's words)."""
+
+    path: str  # as shown (`printable`)
+    reason: str
+
+
+@dataclass
+class Found:
+    """What the PATH arguments name: the files to ingest, and what could not be read."""
+
+    files: list[SourceFile]
+    unreadable: list[Unreadable]
+
+
+def _readable_file(path: Path, unreadable: list[Unreadable]) -> bool:
+    """Whether ``path`` is a file that opens for reading; one that does not is added to
+    ``unreadable``.  A folder, a pipe, a device or a file that is gone is no trace, and is
+    left out silently."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
+        with open(path, "rb"):
+            return True
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        unreadable.append(Unreadable(printable(str(path)), _reason(error)))
+        return False
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def _files_under(folder: Path, unreadable: list[Unreadable]) -> Iterator[Path]:
+    """Every file below ``folder``, leaving out kvtrace warehouses inside it; a folder
+    that cannot be listed is added to ``unreadable``."""
+
+    def cannot_list(error: OSError) -> None:
+        shown = printable(os.fsdecode(error.filename) if error.filename else str(folder))
+        unreadable.append(Unreadable(shown, _reason(error)))
+
+    for top, dirs, files in os.walk(folder, onerror=cannot_list):
         if WAREHOUSE_MARKER in files and Path(top) != folder:
             dirs.clear()
             continue
@@ -102,35 +145,46 @@ def _files_under(folder: Path) -> Iterator[Path]:
         yield from (Path(top) / name for name in files)
 
 
-def expand(paths: list[str]) -> list[SourceFile]:
+def expand(paths: list[str]) -> Found:
     """Files named by ``paths``: files, folders (searched recursively) or glob patterns.
 
     A folder or a pattern gives every file in it but hidden ones and sidecars; which of
-    them are traces is for the families to tell.
+    them are traces is for the families to tell.  A file or folder that cannot be read is
+    set aside in `Found.unreadable`, and the others are ingested.
     """
     found: list[tuple[Path, bool]] = []
+    unreadable: list[Unreadable] = []
     for text in paths:
         path = Path(text)
+        before = len(unreadable)
         if path.is_dir():
-            matches = sorted(p for p in _files_under(path) if _is_candidate(p, path))
-            if not matches:
-                raise InputError(f"no files under {text}")
+            matches = sorted(
+                p
+                for p in _files_under(path, unreadable)
+                if _is_candidate(p, path) and _readable_file(p, unreadable)
+            )
+            if not matches and len(unreadable) == before:
+                raise InputError(f"no files under {printable(text)}")
         elif path.is_file():
-            found.append((path, True))
+            if _readable_file(path, unreadable):
+                found.append((path, True))
             continue
         elif glob.has_magic(text):
             matches = sorted(
-                p for p in map(Path, glob.glob(text, recursive=True)) if _is_candidate(p)
+                p
+                for p in map(Path, glob.glob(text, recursive=True))
+                if _is_candidate(p) and _readable_file(p, unreadable)
             )
-            if not matches:
-                raise InputError(f"the pattern {text!r} matches no file")
+            if not matches and len(unreadable) == before:
+                raise InputError(f"the pattern {printable(text)!r} matches no file")
         else:
-            raise InputError(f"{text} does not exist")
+            raise InputError(f"{printable(text)} does not exist")
         found.extend((p, False) for p in matches)
     named: dict[Path, bool] = {}
     for path, given in found:
         named[path.resolve()] = named.get(path.resolve(), False) or given
-    return [SourceFile(path, read_sidecar(path.parent), given) for path, given in named.items()]
+    files = [SourceFile(path, read_sidecar(path.parent), given) for path, given in named.items()]
+    return Found(files, unreadable)
 
 
 def read_sidecar(folder: Path) -> dict[str, Any]:

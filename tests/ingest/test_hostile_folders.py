@@ -1,15 +1,19 @@
-"""Hostile folders: a file name that is not UTF-8 is shown and recorded with its odd bytes
-escaped, and the rest of the folder is ingested."""
+"""Hostile folders: a file name that is not UTF-8, a file or a sub-folder that cannot be
+read.  Each is named in one sentence, the rest of the folder is ingested, and the exit
+status says when something was skipped."""
 
 from __future__ import annotations
 
+import builtins
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
+from kvtrace.warehouse import Warehouse
 from tests.conftest import DATA, run_kvtrace, warehouse_at, write_jsonl
 from tests.serving.fixtures import request_rows
 
@@ -69,3 +73,62 @@ def test_the_command_names_a_file_that_is_not_utf8_in_printable_form(tmp_path):
     again = run_kvtrace("-w", root, "ingest", str(folder))
     assert again.returncode == 0, again.stderr
     assert f"{SHOWN}: already ingested (run caf-xe9-" in again.stdout
+
+
+@pytest.fixture
+def unreadable(monkeypatch):
+    """Make a file or folder unreadable: ``chmod 000``, and where that binds nobody (the
+    superuser) opening or listing it fails as it would for anyone else."""
+    denied: set[str] = set()
+
+    def deny(path: Path) -> None:
+        path.chmod(0)
+        denied.add(str(path))
+
+    if os.geteuid() == 0:
+        real_open, real_scandir = builtins.open, os.scandir
+
+        def guarded_open(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and os.fspath(file) in denied:
+                raise PermissionError(13, "Permission denied", os.fspath(file))
+            return real_open(file, *args, **kwargs)
+
+        def guarded_scandir(path="."):
+            if os.fspath(path) in denied:
+                raise PermissionError(13, "Permission denied", os.fspath(path))
+            return real_scandir(path)
+
+        monkeypatch.setattr(builtins, "open", guarded_open)
+        monkeypatch.setattr(os, "scandir", guarded_scandir)
+    yield deny
+    for path in denied:
+        Path(path).chmod(0o755)
+
+
+def test_an_unreadable_file_is_named_and_the_rest_ingested(tmp_path, unreadable):
+    folder, odd = _folder_with(tmp_path, "secret_metrics.jsonl")
+    unreadable(odd)
+    root = warehouse_at(tmp_path / "wh")
+    result = run_kvtrace("-w", root, "ingest", str(folder))
+    assert result.returncode == 1
+    assert "secret_metrics.jsonl: cannot be read (Permission denied)" in result.stdout
+    assert result.stderr.strip() == (
+        "Error: 1 file or folder could not be read and was skipped (secret_metrics.jsonl); "
+        "the rest was ingested"
+    )
+    assert "30 rows ingested" in result.stdout
+    assert _count(Warehouse(root), "workload_requests") == 30
+
+
+def test_an_unreadable_sub_folder_is_named_and_the_rest_ingested(tmp_path, unreadable):
+    folder, _ = _folder_with(tmp_path, "exp_metrics.jsonl")
+    locked = folder / "sub"
+    shutil.copy(DATA / "mooncake_conversation_trace.jsonl", locked / "more_arrivals.jsonl")
+    unreadable(locked)
+    root = warehouse_at(tmp_path / "wh")
+    result = run_kvtrace("-w", root, "ingest", str(folder))
+    assert result.returncode == 1
+    assert "sub: cannot be read (Permission denied)" in result.stdout
+    assert "could not be read and was skipped (sub)" in result.stderr
+    assert "36 rows ingested" in result.stdout
+    assert _count(Warehouse(root), "request_metrics") == 6
