@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.csv_stream import BLOCK_BYTES, LONG_LINE, csv_stream, is_row_too_long
 from kvtrace.ingest.lines import LineTexts, is_gzip, raw_text
 from kvtrace.warehouse.rejects import BadLine
 
@@ -62,36 +63,54 @@ def read_csv_columns(
 ) -> CsvColumns:
     """The named columns of a CSV file, as ``types`` when every value converts (the fast
     path a clean file takes), else every value as text, to be checked row by row; rows
-    of the wrong width are left out and listed."""
+    of the wrong width, the line a truncated gzip stream cut and lines too long to be
+    rows are left out and listed (see `kvtrace.ingest.csv_stream`)."""
     text = {name: pa.string() for name in columns}
+    whole_lines = is_gzip(path)
     if types:
         try:
-            return _read(path, {**text, **types}, columns)
+            return _read(path, {**text, **types}, columns, whole_lines)
         except pa.ArrowInvalid:
             pass  # some value does not convert: read text and find which
     try:
-        return _read(path, text, columns)
+        return _read(path, text, columns, whole_lines)
     except pa.ArrowInvalid as exc:
         raise InputError(f"{path} is not a readable CSV file: {exc}") from None
 
 
-def _read(path: Path, types: dict[str, pa.DataType], columns: list[str]) -> CsvColumns:
+def _read(
+    path: Path, types: dict[str, pa.DataType], columns: list[str], whole_lines: bool
+) -> CsvColumns:
     convert = pa_csv.ConvertOptions(column_types=types, include_columns=columns)
+    stream, left_out = csv_stream(path, whole_lines)
     try:
-        table = pa_csv.read_csv(_stream(path), convert_options=convert)
+        table = pa_csv.read_csv(stream, read_options=_options(whole_lines), convert_options=convert)
     except pa.ArrowInvalid as exc:
+        if is_row_too_long(exc) and not whole_lines:
+            return _read(path, types, columns, whole_lines=True)
         if "Expected" not in str(exc) or "columns, got" not in str(exc):
             raise
-        return _read_ragged(path, convert)  # a row of the wrong width: find them all
+        return _read_ragged(path, convert, whole_lines)  # a row of the wrong width: find them
     line_no = np.arange(2, table.num_rows + 2, dtype=np.int64)
-    return CsvColumns(path, table, line_no)
+    return CsvColumns(path, table, line_no, left_out)
 
 
-def _read_ragged(path: Path, convert: pa_csv.ConvertOptions) -> CsvColumns:
+def _options(whole_lines: bool, use_threads: bool = True) -> pa_csv.ReadOptions:
+    """Arrow's read options: blocks that hold any row of whole lines, else its own."""
+    if whole_lines:
+        return pa_csv.ReadOptions(use_threads=use_threads, block_size=BLOCK_BYTES)
+    return pa_csv.ReadOptions(use_threads=use_threads)
+
+
+def _read_ragged(path: Path, convert: pa_csv.ConvertOptions, whole_lines: bool) -> CsvColumns:
     """Read on one thread, so that each row of the wrong width comes with its line."""
     bad: list[BadLine] = []
+    long_lines: list[int] = []  # the lines given as LONG_LINE
 
     def note(row: pa_csv.InvalidRow) -> str:
+        if row.text == LONG_LINE:
+            long_lines.append(row.number)
+            return "skip"
         bad.append(
             BadLine(
                 row.number,
@@ -101,25 +120,25 @@ def _read_ragged(path: Path, convert: pa_csv.ConvertOptions) -> CsvColumns:
         )
         return "skip"
 
-    table = pa_csv.read_csv(
-        _stream(path),
-        read_options=pa_csv.ReadOptions(use_threads=False),
-        parse_options=pa_csv.ParseOptions(invalid_row_handler=note),
-        convert_options=convert,
-    )
-    skipped = {b.line_no for b in bad}
+    stream, left_out = csv_stream(path, whole_lines)
+    try:
+        table = pa_csv.read_csv(
+            stream,
+            read_options=_options(whole_lines, use_threads=False),
+            parse_options=pa_csv.ParseOptions(invalid_row_handler=note),
+            convert_options=convert,
+        )
+    except pa.ArrowInvalid as exc:
+        if is_row_too_long(exc) and not whole_lines:
+            return _read_ragged(path, convert, whole_lines=True)
+        raise
+    skipped = {b.line_no for b in bad} | set(long_lines)
     line_no = np.fromiter(
-        (n for n in range(2, table.num_rows + len(bad) + 2) if n not in skipped),
+        (n for n in range(2, table.num_rows + len(skipped) + 2) if n not in skipped),
         dtype=np.int64,
         count=table.num_rows,
     )
-    return CsvColumns(path, table, line_no, bad)
-
-
-def _stream(path: Path) -> pa.NativeFile:
-    """``path``'s content, decompressed when it is gzip (whatever its name)."""
-    raw = pa.OSFile(str(path))
-    return pa.CompressedInputStream(raw, "gzip") if is_gzip(path) else raw
+    return CsvColumns(path, table, line_no, sorted(bad + left_out, key=lambda b: b.line_no))
 
 
 class RowReasons:

@@ -99,17 +99,19 @@ def read_content(path: Path) -> bytes:
         raise InputError(f"{path}: corrupt gzip data ({exc})") from None
 
 
-def read_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[Chunk]:
+def read_chunks(
+    path: Path, chunk_bytes: int | None = None, max_line_bytes: int | None = None
+) -> Iterator[Chunk]:
     """Yield the file (plain or gzip) as chunks of whole lines, about ``chunk_bytes`` each
     (default `CHUNK_BYTES`).
 
-    A line longer than `MAX_LINE_BYTES` is passed over a block at a time (never held
-    whole): it stays in its chunk as an empty line, and its number and first bytes are in
-    the chunk's ``long_lines``.  A gzip stream that ends early yields everything before
-    the cut, its last chunk marked ``truncated``; corrupt gzip data is an `InputError`
-    naming the file.
+    A line longer than ``max_line_bytes`` (default `MAX_LINE_BYTES`) is passed over a
+    block at a time (never held whole): it stays in its chunk as an empty line, and its
+    number and first bytes are in the chunk's ``long_lines``.  A gzip stream that ends
+    early yields everything before the cut, its last chunk marked ``truncated``; corrupt
+    gzip data is an `InputError` naming the file.
     """
-    limit = MAX_LINE_BYTES
+    limit = max_line_bytes or MAX_LINE_BYTES
     block_bytes = min(chunk_bytes or CHUNK_BYTES, limit)  # a line inside a block is short
     lines = _LineSplitter(limit)
     with open(path, "rb") as raw:

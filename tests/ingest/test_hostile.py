@@ -77,6 +77,21 @@ def test_a_truncated_gzip_keeps_its_complete_lines_and_says_so(warehouse):
     assert got == (report.rows,)
 
 
+def test_a_truncated_csv_gzip_keeps_its_complete_rows_and_quarantines_the_cut_line(warehouse):
+    # 45 complete rows (lines 2-46), then line 47 cut inside its last field: "…,1765,1"
+    # of "…,1765,16", which must not be stored as a row of 1 output token
+    report = ingest(warehouse, [str(HOSTILE / "azure_truncated.csv.gz")])
+    assert (report.rows, report.files[0].fmt) == (45, "azure")
+    quarantined = connect(warehouse).execute("SELECT line_no, reason, raw FROM quarantine")
+    ((line, reason, raw),) = quarantined.fetchall()
+    assert (line, raw) == (47, "2023-11-16 18:17:45.0356355,1765,1")
+    assert "gzip stream ends early" in reason
+    stored = connect(warehouse).execute(
+        "SELECT input_tokens, output_tokens FROM workload_requests ORDER BY request_idx"
+    )
+    assert stored.fetchall() == [(100 + 37 * i, 10 + i % 13) for i in range(45)]
+
+
 def test_a_corrupt_gzip_is_one_sentence_naming_the_file(warehouse, cli):
     status, _, err = cli("-w", warehouse.location, "ingest", str(HOSTILE / "corrupt_crc.jsonl.gz"))
     assert status == 1

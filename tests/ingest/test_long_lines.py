@@ -105,3 +105,20 @@ def test_a_long_line_is_never_held_whole(tmp_path, suffix):
     assert b"".join(data for data, _ in chunks) == b'{"a": 1}\n\n{"c": 3}\n'
     (long_line,) = [note for _, notes in chunks for note in notes]
     assert (long_line.line_no, long_line.reason) == (2, REASON)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_a_csv_row_over_its_bound_is_quarantined_and_the_rest_read(warehouse, tmp_path, suffix):
+    # no arrival trace's row comes near 1 MiB; Arrow's reader refused a whole file for one
+    rows = [f"2023-11-16 18:17:0{i}.0000000,{100 + i},{10 + i}" for i in range(5)]
+    rows[2] = rows[2].replace(",102,", "," + "1" * (3 << 20) + ",")
+    path = _write(tmp_path / f"azure{suffix}", ["TIMESTAMP,ContextTokens,GeneratedTokens", *rows])
+    report = ingest(warehouse, [str(path)])
+    assert (report.rows, report.files[0].fmt) == (4, "azure")
+    ((line, reason, raw),) = _quarantine(warehouse)
+    assert (line, reason) == (4, "line longer than 1 MiB: left out, the lines after it read")
+    assert rows[2].startswith(raw)
+    stored = connect(warehouse).execute(
+        "SELECT request_idx, input_tokens FROM workload_requests ORDER BY 1"
+    )
+    assert stored.fetchall() == [(0, 100), (1, 101), (3, 103), (4, 104)]
