@@ -9,6 +9,12 @@ A JSONL line is a batch as the engine sent it, decoded: ``{"seq": 7, "ts": ..., 
 batch ``[ts, events, rank]``.  ``seq`` defaults to the line's place in the file and
 ``worker`` to the file's name.  The rows come from `kvtrace.warehouse.kv_event_rows`,
 as the collector's do; a line that is not a batch goes to the quarantine.
+
+A line may give its ``epoch``; otherwise each worker's numbered batches are placed in
+epochs as the collector places them (`kvtrace.warehouse.kv_event_epochs`): a sequence
+number going back starts a new epoch, with a ``restart`` row, unless the batch is the
+one read under that number (a repeat, left out).  A batch numbered by its place in the
+file is in the epoch of the batch before it.
 """
 
 from __future__ import annotations
@@ -19,11 +25,18 @@ import pyarrow as pa
 
 from kvtrace.errors import InputError
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
-from kvtrace.ingest.lines import json_records, raw_text, read_content
+from kvtrace.ingest.lines import NESTED_TOO_DEEPLY, json_records, raw_text, read_content
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.ingest.values import BadValue, whole_number
-from kvtrace.warehouse.kv_event_rows import BatchRows, MalformedBatch, batch_rows
+from kvtrace.warehouse.kv_event_epochs import EngineEpochs, restart_row
+from kvtrace.warehouse.kv_event_rows import (
+    INT32_MAX,
+    BatchRows,
+    MalformedBatch,
+    batch_rows,
+    check_seq,
+)
 from kvtrace.warehouse.rejects import BadLine
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 
@@ -77,19 +90,30 @@ class KvEventsFamily:
 def _jsonl_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLine]]:
     rows = BatchRows()
     rejected: list[BadLine] = []
+    epochs = _FileEpochs()
     default_worker = probe.path.name.split(".")[0]
     for line_no, text, record in json_records(probe.path, rejected, advance):
         try:
-            seq, worker = line_no - 1, default_worker
+            seq, numbered, worker, epoch = line_no - 1, False, default_worker, None
             if isinstance(record, dict):
                 if record.get("seq") is not None:
-                    seq = whole_number("seq", record["seq"])
+                    seq, numbered = whole_number("seq", record["seq"]), True
                 if isinstance(record.get("worker"), str):
                     worker = record["worker"]
-            rows.extend(batch_rows(record, seq, worker))
+                if record.get("epoch") is not None:
+                    epoch = _epoch(record["epoch"])
+            content = text.strip() if numbered else None
+            epochs.read(rows, record, seq, worker, content, epoch)
         except (MalformedBatch, BadValue) as exc:
             rejected.append(BadLine(line_no, f"not a KV-event batch: {exc}", raw_text(text)))
     return rows, rejected
+
+
+def _epoch(value: object) -> int:
+    epoch = whole_number("epoch", value)
+    if epoch > INT32_MAX:
+        raise BadValue(f"epoch is out of range: {epoch}")
+    return epoch
 
 
 def _capture_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLine]]:
@@ -104,25 +128,69 @@ def _capture_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLi
         ) from None
     rows = BatchRows()
     rejected: list[BadLine] = []
+    epochs = _FileEpochs()
     worker = probe.path.name.split(".")[0]
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
     unpacker.feed(read_content(probe.path))
     index = 0
     try:
         for index, value in enumerate(unpacker, 1):
-            seq, batch = index - 1, value
+            seq, batch, numbered = index - 1, value, False
             if isinstance(value, list) and len(value) == 2 and isinstance(value[0], int):
                 seq, batch = value
+                numbered = True
             try:
+                check_seq(seq)
+                content = None
+                if numbered:
+                    content = batch if isinstance(batch, bytes) else msgpack.packb(batch)
                 if isinstance(batch, bytes):
                     batch = msgpack.unpackb(batch, raw=False, strict_map_key=False)
-                rows.extend(batch_rows(batch, seq, worker))
+                epochs.read(rows, batch, seq, worker, content)
+            except msgpack.StackError:
+                rejected.append(BadLine(index, f"not a KV-event batch: {NESTED_TOO_DEEPLY}", ""))
             except (MalformedBatch, ValueError) as exc:
                 rejected.append(BadLine(index, f"not a KV-event batch: {exc}"[:300], ""))
+    except msgpack.StackError:
+        rejected.append(BadLine(index + 1, f"the capture is {NESTED_TOO_DEEPLY} here", ""))
     except (ValueError, msgpack.UnpackException) as exc:
         rejected.append(BadLine(index + 1, f"the capture is cut or corrupt here: {exc}", ""))
     advance(probe.source.size)
     return rows, rejected
+
+
+class _FileEpochs:
+    """Each worker's epochs in one file, as the collector places live batches."""
+
+    def __init__(self) -> None:
+        self._workers: dict[str, EngineEpochs] = {}
+
+    def read(
+        self,
+        rows: BatchRows,
+        batch: object,
+        seq: int,
+        worker: str,
+        content: bytes | None,
+        epoch: int | None = None,
+    ) -> None:
+        """Add the rows of ``batch`` in its epoch (``epoch``, when the file gives it),
+        after a ``restart`` row when it begins one, and none when it repeats a batch.
+        ``content`` is the bytes of a batch that carries its number, None for one
+        numbered by its place.  A batch that is not one raises `MalformedBatch`, its
+        place in the epochs kept."""
+        epochs = self._workers.setdefault(worker, EngineEpochs())
+        if epoch is not None or content is None:
+            epoch = epochs.epoch if epoch is None else epoch
+            rows.extend(batch_rows(batch, seq, worker, epoch=epoch))
+            return
+        arrival = epochs.arrive(seq, content)
+        if arrival.repeat:
+            return
+        epochs.taken(seq, content)
+        if arrival.went_back_from is not None:
+            rows.events.append(restart_row(worker, arrival, seq))
+        rows.extend(batch_rows(batch, seq, worker, epoch=arrival.epoch))
 
 
 KV_EVENTS_FAMILY = KvEventsFamily()

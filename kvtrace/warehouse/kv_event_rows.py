@@ -9,7 +9,8 @@ encode them with msgspec either array-like (a batch ``[ts, events, rank]``, an e
 ``["BlockStored", hashes, parent, ...]``, trailing defaults left out) or as maps (an event
 ``{"type": "BlockStored", ...}``); both decode here to the same rows.  A block hash is an
 integer or bytes: it is kept as decimal text or hex.  The collector (live ZMQ) and ingest
-(recorded files) both build their rows here.
+(recorded files) both build their rows here, and a value beyond its column (a ``lora_id``
+or sequence number past int64) makes the batch malformed rather than reaching Arrow.
 """
 
 from __future__ import annotations
@@ -33,10 +34,20 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 KINDS = {"BlockStored": "stored", "BlockRemoved": "removed", "AllBlocksCleared": "cleared"}
 INT32_MAX = 2**31 - 1
+INT64_LIMIT = 2**63  # sequence numbers and LoRA ids are int64 (the wire allows uint64)
+FLOAT_LIMIT = 2**1023  # a batch's ts becomes a float64 (a JSON integer may be larger)
 
 
 class MalformedBatch(ValueError):
     """A message that is not a KV-event batch; the text says what is wrong."""
+
+
+def check_seq(seq: int) -> None:
+    """`MalformedBatch` unless ``seq`` is a sequence number kv_events can hold."""
+    if not 0 <= seq < INT64_LIMIT:
+        raise MalformedBatch(
+            f"sequence number {seq} is {'negative' if seq < 0 else 'beyond int64'}"
+        )
 
 
 @dataclass
@@ -52,7 +63,7 @@ class BatchRows:
         self.blocks.extend(other.blocks)
 
 
-def batch_rows(batch: object, seq: int, worker: str) -> BatchRows:
+def batch_rows(batch: object, seq: int, worker: str, *, epoch: int = 0) -> BatchRows:
     """The rows of one decoded batch (a list or a dict); `MalformedBatch` otherwise."""
     if isinstance(batch, (list, tuple)) and len(batch) >= 2:
         ts, events = batch[0], batch[1]
@@ -63,12 +74,14 @@ def batch_rows(batch: object, seq: int, worker: str) -> BatchRows:
         raise MalformedBatch("not an EventBatch (ts, events, data_parallel_rank)")
     if isinstance(ts, bool) or not isinstance(ts, (int, float)):
         raise MalformedBatch(f"the batch's ts is not a number: {ts!r}"[:200])
+    if isinstance(ts, int) and not -FLOAT_LIMIT < ts < FLOAT_LIMIT:
+        raise MalformedBatch(f"the batch's ts is beyond a float: {ts}"[:200])
     if not isinstance(events, (list, tuple)):
         raise MalformedBatch("the batch's events are not a list")
     if rank is not None and (not isinstance(rank, int) or not 0 <= rank <= INT32_MAX):
         raise MalformedBatch(f"data_parallel_rank is not a rank: {rank!r}"[:200])
     rows = BatchRows()
-    base = {"worker": worker, "dp_rank": rank, "seq": seq, "ts": float(ts)}
+    base = {"worker": worker, "epoch": epoch, "dp_rank": rank, "seq": seq, "ts": float(ts)}
     for position, event in enumerate(events):
         tag, values = _event_fields(event, position)
         rows.extend(_event_rows(tag, values, {**base, "position": position}, position))
@@ -122,6 +135,8 @@ def _event_rows(tag: str, values: dict[str, Any], base: dict[str, Any], position
     lora = values.get("lora_id")
     if lora is not None and (not isinstance(lora, int) or isinstance(lora, bool)):
         raise MalformedBatch(f"event {position}: lora_id is not an integer: {lora!r}"[:200])
+    if lora is not None and not -INT64_LIMIT <= lora < INT64_LIMIT:
+        raise MalformedBatch(f"event {position}: lora_id {lora} is beyond int64")
     tokens = _token_ids(values.get("token_ids"), position)
     for index, key in enumerate(keys):
         rows.events.append(

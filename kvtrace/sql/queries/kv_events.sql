@@ -4,9 +4,11 @@
 -- kv_events has one row per (event, block): `stored` and `removed` name a block by its
 -- hash (the engine's chained hash of the tokens up to the block's end, so one hash is
 -- one prefix), `cleared` empties the worker's pool; `gap` rows mark sequence numbers
--- the collector missed (their events are unknown) and `error` rows messages it could
--- not read.  Events are ordered by (seq, position, block_idx) within a worker; times
--- are the batch's `ts` (seconds since the epoch), counted from the run's first batch.
+-- the collector missed (their events are unknown), `error` rows messages it could not
+-- read, and `restart` rows where a worker's sequence numbers went back (not a batch
+-- delivered twice): the engine restarted, its pool empty, and a new `epoch` began.
+-- Events are ordered by (epoch, seq, position, block_idx) within a worker; times are
+-- the batch's `ts` (Unix time in seconds), counted from the run's first batch.
 --
 -- Worked example (kv_pool_residency(1.0)): a worker's first batch stores blocks a and b
 -- (t = 0), it removes a at 1.3 s and stores a again at 1.7 s.  Second 0: stored 2,
@@ -21,24 +23,28 @@
 -- One row per block of each KV-cache event an engine published.
 -- @column run_id       the run
 -- @column worker       the engine (its --endpoint label)
+-- @column epoch        0, and one more each time the worker's engine restarted
 -- @column dp_rank      the batch's data-parallel rank, when sent
--- @column seq          the batch's sequence number
--- @column ts           the batch's time, seconds since the epoch
+-- @column seq          the batch's sequence number (from 0 in each epoch)
+-- @column ts           the batch's time, Unix time in seconds
 -- @column position     the event's place in its batch
 -- @column block_idx    the block's place in its event
--- @column kind         stored, removed, cleared, gap or error
+-- @column kind         stored, removed, cleared, gap, error or restart
 -- @column medium       where the block lives (GPU, CPU, ...), when sent
 -- @column lora_id      the LoRA adapter, when sent
 -- @column block_hash   the block's hash (decimal, or hex for byte hashes)
 -- @column parent_hash  the hash of the block before it in its prefix
 -- @column block_size   tokens per block (stored events)
--- @column detail       what a gap or error row is about
+-- @column detail       what a gap, error or restart row is about
 CREATE VIEW kv_events AS
-SELECT * EXCLUDE (_row)
+SELECT run_id, worker, epoch, dp_rank, seq, ts, position, block_idx, kind, medium, lora_id,
+       block_hash, parent_hash, block_size, detail
 FROM (
-    SELECT *, row_number() OVER (
-        PARTITION BY run_id, worker, seq, position, block_idx, kind, detail
-    ) AS _row
+    SELECT * REPLACE (coalesce(epoch, 0) AS epoch),  -- files before epochs: all epoch 0
+           row_number() OVER (
+               PARTITION BY run_id, worker, coalesce(epoch, 0), seq, position, block_idx,
+                            kind, detail
+           ) AS _row
     FROM _kv_events_files
 )
 WHERE _row = 1;
@@ -58,16 +64,17 @@ FROM (
 WHERE _row = 1;
 
 -- @view _kv_block_events
--- Stored and removed blocks in order, with the pool epoch (cleared events so far) and
--- what happened to the same hash before.
+-- Stored and removed blocks in order, with the pool's clears so far in the engine's
+-- epoch (a restart or a clear empties the pool) and what happened to the same hash
+-- before.
 CREATE VIEW _kv_block_events AS
 WITH ordered AS (
     SELECT *,
            ts - min(ts) OVER (PARTITION BY run_id) AS t_s,
            count(*) FILTER (WHERE kind = 'cleared') OVER (
-               PARTITION BY run_id, worker ORDER BY seq, position, block_idx
+               PARTITION BY run_id, worker, epoch ORDER BY seq, position, block_idx
                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-           ) AS epoch
+           ) AS clears
     FROM kv_events
     WHERE kind IN ('stored', 'removed', 'cleared')
 )
@@ -76,7 +83,7 @@ SELECT *,
        t_s - lag(t_s) OVER same_block AS since_previous_s
 FROM ordered
 WHERE kind <> 'cleared'
-WINDOW same_block AS (PARTITION BY run_id, worker, medium, epoch, block_hash
+WINDOW same_block AS (PARTITION BY run_id, worker, medium, epoch, clears, block_hash
                       ORDER BY seq, position, block_idx);
 
 -- @macro kv_pool_residency(bucket_s)
@@ -98,7 +105,8 @@ CREATE MACRO kv_pool_residency(bucket_s := 1.0) AS TABLE
 WITH counted AS (
     SELECT *, floor(t_s / bucket_s) AS bucket,
            sum(CASE kind WHEN 'stored' THEN 1 ELSE -1 END) OVER (
-               PARTITION BY run_id, worker, medium, epoch ORDER BY seq, position, block_idx
+               PARTITION BY run_id, worker, medium, epoch, clears
+               ORDER BY seq, position, block_idx
                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
            ) AS resident
     FROM _kv_block_events
@@ -107,7 +115,7 @@ SELECT run_id, worker, medium, bucket * bucket_s AS t_s,
        count(*) FILTER (WHERE kind = 'stored') AS stored,
        count(*) FILTER (WHERE kind = 'removed') AS removed,
        count(*) FILTER (WHERE kind = 'stored' AND previous_kind = 'removed') AS restores,
-       arg_max(resident, (seq, position, block_idx)) AS resident_blocks,
+       arg_max(resident, (epoch, seq, position, block_idx)) AS resident_blocks,
        count(*) FILTER (WHERE kind = 'removed') / bucket_s AS churn_per_s,
        avg(since_previous_s) FILTER (WHERE kind = 'removed' AND previous_kind = 'stored')
            AS mean_lifetime_s
@@ -199,14 +207,15 @@ WITH RECURSIVE nodes AS MATERIALIZED (
     SELECT n.run_id, n.block_hash, list_append(c.chain, n.id)
     FROM nodes AS n JOIN chains AS c ON n.run_id = c.run_id AND n.parent_hash = c.block_hash
 ), last_blocks AS (
-    SELECT run_id, worker, seq, position, min(ts) AS ts, any_value(block_size) AS block_size,
-           arg_max(block_hash, block_idx) AS last_hash
+    SELECT run_id, worker, epoch, seq, position, min(ts) AS ts,
+           any_value(block_size) AS block_size, arg_max(block_hash, block_idx) AS last_hash
     FROM kv_events WHERE kind = 'stored'
-    GROUP BY run_id, worker, seq, position
+    GROUP BY run_id, worker, epoch, seq, position
 )
 SELECT l.run_id, l.worker,
-       row_number() OVER (PARTITION BY l.run_id ORDER BY l.ts, l.worker, l.seq, l.position)
-           - 1 AS request_idx,
+       row_number() OVER (PARTITION BY l.run_id
+                          ORDER BY l.ts, l.worker, l.epoch, l.seq, l.position) - 1
+           AS request_idx,
        round((l.ts - min(l.ts) OVER (PARTITION BY l.run_id)) * 1000)::BIGINT AS timestamp,
        len(c.chain) * l.block_size AS input_length, 0 AS output_length,
        c.chain AS hash_ids
