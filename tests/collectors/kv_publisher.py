@@ -7,7 +7,8 @@ byte hashes).  Messages are ``(topic, 8-byte big-endian seq, msgpack payload)`` 
 socket; a ROUTER socket answers ``(b"", start seq)`` with every buffered ``(seq, payload)``
 from there and an end marker ``(-1, b"")``, as vLLM's ``ZmqEventPublisher`` does.  The
 PUB side is an XPUB, so a test can wait until the collector has subscribed instead of
-sleeping.
+sleeping.  `Publisher.restart` is an engine started again on the same ports: its
+sequence numbers begin at 0 and its replay buffer is empty, as vLLM's are.
 """
 
 from __future__ import annotations
@@ -82,19 +83,34 @@ class Publisher:
     messages (published to the buffer, never sent)."""
 
     def __init__(self, topic: str = "kv-events") -> None:
-        self.context = zmq.Context()
-        self.pub = self.context.socket(zmq.XPUB)
-        self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
-        self.router = self.context.socket(zmq.ROUTER)
-        self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
         self.topic = topic.encode()
-        self.seq = 0
-        self.buffer: list[tuple[int, bytes]] = []
         self.encoder = msgspec.msgpack.Encoder()
         self.replaying = True
+        self._start(port=None, replay_port=None)
+
+    def _start(self, port: int | None, replay_port: int | None) -> None:
+        """Bind the sockets (on random ports, or these) and serve replays from a thread."""
+        self.context = zmq.Context()
+        self.pub = self.context.socket(zmq.XPUB)
+        self.router = self.context.socket(zmq.ROUTER)
+        if port is None or replay_port is None:
+            self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        else:
+            self.pub.bind(f"tcp://127.0.0.1:{port}")
+            self.router.bind(f"tcp://127.0.0.1:{replay_port}")
+        self.replay_clients = self.router.get_monitor_socket(zmq.EVENT_ACCEPTED)
+        self.seq = 0
+        self.buffer: list[tuple[int, bytes]] = []
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._serve_replays, daemon=True)
         self.thread.start()
+
+    def restart(self) -> None:
+        """Stop and start again on the same ports, as an engine restarted: what was
+        sent and not yet received is lost, the sequence numbers begin at 0 again."""
+        self.close()
+        self._start(self.port, self.replay_port)
 
     @property
     def endpoint(self) -> str:
@@ -109,6 +125,12 @@ class Publisher:
             raise TimeoutError("no subscriber came")
         self.pub.recv()  # the subscription message
 
+    def wait_for_replay_client(self, timeout_s: float = 30.0) -> None:
+        """Wait until a collector has connected to the replay socket."""
+        if not self.replay_clients.poll(int(timeout_s * 1000)):
+            raise TimeoutError("no replay client came")
+        self.replay_clients.recv_multipart()
+
     def publish(self, batch: Any, *, drop: bool = False) -> int:
         return self.send_raw(self.encoder.encode(batch), drop=drop)
 
@@ -122,6 +144,11 @@ class Publisher:
 
     def send_frames(self, frames: list[bytes]) -> None:
         self.pub.send_multipart(frames)
+
+    def resend(self, seq: int) -> None:
+        """Send the batch of ``seq`` again, bytes for bytes (a delivery repeated)."""
+        payload = dict(self.buffer)[seq]
+        self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
 
     def _serve_replays(self) -> None:
         while not self.stopped.is_set():
@@ -139,6 +166,8 @@ class Publisher:
     def close(self) -> None:
         self.stopped.set()
         self.thread.join()
+        self.router.disable_monitor()
+        self.replay_clients.close(linger=0)
         self.pub.close(linger=0)
         self.router.close(linger=0)
         self.context.term()

@@ -20,19 +20,17 @@ from kvtrace.collectors.kv_event_subscriber import EventSource, collect_kv_event
 from kvtrace.errors import InputError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
+from tests.collectors.kv_collection import Collection, stored_event
 from tests.collectors.kv_publisher import (
     AllBlocksCleared,
     ArrayBatch,
     BlockRemoved,
-    BlockStored,
     MapBatch,
     MapBlockRemoved,
     MapBlockStored,
     Publisher,
 )
 from tests.conftest import DATA, KVTRACE_PROCESS, warehouse_at
-
-SETTLE_S = 0.5  # loopback delivery of what was just sent
 
 
 @pytest.fixture
@@ -42,46 +40,10 @@ def publisher():
     publisher.close()
 
 
-class Collection:
-    """The collector in a thread of this process, subscribed to ``publisher``."""
-
-    def __init__(self, warehouse, publisher, *, replay=True, **options) -> None:
-        self.stop = threading.Event()
-        self.result: dict = {}
-        source = EventSource(
-            "gpu0", publisher.endpoint, publisher.replay_endpoint if replay else None
-        )
-
-        def run() -> None:
-            try:
-                self.result["report"] = collect_kv_events(
-                    warehouse, [source], topic="kv-events", stop=self.stop, batch_s=0.2, **options
-                )
-            except Exception as exc:
-                self.result["error"] = exc
-
-        self.thread = threading.Thread(target=run)
-        self.thread.start()
-        publisher.wait_for_subscriber()
-
-    def finish(self):
-        time.sleep(SETTLE_S)
-        self.stop.set()
-        self.thread.join(60)
-        if "error" in self.result:
-            raise self.result["error"]
-        return self.result["report"]
-
-
-def _stored(hashes, parent, first_token, size=4, medium="GPU"):
-    tokens = list(range(first_token, first_token + size * len(hashes)))
-    return BlockStored(hashes, parent, tokens, size, None, medium)
-
-
 def test_events_are_recorded_as_vllm_sends_them(warehouse, publisher):
     collection = Collection(warehouse, publisher)
-    publisher.publish(ArrayBatch(100.0, [_stored([11, 12], None, 0)], 0))
-    publisher.publish(ArrayBatch(100.5, [_stored([13], 11, 8), BlockRemoved([12], "GPU")], 0))
+    publisher.publish(ArrayBatch(100.0, [stored_event([11, 12], None, 0)], 0))
+    publisher.publish(ArrayBatch(100.5, [stored_event([13], 11, 8), BlockRemoved([12], "GPU")], 0))
     publisher.publish(ArrayBatch(101.7, [AllBlocksCleared()]))
     report = collection.finish()
     assert (report.messages, report.events, report.gaps, report.errors) == (3, 5, 0, 0)
@@ -126,7 +88,7 @@ def test_map_encoded_events_with_byte_hashes_read_the_same(warehouse, publisher)
 def test_dropped_sequence_numbers_are_replayed(warehouse, publisher):
     collection = Collection(warehouse, publisher)
     for seq in range(6):
-        batch = ArrayBatch(float(seq), [_stored([seq + 100], None, 0)])
+        batch = ArrayBatch(float(seq), [stored_event([seq + 100], None, 0)])
         publisher.publish(batch, drop=seq in (2, 3))
     report = collection.finish()
     assert (report.replayed, report.gaps) == (2, 0)
@@ -140,7 +102,7 @@ def test_a_gap_the_replay_cannot_fill_is_a_row(warehouse, publisher):
     publisher.replaying = False  # its replay socket never answers
     collection = Collection(warehouse, publisher)
     for seq in range(5):
-        publisher.publish(ArrayBatch(float(seq), [_stored([seq], None, 0)]), drop=seq == 2)
+        publisher.publish(ArrayBatch(float(seq), [stored_event([seq], None, 0)]), drop=seq == 2)
     report = collection.finish()
     assert report.gaps == 1
     con = connect(warehouse)
@@ -152,11 +114,11 @@ def test_a_gap_the_replay_cannot_fill_is_a_row(warehouse, publisher):
 
 def test_a_malformed_message_is_an_error_row_and_collection_goes_on(warehouse, publisher):
     collection = Collection(warehouse, publisher)
-    publisher.publish(ArrayBatch(1.0, [_stored([1], None, 0)]))
+    publisher.publish(ArrayBatch(1.0, [stored_event([1], None, 0)]))
     publisher.send_raw(b"\xc1 not msgpack")
     publisher.send_raw(msgspec.msgpack.encode([2.0, [["BlockEvicted", [5]]]]))
     publisher.send_frames([b"kv-events", b"short"])
-    publisher.publish(ArrayBatch(3.0, [_stored([2], 1, 4)]))
+    publisher.publish(ArrayBatch(3.0, [stored_event([2], 1, 4)]))
     report = collection.finish()
     assert report.errors == 3
     con = connect(warehouse)
@@ -168,7 +130,7 @@ def test_a_malformed_message_is_an_error_row_and_collection_goes_on(warehouse, p
 
 def test_a_burst_of_100k_events_is_committed_in_bounded_batches(warehouse, publisher, monkeypatch):
     monkeypatch.setattr(kv_event_subscriber, "FLUSH_ROWS", 10_000)
-    drain, behind = kv_event_subscriber._drain, []
+    drain, behind = kv_event_subscriber.drain, []
 
     def drain_after_a_stall(*args):  # the collector falls behind while the burst arrives
         if not behind:
@@ -176,11 +138,11 @@ def test_a_burst_of_100k_events_is_committed_in_bounded_batches(warehouse, publi
             time.sleep(2)
         return drain(*args)
 
-    monkeypatch.setattr(kv_event_subscriber, "_drain", drain_after_a_stall)
+    monkeypatch.setattr(kv_event_subscriber, "drain", drain_after_a_stall)
     collection = Collection(warehouse, publisher, replay=True)
     for batch in range(1000):
         hashes = list(range(batch * 100, batch * 100 + 100))
-        publisher.publish(ArrayBatch(float(batch), [_stored(hashes, None, 0, size=1)]))
+        publisher.publish(ArrayBatch(float(batch), [stored_event(hashes, None, 0, size=1)]))
     time.sleep(2)
     report = collection.finish()
     stored = (
@@ -251,7 +213,7 @@ def test_sigterm_or_ctrl_c_writes_what_came_and_closes_the_run(tmp_path, publish
     )
     publisher.wait_for_subscriber()
     for seq in range(20):
-        publisher.publish(ArrayBatch(float(seq), [_stored([seq], None, 0)]))
+        publisher.publish(ArrayBatch(float(seq), [stored_event([seq], None, 0)]))
     time.sleep(1.0)
     os.kill(process.pid, getattr(signal, how))
     out, err = process.communicate(timeout=60)
@@ -433,7 +395,7 @@ def test_a_raw_msgpack_capture_ingests_like_the_stream(warehouse, tmp_path):
     import msgpack
 
     payloads = [
-        msgspec.msgpack.encode(ArrayBatch(1.0, [_stored([1, 2], None, 0)], 0)),
+        msgspec.msgpack.encode(ArrayBatch(1.0, [stored_event([1, 2], None, 0)], 0)),
         msgspec.msgpack.encode(ArrayBatch(2.0, [BlockRemoved([1], "GPU")], 0)),
     ]
     path = tmp_path / "gpu0.msgpack"
