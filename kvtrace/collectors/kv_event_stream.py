@@ -1,8 +1,11 @@
-"""One engine's KV-event messages into rows: sequence numbers, epochs and replay.
+"""One engine's KV-event messages into rows: sequence numbers, epochs, replay and bounds.
 
 Each message is ``(topic, 8-byte big-endian sequence number, msgpack EventBatch)``.  Its
-rows are converted to Arrow as it is read; a message that is not a batch is an ``error``
-row.
+rows are converted to Arrow as it is read, so whatever cannot be read or stored (a
+value beyond its column, nesting too deep to decode, any failure of the decoder) is that
+message's ``error`` row and never reaches a commit.  A message over its bounds
+(`kvtrace.collectors.kv_event_bounds`) is an ``error`` row that names the bound, read no
+further.
 
 Sequence numbers place each batch in an epoch of its engine
 (`kvtrace.warehouse.kv_event_epochs`): a repeat is dropped, numbers going back start a
@@ -20,9 +23,16 @@ from typing import Any
 import pyarrow as pa
 
 from kvtrace.collectors.endpoints import labelled
+from kvtrace.collectors.kv_event_bounds import DEFAULT_BOUNDS, MessageBounds
 from kvtrace.errors import InputError
 from kvtrace.warehouse.kv_event_epochs import Arrival, EngineEpochs, restart_row
-from kvtrace.warehouse.kv_event_rows import BatchRows, MalformedBatch, batch_rows
+from kvtrace.warehouse.kv_event_rows import (
+    BatchRows,
+    MalformedBatch,
+    TooManyBlocks,
+    batch_rows,
+    check_seq,
+)
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 
 END_OF_REPLAY = -1
@@ -84,11 +94,13 @@ class Pending:
 
 @dataclass
 class EngineStream:
-    """One engine's sockets and where its sequence numbers stand."""
+    """One engine's sockets, where its sequence numbers stand, and the bounds of what
+    it may send."""
 
     source: EventSource
     sub: Any
     replay: Any = None
+    bounds: MessageBounds = DEFAULT_BOUNDS
     epochs: EngineEpochs = field(default_factory=EngineEpochs)
     heard: bool = False
 
@@ -118,6 +130,11 @@ def _receive(
         _error(stream, pending, report, None, detail)
         return
     seq, payload = int.from_bytes(frames[1], "big"), frames[2]
+    try:
+        check_seq(seq)
+    except MalformedBatch as exc:
+        _error(stream, pending, report, None, str(exc))
+        return
     arrival = stream.epochs.arrive(seq, payload)
     if arrival.repeat:
         return  # delivered twice
@@ -135,12 +152,33 @@ def _take(
     import msgspec
 
     stream.epochs.taken(seq, payload)
+    epoch = stream.epochs.epoch
+    if len(payload) > stream.bounds.bytes:
+        detail = (
+            f"a message of {len(payload):,} bytes, over the bound of {stream.bounds.bytes:,} "
+            "(--max-message-mb)"
+        )
+        _error(stream, pending, report, seq, detail)
+        return
     try:
         decoded = msgspec.msgpack.decode(payload)
-        found = batch_rows(decoded, seq, stream.source.worker, epoch=stream.epochs.epoch)
+        found = batch_rows(
+            decoded, seq, stream.source.worker, epoch=epoch, max_blocks=stream.bounds.blocks
+        )
         pending.add(found)
     except (msgspec.DecodeError, MalformedBatch) as exc:
         _error(stream, pending, report, seq, f"not a KV-event batch: {exc}")
+        return
+    except TooManyBlocks as exc:
+        _error(stream, pending, report, seq, f"{exc} (--max-message-blocks)")
+        return
+    except RecursionError:
+        _error(stream, pending, report, seq, "not a KV-event batch: nested too deeply to decode")
+        return
+    except Exception as exc:  # one message must not end the collection
+        _error(
+            stream, pending, report, seq, f"cannot read the message: {type(exc).__name__}: {exc}"
+        )
         return
     report.events += len(found.events)
 

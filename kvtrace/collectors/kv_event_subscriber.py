@@ -8,13 +8,13 @@ on a ROUTER socket a request for the batches from a sequence number on (each
 
 One thread subscribes to every engine; `kvtrace.collectors.kv_event_stream` reads each
 engine's messages (epochs across restarts, replay of missed numbers, ``gap``, ``error``
-and ``restart`` rows), and collection goes on.  Rows are committed in batches (every few
-seconds, or sooner when many arrive): memory stays flat under a burst (ZMQ's receive
-queue is bounded, and what it drops comes back by replay or as a gap), and a crash
-loses at most one batch.  Ctrl-C, SIGTERM or ``--duration`` end the run after a last
-commit.  Before anything is written, the first message of some engine must arrive
-within ``connect_timeout_s``, and some message must be in the event format: otherwise
-one sentence says which.
+and ``restart`` rows, the size bounds), and collection goes on whatever one message
+holds.  Rows are committed in batches (every few seconds, or sooner when many arrive):
+memory stays flat under a burst (ZMQ's receive queue is bounded, and what it drops comes
+back by replay or as a gap), and a crash loses at most one batch.  Ctrl-C, SIGTERM or
+``--duration`` end the run after a last commit.  Before anything is written, the first
+message of some engine must arrive within ``connect_timeout_s``, and some message must
+be in the event format: otherwise one sentence says which.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kvtrace.collectors.kv_event_bounds import DEFAULT_BOUNDS, MessageBounds
 from kvtrace.collectors.kv_event_stream import (
     CollectReport,
     EngineStream,
@@ -55,6 +56,7 @@ def collect_kv_events(
     batch_s: float = 5.0,
     stop: threading.Event | None = None,
     on_batch: Callable[[CollectReport], None] | None = None,
+    bounds: MessageBounds = DEFAULT_BOUNDS,
 ) -> CollectReport:
     """Subscribe to ``sources`` until ``duration_s`` passes, ``stop`` is set or Ctrl-C."""
     try:
@@ -71,7 +73,7 @@ def collect_kv_events(
     report = CollectReport(collection_run_id(name))
     stop = stop or threading.Event()
     context = zmq.Context()
-    streams = [_open_stream(context, source, topic) for source in sources]
+    streams = [_open_stream(context, source, topic, bounds) for source in sources]
     poller = zmq.Poller()
     for stream in streams:
         poller.register(stream.sub, zmq.POLLIN)
@@ -121,7 +123,9 @@ def collect_kv_events(
     return report
 
 
-def _open_stream(context: Any, source: EventSource, topic: str) -> EngineStream:
+def _open_stream(
+    context: Any, source: EventSource, topic: str, bounds: MessageBounds
+) -> EngineStream:
     import zmq
 
     sub = context.socket(zmq.SUB)
@@ -136,7 +140,7 @@ def _open_stream(context: Any, source: EventSource, topic: str) -> EngineStream:
     if source.replay is not None:
         replay = context.socket(zmq.DEALER)
         replay.connect(source.replay)
-    return EngineStream(source, sub, replay)
+    return EngineStream(source, sub, replay, bounds)
 
 
 def _check_started(

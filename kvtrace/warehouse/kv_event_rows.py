@@ -42,6 +42,10 @@ class MalformedBatch(ValueError):
     """A message that is not a KV-event batch; the text says what is wrong."""
 
 
+class TooManyBlocks(ValueError):
+    """A batch of more block events than its reader allows."""
+
+
 def check_seq(seq: int) -> None:
     """`MalformedBatch` unless ``seq`` is a sequence number kv_events can hold."""
     if not 0 <= seq < INT64_LIMIT:
@@ -63,8 +67,11 @@ class BatchRows:
         self.blocks.extend(other.blocks)
 
 
-def batch_rows(batch: object, seq: int, worker: str, *, epoch: int = 0) -> BatchRows:
-    """The rows of one decoded batch (a list or a dict); `MalformedBatch` otherwise."""
+def batch_rows(
+    batch: object, seq: int, worker: str, *, epoch: int = 0, max_blocks: int | None = None
+) -> BatchRows:
+    """The rows of one decoded batch (a list or a dict); `MalformedBatch` otherwise, and
+    `TooManyBlocks` when its events name more than ``max_blocks`` blocks."""
     if isinstance(batch, (list, tuple)) and len(batch) >= 2:
         ts, events = batch[0], batch[1]
         rank = batch[2] if len(batch) > 2 else None
@@ -80,12 +87,24 @@ def batch_rows(batch: object, seq: int, worker: str, *, epoch: int = 0) -> Batch
         raise MalformedBatch("the batch's events are not a list")
     if rank is not None and (not isinstance(rank, int) or not 0 <= rank <= INT32_MAX):
         raise MalformedBatch(f"data_parallel_rank is not a rank: {rank!r}"[:200])
+    fields = [_event_fields(event, position) for position, event in enumerate(events)]
+    if max_blocks is not None:
+        blocks = sum(_block_count(values) for _, values in fields)
+        if blocks > max_blocks:
+            raise TooManyBlocks(
+                f"a message of {blocks:,} block events, over the bound of {max_blocks:,}"
+            )
     rows = BatchRows()
     base = {"worker": worker, "epoch": epoch, "dp_rank": rank, "seq": seq, "ts": float(ts)}
-    for position, event in enumerate(events):
-        tag, values = _event_fields(event, position)
+    for position, (tag, values) in enumerate(fields):
         rows.extend(_event_rows(tag, values, {**base, "position": position}, position))
     return rows
+
+
+def _block_count(values: dict[str, Any]) -> int:
+    """The rows an event makes: one per block hash (one for a clear, or a bad event)."""
+    hashes = values.get("block_hashes")
+    return len(hashes) if isinstance(hashes, (list, tuple)) else 1
 
 
 def _event_fields(event: object, position: int) -> tuple[str, dict[str, Any]]:
