@@ -40,6 +40,7 @@ from kvtrace.collectors.collect_options import (
     Scores,
     TurnMode,
 )
+from kvtrace.collectors.kv_event_bounds import MAX_MESSAGE_BLOCKS, MAX_MESSAGE_MB, MessageBounds
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OUTPUT_FORMATS, Kind, OutputFormat, default_path
 from kvtrace.errors import (
     IngestRejected,
@@ -535,6 +536,16 @@ def collect_kv_events_command(
     run_name: Annotated[
         str | None, typer.Option(help="Run name (default: kv-events-<time>).")
     ] = None,
+    max_message_mb: Annotated[
+        float,
+        typer.Option(
+            min=0.001, help="The largest message read, in MiB; a larger one is an error row."
+        ),
+    ] = MAX_MESSAGE_MB,
+    max_message_blocks: Annotated[
+        int,
+        typer.Option(min=1, help="The most block events a message may hold; more is an error row."),
+    ] = MAX_MESSAGE_BLOCKS,
 ) -> None:
     """Record the KV-cache events engines publish (block stored, removed, cleared) into
     kv_events and kv_event_blocks, committed in small batches.
@@ -542,8 +553,8 @@ def collect_kv_events_command(
     Start vLLM with --kv-events-config '{"enable_kv_cache_events": true, "publisher":
     "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic":
     "kv-events"}'.  Missed sequence numbers are replayed or recorded as gaps; an
-    unreadable message is an error row; Ctrl-C or SIGTERM writes what came and closes the
-    run.
+    unreadable message is an error row; an engine restarted (its sequence numbers going
+    back) starts a new epoch; Ctrl-C or SIGTERM writes what came and closes the run.
 
     Example: kvtrace collect kv-events --endpoint gpu0=tcp://127.0.0.1:5557 --replay
     tcp://127.0.0.1:5558 --topic kv-events --duration 600
@@ -576,11 +587,13 @@ def collect_kv_events_command(
             run_name=run_name,
             on_batch=show,
             stop=stop,
+            bounds=MessageBounds(int(max_message_mb * 2**20), max_message_blocks),
         )
     out.say(
         f"recorded {len(sources)} engine(s): {report.messages:,} batches, "
         f"{report.events:,} block events ({report.replayed:,} batches replayed, "
-        f"{report.gaps:,} gaps, {report.errors:,} unreadable) into run {report.run_id}"
+        f"{report.gaps:,} gaps, {report.errors:,} unreadable, {report.restarts:,} restarts) "
+        f"into run {report.run_id}"
     )
 
 

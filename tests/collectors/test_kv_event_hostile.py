@@ -4,14 +4,24 @@ says what was wrong, collection goes on, and every good row is committed."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import msgspec
 import pytest
 
 from kvtrace import connect
 from kvtrace.collectors import kv_event_stream
 from kvtrace.collectors.kv_event_bounds import MessageBounds
-from tests.collectors.kv_collection import Collection, stored_event
+from tests.collectors.kv_collection import (
+    HANG_GUARD_S,
+    Collection,
+    collector_process,
+    stored_event,
+    wait_for_rows,
+)
 from tests.collectors.kv_publisher import ArrayBatch, Publisher
+from tests.conftest import warehouse_at
 
 GOOD = "SELECT seq, block_hash FROM kv_events WHERE kind = 'stored' ORDER BY ALL"
 ERRORS = "SELECT seq, detail FROM kv_events WHERE kind = 'error' ORDER BY ALL"
@@ -118,3 +128,19 @@ def test_the_bounds_are_options(warehouse, publisher):
         bounds=MessageBounds(bytes=len(payload), blocks=10_000),
     )
     assert errors == [] and report.events == 10_002
+
+
+def test_the_command_line_takes_the_bounds(tmp_path, publisher):
+    location = warehouse_at(tmp_path / "wh")
+    process = collector_process(location, publisher, "--max-message-blocks", "2")
+    publisher.wait_for_subscriber()
+    _good(publisher, 1)
+    publisher.publish(ArrayBatch(1.5, [stored_event([7, 8, 9], None, 0)]))
+    wait_for_rows(location, process, "SELECT kind FROM kv_events", 2)
+    os.kill(process.pid, signal.SIGTERM)
+    out, err = process.communicate(timeout=HANG_GUARD_S)
+    assert process.returncode == 0, err
+    assert "1 block events (0 batches replayed, 0 gaps, 1 unreadable, 0 restarts)" in out
+    assert connect(location).sql(ERRORS).fetchall() == [
+        (1, "a message of 3 block events, over the bound of 2 (--max-message-blocks)")
+    ]
