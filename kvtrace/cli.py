@@ -404,6 +404,8 @@ def _print_ingest(report: IngestReport, to: _Console) -> None:
         to.say(line)
         for reason, count in item.skipped.items():
             to.say(f"  skipped {count:,} {reason}")
+        for note in item.notes:
+            to.say(f"  {note}")
         for stat, tally in item.disagreements.items():
             if tally.first_line is None:  # a file-wide figure, e.g. RULER's summary.csv
                 to.say(

@@ -71,6 +71,7 @@ def commit_file(
             rejected=len(rows.rejected),
             skipped=dict(rows.skipped + sink.skipped),
             disagreements=rows.checks,
+            notes=rows.notes,
             fmt=fmt,
             family=family.name,
         )

@@ -53,6 +53,7 @@ class FileRows:
     world_size: int | None = None
     skipped: Counter[str] = field(default_factory=Counter)  # records left out, by reason
     checks: dict[str, StatCheck] = field(default_factory=dict)  # source statistics checked
+    notes: list[str] = field(default_factory=list)  # said under the file in the report
 
 
 class Family(Protocol):

@@ -20,6 +20,7 @@ class FileReport:
     rejected: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     disagreements: dict[str, StatCheck] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the reader said of the file
     fmt: str = ""
     family: str = ""
 

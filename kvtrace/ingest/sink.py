@@ -162,6 +162,14 @@ class ThreadedFile:
             self._thread.shutdown(wait=True)
         return self.rows
 
+    def discard(self) -> None:
+        """Drop the file with the batches stored in it (they are to be read again)."""
+        try:
+            self._wait()
+        finally:
+            self._thread.shutdown(wait=True)
+            self.file.handle.discard()
+
     def _wait(self) -> None:
         storing, self._storing = self._storing, None
         if storing is not None:

@@ -13,16 +13,22 @@ Formats, told apart by their header (CSV) or first record (JSONL):
   ``session_id`` or ``conversation_id`` when the trace records one);
 - ``mapped``: any other CSV, its columns named by a `ColumnMapping` (``--columns``).
 
-Arrival times become seconds since the trace's first kept arrival.  A row with an
-unparsable field, a negative length or an arrival earlier than the request before it goes
-to the quarantine with the reason; the rest is kept.  The work is vectorised over Arrow
-columns, so a million-row trace takes seconds.  A Mooncake JSONL is read and checked a
-chunk at a time (`ArrivalChecks` carries the order rule across chunks), so its memory
-does not grow with its length; a CSV is read whole.
+A row with an unparsable field or a negative length goes to the quarantine with the
+reason; the rest is kept.  A request keeps its data row (from 0) as its key and
+``request_idx`` whatever its arrival, so the same trace adds nothing again and a grown
+one only its new requests; arrival order is ``arrival_s``, then ``request_idx`` (a
+stable sort of the file by arrival).  Arrival times become seconds since the trace's
+earliest kept arrival (`kvtrace.ingest.request_groups`), and the requests that arrive
+earlier than one before them in the file are counted and reported.  The work is
+vectorised over Arrow columns, so a million-row trace takes seconds.  A Mooncake JSONL
+is read and checked a chunk at a time (`ArrivalChecks` carries the count and the
+earliest arrival across chunks), so its memory does not grow with its length; a CSV is
+read whole.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +43,7 @@ from kvtrace.ingest.csv_columns import RowReasons, csv_header, numbers, read_csv
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import IntRecords, parse_chunk, read_chunks
 from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.request_groups import RequestGroups
 from kvtrace.ingest.sink import FileSink
 from kvtrace.prefetch import prefetched
 from kvtrace.warehouse.rejects import BadLine
@@ -101,7 +108,7 @@ def is_mooncake_record(record: dict[str, Any]) -> bool:
 
 @dataclass
 class WorkloadFileResult:
-    table: pa.Table  # workload_requests rows, run_id left NULL
+    table: pa.Table  # workload_requests rows, run_id left NULL, arrival_s as stated
     rejected: list[BadLine] = field(default_factory=list)
     fmt: str = ""
 
@@ -109,24 +116,29 @@ class WorkloadFileResult:
 def workload_batches(
     path: Path,
     fmt: WorkloadFormat | Literal["mapped"],
+    checks: ArrivalChecks,
     mapping: ColumnMapping | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[WorkloadFileResult]:
-    """Every request of an arrival trace, checked (see the module's rules), in file order:
-    a Mooncake JSONL a chunk at a time, read one chunk ahead, so memory stays flat however
-    long the trace; a CSV in one piece.  ``mapping`` names the columns of a CSV layout
-    kvtrace does not know (format ``mapped``); ``progress`` gets the bytes read so far."""
+    """Every request of an arrival trace, checked by ``checks`` (see the module's rules),
+    in file order, arrival times as the trace states them (seconds): a Mooncake JSONL a
+    chunk at a time, read one chunk ahead, so memory stays flat however long the trace; a
+    CSV in one piece.  ``mapping`` names the columns of a CSV layout kvtrace does not know
+    (format ``mapped``); ``progress`` gets the bytes read so far."""
     if fmt == "mooncake":
-        yield from _read_mooncake(path, progress)
+        yield from _read_mooncake(path, checks, progress)
     else:
-        yield _read_csv(path, fmt, mapping)
+        yield _read_csv(path, fmt, checks, mapping)
 
 
 # -- CSV ---------------------------------------------------------------------------------------
 
 
 def _read_csv(
-    path: Path, fmt: WorkloadFormat | Literal["mapped"], mapping: ColumnMapping | None = None
+    path: Path,
+    fmt: WorkloadFormat | Literal["mapped"],
+    checks: ArrivalChecks,
+    mapping: ColumnMapping | None = None,
 ) -> WorkloadFileResult:
     columns = mapping.columns if mapping else CSV_COLUMNS[fmt]  # type: ignore[index]
     header = csv_header(path)
@@ -159,7 +171,7 @@ def _read_csv(
         name: raw[name] if name in raw.column_names else pa.nulls(raw.num_rows, pa.string())
         for name in _TEXT_COLUMNS
     }
-    result = ArrivalChecks(fmt, None).rows(
+    result = checks.rows(
         line_no,
         line_no - 2,
         reasons,
@@ -239,10 +251,9 @@ def _wall_clock_seconds(
 
 
 def _read_mooncake(
-    path: Path, progress: Callable[[int], None] | None
+    path: Path, checks: ArrivalChecks, progress: Callable[[int], None] | None
 ) -> Iterator[WorkloadFileResult]:
     """The checked rows of each chunk, the next chunk read and parsed meanwhile."""
-    checks = ArrivalChecks("mooncake", MOONCAKE_BLOCK_TOKENS)
     compiled = _MOONCAKE_RECORDS if path.stat().st_size >= COMPILED_PARSE_BYTES else None
     parsed_chunks = (
         (chunk, parse_chunk(chunk, _MOONCAKE_SCHEMA, int_records=compiled))
@@ -286,15 +297,17 @@ def _present(column: pa.ChunkedArray, name: str, reasons: RowReasons) -> np.ndar
 
 
 class ArrivalChecks:
-    """The range and order rules, applied to a trace's rows batch by batch in file order:
-    a negative length, or an arrival earlier than a request before it (in any earlier
-    batch too), sends the row to the quarantine; arrivals of the rest count from the
-    trace's first kept arrival."""
+    """The range rules, applied to a trace's rows batch by batch in file order: a negative
+    length sends the row to the quarantine.  Across batches it counts the kept requests
+    that arrive earlier than one before them (`out_of_order`) and finds the earliest
+    kept arrival (`earliest`)."""
 
-    def __init__(self, fmt: str, block_tokens: int | None) -> None:
-        self.fmt, self.block_tokens = fmt, block_tokens
-        self._latest = -np.inf  # the latest arrival so far of a row otherwise valid
-        self._origin: float | None = None  # the first kept arrival
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.block_tokens = MOONCAKE_BLOCK_TOKENS if fmt == "mooncake" else None
+        self.out_of_order = 0
+        self.earliest = math.inf
+        self._latest = -math.inf  # the latest arrival so far of a row otherwise valid
 
     def rows(
         self,
@@ -310,15 +323,6 @@ class ArrivalChecks:
         """Apply the rules to one batch, quarantine what breaks them, build its rows."""
         for name, values in lengths.items():
             reasons.note(values < 0, f"{name} is negative")
-        ok = reasons.ok
-        latest = np.maximum.accumulate(
-            np.concatenate([[self._latest], np.where(ok, arrival, -np.inf)])
-        )
-        self._latest = float(latest[-1])
-        reasons.note(
-            ok & (arrival < latest[:-1]),
-            "arrival earlier than the request before it (out of order)",
-        )
         keep = reasons.ok
         rejected = [
             BadLine(int(line_no[row]), reasons.text(int(row)), line_text(int(line_no[row])))
@@ -329,13 +333,12 @@ class ArrivalChecks:
             lengths = {name: values[keep] for name, values in lengths.items()}
             hashes = pc.filter(hashes, pa.array(keep))
             text = {name: pc.filter(values, pa.array(keep)) for name, values in text.items()}
+        self._count_order(arrival)
         rows = len(arrival)
-        if rows and self._origin is None:
-            self._origin = float(arrival[0])  # kept arrivals never decrease
         columns = {
             "run_id": pa.nulls(rows, pa.string()),
             "request_idx": pa.array(request_idx, pa.int64()),
-            "arrival_s": pa.array(arrival - (self._origin or 0.0), pa.float64()),
+            "arrival_s": pa.array(arrival, pa.float64()),
             "input_tokens": pa.array(lengths["input_tokens"].astype(np.int64)),
             "output_tokens": pa.array(lengths["output_tokens"].astype(np.int64)),
             "hash_ids": hashes,
@@ -344,6 +347,15 @@ class ArrivalChecks:
         }
         table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
         return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, self.fmt)
+
+    def _count_order(self, arrival: np.ndarray) -> None:
+        """Count the arrivals earlier than one before them, in this batch or earlier."""
+        if not len(arrival):
+            return
+        before = np.maximum.accumulate(np.concatenate([[self._latest], arrival[:-1]]))
+        self.out_of_order += int(np.count_nonzero(arrival < before))
+        self._latest = max(self._latest, float(arrival.max()))
+        self.earliest = min(self.earliest, float(arrival.min()))
 
 
 class WorkloadFamily:
@@ -375,25 +387,61 @@ class WorkloadFamily:
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
-        requests = sink.open_file_in_thread("workload_requests")
-        rejected, pending = [], []
-        batches = workload_batches(probe.path, fmt, options.columns, advance)  # type: ignore[arg-type]
-        for batch in batches:
-            rejected += batch.rejected
-            pending.append(batch.table)
-            if sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS:
-                requests.append(pa.concat_tables(pending))
-                pending = []
-        if pending:
-            requests.append(pa.concat_tables(pending))
-        rows = requests.close()
+        trace = _store(probe.path, fmt, sink, options.columns, advance)
+        if trace.origin_missed:  # the earliest arrival came after a row group was stored
+            # a sink of its own: the first knows the keys the discarded file gave (its
+            # counts of records left out hold for both reads)
+            again = FileSink(sink.warehouse, sink.commit)
+            trace = _store(probe.path, fmt, again, options.columns, advance, trace.earliest)
         columns = options.columns
-        config = (
+        config: dict[str, Any] = (
             {"columns": columns.columns, "arrival_unit": columns.arrival_unit}
             if columns is not None and fmt == "mapped"
             else {}
         )
-        return FileRows("workload", rows=rows, rejected=rejected, config=config)
+        notes = []
+        if count := trace.out_of_order:
+            config["requests_out_of_arrival_order"] = count
+            notes.append(
+                f"{count:,} request{'s were' if count > 1 else ' was'} out of arrival order; "
+                "kept, in arrival order by arrival_s then request_idx"
+            )
+        return FileRows(
+            "workload", rows=trace.rows, rejected=trace.rejected, config=config, notes=notes
+        )
+
+
+@dataclass
+class _StoredTrace:
+    rows: int  # requests stored
+    rejected: list[BadLine]
+    out_of_order: int  # requests that arrive earlier than one before them
+    earliest: float  # the earliest kept arrival
+    origin_missed: bool  # the file is discarded: read it again from ``earliest``
+
+
+def _store(
+    path: Path,
+    fmt: str,
+    sink: FileSink,
+    mapping: ColumnMapping | None,
+    advance: Advance,
+    origin: float | None = None,
+) -> _StoredTrace:
+    """Read the trace into ``sink``'s ``workload_requests`` file in row groups, arrival
+    times counted from ``origin``, else from the earliest arrival before the first group;
+    a file whose groups turn out to count from a later arrival is discarded."""
+    checks = ArrivalChecks(fmt)
+    groups = RequestGroups(sink.open_file_in_thread("workload_requests"), ROW_GROUP_ROWS, origin)
+    rejected: list[BadLine] = []
+    for batch in workload_batches(path, fmt, checks, mapping, advance):  # type: ignore[arg-type]
+        rejected += batch.rejected
+        groups.add(batch.table, checks.earliest)
+    missed = groups.origin_missed(checks.earliest)
+    if missed:
+        groups.discard()
+    rows = 0 if missed else groups.close(checks.earliest)
+    return _StoredTrace(rows, rejected, checks.out_of_order, checks.earliest, missed)
 
 
 WORKLOAD = WorkloadFamily()

@@ -1,5 +1,6 @@
 """A Mooncake trace is read a chunk at a time: the rows and the quarantine do not depend
-on where the chunks break, and the order rule holds across chunk boundaries."""
+on where the chunks break, and a request out of arrival order is found across chunk
+boundaries."""
 
 from __future__ import annotations
 
@@ -35,11 +36,10 @@ def _trace_lines() -> list[str]:
     return records
 
 
-EXPECTED_QUARANTINE = [
-    (1, "missing field timestamp"),
-    (41, "output_tokens is negative"),
-    (62, "arrival earlier than the request before it (out of order)"),
-]
+EXPECTED_QUARANTINE = [(1, "missing field timestamp"), (41, "output_tokens is negative")]
+OUT_OF_ORDER = (
+    "1 request was out of arrival order; kept, in arrival order by arrival_s then request_idx"
+)
 
 
 def _ingested(tmp_path, name: str) -> tuple[list[tuple], list[tuple]]:
@@ -47,7 +47,8 @@ def _ingested(tmp_path, name: str) -> tuple[list[tuple], list[tuple]]:
     trace.write_text("\n".join(_trace_lines()) + "\n")
     warehouse = Warehouse(warehouse_at(tmp_path / f"wh-{name}"), create=True)
     report = ingest(warehouse, [str(trace)], run_name="moon")
-    assert report.rows == 116 and report.rejected == 4
+    assert report.rows == 117 and report.rejected == 3
+    assert report.files[0].notes == [OUT_OF_ORDER]
     con = connect(warehouse)
     rows = con.execute(
         "SELECT request_idx, arrival_s, input_tokens, output_tokens, hash_ids "
@@ -81,19 +82,20 @@ def test_a_long_trace_is_stored_in_row_groups(tmp_path, monkeypatch):
     report = ingest(warehouse, [str(trace)])
     (path,) = warehouse.run_files(report.files[0].run_id, "workload_requests")
     metadata = pq.read_metadata(warehouse.root / path)
-    assert metadata.num_rows == 116 and metadata.num_row_groups == 4
+    assert metadata.num_rows == 117 and metadata.num_row_groups == 4
 
 
 @pytest.mark.parametrize("cut", [1, 2, 59, 60, 61, 62])
-def test_the_order_rule_holds_wherever_a_chunk_ends(tmp_path, monkeypatch, cut):
+def test_a_request_out_of_order_is_found_wherever_a_chunk_ends(tmp_path, monkeypatch, cut):
     # a request earlier than one before it is out of order even when a chunk boundary
-    # falls between them, and a chunk boundary before it changes nothing
+    # falls between them, and a chunk boundary before it changes nothing; it is kept
     records = _trace_lines()
     monkeypatch.setattr(lines, "CHUNK_BYTES", len("\n".join(records[:cut])) + 1)
     trace = tmp_path / "moon.jsonl"
     trace.write_text("\n".join(records) + "\n")
     warehouse = Warehouse(tmp_path / "wh", create=True)
-    ingest(warehouse, [str(trace)])
+    report = ingest(warehouse, [str(trace)])
+    assert (report.rows, report.files[0].notes) == (117, [OUT_OF_ORDER])
     found = connect(warehouse).execute("SELECT line_no, reason FROM quarantine ORDER BY 1")
     assert [row for row in found.fetchall() if row[0] != 91] == EXPECTED_QUARANTINE
 
