@@ -28,6 +28,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.lines import NESTED_TOO_DEEPLY, json_records, raw_text, read_content
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
+from kvtrace.ingest.sources import printable
 from kvtrace.ingest.values import BadValue, whole_number
 from kvtrace.warehouse.kv_event_epochs import EngineEpochs, restart_row
 from kvtrace.warehouse.kv_event_rows import (
@@ -91,7 +92,7 @@ def _jsonl_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLine
     rows = BatchRows()
     rejected: list[BadLine] = []
     epochs = _FileEpochs()
-    default_worker = probe.path.name.split(".")[0]
+    default_worker = printable(probe.path.name.split(".")[0])
     for line_no, text, record in json_records(probe.path, rejected, advance):
         try:
             seq, numbered, worker, epoch = line_no - 1, False, default_worker, None
@@ -129,7 +130,7 @@ def _capture_rows(probe: Probe, advance: Advance) -> tuple[BatchRows, list[BadLi
     rows = BatchRows()
     rejected: list[BadLine] = []
     epochs = _FileEpochs()
-    worker = probe.path.name.split(".")[0]
+    worker = printable(probe.path.name.split(".")[0])
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
     unpacker.feed(read_content(probe.path))
     index = 0

@@ -15,6 +15,7 @@ from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
 from tests.conftest import DATA, run_kvtrace, warehouse_at, write_jsonl
+from tests.ingest.family_files import FAMILIES, family_file
 from tests.serving.fixtures import request_rows
 
 NOT_UTF8 = b"caf\xe9_metrics.jsonl"  # Latin-1 bytes: no UTF-8 decoder reads them
@@ -61,6 +62,24 @@ def test_a_name_that_is_not_utf8_is_ingested_under_its_escaped_name(warehouse, t
     assert run.fetchall() == [("caf\\xe9",)]
     again = ingest(warehouse, [str(odd)])
     assert (again.files[0].status, again.files[0].path) == ("already ingested", f"{folder}/{SHOWN}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_reads_a_file_whose_name_and_folder_are_not_utf8(tmp_path, family):
+    folder = tmp_path / os.fsdecode(b"run\xe9")
+    try:
+        made = family_file(folder, family)
+        odd = made.rename(made.with_name(os.fsdecode(b"\xff" + os.fsencode(made.name))))
+    except (OSError, UnicodeError):
+        pytest.skip("this file system does not hold names that are not UTF-8")
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
+    first = ingest(warehouse, [str(folder)]).files
+    assert [(f.path, f.status, f.family) for f in first] == [
+        (f"{tmp_path}/run\\xe9/\\xff{made.name}", "ingested", family)
+    ]
+    assert first[0].rows > 0
+    again = ingest(warehouse, [str(odd)]).files[0]
+    assert (again.status, again.run_id) == ("already ingested", first[0].run_id)
 
 
 def test_the_command_names_a_file_that_is_not_utf8_in_printable_form(tmp_path):

@@ -17,14 +17,14 @@ from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse, dsa_writer
 from tests.conftest import (
-    DATA,
     local_only,
     run_kvtrace,
     seed_record,
     warehouse_at,
     write_jsonl,
 )
-from tests.serving.fixtures import pool_rows, request_rows
+from tests.ingest.family_files import FAMILIES, family_file
+from tests.serving.fixtures import request_rows
 
 
 def _counts(warehouse):
@@ -105,8 +105,6 @@ def test_a_killed_ingest_process_leaves_a_readable_warehouse(
 
 
 def test_a_grown_file_adds_only_its_new_records(warehouse, tmp_path):
-    from tests.conftest import seed_record, write_jsonl
-
     records = [seed_record(r, layer, 99, [1, 5]) for r in range(3) for layer in range(4)]
     path = write_jsonl(tmp_path / "run" / "trace.jsonl", records)
     assert ingest(warehouse, [str(path)]).rows == 12
@@ -119,8 +117,6 @@ def test_a_grown_file_adds_only_its_new_records(warehouse, tmp_path):
 
 
 def test_other_bytes_with_the_same_records_add_nothing(warehouse, tmp_path):
-    from tests.conftest import seed_record, write_jsonl
-
     records = [seed_record(r, 0, 99, [1, 5]) for r in range(3)]
     original = write_jsonl(tmp_path / "run" / "trace.jsonl", records)
     ingest(warehouse, [str(original)])
@@ -131,8 +127,6 @@ def test_other_bytes_with_the_same_records_add_nothing(warehouse, tmp_path):
 
 
 def test_lines_repeated_inside_one_file_are_stored_once(warehouse, tmp_path):
-    from tests.conftest import seed_record, write_jsonl
-
     records = [seed_record(r, 0, 99, [1, 5]) for r in range(3)]
     path = write_jsonl(tmp_path / "run" / "trace.jsonl", records + records[:2])
     report = ingest(warehouse, [str(path)])
@@ -183,49 +177,11 @@ def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse, 
     assert con.execute("SELECT DISTINCT source_sha256 FROM quarantine").fetchall() == [(sha,)]
 
 
-def _family_file(folder, family: str):
-    """A small file of ``family`` in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    copied = {
-        "workload": ("mooncake_conversation_trace.jsonl", "arrivals.jsonl"),
-        "benchmark": ("workload/vllm_bench_example.json", "vllm_bench.json"),
-        "timeline": ("kineto_sampled_rank0.json.gz", "rank0.pt.trace.json.gz"),
-        "kv-events": ("kv_events/mooncake_lru600_events.jsonl", "events.jsonl"),
-    }
-    if family in copied:
-        source, name = copied[family]
-        return shutil.copy(DATA / source, folder / name)
-    if family == "summary":
-        path = folder / "exp2_summary.json"
-        path.write_text('{"requests": 4449, "errors": 415}')
-        return path
-    records = {
-        "dsa": lambda: [seed_record(r, layer, 99, [1, 5]) for r in range(3) for layer in range(2)],
-        "pool": lambda: pool_rows(3)[:12],
-        "requests": lambda: request_rows()[:12],
-        "eval": lambda: [{"index": i, "pred": "7", "outputs": ["7"]} for i in range(5)],
-    }[family]()
-    return write_jsonl(folder / f"{family}_trace.jsonl", records)
-
-
-FAMILIES = (
-    "dsa",
-    "pool",
-    "requests",
-    "eval",
-    "workload",
-    "benchmark",
-    "timeline",
-    "kv-events",
-    "summary",
-)
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_copy_in_another_folder_under_another_run_adds_nothing(warehouse, tmp_path, family):
     """The same bytes add nothing wherever they were ingested before, even into a run the
     user names: the report names the run that holds them."""
-    original = _family_file(tmp_path / "first", family)
+    original = family_file(tmp_path / "first", family)
     first = ingest(warehouse, [str(original)]).files[0]
     assert (first.status, first.family) == ("ingested", family)
     commits = warehouse.snapshot().commits.num_rows
@@ -240,7 +196,7 @@ def test_a_copy_in_another_folder_under_another_run_adds_nothing(warehouse, tmp_
 def test_the_same_bytes_read_by_another_family_are_ingested(warehouse, tmp_path):
     """A vLLM result read as a benchmark, then as a run summary (--kind): other tables,
     so the second read is stored."""
-    original = _family_file(tmp_path / "first", "benchmark")
+    original = family_file(tmp_path / "first", "benchmark")
     assert ingest(warehouse, [str(original)]).files[0].family == "benchmark"
     again = ingest(warehouse, [str(original)], kind="summary", run_name="as-summary").files[0]
     assert (again.status, again.family, again.rows) == ("ingested", "summary", 1)

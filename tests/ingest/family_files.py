@@ -1,0 +1,47 @@
+"""A small file of each trace family, for tests that run across them all."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.conftest import DATA, seed_record, write_jsonl
+from tests.serving.fixtures import pool_rows, request_rows
+
+
+def family_file(folder: Path, family: str) -> Path:
+    """A small file of ``family`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = {
+        "workload": ("mooncake_conversation_trace.jsonl", "arrivals.jsonl"),
+        "benchmark": ("workload/vllm_bench_example.json", "vllm_bench.json"),
+        "timeline": ("kineto_sampled_rank0.json.gz", "rank0.pt.trace.json.gz"),
+        "kv-events": ("kv_events/mooncake_lru600_events.jsonl", "events.jsonl"),
+    }
+    if family in copied:
+        source, name = copied[family]
+        return Path(shutil.copy(DATA / source, folder / name))
+    if family == "summary":
+        path = folder / "exp2_summary.json"
+        path.write_text('{"requests": 4449, "errors": 415}')
+        return path
+    records = {
+        "dsa": lambda: [seed_record(r, layer, 99, [1, 5]) for r in range(3) for layer in range(2)],
+        "pool": lambda: pool_rows(3)[:12],
+        "requests": lambda: request_rows()[:12],
+        "eval": lambda: [{"index": i, "pred": "7", "outputs": ["7"]} for i in range(5)],
+    }[family]()
+    return write_jsonl(folder / f"{family}_trace.jsonl", records)
+
+
+FAMILIES = (
+    "dsa",
+    "pool",
+    "requests",
+    "eval",
+    "workload",
+    "benchmark",
+    "timeline",
+    "kv-events",
+    "summary",
+)
