@@ -1355,6 +1355,15 @@ def check_command(
             "list the sources to ingest again.",
         ),
     ] = False,
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep",
+            help="Read every page of every data file (and verify its checksum), not only "
+            "each file's footer: finds bytes garbled inside a file, at the cost of reading "
+            "the whole warehouse.",
+        ),
+    ] = False,
 ) -> None:
     """Verify every table's log, the journal and every file the warehouse shows.
 
@@ -1363,7 +1372,7 @@ def check_command(
     (moving damaged log entries aside, never deleting a data file) and says which sources
     to ingest again.
 
-    Example: kvtrace check --repair
+    Example: kvtrace check --deep --repair
     """
     from kvtrace.warehouse.integrity import check
     from kvtrace.warehouse.repair import repair as mend
@@ -1371,7 +1380,7 @@ def check_command(
     warehouse = _open()
     if repair:
         with _busy("Repairing"):
-            done = mend(warehouse)
+            done = mend(warehouse, deep)
         for line in done.done:
             out.say(f"repaired: {line}")
         if done.sources:
@@ -1379,7 +1388,7 @@ def check_command(
         found = done.after
     else:
         with _busy("Checking"):
-            found = check(warehouse)
+            found = check(warehouse, deep)
     for problem in found.problems:
         out.say(f"problem: {problem.line()}")
     for note in found.notes:
@@ -1390,7 +1399,8 @@ def check_command(
             + (
                 ""
                 if repair
-                else "; 'kvtrace check --repair' returns it to its newest consistent version"
+                else f"; 'kvtrace check --repair{' --deep' * deep}' returns it to its newest "
+                "consistent version"
             )
         )
     out.say(

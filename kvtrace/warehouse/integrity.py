@@ -8,7 +8,8 @@ Verified, without trusting any library to notice:
   so a truncated journal would hide rows without an error);
 - the journal names no table version beyond what that table's log holds;
 - every file the newest version shows exists, has the size its log recorded and a
-  readable Parquet footer with the rows its statistics say.
+  readable Parquet footer with the rows its statistics say; with ``deep``, every page
+  of it decodes (and matches its checksum where it has one).
 
 Each problem names the table, the log version and the rows and sources it affects.
 Leftovers of writers that died, or of a stopped maintenance command, are not damage
@@ -24,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvtrace.errors import JournalUnreadable, WarehouseError
 from kvtrace.warehouse import journal
 from kvtrace.warehouse.delta_log import LOG_DIR, active_files, open_table
+from kvtrace.warehouse.file_check import file_problem
 from kvtrace.warehouse.log_entry import EMPTY, LogEntry, read_entry
 from kvtrace.warehouse.lost_rows import lost_rows
 from kvtrace.warehouse.schema import JOURNAL
@@ -124,8 +125,9 @@ class CheckReport:
         return not self.problems
 
 
-def check(warehouse: Warehouse) -> CheckReport:
-    """Verify the warehouse's logs, its journal and every file its newest version shows."""
+def check(warehouse: Warehouse, deep: bool = False) -> CheckReport:
+    """Verify the warehouse's logs, its journal and every file its newest version shows
+    (with ``deep``, every page of every file: `kvtrace.warehouse.file_check`)."""
     from kvtrace.warehouse.maintenance import describe_leftovers, leftovers
 
     report = CheckReport()
@@ -135,7 +137,7 @@ def check(warehouse: Warehouse) -> CheckReport:
         report.logs[name] = scan_log(warehouse, name)
     commits = _journal_rows(warehouse, report)
     _check_named_versions(report, commits)
-    _check_files(warehouse, report, commits)
+    _check_files(warehouse, report, commits, deep)
     if report.healthy:
         try:
             report.notes += describe_leftovers(leftovers(warehouse))
@@ -208,8 +210,9 @@ def _check_named_versions(report: CheckReport, commits: pa.Table) -> None:
             )
 
 
-def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table) -> None:
-    """Every file the newest readable version shows: present, of its size, readable."""
+def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table, deep: bool) -> None:
+    """Every file the newest readable version shows: present, of its size, readable (with
+    ``deep``, every page of it)."""
     journaled = journal.journaled_ids(commits)
     sources = {
         row["commit_id"]: row["source_path"]
@@ -266,10 +269,11 @@ def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table) -
                 wanted.append((path, rows, added, tuple(filter(None, source))))
         with ThreadPoolExecutor(8) as pool:
             problems = pool.map(
-                _footer_problem,
+                file_problem,
                 [filesystem] * len(wanted),
                 [f"{base}/{name}/{item[0]}" for item in wanted],
                 [item[1] for item in wanted],
+                [deep] * len(wanted),
             )
             for (path, rows, added, source), problem in zip(wanted, problems, strict=True):
                 report.files_checked += 1
@@ -277,16 +281,6 @@ def _check_files(warehouse: Warehouse, report: CheckReport, commits: pa.Table) -
                     report.problems.append(
                         Problem(name, added, f"data file {path} {problem}", rows or 0, source, path)
                     )
-
-
-def _footer_problem(filesystem: Any, path: str, rows: int | None) -> str | None:
-    try:
-        metadata = pq.read_metadata(path, filesystem=filesystem)
-    except (OSError, pa.ArrowInvalid) as exc:
-        return f"is not a readable Parquet file ({str(exc).splitlines()[0][:120]})"
-    if rows is not None and metadata.num_rows != rows:
-        return f"holds {metadata.num_rows:,} rows, not the {rows:,} its log recorded"
-    return None
 
 
 def _added_at(scan: LogScan, path: str) -> int | None:

@@ -51,6 +51,7 @@ from kvtrace.warehouse.delta_log import (
     open_table,
     version_zero,
 )
+from kvtrace.warehouse.file_check import file_problem
 from kvtrace.warehouse.integrity import (
     DAMAGED_DIR,
     CheckReport,
@@ -76,8 +77,9 @@ class RepairReport:
     after: CheckReport = field(default_factory=CheckReport)  # the check after the repair
 
 
-def repair(warehouse: Warehouse) -> RepairReport:
-    """Bring ``warehouse`` back to its newest consistent version (see the module)."""
+def repair(warehouse: Warehouse, deep: bool = False) -> RepairReport:
+    """Bring ``warehouse`` back to its newest consistent version (see the module); with
+    ``deep``, every page of every data file is read (`check`)."""
     with warehouse.storage.lock(MAINTENANCE_LOCK):
         report = RepairReport()
         found = check(warehouse)
@@ -86,7 +88,7 @@ def repair(warehouse: Warehouse) -> RepairReport:
             _retract(warehouse, *_lost_with_journal_entries(warehouse), report)
         _repair_logs(warehouse, found, stamp, report)
         _retract(warehouse, _commits_lost_with_logs(warehouse), [], report)
-        _repair_files(warehouse, check(warehouse).problems, report)
+        _repair_files(warehouse, check(warehouse, deep).problems, deep, report)
         report.done += settle(warehouse)
         report.after = check(warehouse)
     return report
@@ -203,7 +205,9 @@ def _commits_lost_with_logs(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
 # -- data files ------------------------------------------------------------------------------
 
 
-def _repair_files(warehouse: Warehouse, problems: list[Problem], report: RepairReport) -> None:
+def _repair_files(
+    warehouse: Warehouse, problems: list[Problem], deep: bool, report: RepairReport
+) -> None:
     damaged = [p for p in problems if p.path is not None]
     if not damaged:
         return
@@ -217,7 +221,9 @@ def _repair_files(warehouse: Warehouse, problems: list[Problem], report: RepairR
             if commit_id in commits:
                 lost[commit_id] = commits[commit_id]
             continue
-        restored, compacted_from = _undo_compaction(warehouse, problem.table, problem.path or "")
+        restored, compacted_from = _undo_compaction(
+            warehouse, problem.table, problem.path or "", deep
+        )
         if restored:
             report.done.append(
                 f"{problem.table}: replaced the damaged compacted file "
@@ -232,10 +238,13 @@ def _repair_files(warehouse: Warehouse, problems: list[Problem], report: RepairR
     _retract(warehouse, lost, [], report)
 
 
-def _undo_compaction(warehouse: Warehouse, name: str, path: str) -> tuple[int, set[str]]:
+def _undo_compaction(
+    warehouse: Warehouse, name: str, path: str, deep: bool
+) -> tuple[int, set[str]]:
     """Put back the files a compaction made ``path`` from, when they all are still there
-    and every file that compaction wrote is still in the table; returns how many were
-    put back (0: not possible) and the commits of those files."""
+    and readable (with ``deep``, every page) and every file that compaction wrote is
+    still in the table; returns how many were put back (0: not possible) and the commits
+    of those files."""
     scan = scan_log(warehouse, name)
     made_at = next((e for e in scan.entries.values() if path in e.adds), None)
     if made_at is None or made_at.operation != "OPTIMIZE":
@@ -251,10 +260,9 @@ def _undo_compaction(warehouse: Warehouse, name: str, path: str) -> tuple[int, s
         return 0, commits
     footers = {}
     for source in sources:
-        try:
-            footers[source] = pq.read_metadata(f"{base}/{name}/{source}", filesystem=filesystem)
-        except OSError:
+        if file_problem(filesystem, f"{base}/{name}/{source}", None, deep) is not None:
             return 0, commits
+        footers[source] = pq.read_metadata(f"{base}/{name}/{source}", filesystem=filesystem)
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
         RemoveAction(p, True, now_ms, made_at.adds[p].get("size")) for p in made_at.adds

@@ -3,6 +3,7 @@ its newest consistent version; ingesting the sources it names restores every row
 
 from __future__ import annotations
 
+import random
 import shutil
 
 import pytest
@@ -243,3 +244,51 @@ def _data_file_compacted(location: str) -> str:
         ).fetchone()[0]
     finally:
         con.close()
+
+
+def _garble_inside(location: str, path: str, size: int | None = 2000) -> None:
+    """Overwrite ``size`` bytes in the middle of a Parquet file's pages (all of them when
+    None) with random ones, leaving its size and footer as they were."""
+    storage = Warehouse(location).storage
+    data = bytearray(storage.read_bytes(path) or b"")
+    footer = int.from_bytes(data[-8:-4], "little")
+    pages = (4, len(data) - 8 - footer)  # after the magic number, before the footer
+    size = min(size or pages[1], (pages[1] - pages[0]) // 2)
+    start = (pages[0] + pages[1] - size) // 2
+    data[start : start + size] = random.Random(7).randbytes(size)
+    storage.write_atomic(path, bytes(data))
+
+
+def test_bytes_garbled_inside_a_data_file_are_found_by_a_deep_check(three_ingests, cli):
+    """2,000 random bytes in the middle of a data file (size and footer intact): `check`
+    said healthy while a full scan failed."""
+    location, traces = three_ingests
+    path = _data_file(location, "run1")
+    _garble_inside(location, path)
+    assert cli("-w", location, "check")[0] == 0  # the footer alone: whole at both ends
+    status, out, _ = cli("-w", location, "check", "--deep")
+    assert status == 1
+    problem = next(line for line in out.splitlines() if line.startswith("problem: "))
+    assert problem.startswith(f"problem: dsa_steps, version 2: data file {path.split('/', 1)[1]}")
+    assert "has a damaged page" in problem
+    assert f"; 8 row(s) cannot be read (from {traces[1]})" in problem
+    status, out, _ = cli("-w", location, "check", "--repair", "--deep")
+    assert status == 0 and f"ingest these sources again to restore their rows: {traces[1]}\n" in out
+    assert cli("-w", location, "check", "--deep")[0] == 0
+    for trace in traces:
+        ingest(Warehouse(location), [str(trace)])
+    assert _rows_per_run(location) == {"run0": 8, "run1": 8, "run2": 8}
+
+
+def test_a_compacted_file_garbled_inside_is_replaced_by_its_inputs(three_ingests, cli):
+    location, _ = three_ingests
+    optimize(Warehouse(location))
+    compacted = _data_file_compacted(location)
+    _garble_inside(location, compacted, None)  # Delta Lake's compaction writes no checksums
+    status, out, _ = cli("-w", location, "check", "--deep")
+    assert status == 1 and f"data file {compacted.split('/', 1)[1]} has a damaged page" in out
+    status, out, _ = cli("-w", location, "check", "--repair", "--deep")
+    assert status == 0 and "by the 3 file(s) it was made from" in out
+    assert "ingest these sources again" not in out
+    assert cli("-w", location, "check", "--deep")[0] == 0
+    assert _rows_per_run(location) == {"run0": 8, "run1": 8, "run2": 8}
