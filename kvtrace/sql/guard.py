@@ -115,13 +115,15 @@ class GuardedConnection:
 
     def sql(self, query: str, **kwargs: Any) -> GuardedRelation | None:
         self.check(query, kwargs.get("params"))
-        return self._wrap(self._con.sql(query, **kwargs))
+        relation: GuardedRelation | None = self._wrap(self._con.sql(query, **kwargs))
+        return relation
 
     query = sql
 
     def from_query(self, query: str, **kwargs: Any) -> GuardedRelation | None:
         self.check(query, kwargs.get("params"))
-        return self._wrap(self._con.from_query(query, **kwargs))
+        relation: GuardedRelation | None = self._wrap(self._con.from_query(query, **kwargs))
+        return relation
 
     def execute(self, query: str, parameters: object = None) -> GuardedConnection:
         self.check(query, parameters)

@@ -236,7 +236,8 @@ def render(table: pa.Table, fmt: OutputFormat, width: int | None = None) -> byte
 
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
-        return sink.getvalue().to_pybytes()
+        data: bytes = sink.getvalue().to_pybytes()
+        return data
     return _text_table(table, width=width).encode()
 
 

@@ -150,7 +150,7 @@ def test_a_statement_reads_the_callers_python_variables(root):
     import polars as pl
 
     con = connect(root)
-    frame = pl.DataFrame({"layer_id": [0, 1, 99]})
+    frame = pl.DataFrame({"layer_id": [0, 1, 99]})  # noqa: F841 (read by its name)
     rows = con.sql("SELECT count(*) FROM dsa_steps JOIN frame USING (layer_id)").fetchall()
     assert rows == [(6,)]
     with con.cursor() as cursor:
