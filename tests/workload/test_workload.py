@@ -315,8 +315,8 @@ def test_a_column_mapping_reads_a_layout_kvtrace_does_not_know(cli, tmp_path):
         "arrival=t_ms,input_tokens=prompt",
     )
     assert status == 1 and "--columns must name output_tokens" in err
-    other = tmp_path / "other.csv"
-    other.write_text(trace.read_text())
+    other = tmp_path / "other.csv"  # other bytes: a copy would be "already ingested"
+    other.write_text(trace.read_text() + "2000,30,6,c\n")
     status, _, err = cli(
         "-w",
         warehouse_at(tmp_path / "wh"),
