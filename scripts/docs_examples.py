@@ -3,11 +3,13 @@
     python scripts/docs_examples.py            # run them; exit 1 where an output differs
     python scripts/docs_examples.py --write    # run them and write what they printed
 
-The examples are the README's tour and the "Try it" section that opens each guide, run in
-that order (the order of ``mkdocs.yml``'s guides) in one fresh folder, each line that
-starts with ``$ `` a command run by bash there, with this interpreter's ``kvtrace`` first
-on the PATH.  What a command prints is compared after `normalized`: the folder's path,
-run ids' random suffixes and timings vary from run to run.
+The examples are the README's tour and the "Try it" section that opens each guide. The
+tour runs first, in a fresh folder; each guide then runs in a copy of that folder of its
+own ("after the tour, in the same folder", as the guides say), two guides at a time
+(those that start a local Ray afterwards, alone).
+Each line that starts with ``$ `` is a command run by bash, with this interpreter's
+``kvtrace`` first on the PATH.  What a command prints is compared after `normalized`: the
+folder's path, run ids' random suffixes and timings vary from run to run.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRY_IT = "## Try it"
+RAY = "--engine ray"  # a guide whose examples start a local Ray runs after the others
 _BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 _RUN_ID_SUFFIX = re.compile(r"(?<=[A-Za-z0-9_])-[0-9a-f]{8}\b")
 _SECONDS = re.compile(r"\b\d+(?:\.\d+)? s\b")
@@ -100,27 +105,47 @@ def run(example: Example, folder: Path) -> str:
     return done.stdout
 
 
-def differences(folder: Path, write: bool = False) -> list[str]:
-    """Run every example in ``folder``; the ones whose output differs from the page's
-    (each as a short report), or, with ``write``, rewrite the pages with what ran."""
-    found = []
-    for page in pages():
-        outputs = []
-        for example in examples(page):
-            printed = run(example, folder)
-            outputs.append((example, printed))
-            if normalized(printed, folder) != normalized(example.shown, folder):
-                found.append(
-                    f"{page.relative_to(ROOT)}: `{example.command}` printed\n"
-                    f"{normalized(printed, folder)}instead of\n{normalized(example.shown, folder)}"
-                )
-        if write and outputs:
-            text = page.read_text()
-            for example, printed in reversed(outputs):  # later spans first: offsets hold
-                start, end = example.span
-                shown = printed.replace(f"{folder}/", "").replace(str(folder), ".")
-                text = text[:start] + shown + text[end:]
-            page.write_text(text)
+def differences(folder: Path, write: bool = False, at_once: int = 2) -> list[str]:
+    """Run every example under ``folder`` (the tour in ``folder/tour``, each guide in a
+    copy of it; ``at_once`` guides at a time); the ones whose output differs from the
+    page's (each as a short report), or, with ``write``, rewrite the pages with what ran."""
+    readme, *guides = [page for page in pages() if examples(page)]
+    tour = folder / "tour"
+    tour.mkdir()
+    found = _page_differences(readme, tour, write)
+
+    def guide_differences(page: Path) -> list[str]:
+        own = folder / page.stem
+        shutil.copytree(tour, own, symlinks=True)
+        return _page_differences(page, own, write)
+
+    alone = [page for page in guides if any(RAY in e.command for e in examples(page))]
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        for reports in pool.map(guide_differences, [p for p in guides if p not in alone]):
+            found += reports
+    for page in alone:  # a local Ray starting beside other work may time out
+        found += guide_differences(page)
+    return found
+
+
+def _page_differences(page: Path, folder: Path, write: bool) -> list[str]:
+    """Run ``page``'s examples in turn in ``folder``; see `differences`."""
+    found, outputs = [], []
+    for example in examples(page):
+        printed = run(example, folder)
+        outputs.append((example, printed))
+        if normalized(printed, folder) != normalized(example.shown, folder):
+            found.append(
+                f"{page.relative_to(ROOT)}: `{example.command}` printed\n"
+                f"{normalized(printed, folder)}instead of\n{normalized(example.shown, folder)}"
+            )
+    if write and outputs:
+        text = page.read_text()
+        for example, printed in reversed(outputs):  # later spans first: offsets hold
+            start, end = example.span
+            shown = printed.replace(f"{folder}/", "").replace(str(folder), ".")
+            text = text[:start] + shown + text[end:]
+        page.write_text(text)
     return found
 
 
