@@ -1,6 +1,9 @@
 """Ingests, optimize and vacuum (no retention, forced) run at once and are SIGKILLed at
 random moments, round after round: after every round the warehouse checks clean and
-every committed source's rows are readable exactly once; nothing else is seen."""
+every committed source's rows are readable exactly once; nothing else is seen.
+
+The suite runs 20 rounds of the random kills and 6 of the profiler races;
+``KVTRACE_CRASH_ROUNDS=200`` runs that many of each (a soak before a release)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.integrity import check
 from tests.conftest import ON_S3, warehouse_at
 
-ROUNDS = 50
+ROUNDS = int(os.environ.get("KVTRACE_CRASH_ROUNDS", 20))
+PROFILER_ROUNDS = int(os.environ.get("KVTRACE_CRASH_ROUNDS", 6))
 SEED = 20261124
 SOURCES = 12
 REQUESTS, STEPS, LAYERS = 2, 2, 2
@@ -163,7 +167,7 @@ def test_profiler_traces_read_at_once_into_one_run_survive_kills_and_races(tmp_p
         "SELECT DISTINCT source_path FROM warehouse_commits WHERE operation = 'ingest' "
         "AND run_id IN (SELECT run_id FROM runs WHERE run_name = $name)"
     )
-    for round_no in range(12):
+    for round_no in range(PROFILER_ROUNDS):
         run = f"profiles{round_no}"  # a new run: rank 0 and its grown copy race each round
         names = ["rank0", "rank0-grown", *rng.sample([f"rank{r}" for r in range(1, 4)], 2)]
         ingests = [_command(location, "ingest", str(sources[n]), "--run-name", run) for n in names]
