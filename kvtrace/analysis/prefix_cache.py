@@ -1,8 +1,10 @@
 """A prefix cache over a workload trace's block hashes: hits by capacity and policy.
 
 Every request of a run reads its prompt's blocks (``hash_ids``, one per block of
-``hash_block_tokens`` tokens, shared prefixes sharing ids) in arrival order, and one
-cache serves the whole run, as a serving engine's prefix cache serves every request.
+``hash_block_tokens`` tokens, shared prefixes sharing ids) in arrival order (``arrival_s``,
+then ``request_idx``: a stable sort of the trace by arrival, whatever order its file lists
+them in), and one cache serves the whole run, as a serving engine's prefix cache serves
+every request.
 
 Semantics:
 
@@ -109,7 +111,7 @@ class PrefixTrace:
     distinct: int
     block_tokens: int
     measured_from: int  # the first request counted (the rest is warm-up)
-    request_idx: list[int]  # each request's index in the trace
+    request_idx: list[int]  # each request's data row in the trace
 
     @property
     def requests(self) -> int:
@@ -132,9 +134,10 @@ class PrefixTrace:
 
 
 def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> PrefixTrace:
+    """The run's requests with block hashes, in arrival order."""
     table = con.sql(
         "SELECT request_idx, hash_ids, input_tokens, hash_block_tokens FROM workload_requests "
-        "WHERE run_id = $run AND hash_ids IS NOT NULL ORDER BY request_idx",
+        "WHERE run_id = $run AND hash_ids IS NOT NULL ORDER BY arrival_s, request_idx",
         params={"run": run_id},
     ).to_arrow_table()
     return trace_of(table, warmup)

@@ -1,18 +1,23 @@
 """An arrival trace out of arrival order keeps every request: each keeps its data row as
 its key (so the same file adds nothing again and a grown one only its new requests), its
 arrival time counts from the trace's earliest arrival, and the ingest says how many
-requests were out of order.  Mooncake's published trace, shuffled, and CSV traces."""
+requests were out of order.  Mooncake's published trace, shuffled, and CSV traces.  Every
+workload view and analysis takes the requests in arrival order (arrival_s, then
+request_idx), so a shuffled trace answers every question as the same trace sorted."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
+from collections.abc import Mapping
 
 import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest, lines
 from kvtrace.ingest import workload as workload_reader
+from kvtrace.warehouse import Warehouse
 from tests.conftest import DATA, warehouse_at
 
 MOONCAKE = DATA / "mooncake_conversation_trace.jsonl"
@@ -99,8 +104,6 @@ def test_the_earliest_request_late_in_a_long_trace_is_time_zero(tmp_path, monkey
     trace = tmp_path / "late.jsonl"
     trace.write_text("\n".join(records) + "\n")
     location = warehouse_at(tmp_path / "wh")
-    from kvtrace.warehouse import Warehouse
-
     report = ingest(Warehouse(location, create=True), [str(trace)])
     assert (report.rows, report.rejected) == (101, 0)
     assert report.files[0].skipped == {}
@@ -152,3 +155,158 @@ def test_an_ordered_trace_says_nothing_of_order(cli, tmp_path):
     trace.write_text("\n".join(MOONCAKE.read_text().splitlines()[:50]) + "\n")
     status, out, _ = cli("-w", warehouse_at(tmp_path / "wh"), "ingest", str(trace))
     assert status == 0 and "out of arrival order" not in out
+
+
+# -- every analysis follows arrival order, not file order ---------------------------------
+
+_ANSWERS = (
+    "SELECT * FROM workload_requests ORDER BY run_id, arrival_s, request_idx",
+    "SELECT * FROM workload_arrival_summary",
+    "SELECT * FROM workload_arrival_by_model",
+    "SELECT * FROM workload_arrivals(60)",
+    "SELECT * FROM workload_arrivals(5)",
+    "SELECT * FROM workload_lengths",
+    "SELECT * FROM workload_prefix_hits",
+    "SELECT * FROM workload_prefix_reuse",
+    "SELECT * FROM workload_session_reuse",
+    "SELECT * FROM workload_prefix_tree",
+    *(
+        f"SELECT * FROM workload_prefix_hit_curve('{policy}', [2, 7, 40], '{semantics}', "
+        f"'{weight}', 0.25)"
+        for policy, semantics in (
+            ("lru", "block"),
+            ("opt", "block"),
+            ("fifo", "block"),
+            ("lru", "prefix"),
+            ("fifo", "prefix"),
+            ("radix_lru", "prefix"),
+            ("opt", "prefix"),
+        )
+        for weight in ("blocks", "tokens", "requests")
+    ),
+    *(
+        f"SELECT * FROM workload_prefix_requests('{policy}', [3, 40], '{semantics}', 0.25, "
+        "prefill_tok_s := 1000.0)"
+        for policy, semantics in (("lru", "block"), ("radix_lru", "prefix"), ("opt", "prefix"))
+    ),
+)
+
+
+def _mooncake_slice(seed: int) -> list[dict]:
+    """A real slice of Mooncake's trace (48 distinct time stamps over 400 requests, so
+    many ties), each request given one of a few sessions."""
+    chosen = random.Random(seed)
+    records = [json.loads(line) for line in MOONCAKE.read_text().splitlines()[:400]]
+    return [{**r, "session_id": f"s{chosen.randrange(6)}"} for r in records]
+
+
+def _generated(seed: int) -> list[dict]:
+    """Requests whose ids repeat under other parents (not chained), at a few time stamps."""
+    chosen = random.Random(seed)
+    stems = [[chosen.randrange(40) for _ in range(chosen.randrange(1, 6))] for _ in range(8)]
+    return [
+        {
+            "timestamp": chosen.randrange(30) * 250,
+            "input_length": chosen.randrange(1, 12) * 300,
+            "output_length": chosen.randrange(1, 50),
+            "hash_ids": chosen.choice(stems)[: chosen.randrange(1, 6)]
+            + [chosen.randrange(40) for _ in range(chosen.randrange(0, 4))],
+            "session_id": f"s{chosen.randrange(4)}",
+        }
+        for _ in range(150)
+    ]
+
+
+def _answers(location: str) -> dict[str, dict[str, list[dict]]]:
+    """Each query's rows, per run (keyed by the run's name), the run column left out."""
+    con = connect(location)
+    names = dict(con.execute("SELECT run_id, run_name FROM runs").fetchall())
+    answers: dict[str, dict[str, list[dict]]] = {}
+    for query in _ANSWERS:
+        result = con.execute(query)
+        columns = [c[0] for c in result.description]
+        for row in result.fetchall():
+            named = dict(zip(columns, row, strict=True))
+            run = names[named.pop("run_id")]
+            answers.setdefault(run, {}).setdefault(query, []).append(named)
+    return answers
+
+
+def _in_arrival_order(records: list[dict]) -> list[int]:
+    """The data rows in arrival order: a stable sort of the file by time stamp."""
+    return sorted(range(len(records)), key=lambda i: records[i]["timestamp"])
+
+
+def _by_arrival(rows: dict[str, list[dict]], place: Mapping[int, int]) -> dict[str, list[tuple]]:
+    """The rows with each request named by its place in arrival order, not its data row."""
+    return {
+        query: [
+            tuple(
+                place[value] if column == "request_idx" else value for column, value in row.items()
+            )
+            for row in found
+        ]
+        for query, found in rows.items()
+    }
+
+
+def _close(found: object, expected: object) -> bool:
+    """Equal, floats to their summation order."""
+    if isinstance(found, float) and isinstance(expected, float):
+        return math.isclose(found, expected, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(found, list | tuple) and isinstance(expected, list | tuple):
+        return len(found) == len(expected) and all(map(_close, found, expected))
+    return found == expected
+
+
+def _same(found: dict[str, list[tuple]], expected: dict[str, list[tuple]]) -> None:
+    """Equal answers, query by query; the first row that differs named."""
+    assert found.keys() == expected.keys()
+    for query, rows in expected.items():
+        assert len(found[query]) == len(rows), query
+        for got, wanted in zip(found[query], rows, strict=True):
+            assert _close(got, wanted), f"{query}: {got} != {wanted}"
+
+
+def _leading_hits(records: list[dict]) -> list[int]:
+    """Each request's leading run of blocks some request arriving before it read, in
+    arrival order (an infinite prefix cache)."""
+    seen: set[int] = set()
+    hits = []
+    for i in _in_arrival_order(records):
+        ids = records[i]["hash_ids"]
+        hits.append(next((k for k, h in enumerate(ids) if h not in seen), len(ids)))
+        seen.update(ids)
+    return hits
+
+
+@pytest.mark.parametrize(
+    ("make", "seed"),
+    [(_mooncake_slice, 1), (_mooncake_slice, 2), (_mooncake_slice, 3), (_generated, 4)],
+)
+def test_a_shuffled_trace_answers_every_workload_question_as_the_same_trace_sorted(
+    tmp_path, make, seed
+):
+    records = make(seed)
+    random.Random(seed).shuffle(records)
+    order = _in_arrival_order(records)
+    files = {
+        "shuffled": records,
+        "sorted": [records[i] for i in order],  # stable: ties keep their file order
+    }
+    for name, rows in files.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    location = warehouse_at(tmp_path / "wh")
+    report = ingest(Warehouse(location, create=True), [str(tmp_path / f"{n}.jsonl") for n in files])
+    assert (report.rows, report.rejected) == (2 * len(records), 0)
+    answers = _answers(location)
+    in_place = {row: row for row in range(len(records))}  # the sorted file's rows
+    shuffled_place = {row: place for place, row in enumerate(order)}
+    _same(
+        _by_arrival(answers["shuffled"], shuffled_place),
+        _by_arrival(answers["sorted"], in_place),
+    )
+    # and what an infinite prefix cache serves is counted in arrival order
+    hits = answers["shuffled"]["SELECT * FROM workload_prefix_hits"]
+    assert [row["request_idx"] for row in hits] == order
+    assert [row["hit_blocks"] for row in hits] == _leading_hits(records)

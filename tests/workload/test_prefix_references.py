@@ -71,12 +71,13 @@ def hash_traces(draw: st.DrawFn) -> tuple[list[list[int]], list[int]]:
 
 def _connection(requests: list[list[int]], inputs: list[int]) -> duckdb.DuckDBPyConnection:
     """A connection whose ``workload_requests`` holds one run of the trace, as ingest
-    stores it (the curve reads nothing else)."""
+    stores it, the requests arriving in order (the curve reads nothing else)."""
     con = duckdb.connect()
     table = pa.table(
         {
             "run_id": ["generated"] * len(requests),
             "request_idx": list(range(len(requests))),
+            "arrival_s": [0.5 * i for i in range(len(requests))],
             "hash_ids": pa.array(requests, pa.list_(pa.int64())),
             "input_tokens": inputs,
             "hash_block_tokens": [BLOCK] * len(requests),

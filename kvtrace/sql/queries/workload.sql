@@ -1,18 +1,21 @@
 -- Workload traces: the arrival process, request lengths and prefix-block reuse.
 --
 -- workload_requests holds arrival traces (Azure, BurstGPT, Splitwise/Vidur CSVs and
--- Mooncake JSONL), one row per request, arrival_s counted from the trace's first kept
--- arrival.  Definitions:
+-- Mooncake JSONL), one row per request, arrival_s counted from the trace's earliest kept
+-- arrival.  Every analysis takes a run's requests in arrival order: by arrival_s, then
+-- request_idx (a stable sort of the file by arrival), whatever order the file lists
+-- them in.  Definitions:
 --
--- - inter-arrival time: arrival_s minus the previous request's, within a run;
+-- - inter-arrival time: arrival_s minus the previous arrival's, within a run;
 -- - coefficient of variation (CV): standard deviation / mean of the inter-arrival times
 --   (1 for a Poisson process, above 1 for bursty arrivals);
 -- - burstiness index B = (sd - mean) / (sd + mean) of the inter-arrival times (Goh and
 --   Barabasi): -1 periodic, 0 Poisson, towards 1 bursty;
 -- - peak-to-mean: the busiest window's arrival rate over the run's mean rate;
 -- - prefill:decode ratio: input tokens / output tokens, summed over the requests;
--- - a block is seen before when an earlier request of the run (in trace order) read the
---   same hash id; a request's prefix hit is its leading run of seen-before blocks.
+-- - an earlier arrival is a request of the run before this one in arrival order; a block
+--   is seen before when an earlier arrival read the same hash id; a request's prefix hit
+--   is its leading run of seen-before blocks.
 --
 -- Worked example: requests with hash_ids [1, 2, 3], [1, 2, 4], [5] read 7 blocks, 2 of
 -- them seen before (reuse share 2/7); the second request's prefix hit is 2 blocks.
@@ -22,8 +25,8 @@
 -- @view workload_requests
 -- One row per request of an arrival trace.
 -- @column run_id             the run (one per trace file)
--- @column request_idx        the request's place in the trace (its data row, from 0)
--- @column arrival_s          seconds since the trace's first kept arrival
+-- @column request_idx        the request's data row in the trace (from 0), its key; arrival order is arrival_s, then request_idx
+-- @column arrival_s          seconds since the trace's earliest kept arrival
 -- @column input_tokens       prompt tokens
 -- @column output_tokens      generated tokens
 -- @column hash_ids           prefix-block hashes, one per block (NULL when the trace has none)
@@ -40,17 +43,18 @@ FROM (
 WHERE _row = 1;
 
 -- @view _workload_gaps
--- Every request with the time since the previous request of its run.  A request stored
+-- Every request with the time since the previous arrival of its run.  A request stored
 -- twice (by a kvtrace that did not key records at ingest) counts once, as in
 -- workload_requests; here the window that orders a run's requests for their gaps finds
--- the repeats too (one sort instead of two: 0.09 s less at a million requests).
+-- the repeats too, side by side as they share their arrival_s (one sort instead of two:
+-- 0.09 s less at a million requests).
 CREATE VIEW _workload_gaps AS
 SELECT * EXCLUDE (_previous_idx)
 FROM (
     SELECT *, lag(request_idx) OVER w AS _previous_idx,
            arrival_s - lag(arrival_s) OVER w AS gap_s
     FROM _workload_requests_files
-    WINDOW w AS (PARTITION BY run_id ORDER BY request_idx)
+    WINDOW w AS (PARTITION BY run_id ORDER BY arrival_s, request_idx)
 )
 WHERE _previous_idx IS DISTINCT FROM request_idx;
 
@@ -101,7 +105,7 @@ CREATE VIEW workload_arrival_by_model AS
 WITH gaps AS (
     SELECT run_id, model, log_type, arrival_s,
            arrival_s - lag(arrival_s) OVER (PARTITION BY run_id, model, log_type
-                                            ORDER BY request_idx) AS gap_s
+                                            ORDER BY arrival_s, request_idx) AS gap_s
     FROM workload_requests
 )
 SELECT run_id, model, log_type, count(*) AS requests,
@@ -179,29 +183,35 @@ FROM lengths
 ORDER BY run_id, model, log_type;
 
 -- @view _workload_blocks
--- Every (request, block) of the runs with hashes, and whether an earlier request read it.
+-- Every (request, block) of the runs with hashes: the request's place in its run's
+-- arrival order (arrival_rank, from 1), and whether an earlier arrival read the block.
 CREATE VIEW _workload_blocks AS
-WITH blocks AS (
-    SELECT run_id, request_idx, hash_block_tokens,
-           unnest(hash_ids) AS hash_id, generate_subscripts(hash_ids, 1) AS position
+WITH requests AS (
+    SELECT run_id, request_idx, hash_block_tokens, hash_ids,
+           row_number() OVER (PARTITION BY run_id ORDER BY arrival_s, request_idx)
+               AS arrival_rank
     FROM workload_requests
     WHERE hash_ids IS NOT NULL
+), blocks AS (
+    SELECT run_id, request_idx, arrival_rank, hash_block_tokens,
+           unnest(hash_ids) AS hash_id, generate_subscripts(hash_ids, 1) AS position
+    FROM requests
 ), first_use AS (
-    SELECT run_id, hash_id, min(request_idx) AS first_request
+    SELECT run_id, hash_id, min(arrival_rank) AS first_rank
     FROM blocks
     GROUP BY run_id, hash_id
 )
-SELECT b.*, f.first_request < b.request_idx AS seen_before
+SELECT b.*, f.first_rank < b.arrival_rank AS seen_before
 FROM blocks AS b
 JOIN first_use AS f USING (run_id, hash_id);
 
 -- @view workload_prefix_hits
--- Per request of a run with hashes: its blocks and how long a prefix an infinite prefix
--- cache would serve (the leading blocks earlier requests read).
+-- Per request of a run with hashes, in arrival order: its blocks and how long a prefix an
+-- infinite prefix cache would serve (the leading blocks earlier arrivals read).
 -- @column run_id         the run
--- @column request_idx    the request
+-- @column request_idx    the request (its data row)
 -- @column blocks         its prompt's hashed blocks
--- @column seen_blocks    of those, blocks an earlier request read (anywhere in the prompt)
+-- @column seen_blocks    of those, blocks an earlier arrival read (anywhere in the prompt)
 -- @column hit_blocks     the leading run of seen-before blocks: the prefix-cache hit
 -- @column hit_tokens     hit_blocks x hash_block_tokens, capped at the prompt length
 CREATE VIEW workload_prefix_hits AS
@@ -212,8 +222,8 @@ SELECT b.run_id, b.request_idx, count(*) AS blocks,
            AS hit_tokens
 FROM _workload_blocks AS b
 JOIN workload_requests AS r USING (run_id, request_idx)
-GROUP BY b.run_id, b.request_idx
-ORDER BY b.run_id, b.request_idx;
+GROUP BY b.run_id, b.arrival_rank, b.request_idx
+ORDER BY b.run_id, b.arrival_rank;
 
 -- @view workload_prefix_reuse
 -- Per run with hashes: how much of the prompt blocks an infinite cache would serve.
@@ -221,7 +231,7 @@ ORDER BY b.run_id, b.request_idx;
 -- @column requests             requests with hashes
 -- @column blocks               blocks read, all requests together
 -- @column distinct_blocks      distinct hash ids
--- @column seen_blocks          blocks an earlier request read
+-- @column seen_blocks          blocks an earlier arrival read
 -- @column reuse_share          seen_blocks / blocks
 -- @column hit_requests         requests whose first block was seen before
 -- @column prefix_hit_share     prefix-hit blocks (leading runs) / blocks
@@ -240,40 +250,35 @@ ORDER BY run_id;
 
 -- @view workload_session_reuse
 -- Per session of a trace with sessions and hashes: how much of its prompt blocks it had
--- read itself before, and how much only other sessions had.
+-- read itself before (in arrival order), and how much only other sessions had.
 -- @column run_id           the run
 -- @column session_id       the session
 -- @column requests         its requests
 -- @column blocks           blocks its requests read
--- @column seen_in_session  blocks an earlier request of the same session read
--- @column seen_elsewhere   blocks only earlier requests of other sessions read
+-- @column seen_in_session  blocks an earlier arrival of the same session read
+-- @column seen_elsewhere   blocks only earlier arrivals of other sessions read
 -- @column session_share    seen_in_session / blocks
 -- @column elsewhere_share  seen_elsewhere / blocks
 CREATE VIEW workload_session_reuse AS
 WITH blocks AS (
-    SELECT b.run_id, b.request_idx, b.hash_id, r.session_id
+    SELECT b.run_id, b.request_idx, b.arrival_rank, b.hash_id, b.seen_before, r.session_id
     FROM _workload_blocks AS b
     JOIN workload_requests AS r USING (run_id, request_idx)
     WHERE r.session_id IS NOT NULL
 ), first_in_session AS (
-    SELECT run_id, session_id, hash_id, min(request_idx) AS first_request
+    SELECT run_id, session_id, hash_id, min(arrival_rank) AS first_rank
     FROM blocks
     GROUP BY run_id, session_id, hash_id
-), first_anywhere AS (
-    SELECT run_id, hash_id, min(request_idx) AS first_request
-    FROM _workload_blocks
-    GROUP BY run_id, hash_id
 )
 SELECT b.run_id, b.session_id, count(DISTINCT b.request_idx) AS requests,
        count(*) AS blocks,
-       count(*) FILTER (WHERE s.first_request < b.request_idx) AS seen_in_session,
-       count(*) FILTER (WHERE s.first_request = b.request_idx
-                          AND a.first_request < b.request_idx) AS seen_elsewhere,
+       count(*) FILTER (WHERE s.first_rank < b.arrival_rank) AS seen_in_session,
+       count(*) FILTER (WHERE s.first_rank = b.arrival_rank AND b.seen_before)
+           AS seen_elsewhere,
        seen_in_session / count(*) AS session_share,
        seen_elsewhere / count(*) AS elsewhere_share
 FROM blocks AS b
 JOIN first_in_session AS s USING (run_id, session_id, hash_id)
-JOIN first_anywhere AS a USING (run_id, hash_id)
 GROUP BY b.run_id, b.session_id
 ORDER BY b.run_id, b.session_id;
 
@@ -326,7 +331,7 @@ SELECT unnest(kvtrace_prefix_hit_curve(policy, capacities::BIGINT[], semantics, 
 
 -- @macro workload_prefix_requests(policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model, prefill_tok_s, cost_run)
 -- Per run, capacity (those named in blocks or bytes, as in workload_prefix_hit_curve) and
--- request: the blocks and input tokens the cache served when the request arrived, and
+-- request, in arrival order: the blocks and input tokens the cache served when the request arrived, and
 -- the time to first token they save: hit_tokens x the prefill seconds per token
 -- (`prefill_tok_s`, else the warehouse's fitted batch timings, `cost_run` choosing
 -- among several runs, else DeepSeek's published 73,700 tokens/s per H800 node).
@@ -337,8 +342,8 @@ SELECT unnest(kvtrace_prefix_hit_curve(policy, capacities::BIGINT[], semantics, 
 -- @column policy          lru, opt, fifo or radix_lru
 -- @column semantics       block or prefix
 -- @column capacity_blocks cache capacity in blocks
--- @column request_idx     the request
--- @column counted         false for the warm-up's requests
+-- @column request_idx     the request (its data row)
+-- @column counted         false for the warm-up's requests (the earliest arrivals)
 -- @column tokens          its input tokens in hashed blocks
 -- @column blocks          its blocks
 -- @column hit_blocks      blocks the cache served
@@ -359,7 +364,8 @@ SELECT unnest(kvtrace_prefix_requests(policy, capacities::BIGINT[], semantics,
 -- @view workload_prefix_tree
 -- Per run with hashes: the tree of prompt prefixes its requests form (a node is a
 -- prefix: every block up to one, so requests share a node when they share everything
--- before it), what an infinite prefix cache would serve, and the lengths of the requests.
+-- before it), what an infinite prefix cache would serve (requests in arrival order), and
+-- the lengths of the requests.
 -- @column run_id               the run
 -- @column requests             requests with hashes
 -- @column nodes                distinct prefixes (blocks of the tree)
@@ -369,7 +375,7 @@ SELECT unnest(kvtrace_prefix_requests(policy, capacities::BIGINT[], semantics,
 -- @column mean_branching       mean children of a prefix that has any
 -- @column shared_nodes         prefixes two or more requests hold
 -- @column shared_token_share   input tokens in blocks of shared prefixes / input tokens
--- @column infinite_hit_rate    input tokens an infinite prefix cache serves (leading runs of prefixes earlier requests held) / input tokens
+-- @column infinite_hit_rate    input tokens an infinite prefix cache serves (leading runs of prefixes earlier arrivals held) / input tokens
 -- @column isl_mean             mean input tokens
 -- @column isl_p50              median input tokens
 -- @column isl_p99              99th percentile of input tokens
@@ -378,7 +384,7 @@ SELECT unnest(kvtrace_prefix_requests(policy, capacities::BIGINT[], semantics,
 -- @column osl_p99              99th percentile of output tokens
 CREATE VIEW workload_prefix_tree AS
 WITH blocks AS (
-    SELECT b.run_id, b.request_idx, b.position,
+    SELECT b.run_id, b.request_idx, b.arrival_rank, b.position,
            least(b.hash_block_tokens,
                  greatest(r.input_tokens - (b.position - 1) * b.hash_block_tokens, 0))
                AS tokens,
@@ -388,11 +394,11 @@ WITH blocks AS (
     JOIN workload_requests AS r USING (run_id, request_idx)
 ), uses AS (
     SELECT run_id, node, any_value(parent) AS parent, count(*) AS holders,
-           min(request_idx) AS first_request
+           min(arrival_rank) AS first_rank
     FROM blocks GROUP BY run_id, node
 ), served AS (
     SELECT b.run_id, b.request_idx, b.tokens,
-           bool_and(u.first_request < b.request_idx) OVER (
+           bool_and(u.first_rank < b.arrival_rank) OVER (
                PARTITION BY b.run_id, b.request_idx ORDER BY b.position
            ) AS leading_hit
     FROM blocks AS b JOIN uses AS u USING (run_id, node)
