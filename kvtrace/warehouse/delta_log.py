@@ -222,6 +222,27 @@ def add_files(
         return open_table(storage, name).version(), commit_id  # type: ignore[union-attr]
 
 
+def commit_actions(
+    table: DeltaTable,
+    schema: pa.Schema,
+    actions: list[AddAction | RemoveAction],
+    operation: str,
+    commit_id: str,
+) -> int:
+    """Commit ``actions`` to ``table`` as the maintenance ``operation`` of kvtrace commit
+    ``commit_id`` (cleanup, repair); the table's new version."""
+    table.create_write_transaction(
+        actions,
+        mode="append",
+        schema=schema,
+        commit_properties=CommitProperties(
+            custom_metadata={OPERATION_KEY: operation, COMMIT_ID_KEY: commit_id}
+        ),
+    )
+    table.update_incremental()
+    return table.version()
+
+
 def add_actions(files: list[DataFile]) -> list[AddAction | RemoveAction]:
     """The log actions that add ``files`` (paths relative to the root) to their table."""
     now_ms = int(time.time() * 1000)  # when the files joined the log (for their age)

@@ -308,6 +308,15 @@ def load_rows(storage: Storage, version: int | None = None, cached: bool = True)
     return _standing(_read(storage, journal, cached))[0]
 
 
+def every_row(storage: Storage) -> pa.Table:
+    """Every row of the journal's newest version, the commits taken back included, read
+    from disk."""
+    journal = open_table(storage, JOURNAL)
+    if journal is None:
+        raise WarehouseError(f"{storage.location} has no journal ({JOURNAL})")
+    return _read(storage, journal, cached=False)
+
+
 def retractions(storage: Storage) -> Counter[str]:
     """How often the journal took back commits of each application transaction."""
     journal = open_table(storage, JOURNAL)

@@ -8,7 +8,7 @@ What a repair does, in order (holding the maintenance lock):
    entry adds one row), so every later entry stays: only the damaged entry's commit is
    lost.  Its row is still on disk (`kvtrace.warehouse.lost_rows`): that commit is
    retracted and its source listed, and the commits that row took back are taken back
-   again.
+   again.  So is the commit of a row whose writer died before its entry.
 2. A table's Delta log whose entry is missing, empty or garbled is rolled back to the
    version before it: that entry and every later one are moved to
    ``<table>/_delta_log_damaged/`` (nothing is deleted), since a later entry may
@@ -16,8 +16,8 @@ What a repair does, in order (holding the maintenance lock):
    of a table whose later entries are sound is written again instead (it only creates
    the table, from kvtrace's schema).
 3. Commits that the rolled-back versions recorded are retracted in the journal, with
-   every file of theirs taken out of the other tables too: a commit is seen whole or not
-   at all.
+   their rows taken out of every other table too, compacted files included
+   (`kvtrace.warehouse.retraction`): a commit is seen whole or not at all.
 4. A data file that is missing, cut short or unreadable (with ``deep``, any page of it)
    takes its commit with it the same way.  A compacted file (it carries no commit) is
    replaced by the files it was compacted from when they are all still there;
@@ -31,27 +31,13 @@ taken out of the logs stay until ``kvtrace vacuum`` proves nothing needs them.
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import pyarrow.parquet as pq
-from deltalake import DeltaTable
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction
-
 from kvtrace.warehouse import journal
-from kvtrace.warehouse.delta_log import (
-    COMMIT_ID_KEY,
-    LOG_DIR,
-    OPERATION_KEY,
-    active_files,
-    file_stats,
-    open_table,
-    version_zero,
-)
-from kvtrace.warehouse.file_check import file_problem
+from kvtrace.warehouse.compacted import held_commits, put_back_inputs
+from kvtrace.warehouse.delta_log import LOG_DIR, open_table, version_zero
 from kvtrace.warehouse.integrity import (
     DAMAGED_DIR,
     CheckReport,
@@ -62,10 +48,11 @@ from kvtrace.warehouse.integrity import (
 )
 from kvtrace.warehouse.log_entry import empty_commit
 from kvtrace.warehouse.lost_rows import lost_rows
-from kvtrace.warehouse.maintenance import MAINTENANCE_LOCK, row, settle
+from kvtrace.warehouse.maintenance import MAINTENANCE_LOCK, settle
+from kvtrace.warehouse.retraction import Retraction, app_id, retract, take_out
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
-from kvtrace.warehouse.store import COLLECTOR_APP_PREFIX, Warehouse
+from kvtrace.warehouse.store import Warehouse
 
 
 @dataclass
@@ -76,6 +63,10 @@ class RepairReport:
     sources: list[str] = field(default_factory=list)  # to ingest again
     after: CheckReport = field(default_factory=CheckReport)  # the check after the repair
 
+    def add(self, retraction: Retraction) -> None:
+        self.done += retraction.done
+        self.sources += [s for s in retraction.sources if s not in self.sources]
+
 
 def repair(warehouse: Warehouse, deep: bool = False) -> RepairReport:
     """Bring ``warehouse`` back to its newest consistent version (see the module); with
@@ -84,10 +75,11 @@ def repair(warehouse: Warehouse, deep: bool = False) -> RepairReport:
         report = RepairReport()
         found = check(warehouse)
         stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-        if _mend_journal(warehouse, found.logs[JOURNAL], stamp, report):
-            _retract(warehouse, *_lost_with_journal_entries(warehouse), report)
+        _mend_journal(warehouse, found.logs[JOURNAL], stamp, report)
         _repair_logs(warehouse, found, stamp, report)
-        _retract(warehouse, _commits_lost_with_logs(warehouse), [], report)
+        lost, again = _lost_with_journal_entries(warehouse)
+        lost |= _commits_lost_with_logs(warehouse)
+        report.add(retract(warehouse, lost, again, deep))
         _repair_files(warehouse, check(warehouse, deep).problems, deep, report)
         report.done += settle(warehouse)
         report.after = check(warehouse)
@@ -97,9 +89,9 @@ def repair(warehouse: Warehouse, deep: bool = False) -> RepairReport:
 # -- the journal -----------------------------------------------------------------------------
 
 
-def _mend_journal(warehouse: Warehouse, scan: LogScan, stamp: str, report: RepairReport) -> bool:
+def _mend_journal(warehouse: Warehouse, scan: LogScan, stamp: str, report: RepairReport) -> None:
     """Write every damaged journal entry again as a commit that changes nothing (version 0
-    as the journal's creation), keeping the damaged one aside; False when none was."""
+    as the journal's creation), keeping the damaged one aside."""
     storage = warehouse.storage
     for version, what in sorted(scan.bad.items()):
         entry = f"{version:020d}.json"
@@ -115,24 +107,24 @@ def _mend_journal(warehouse: Warehouse, scan: LogScan, stamp: str, report: Repai
             f"{JOURNAL}: wrote version {version} of its log again as a commit that changes "
             f"nothing ({what}; the damaged entry is kept in {JOURNAL}/{DAMAGED_DIR}/{stamp})"
         )
-    return bool(scan.bad)
 
 
 def _lost_with_journal_entries(
     warehouse: Warehouse,
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
-    """The commits whose journal rows were lost with their entries (unless their source
-    was recorded again since), and what those rows took back that no row takes back now."""
+    """The commits whose journal rows no entry lists (lost with a damaged entry, or whose
+    writer died before its entry) unless their source was recorded again since or their
+    writer is still at it, and what those rows took back that no row takes back now."""
     storage = warehouse.storage
-    lost = lost_rows(storage).to_pylist()
+    lost = [c for c in lost_rows(storage).to_pylist() if not storage.commit_alive(c["commit_id"])]
     standing = journal.load_rows(storage, cached=False).to_pylist()
-    recorded = {_app_id(commit) for commit in standing}
+    recorded = {app_id(commit) for commit in standing}
     taken_back = {r["commit_id"] for commit in standing for r in commit["retracted"] or []}
     commits = {
         commit["commit_id"]: commit
         for commit in lost
         if commit["operation"] not in journal.MAINTENANCE_OPERATIONS
-        and _app_id(commit) not in recorded
+        and app_id(commit) not in recorded
     }
     again = {
         r["commit_id"]: r
@@ -208,159 +200,29 @@ def _commits_lost_with_logs(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
 def _repair_files(
     warehouse: Warehouse, problems: list[Problem], deep: bool, report: RepairReport
 ) -> None:
+    """Retract the commits of damaged files; replace a damaged compacted file by the
+    files it was made from, or take it out with the commits whose rows it held."""
     damaged = [p for p in problems if p.path is not None]
     if not damaged:
         return
-    commits = {
-        c["commit_id"]: c for c in journal.load_rows(warehouse.storage, cached=False).to_pylist()
-    }
-    lost: dict[str, dict[str, Any]] = {}
+    rows = journal.load_rows(warehouse.storage, cached=False).to_pylist()
+    row_of = {e["commit_id"]: row for row in rows for e in row["tables"] or []}  # by file
+    named: set[str] = set()  # the commits in the names of the files lost
     for problem in damaged:
-        commit_id = journal.commit_of(problem.path or "")
+        name, path = problem.table, problem.path or ""
+        commit_id = journal.commit_of(path)
         if commit_id is not None:
-            if commit_id in commits:
-                lost[commit_id] = commits[commit_id]
+            named.add(commit_id)
             continue
-        restored, compacted_from = _undo_compaction(
-            warehouse, problem.table, problem.path or "", deep
-        )
-        if restored:
+        held = held_commits(scan_log(warehouse, name), path)
+        if restored := put_back_inputs(warehouse, name, path, deep):
             report.done.append(
-                f"{problem.table}: replaced the damaged compacted file "
-                f"{problem.path} by the {restored} file(s) it was made from"
+                f"{name}: replaced the damaged compacted file {path} by the "
+                f"{restored[0]} file(s) it was made from"
             )
             continue
-        _take_out(warehouse, problem.table, [problem.path or ""], "repair")
-        report.done.append(
-            f"{problem.table}: took the damaged compacted file {problem.path} out of the log"
-        )
-        lost.update({c: commits[c] for c in compacted_from if c in commits})
-    _retract(warehouse, lost, [], report)
-
-
-def _undo_compaction(
-    warehouse: Warehouse, name: str, path: str, deep: bool
-) -> tuple[int, set[str]]:
-    """Put back the files a compaction made ``path`` from, when they all are still there
-    and readable (with ``deep``, every page) and every file that compaction wrote is
-    still in the table; returns how many were put back (0: not possible) and the commits
-    of those files."""
-    scan = scan_log(warehouse, name)
-    made_at = next((e for e in scan.entries.values() if path in e.adds), None)
-    if made_at is None or made_at.operation != "OPTIMIZE":
-        return 0, set()
-    sources = set(made_at.removes)
-    commits = {c for p in sources if (c := journal.commit_of(p)) is not None}
-    table = open_table(warehouse.storage, name)
-    assert table is not None
-    active = set(active_files(table)["path"].to_pylist())
-    listing = warehouse.storage.list_files(name)
-    filesystem, base = warehouse.storage.arrow_filesystem()
-    if not set(made_at.adds) <= active or any(f"{name}/{p}" not in listing for p in sources):
-        return 0, commits
-    footers = {}
-    for source in sources:
-        if file_problem(filesystem, f"{base}/{name}/{source}", None, deep) is not None:
-            return 0, commits
-        footers[source] = pq.read_metadata(f"{base}/{name}/{source}", filesystem=filesystem)
-    now_ms = int(time.time() * 1000)
-    actions: list[AddAction | RemoveAction] = [
-        RemoveAction(p, True, now_ms, made_at.adds[p].get("size")) for p in made_at.adds
-    ]
-    actions += [
-        AddAction(p, listing[f"{name}/{p}"], {}, now_ms, False, file_stats(footers[p]))
-        for p in sorted(sources)
-    ]
-    _commit_actions(table, name, actions, "repair")
-    return len(sources), commits
-
-
-# -- retracting commits ----------------------------------------------------------------------
-
-
-def _retract(
-    warehouse: Warehouse,
-    commits: dict[str, dict[str, Any]],
-    again: list[dict[str, str]],
-    report: RepairReport,
-) -> None:
-    """Take ``commits`` (journal rows) back, their files out of every table, and
-    ``again`` (retractions a lost row made) back again: one journal row."""
-    if not commits and not again:
-        return
-    commit_id = journal.new_commit_id()
-    entries = []
-    by_table: dict[str, list[str]] = defaultdict(list)
-    for name in TABLES:
-        table = open_table(warehouse.storage, name)
-        if table is None:
-            continue
-        for path in active_files(table)["path"].to_pylist():
-            if journal.commit_of(path) in commits:
-                by_table[name].append(path)
-    for name, paths in sorted(by_table.items()):
-        version = _take_out(warehouse, name, paths, "repair", commit_id)
-        entries.append(
-            {
-                "table": name,
-                "version": version,
-                "commit_id": commit_id,
-                "files": 0,
-                "rows": 0,
-                "bytes": 0,
-            }
-        )
-    retracted = again + [
-        {"commit_id": c, "app_id": _app_id(commit)} for c, commit in sorted(commits.items())
-    ]
-    journal.append(
-        warehouse.storage,
-        row(commit_id, "repair", entries, retracted),
-        f"{COLLECTOR_APP_PREFIX}{commit_id}",
-    )
-    sources = sorted({c["source_path"] for c in commits.values() if c["source_path"]})
-    report.sources += [s for s in sources if s not in report.sources]
-    if commits:
-        report.done.append(
-            f"retracted {len(commits)} commit(s) whose rows could not all be "
-            "read; their other files were taken out of the logs too"
-        )
-    if again:
-        report.done.append(
-            f"took back again {len(again)} commit(s) that a lost journal entry had taken back"
-        )
-
-
-def _app_id(commit: dict[str, Any]) -> str:
-    if commit["source_sha256"]:
-        return f"kvtrace-source:{commit['run_id']}:{commit['source_sha256']}"
-    return f"{COLLECTOR_APP_PREFIX}{commit['commit_id']}"
-
-
-def _take_out(
-    warehouse: Warehouse, name: str, paths: list[str], operation: str, commit_id: str | None = None
-) -> int:
-    table = open_table(warehouse.storage, name)
-    assert table is not None
-    now_ms = int(time.time() * 1000)
-    return _commit_actions(
-        table, name, [RemoveAction(p, True, now_ms) for p in paths], operation, commit_id
-    )
-
-
-def _commit_actions(
-    table: DeltaTable,
-    name: str,
-    actions: list[AddAction | RemoveAction],
-    operation: str,
-    commit_id: str | None = None,
-) -> int:
-    metadata = {OPERATION_KEY: operation, COMMIT_ID_KEY: commit_id or journal.new_commit_id()}
-    table.create_write_transaction(
-        actions,
-        mode="append",
-        schema=TABLES[name].schema,
-        commit_properties=CommitProperties(custom_metadata=metadata),
-    )
-    table.update_incremental()
-    return table.version()
+        take_out(warehouse, name, [path], journal.new_commit_id())
+        report.done.append(f"{name}: took the damaged compacted file {path} out of the log")
+        named |= held
+    lost = {row_of[c]["commit_id"]: row_of[c] for c in sorted(named) if c in row_of}
+    report.add(retract(warehouse, lost, [], deep))

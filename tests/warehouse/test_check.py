@@ -9,8 +9,9 @@ import shutil
 import pytest
 
 from kvtrace import connect
+from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse, snapshot_cache
+from kvtrace.warehouse import Warehouse, journal, snapshot_cache
 from kvtrace.warehouse.integrity import LOG_DIR
 from kvtrace.warehouse.maintenance import optimize
 from tests.conftest import query_rows, warehouse_at
@@ -68,7 +69,9 @@ def test_a_healthy_warehouse_checks_clean(three_ingests, cli):
     assert status == 0 and out.strip().endswith("is healthy: 21 logs and 15 data files checked")
 
 
-def _repair_then_ingest_again(cli, location: str, traces, expected_sources: set[str]) -> None:
+def _repair_then_ingest_again(
+    cli, location: str, traces, expected_sources: set[str], rows: int = 24
+) -> None:
     status, out, _ = cli("-w", location, "check", "--repair")
     assert status == 0, out
     said = out.split("ingest these sources again to restore their rows: ")
@@ -77,7 +80,7 @@ def _repair_then_ingest_again(cli, location: str, traces, expected_sources: set[
     assert cli("-w", location, "check")[0] == 0
     for trace in traces:
         ingest(Warehouse(location), [str(trace)])
-    assert _rows(location) == 24
+    assert _rows(location) == rows
 
 
 def _queries_name_check_once_the_kept_snapshots_are_gone(
@@ -292,3 +295,41 @@ def test_a_compacted_file_garbled_inside_is_replaced_by_its_inputs(three_ingests
     assert "ingest these sources again" not in out
     assert cli("-w", location, "check", "--deep")[0] == 0
     assert _rows_per_run(location) == {"run0": 8, "run1": 8, "run2": 8}
+
+
+def test_a_rolled_back_table_takes_its_commits_rows_out_of_compacted_files(three_ingests, cli):
+    """The commits a rolled-back log took back kept their rows in the other tables'
+    compacted files: seen in dsa_steps although retracted and listed to ingest again."""
+    location, traces = three_ingests
+    optimize(Warehouse(location))
+    storage = Warehouse(location).storage
+    storage.write_atomic(f"requests/{LOG_DIR}/{2:020d}.json", b"")  # run1's requests
+    status, out, _ = cli("-w", location, "check", "--repair")
+    assert status == 0, out
+    assert f"ingest these sources again to restore their rows: {traces[1]}, {traces[2]}\n" in out
+    assert _rows_per_run(location) == {"run0": 8}
+    assert cli("-w", location, "check", "--deep")[0] == 0
+    for trace in traces:
+        ingest(Warehouse(location), [str(trace)])
+    assert _rows_per_run(location) == {"run0": 8, "run1": 8, "run2": 8}
+
+
+def test_a_damaged_file_of_a_commit_a_later_ingest_completed_is_repaired(
+    three_ingests, synthetic_trace, cli, monkeypatch
+):
+    """A commit whose journal row failed is completed by the next ingest of its source,
+    whose row names the first commit's files: repair did not know whose they were."""
+    location, traces = three_ingests
+    later = synthetic_trace(run_name="run3", requests=2, steps=2, layers=2, seed=3)
+    append = journal.append
+
+    def outage(*args, **kwargs):
+        raise WarehouseError("the store did not answer")
+
+    monkeypatch.setattr(journal, "append", outage)
+    with pytest.raises(WarehouseError):
+        ingest(Warehouse(location), [str(later)])
+    monkeypatch.setattr(journal, "append", append)
+    assert ingest(Warehouse(location), [str(later)]).files[0].status == "ingested"
+    Warehouse(location).storage.remove(_data_file(location, "run3"))
+    _repair_then_ingest_again(cli, location, [*traces, later], {str(later)}, rows=32)
