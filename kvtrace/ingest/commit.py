@@ -40,7 +40,8 @@ def commit_file(
         write the bookkeeping and commit.  Not ``locked``: the commit takes the run's
         lock, and None means it was given up, as the run gained one of its records
         meanwhile."""
-        if (holder := run_holding(warehouse, source, run_id, fmt)) is not None:
+        named = options.run_name is not None
+        if (holder := run_holding(warehouse, source, run_id, fmt, named)) is not None:
             advance(source.size)
             return FileReport(source.shown, holder, "already ingested", fmt=fmt, family=family.name)
         commit = warehouse.begin(run_id, source_path=source.shown, source_size=source.size)

@@ -3,7 +3,9 @@
 The journal records each ingested source's size and sha256.  The bytes are held by the
 run the file is ingested into when any of its commits recorded them, or by another run
 whose ``runs`` row says it read them as the same format (so with the same family): a
-copy in another folder, under another name or into a run the user names adds nothing.
+copy in another folder or under another name adds nothing.  A run the user names
+(``--run-name``) is one they build of its own files: bytes another run holds too (a
+task's predictions unchanged between two evaluations) are its own as well.
 A file of a size no commit recorded is surely new, and is hashed while its family reads
 it instead of first.
 """
@@ -18,8 +20,11 @@ from kvtrace.ingest.sources import SourceFile
 from kvtrace.warehouse import Warehouse
 
 
-def run_holding(warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str) -> str | None:
-    """The run that holds ``source``'s bytes (``run_id`` first), or None: they are new."""
+def run_holding(
+    warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str, named: bool = False
+) -> str | None:
+    """The run that holds ``source``'s bytes (``run_id`` first; only it when the user
+    ``named`` the run), or None: they are new."""
     commits = warehouse.snapshot().commits
     same_size = commits.filter(pc.equal(commits["source_size"], source.size))
     if same_size.num_rows == 0:
@@ -30,6 +35,8 @@ def run_holding(warehouse: Warehouse, source: SourceFile, run_id: str, fmt: str)
     runs = list(dict.fromkeys(same["run_id"].to_pylist()))
     if run_id in runs:
         return run_id
+    if named:
+        return None
     return next((run for run in runs if fmt in _formats_read(warehouse, run, sha256)), None)
 
 

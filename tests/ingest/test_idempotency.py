@@ -179,18 +179,23 @@ def test_a_dsa_file_hashed_alongside_its_read_records_its_own_sha256(warehouse, 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_copy_in_another_folder_under_another_run_adds_nothing(warehouse, tmp_path, family):
-    """The same bytes add nothing wherever they were ingested before, even into a run the
-    user names: the report names the run that holds them."""
+    """The same bytes add nothing wherever they were ingested before: the report names
+    the run that holds them.  A run the user names takes them as its own (a task's
+    predictions unchanged between two evaluations belong to both), once."""
     original = family_file(tmp_path / "first", family)
     first = ingest(warehouse, [str(original)]).files[0]
     assert (first.status, first.family) == ("ingested", family)
     commits = warehouse.snapshot().commits.num_rows
     (tmp_path / "second").mkdir()
     copy = shutil.copy(original, tmp_path / "second")
-    for run_name in (None, "another"):
-        again = ingest(warehouse, [str(copy)], run_name=run_name).files[0]
-        assert (again.status, again.run_id, again.rows) == ("already ingested", first.run_id, 0)
+    again = ingest(warehouse, [str(copy)]).files[0]
+    assert (again.status, again.run_id, again.rows) == ("already ingested", first.run_id, 0)
     assert warehouse.snapshot().commits.num_rows == commits
+    named = ingest(warehouse, [str(copy)], run_name="another").files[0]
+    assert (named.status, named.rows) == ("ingested", first.rows)
+    assert named.run_id != first.run_id
+    twice = ingest(warehouse, [str(original)], run_name="another").files[0]
+    assert (twice.status, twice.run_id) == ("already ingested", named.run_id)
 
 
 def test_the_same_bytes_read_by_another_family_are_ingested(warehouse, tmp_path):

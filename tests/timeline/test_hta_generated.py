@@ -37,7 +37,8 @@ def _ingested(root: Path, traces: list[dict[str, Any]]) -> tuple[list[Path], War
     for number, trace in enumerate(traces):
         folder = root / f"trace{number}"
         folder.mkdir()
-        (folder / "rank0.pt.trace.json").write_text(json.dumps(trace))
+        # (generated traces may repeat: a copy would be "already ingested")
+        (folder / "rank0.pt.trace.json").write_text(json.dumps({**trace, "trace": number}))
         folders.append(folder)
     warehouse = Warehouse(warehouse_at(root / "wh"), create=True)
     ingest(warehouse, [str(folder) for folder in folders])
