@@ -317,7 +317,7 @@ def ingest(
     _check_output(output, warehouse)
     from kvtrace.ingest import ingest as ingest_paths
     from kvtrace.ingest.fanout import unreadable_error
-    from kvtrace.ingest.workload import parse_column_mapping
+    from kvtrace.ingest.readers.workload import parse_column_mapping
 
     mapping = parse_column_mapping(columns) if columns is not None else None
     report = _with_progress(
@@ -1296,7 +1296,7 @@ def optimize(
 
     Example: kvtrace optimize
     """
-    from kvtrace.warehouse.maintenance import optimize as compact
+    from kvtrace.warehouse.ops.maintenance import optimize as compact
 
     with _busy("Compacting"):
         report = compact(_open(), target_mb=target_mb)
@@ -1335,7 +1335,7 @@ def vacuum(
 
     Example: kvtrace vacuum --retain-hours 24
     """
-    from kvtrace.warehouse.maintenance import vacuum as sweep
+    from kvtrace.warehouse.ops.maintenance import vacuum as sweep
 
     report = sweep(_open(), retain_hours=retain_hours, force=force, dry_run=dry_run)
     for note in report.notes:
@@ -1374,8 +1374,8 @@ def check_command(
 
     Example: kvtrace check --deep --repair
     """
-    from kvtrace.warehouse.integrity import check
-    from kvtrace.warehouse.repair import repair as mend
+    from kvtrace.warehouse.ops.integrity import check
+    from kvtrace.warehouse.ops.repair import repair as mend
 
     warehouse = _open()
     if repair:
@@ -1416,7 +1416,7 @@ def migrate() -> None:
 
     Example: kvtrace -w old-warehouse migrate
     """
-    from kvtrace.warehouse.migrate import migrate as convert
+    from kvtrace.warehouse.ops.migrate import migrate as convert
 
     with _busy("Converting"):
         report = convert(options.path)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from kvtrace.ingest.lines import Chunk
+from kvtrace.ingest._lines import Chunk
 from kvtrace.synthetic import write_seed_trace
 from kvtrace.warehouse import Warehouse
 

@@ -68,27 +68,75 @@ def test_each_layer_imports_only_the_layers_below_it():
     assert crossings == []
 
 
-def _private_names_imported(path: Path, package: str) -> list[str]:
-    """Names starting with ``_`` that ``path`` imports from ``kvtrace.<package>``."""
+# sub-layers inside a layer: folder -> kvtrace packages its modules may not import
+WAREHOUSE_CORE = ["warehouse", "warehouse/schema"]
+FORBIDDEN_INSIDE = {
+    **{core: {"kvtrace.warehouse.rows", "kvtrace.warehouse.ops"} for core in WAREHOUSE_CORE},
+    "warehouse/rows": {"kvtrace.warehouse.ops"},
+}
+
+
+def test_the_warehouse_core_imports_neither_its_row_builders_nor_its_operations():
+    crossings = [
+        f"{path.relative_to(PACKAGE)} imports {name}"
+        for folder, forbidden in FORBIDDEN_INSIDE.items()
+        for path in sorted((PACKAGE / folder).glob("*.py"))
+        for name in _imports_with_names(path)
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+    assert crossings == []
+
+
+def _imports_with_names(path: Path) -> list[str]:
+    """Every dotted name ``path`` imports: modules, and ``module.name`` for each from-import."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.module
-            and node.level == 0
-            and node.module.startswith(f"kvtrace.{package}")
-        ):
-            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-    return found
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return [name for name in found if name.startswith("kvtrace.")]
 
 
-def test_the_distributed_engine_uses_only_public_names_of_the_analysis_layer():
-    private = [
+def _package_of(path: Path) -> str:
+    """The dotted package a module of kvtrace lives in."""
+    return ".".join(path.relative_to(PACKAGE.parent).parent.parts)
+
+
+def _owner_of_private_part(dotted: str) -> str | None:
+    """The package a private module or name in ``dotted`` belongs to, if it names one.
+
+    ``kvtrace.warehouse._store.Warehouse`` belongs to ``kvtrace.warehouse``, as does
+    ``kvtrace.warehouse.ops.maintenance._settle`` to ``kvtrace.warehouse.ops``.
+    """
+    parts = dotted.split(".")
+    for index, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            as_path = PACKAGE.parent.joinpath(*parts[: index + 1])
+            is_module = as_path.with_suffix(".py").exists() or as_path.is_dir()
+            return ".".join(parts[:index] if is_module else parts[: index - 1])
+    return None
+
+
+def private_crossings(path: Path, home: str | None = None) -> list[str]:
+    """The private modules and names ``path`` imports from outside its package, ``home``."""
+    home = home or _package_of(path)
+    crossings = []
+    for dotted in _imports_with_names(path):
+        owner = _owner_of_private_part(dotted)
+        if owner is not None and home != owner and not home.startswith(owner + "."):
+            crossings.append(dotted)
+    return crossings
+
+
+def test_no_package_imports_another_package_s_private_modules_or_names():
+    crossings = [
         f"{path.relative_to(PACKAGE)}: {name}"
-        for path in sorted((PACKAGE / "distributed").rglob("*.py"))
-        for name in _private_names_imported(path, "analysis")
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "vendor" not in path.parts
+        for name in private_crossings(path)
     ]
-    assert private == []
+    assert crossings == []
 
 
 def test_the_top_level_holds_only_the_entry_points_and_shared_basics():
@@ -98,5 +146,23 @@ def test_the_top_level_holds_only_the_entry_points_and_shared_basics():
 
 def test_the_checker_sees_a_crossing(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from kvtrace.ingest.dsa import read_dsa_file\n")
+    module.write_text("def f():\n    from kvtrace.ingest.readers.dsa import read_dsa_file\n")
     assert _kvtrace_imports(module) == {"ingest"}
+
+
+def test_the_checker_sees_a_private_crossing(tmp_path):
+    reader = tmp_path / "reader.py"
+    reader.write_text(
+        "from kvtrace.warehouse import _journal\n"
+        "from kvtrace.warehouse.ops.maintenance import _settle\n"
+        "from kvtrace.ingest import _lines\n"
+    )
+    assert private_crossings(reader, home="kvtrace.ingest.readers") == [
+        "kvtrace.warehouse._journal",
+        "kvtrace.warehouse.ops.maintenance._settle",
+    ]
+    machinery = tmp_path / "machinery.py"
+    machinery.write_text("from kvtrace.ingest.readers import _export_names\n")
+    assert private_crossings(machinery, home="kvtrace.ingest") == [
+        "kvtrace.ingest.readers._export_names"
+    ]

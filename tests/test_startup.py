@@ -94,7 +94,7 @@ def test_a_statement_reads_the_tables_it_names_and_those_its_analyses_read(wareh
     import duckdb
 
     from kvtrace import connect
-    from kvtrace.analysis.function_reads import READS
+    from kvtrace.analysis._function_reads import READS
     from kvtrace.analysis.functions import register
 
     def reads(con, table: str) -> bool:

@@ -68,7 +68,7 @@ def open_analysis_connection(
     """The connection kvtrace's own commands use: every name of the warehouse and the
     analysis layer's functions, unguarded; with ``for_sql``, only what that SQL names is
     bound (with what they require): faster to open, for that SQL alone."""
-    from kvtrace.analysis.function_reads import READS
+    from kvtrace.analysis._function_reads import READS
     from kvtrace.sql.catalog import named_definitions, open_connection
     from kvtrace.sql.limits import memory_bound
 

@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 from duckdb import func
 
-from kvtrace.analysis.columns import (
+from kvtrace.analysis._columns import (
     COST_MODEL,
     CRITICAL_PATH,
     HIT_CURVE,

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtrace.analysis.columns import PREFIX_HIT_CURVE
+from kvtrace.analysis._columns import PREFIX_HIT_CURVE
 from kvtrace.analysis.kv_layouts import bytes_per_token
 from kvtrace.errors import InputError, QueryError
 from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits

@@ -9,8 +9,7 @@ from typing import Any
 
 import duckdb
 
-from kvtrace.analysis.shares import request_shares, run_here
-from kvtrace.analysis.summary_shares import (
+from kvtrace.analysis._summary_shares import (
     ShareCounts,
     StoredTrace,
     ingest_histogram_statistics,
@@ -19,6 +18,7 @@ from kvtrace.analysis.summary_shares import (
     share_counts,
     trace_requests,
 )
+from kvtrace.analysis.shares import request_shares, run_here
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE
 from kvtrace.errors import QueryError
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvtrace.collectors.collect_options import DsaCollectOptions
-from kvtrace.collectors.datasets.registry import REPLAYED, dataset_requests
-from kvtrace.collectors.dsa_collect import (
+from kvtrace.collectors._dsa_collect import (
     CollectReport,
     Progress,
     collect_dsa,
     replay_arrivals,
 )
+from kvtrace.collectors.collect_options import DsaCollectOptions
+from kvtrace.collectors.datasets.registry import REPLAYED, dataset_requests
 from kvtrace.collectors.models import load_model
 from kvtrace.warehouse import Warehouse
 

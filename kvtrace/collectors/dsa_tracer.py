@@ -42,9 +42,9 @@ from kvtrace.defaults import DEFAULT_PREFIX_KEY_TOKENS
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Commit, Warehouse
-from kvtrace.warehouse.bookkeeping import collection_run_id, quarantine_rows, run_row
-from kvtrace.warehouse.dsa_writer import DsaWriter, load_kernels
-from kvtrace.warehouse.eval_rows import eval_row
+from kvtrace.warehouse.rows.bookkeeping import collection_run_id, quarantine_rows, run_row
+from kvtrace.warehouse.rows.dsa_writer import DsaWriter, load_kernels
+from kvtrace.warehouse.rows.eval import eval_row
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
 BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them

@@ -6,7 +6,7 @@ messages ``(topic, 8-byte big-endian sequence number, msgpack EventBatch)``, and
 on a ROUTER socket a request for the batches from a sequence number on (each
 ``(seq, payload)``, then an end marker of sequence -1 and an empty payload).
 
-One thread subscribes to every engine; `kvtrace.collectors.kv_event_stream` reads each
+One thread subscribes to every engine; `kvtrace.collectors._kv_event_stream` reads each
 engine's messages (epochs across restarts, replay of missed numbers, ``gap``, ``error``
 and ``restart`` rows, the size bounds), and collection goes on whatever one message
 holds.  Rows are committed in batches (every few seconds, or sooner when many arrive):
@@ -27,17 +27,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from kvtrace.collectors.kv_event_bounds import DEFAULT_BOUNDS, MessageBounds
-from kvtrace.collectors.kv_event_stream import (
+from kvtrace.collectors._kv_event_stream import (
     CollectReport,
     EngineStream,
     EventSource,
     Pending,
     drain,
 )
+from kvtrace.collectors.kv_event_bounds import DEFAULT_BOUNDS, MessageBounds
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.bookkeeping import collection_run_id, run_row
+from kvtrace.warehouse.rows.bookkeeping import collection_run_id, run_row
 from kvtrace.warehouse.schema.kv_events import KV_EVENTS
 
 RECEIVE_QUEUE = 10_000  # messages ZMQ holds per engine while a batch is being committed

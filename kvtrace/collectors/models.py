@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvtrace.collectors._dsa_collect import Tokenizer, TracedModel
 from kvtrace.collectors.collect_options import DsaCollectOptions
-from kvtrace.collectors.dsa_collect import Tokenizer, TracedModel
 from kvtrace.errors import InputError
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
     ``dsa-ref`` is the reference model (random weights from ``seed``, or ``weights``);
     any other value is the folder of a local Hugging Face causal LM.
     """
-    from kvtrace.collectors.tokenizer_file import TokenizerFile
+    from kvtrace.collectors._tokenizer_file import TokenizerFile
 
     _require_torch()
     device = torch_device(options.device)
@@ -42,7 +42,7 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
     folder = Path(options.model)
     if not folder.is_dir():
         raise InputError(f"expected dsa-ref or a model folder for --model, got {options.model!r}")
-    from kvtrace.collectors.hf_adapter import HfCausalLM
+    from kvtrace.collectors._hf_adapter import HfCausalLM
 
     if given is None:
         if not (folder / "tokenizer.json").is_file():

@@ -26,15 +26,15 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from kvtrace.collectors.endpoints import labelled
-from kvtrace.collectors.pool_sources import (
+from kvtrace.collectors._endpoints import labelled
+from kvtrace.collectors._pool_sources import (
     MalformedResponse,
     rows_from_prometheus,
     rows_from_server_info,
 )
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.bookkeeping import collection_run_id, run_row
+from kvtrace.warehouse.rows.bookkeeping import collection_run_id, run_row
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS
 
 MAX_BACKOFF_DOUBLINGS = 3  # a failing worker is polled every 2, 4, then 8 intervals

@@ -3,7 +3,7 @@
 Each source file is one commit: it becomes visible whole or not at all, and the same
 records ingested again into the same run add nothing.  The families of traces kvtrace
 reads are listed in `kvtrace.ingest.families`; each is one module following the
-protocol of `kvtrace.ingest.family`, and `kvtrace.ingest.commit` commits for them all.
+protocol of `kvtrace.ingest.family`, and `kvtrace.ingest._commit` commits for them all.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from concurrent.futures import Executor
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
+from kvtrace.ingest._report import FileReport, IngestReport
 from kvtrace.ingest.family import IngestOptions
 from kvtrace.ingest.fanout import Progress, ingest_paths
-from kvtrace.ingest.report import FileReport, IngestReport
-from kvtrace.ingest.workload import ColumnMapping
+from kvtrace.ingest.readers.workload import ColumnMapping
 from kvtrace.warehouse import Warehouse
 
 

@@ -9,16 +9,16 @@ record, and a ``.json`` file no other family reads is a serving run's summary.
 from __future__ import annotations
 
 from kvtrace.errors import InputError
-from kvtrace.ingest.dsa import DSA
-from kvtrace.ingest.eval_preds import EVAL
 from kvtrace.ingest.family import Family, IngestOptions
-from kvtrace.ingest.kineto import TIMELINE
-from kvtrace.ingest.kv_events import KV_EVENTS_FAMILY
 from kvtrace.ingest.probe import Probe
-from kvtrace.ingest.results import BENCHMARK
-from kvtrace.ingest.run_summary import RUN_SUMMARY
-from kvtrace.ingest.serving import POOL, REQUESTS
-from kvtrace.ingest.workload import WORKLOAD
+from kvtrace.ingest.readers.dsa import DSA
+from kvtrace.ingest.readers.eval_preds import EVAL
+from kvtrace.ingest.readers.kineto import TIMELINE
+from kvtrace.ingest.readers.kv_events import KV_EVENTS_FAMILY
+from kvtrace.ingest.readers.results import BENCHMARK
+from kvtrace.ingest.readers.run_summary import RUN_SUMMARY
+from kvtrace.ingest.readers.serving import POOL, REQUESTS
+from kvtrace.ingest.readers.workload import WORKLOAD
 
 FAMILIES: tuple[Family, ...] = (
     TIMELINE,

@@ -3,7 +3,7 @@
 A family (DSA traces, pool series, arrival traces, ...) is one module with one object
 that can `recognise` a file by its content, name the run it belongs to, and `read` it
 into the warehouse tables of a commit.  `kvtrace.ingest.families.FAMILIES` lists them
-in the order they are tried; `kvtrace.ingest.commit.commit_file` does everything else
+in the order they are tried; `kvtrace.ingest._commit.commit_file` does everything else
 (the already-ingested check, the run id, the transaction, the quarantine) for all of
 them alike.
 """
@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
-from kvtrace.warehouse.dsa_checks import StatCheck
-from kvtrace.warehouse.rejects import BadLine
+from kvtrace.warehouse.rows.dsa_checks import StatCheck
+from kvtrace.warehouse.rows.rejects import BadLine
 
 if TYPE_CHECKING:
     from kvtrace.ingest.probe import Probe
+    from kvtrace.ingest.readers.workload import ColumnMapping
     from kvtrace.ingest.sink import FileSink
-    from kvtrace.ingest.workload import ColumnMapping
 
 Advance = Callable[[int], None]  # called with the bytes of the source read so far
 

@@ -1,6 +1,6 @@
 """Ingest many source files: one after another, in worker processes, or on an executor.
 
-Each file is one commit of its own (`kvtrace.ingest.commit.commit_file`), so files that
+Each file is one commit of its own (`kvtrace.ingest._commit.commit_file`), so files that
 were committed before a failure stay committed, and ingesting again skips them.
 """
 
@@ -15,12 +15,12 @@ from pathlib import Path
 from deltalake.exceptions import DeltaError
 
 from kvtrace.errors import InputError, KvtraceError
-from kvtrace.ingest.commit import commit_file
+from kvtrace.ingest._commit import commit_file
+from kvtrace.ingest._report import CANNOT_READ, FileReport, IngestReport
+from kvtrace.ingest._sources import SourceFile, expand, printable
 from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
 from kvtrace.ingest.family import Advance, IngestOptions
 from kvtrace.ingest.probe import Probe
-from kvtrace.ingest.report import CANNOT_READ, FileReport, IngestReport
-from kvtrace.ingest.sources import SourceFile, expand, printable
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.no_pandas import pyarrow_without_pandas
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from kvtrace.errors import InputError
-from kvtrace.ingest.lines import decode_json, is_gzip, read_chunks
-from kvtrace.ingest.sources import SourceFile
+from kvtrace.ingest._lines import decode_json, is_gzip, read_chunks
+from kvtrace.ingest._sources import SourceFile
 
 HEAD_BYTES = 1 << 16
 FIRST_RECORD_LINES = 1000  # lines looked at for the first one that holds a JSON object

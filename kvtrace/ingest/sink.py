@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtrace.ingest.record_keys import RecordKeys, in_order, incomplete
+from kvtrace.ingest._record_keys import RecordKeys, in_order, incomplete
 from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.schema.tables import TABLES, TableSpec
 from kvtrace.warehouse.table_file import TableFile

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvtrace.kernels.heap import heap_pop, heap_push
+from kvtrace.kernels._heap import heap_pop, heap_push
 
 _EMPTY = -1
 _MIN_SLOTS = 1 << 16

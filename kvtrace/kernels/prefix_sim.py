@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvtrace.kernels._heap import heap_pop, heap_push
 from kvtrace.kernels.cache_sim import ItemIds, LruStack
-from kvtrace.kernels.heap import heap_pop, heap_push
 
 NEVER = np.iinfo(np.int64).max  # the distance of a read no cache serves, however large
 

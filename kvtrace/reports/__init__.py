@@ -6,7 +6,7 @@ queries in ``queries/<name>.sql``.  To add one, write both and list it in `REPOR
 
 from __future__ import annotations
 
-from kvtrace.reports.model import ReportDefinition
+from kvtrace.reports._model import ReportDefinition
 
 
 def reports() -> dict[str, ReportDefinition]:

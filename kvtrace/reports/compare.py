@@ -8,9 +8,9 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.reports.charts import WIDTH, data
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
+from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._model import ReportDefinition, Scope, Section
+from kvtrace.reports._selection import select_runs
 
 SINGLE_RUN = (
     "A side rests on a single run: its differences are within single-run "

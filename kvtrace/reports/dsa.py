@@ -7,9 +7,9 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.reports.charts import WIDTH, data, series_color, with_lone_points
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
+from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
+from kvtrace.reports._model import ReportDefinition, Scope, Section
+from kvtrace.reports._selection import select_runs
 
 
 def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:

@@ -6,9 +6,9 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, data
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
+from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._model import ReportDefinition, Scope, Section
+from kvtrace.reports._selection import select_runs
 
 BLOCK_SIZE = 64
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 from kvtrace._version import __version__
 from kvtrace.analysis import open_analysis_connection
 from kvtrace.errors import QueryError
-from kvtrace.reports import charts
-from kvtrace.reports.html import RenderedSection, page
-from kvtrace.reports.model import ReportDefinition, load_queries
+from kvtrace.reports import _charts as charts
+from kvtrace.reports._html import RenderedSection, page
+from kvtrace.reports._model import ReportDefinition, load_queries
 from kvtrace.warehouse import Warehouse
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, data, series_color, with_lone_points
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
+from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
+from kvtrace.reports._model import ReportDefinition, Scope, Section
+from kvtrace.reports._selection import select_runs
 
 # Runs with serving requests or benchmark results; the experiment of a benchmark run is
 # the --experiment it was ingested with.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, data
-from kvtrace.reports.model import ReportDefinition, Section
-from kvtrace.reports.selection import runs_in
+from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._model import ReportDefinition, Section
+from kvtrace.reports._selection import runs_in
 
 _LANE = alt.Row("lane:N", title="", header=alt.Header(labelAngle=0, labelAlign="left"))
 

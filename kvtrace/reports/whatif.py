@@ -10,9 +10,9 @@ import pyarrow.compute as pc
 from kvtrace.analysis.kv_access import DEFAULT_TIERS, Sharing
 from kvtrace.analysis.kv_access import Scope as CacheScope
 from kvtrace.analysis.kv_access.whatif import WhatIfSpec, shareable_runs, whatif
-from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color, with_lone_points
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
+from kvtrace.reports._charts import WIDTH, capacity_curve, data, series_color, with_lone_points
+from kvtrace.reports._model import ReportDefinition, Scope, Section
+from kvtrace.reports._selection import select_runs
 from kvtrace.sql.catalog import cursor_of
 
 FINE, COARSE = 16, 64

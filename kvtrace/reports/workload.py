@@ -6,9 +6,9 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports.charts import WIDTH, capacity_curve, data, series_color, with_lone_points
-from kvtrace.reports.model import ReportDefinition, Scope, Section
-from kvtrace.reports.selection import select_runs
+from kvtrace.reports._charts import WIDTH, capacity_curve, data, series_color, with_lone_points
+from kvtrace.reports._model import ReportDefinition, Scope, Section
+from kvtrace.reports._selection import select_runs
 
 TTFT_SLO_S, TPOT_SLO_S = 2.0, 0.1
 

@@ -227,7 +227,7 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, data: object) -> None:
 
 def cursor_of(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of ``con`` that sees everything ``con`` sees."""
-    from kvtrace.sql.library_cache import with_search_path
+    from kvtrace.sql._library_cache import with_search_path
 
     if not isinstance(con, duckdb.DuckDBPyConnection):  # a guarded one: its own cursor
         return con.cursor()
@@ -319,10 +319,10 @@ def open_connection(
     with the files they require, and the tables those read (a command answers sooner;
     see `files_for`), and the files named in ``with_files`` with theirs; the functions
     are installed only when one of them calls a kvtrace function.
-    The library comes built (`kvtrace.sql.library_cache`) where the cache folder can
+    The library comes built (`kvtrace.sql._library_cache`) where the cache folder can
     hold it; the files that read the snapshot's own tables are created here.
     """
-    from kvtrace.sql import library_cache
+    from kvtrace.sql import _library_cache as library_cache
 
     chosen, tables = (
         (library(), set(TABLE_NAMES)) if for_sql is None else files_for(for_sql, with_files)

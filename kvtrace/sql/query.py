@@ -15,7 +15,7 @@ import duckdb
 
 from kvtrace.defaults import OutputFormat
 from kvtrace.errors import QueryError
-from kvtrace.sql.json_text import json_text
+from kvtrace.sql._json_text import json_text
 from kvtrace.sql.text_table import text_table
 
 if TYPE_CHECKING:

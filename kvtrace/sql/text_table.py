@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from decimal import Decimal
 
-from kvtrace.sql.json_text import json_text
+from kvtrace.sql._json_text import json_text
 
 SIGNIFICANT = 4
 MAX_DECIMALS = 12

@@ -1,19 +1,22 @@
-"""The warehouse layer: layout, commits, the storage seam, row writers and bookkeeping.
+"""The warehouse layer: layout, commits and the storage seam, its row builders and its operations.
 
 Everything that puts rows on disk lives here, and nothing here imports the SQL library
-(`kvtrace.sql`), a reader (`kvtrace.ingest`) or a collector (`kvtrace.collectors`):
+(`kvtrace.sql`), a reader (`kvtrace.ingest`) or a collector (`kvtrace.collectors`).  The
+core, this folder, is what every other layer may rely on:
 
-- `store`: `Warehouse` and its commits;
-- `journal` / `delta_log`: the Delta Lake tables, the journal of commits, snapshots;
-- `storage` / `object_lock`: the seam to a folder or an object store (publish, locks);
-- `maintenance`: optimize, vacuum and migrate;
-- `schema`: the tables' contracts (columns, partitioning, sort order);
-- `dsa_columns`: the canonical DSA columns every DSA source is mapped onto;
-- `dsa_writer` / `dsa_checks`: the one writer of DSA rows and its source checks;
-- `serving_rows`: pool snapshot and request rows from records, with type checks;
-- `bookkeeping` / `rejects`: run ids, ``runs`` rows and quarantine rows.
+- `_store`: `Warehouse` and its commits (exported here);
+- `_journal` / `_delta_log` / `_log_entry`: the Delta Lake tables, the journal of commits,
+  snapshots;
+- `_storage` / `_object_storage` / `_object_lock`: the seam to a folder or an object store
+  (publish, locks);
+- `table_file` / `snapshot_cache` / `no_pandas`: one table's data files, cached snapshots,
+  Arrow without pandas;
+- `schema`: the tables' contracts (columns, partitioning, sort order).
+
+Two sub-packages build on the core and are never imported by it: `rows` (the row builders
+readers and collectors share) and `ops` (optimize, vacuum, check, repair, migrate).
 """
 
-from kvtrace.warehouse.store import Commit, Warehouse
+from kvtrace.warehouse._store import Commit, Warehouse
 
 __all__ = ["Commit", "Warehouse"]

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvtrace.defaults import cache_folder
-from kvtrace.warehouse.log_entry import refuse_damaged_journal_entry
+from kvtrace.warehouse._log_entry import refuse_damaged_journal_entry
 from kvtrace.warehouse.schema import JOURNAL
 
 if TYPE_CHECKING:
-    from kvtrace.warehouse.journal import Snapshot
-    from kvtrace.warehouse.storage import Storage
+    from kvtrace.warehouse._journal import Snapshot
+    from kvtrace.warehouse._storage import Storage
 
 JOURNAL_LOG = f"{JOURNAL}/_delta_log"
 KEEP_PER_WAREHOUSE = 8  # snapshots kept per warehouse: the newest versions kept
@@ -103,7 +103,7 @@ def load(place: StoredSnapshot) -> Snapshot | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kvtrace.warehouse.journal import FILES_SCHEMA, JOURNAL_SCHEMA, Snapshot
+    from kvtrace.warehouse._journal import FILES_SCHEMA, JOURNAL_SCHEMA, Snapshot
 
     if not place.present():
         return None

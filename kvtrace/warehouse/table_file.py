@@ -1,7 +1,7 @@
 """Writing a table's Parquet files: kvtrace's encodings, one partition per file, each
 file finished under a scratch name and renamed into its partition folder.
 
-A file stays invisible until its commit is recorded (`kvtrace.warehouse.store`).
+A file stays invisible until its commit is recorded (`kvtrace.warehouse._store`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kvtrace.warehouse.delta_log import publish_file
+from kvtrace.warehouse._delta_log import publish_file
+from kvtrace.warehouse._storage import partition_value
 from kvtrace.warehouse.schema.tables import TableSpec
-from kvtrace.warehouse.storage import partition_value
 
 if TYPE_CHECKING:
-    from kvtrace.warehouse.store import Commit, Warehouse
+    from kvtrace.warehouse._store import Commit, Warehouse
 
 PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
 # integer lists whose neighbours are close: sorted positions and blocks, and the block

@@ -8,8 +8,8 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.analysis.summary import run_summary
+from kvtrace.collectors._dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.datasets.ruler import niah_requests
-from kvtrace.collectors.dsa_collect import collect_dsa, replay_arrivals
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.errors import QueryError
 from kvtrace.ingest import ingest
@@ -111,8 +111,8 @@ def test_an_arrival_trace_run_has_every_serving_field(warehouse, tmp_path):
 def test_any_cut_into_request_shares_merges_into_the_same_summary(
     warehouse, synthetic_trace, tasks
 ):
+    from kvtrace.analysis._summary_shares import merge, row_statistics
     from kvtrace.analysis.summary import SummaryAnalysis, SummarySpec
-    from kvtrace.analysis.summary_shares import merge, row_statistics
 
     ingest(warehouse, [str(synthetic_trace("cut", requests=7, steps=3, layers=4, seed=5))])
     con = connect(warehouse)

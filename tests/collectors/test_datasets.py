@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kvtrace import connect
+from kvtrace.collectors._dsa_collect import collect_dsa
 from kvtrace.collectors.datasets.ruler import NEEDLE, niah_requests
 from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
-from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.errors import InputError
 from tests.conftest import warehouse_at
@@ -164,8 +164,8 @@ def test_replayed_arrivals_record_fifo_latency_and_the_serving_summary(warehouse
     import numpy as np
 
     from kvtrace.analysis.summary import run_summary
+    from kvtrace.collectors._dsa_collect import replay_arrivals
     from kvtrace.collectors.datasets.burstgpt import load_arrivals
-    from kvtrace.collectors.dsa_collect import replay_arrivals
 
     trace = tmp_path / "burst.csv"
     trace.write_text(

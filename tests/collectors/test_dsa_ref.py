@@ -154,8 +154,8 @@ def test_greedy_decoding_is_deterministic_and_sampling_follows_its_seed():
 def test_collect_runs_ruler_prompts_and_records_skips(warehouse):
     from dataclasses import replace
 
+    from kvtrace.collectors._dsa_collect import collect_dsa
     from kvtrace.collectors.datasets.ruler import niah_requests
-    from kvtrace.collectors.dsa_collect import collect_dsa
 
     tokenizer = ByteTokenizer()
 

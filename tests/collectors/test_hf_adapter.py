@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from kvtrace import connect
+from kvtrace.collectors._dsa_collect import collect_dsa
+from kvtrace.collectors._hf_adapter import HfCausalLM
+from kvtrace.collectors._tokenizer_file import TokenizerFile
 from kvtrace.collectors.datasets import DatasetRequest
-from kvtrace.collectors.dsa_collect import collect_dsa
-from kvtrace.collectors.hf_adapter import HfCausalLM
-from kvtrace.collectors.tokenizer_file import TokenizerFile
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at
 from tests.test_cli import kvtrace

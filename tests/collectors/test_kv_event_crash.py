@@ -13,7 +13,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.integrity import check
+from kvtrace.warehouse.ops.integrity import check
 from tests.collectors.kv_collection import (
     HANG_GUARD_S,
     collector_process,

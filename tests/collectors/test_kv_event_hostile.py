@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from kvtrace import connect
-from kvtrace.collectors import kv_event_stream
+from kvtrace.collectors import _kv_event_stream as kv_event_stream
 from kvtrace.collectors.kv_event_bounds import MessageBounds
 from tests.collectors.kv_collection import (
     HANG_GUARD_S,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kvtrace import connect
-from kvtrace.collectors import kv_event_stream
-from kvtrace.warehouse import kv_event_epochs
-from kvtrace.warehouse.kv_event_epochs import Arrival, EngineEpochs
+from kvtrace.collectors import _kv_event_stream as kv_event_stream
+from kvtrace.warehouse.rows import kv_event_epochs
+from kvtrace.warehouse.rows.kv_event_epochs import Arrival, EngineEpochs
 from tests.collectors.kv_collection import HANG_GUARD_S, Collection, stored_event
 from tests.collectors.kv_publisher import ArrayBatch, Publisher
 

@@ -184,7 +184,7 @@ def test_endpoint_names_and_roles():
 
 
 def test_prometheus_labels_with_braces_and_the_token_usage_fallback():
-    from kvtrace.collectors.pool_sources import rows_from_prometheus
+    from kvtrace.collectors._pool_sources import rows_from_prometheus
 
     text = (
         "# HELP sglang:kv_available_tokens free\n"

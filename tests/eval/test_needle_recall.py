@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from kvtrace import connect
+from kvtrace.collectors._dsa_collect import collect_dsa
+from kvtrace.collectors._needles import needle_spans
 from kvtrace.collectors.datasets.ruler import niah_requests
-from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.collectors.dsa_tracer import DsaTracer
-from kvtrace.collectors.needles import needle_spans
 
 
 def test_recall_counts_needle_tokens_and_blocks_the_selection_held(warehouse):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtrace.warehouse.eval_rows import error_class, eval_row, postprocess, ruler_metric, score
+from kvtrace.warehouse.rows.eval import error_class, eval_row, postprocess, ruler_metric, score
 
 
 def test_match_all_counts_the_share_of_references_found_ignoring_case():

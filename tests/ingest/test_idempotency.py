@@ -15,7 +15,8 @@ import pytest
 from kvtrace import connect
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse, dsa_writer
+from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.rows import dsa_writer
 from tests.conftest import (
     local_only,
     run_kvtrace,
@@ -71,7 +72,7 @@ def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
 def test_a_killed_ingest_process_leaves_a_readable_warehouse(
     tmp_path, synthetic_trace, monkeypatch
 ):
-    from kvtrace.warehouse import object_lock
+    from kvtrace.warehouse import _object_lock as object_lock
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
     trace = synthetic_trace(requests=4, steps=4, layers=61)
@@ -79,7 +80,7 @@ def test_a_killed_ingest_process_leaves_a_readable_warehouse(
     Warehouse(root, create=True)
     script = (
         "import sys, time\n"
-        "from kvtrace.warehouse import dsa_writer\n"
+        "from kvtrace.warehouse.rows import dsa_writer\n"
         "from kvtrace.ingest import ingest\n"
         "from kvtrace.warehouse import Warehouse\n"
         "dsa_writer.FLUSH_BYTES = 1\n"

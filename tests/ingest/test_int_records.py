@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtrace.ingest.lines import Chunk, IntRecords, _parse_int_records, parse_chunk
-from kvtrace.ingest.workload import _MOONCAKE_RECORDS, _MOONCAKE_SCHEMA
+from kvtrace.ingest._lines import Chunk, IntRecords, _parse_int_records, parse_chunk
+from kvtrace.ingest.readers.workload import _MOONCAKE_RECORDS, _MOONCAKE_SCHEMA
 from tests.conftest import chunk_of
 
 PLAIN = [

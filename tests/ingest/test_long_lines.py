@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvtrace import connect
-from kvtrace.ingest import ingest, lines
+from kvtrace.ingest import _lines as lines
+from kvtrace.ingest import ingest
 from tests.conftest import seed_record
 
 BOUND = 4 << 10

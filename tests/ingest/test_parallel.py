@@ -83,8 +83,8 @@ def test_a_record_committed_while_a_file_is_read_is_not_stored_twice(tmp_path, m
     """Profiler traces are read without the run's lock.  A trace that grew is committed
     into the run while its first version is read: that version's records are all held
     by then, so it is read again under the lock and adds none of them."""
-    from kvtrace.ingest.kineto import TimelineFamily
-    from kvtrace.ingest.record_keys import RecordKeys
+    from kvtrace.ingest._record_keys import RecordKeys
+    from kvtrace.ingest.readers.kineto import TimelineFamily
 
     first, grown = tmp_path / "a" / "step.pt.trace.json", tmp_path / "b" / "step.pt.trace.json"
     first.parent.mkdir()

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from kvtrace import connect
+from kvtrace.ingest import _lines as lines_module
 from kvtrace.ingest import ingest
-from kvtrace.ingest import lines as lines_module
-from kvtrace.ingest.lines import LineTexts
+from kvtrace.ingest._lines import LineTexts
 from tests.conftest import seed_record, write_jsonl
 
 

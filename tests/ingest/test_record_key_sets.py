@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtrace.ingest.record_keys import RecordKeys
+from kvtrace.ingest._record_keys import RecordKeys
 from kvtrace.warehouse.schema.tables import TableSpec
 
 SCHEMA = pa.schema([("run_id", pa.string()), ("rank", pa.int32()), ("event_idx", pa.int64()),

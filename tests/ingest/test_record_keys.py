@@ -107,7 +107,7 @@ def _kineto_events() -> tuple[dict, int]:
 def test_a_profiler_trace_with_every_event_repeated_stores_each_event_once(
     warehouse, tmp_path, monkeypatch, layout
 ):
-    from kvtrace.ingest import kineto
+    from kvtrace.ingest.readers import kineto
 
     monkeypatch.setattr(kineto, "BATCH_EVENTS", 500)  # repeats in later batches, too
     trace, complete = _kineto_events()

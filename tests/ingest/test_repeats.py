@@ -1,4 +1,4 @@
-"""Exact repeats among a file's records, told batch by batch (`kvtrace.ingest.repeats`)."""
+"""Exact repeats among a file's records, told batch by batch (`kvtrace.ingest._repeats`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kvtrace.ingest.repeats import Repeats
+from kvtrace.ingest._repeats import Repeats
 
 
 def _records(count: int, seed: int) -> list[tuple]:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtrace.ingest import ingest
-from kvtrace.ingest.record_keys import in_order
+from kvtrace.ingest._record_keys import in_order
 from tests.conftest import write_jsonl
 from tests.serving.fixtures import request_rows
 

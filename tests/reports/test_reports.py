@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kvtrace.collectors._dsa_collect import collect_dsa
 from kvtrace.collectors.datasets.ruler import niah_requests
 from kvtrace.collectors.datasets.sharegpt import load_conversations, sharegpt_requests
-from kvtrace.collectors.dsa_collect import collect_dsa
 from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
@@ -430,8 +430,8 @@ def test_histograms_fit_their_bins_to_the_data_and_legends_keep_whole_labels(roo
 def test_a_series_of_one_row_is_drawn_as_a_point(tmp_path):
     import altair as alt
 
-    from kvtrace.reports.charts import spec, with_lone_points
-    from kvtrace.reports.html import RenderedSection, page
+    from kvtrace.reports._charts import spec, with_lone_points
+    from kvtrace.reports._html import RenderedSection, page
 
     rows = [
         {"x": 1, "y": 1, "s": "two"},

@@ -10,7 +10,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
-from kvtrace.sql import library_cache
+from kvtrace.sql import _library_cache as library_cache
 from kvtrace.sql.catalog import cursor_of, library
 from tests.conftest import DATA
 

@@ -25,7 +25,7 @@ STATEMENTS = [
 
 def _through_arrow(con: duckdb.DuckDBPyConnection, sql: str, fmt: str) -> bytes:
     """The output of the earlier path: every batch through Arrow."""
-    from kvtrace.sql.json_text import json_text
+    from kvtrace.sql._json_text import json_text
     from kvtrace.sql.query import TABLE_ROW_CAP
     from kvtrace.sql.text_table import text_table
 

@@ -134,7 +134,7 @@ def test_two_captures_of_one_rank_in_one_folder_are_both_kept_whole(warehouse, t
 
 
 def test_streaming_in_tiny_blocks_and_batches_reads_the_same_events(tmp_path, monkeypatch):
-    from kvtrace.ingest import kineto
+    from kvtrace.ingest.readers import kineto
 
     trace = _trace(tmp_path / "step.pt.trace.json")
     whole = list(kineto.KinetoReader(trace).batches())
@@ -151,7 +151,7 @@ def test_streaming_in_tiny_blocks_and_batches_reads_the_same_events(tmp_path, mo
 def test_event_boundaries_inside_events_do_not_cut_them(tmp_path, monkeypatch):
     """Runs of events are decoded in one call up to the last ``}, {``; one inside a
     string or a nested list must fall back to event by event, losing nothing."""
-    from kvtrace.ingest import kineto
+    from kvtrace.ingest.readers import kineto
 
     events = [kineto_event("kernel", f"k{i}", i * 10, 5, stream=7) for i in range(40)]
     events[7]["name"] = 'odd}, {"name": "not an event"'
@@ -289,7 +289,7 @@ def test_exposed_copy_time_per_annotated_layer(warehouse, tmp_path):
 
 def test_args_that_are_not_numbers_read_as_null(tmp_path):
     """A bandwidth or stream given as a boolean or text is null, a number is kept."""
-    from kvtrace.ingest import kineto
+    from kvtrace.ingest.readers import kineto
 
     values = [12.5, 3, True, "fast", None]
     events = [
@@ -308,7 +308,7 @@ def test_args_that_are_not_numbers_read_as_null(tmp_path):
 
 
 def test_a_fractional_id_sends_its_event_to_the_quarantine_not_rounded(tmp_path):
-    from kvtrace.ingest import kineto
+    from kvtrace.ingest.readers import kineto
 
     events = [kineto_event("kernel", f"k{i}", i * 10, 5, stream=7) for i in range(3)]
     events[1]["args"]["stream"] = 7.5

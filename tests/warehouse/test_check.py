@@ -11,9 +11,10 @@ import pytest
 from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse, journal, snapshot_cache
-from kvtrace.warehouse.integrity import LOG_DIR
-from kvtrace.warehouse.maintenance import optimize
+from kvtrace.warehouse import Warehouse, snapshot_cache
+from kvtrace.warehouse import _journal as journal
+from kvtrace.warehouse.ops.integrity import LOG_DIR
+from kvtrace.warehouse.ops.maintenance import optimize
 from tests.conftest import query_rows, warehouse_at
 
 

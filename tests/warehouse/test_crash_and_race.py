@@ -22,7 +22,7 @@ from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.integrity import check
+from kvtrace.warehouse.ops.integrity import check
 from tests.conftest import ON_S3, warehouse_at
 
 ROUNDS = int(os.environ.get("KVTRACE_CRASH_ROUNDS", 20))

@@ -19,10 +19,10 @@ from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.integrity import check
-from kvtrace.warehouse.maintenance import leftovers, settle
-from kvtrace.warehouse.maintenance import vacuum as vacuum_warehouse
-from kvtrace.warehouse.storage import open_storage
+from kvtrace.warehouse._storage import open_storage
+from kvtrace.warehouse.ops.integrity import check
+from kvtrace.warehouse.ops.maintenance import leftovers, settle
+from kvtrace.warehouse.ops.maintenance import vacuum as vacuum_warehouse
 from tests.conftest import DATA, query_rows, warehouse_at
 
 LEGACY = DATA / "legacy_warehouse"
@@ -64,7 +64,7 @@ def test_three_processes_ingesting_one_file_at_once_store_it_once(tmp_path, synt
 def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing(
     tmp_path, synthetic_trace, monkeypatch
 ):
-    from kvtrace.warehouse import object_lock
+    from kvtrace.warehouse import _object_lock as object_lock
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # the killed writer's run lock
     trace = synthetic_trace(requests=2, steps=3, layers=4)
@@ -72,7 +72,7 @@ def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing
     Warehouse(location, create=True)
     script = (
         "import time\n"
-        "from kvtrace.warehouse import journal\n"
+        "from kvtrace.warehouse import _journal as journal\n"
         "from kvtrace.ingest import ingest\n"
         "from kvtrace.warehouse import Warehouse\n"
         "def stall(*a, **k):\n"
@@ -97,7 +97,7 @@ def test_a_writer_killed_between_its_table_commits_and_the_journal_shows_nothing
 
 
 def test_dead_commits_are_dropped_from_the_logs_other_engines_read(tmp_path, warehouse):
-    from kvtrace.warehouse.delta_log import add_files
+    from kvtrace.warehouse._delta_log import add_files
     from kvtrace.warehouse.schema.tables import TABLES
 
     commit = warehouse.begin("orphan")
@@ -341,8 +341,8 @@ def _log_entry(path) -> dict:
 def test_version_zero_is_what_delta_lake_writes_for_the_same_schema(tmp_path, name):
     import pyarrow as pa
 
-    from kvtrace.warehouse.delta_log import CHECKPOINT_INTERVAL, version_zero
-    from kvtrace.warehouse.journal import JOURNAL_SCHEMA
+    from kvtrace.warehouse._delta_log import CHECKPOINT_INTERVAL, version_zero
+    from kvtrace.warehouse._journal import JOURNAL_SCHEMA
     from kvtrace.warehouse.schema.tables import TABLES
 
     schemas = {"_commits": JOURNAL_SCHEMA, "ntz": pa.schema([("at", pa.timestamp("us"))])}
@@ -370,7 +370,7 @@ def test_version_zero_is_what_delta_lake_writes_for_the_same_schema(tmp_path, na
 def test_tables_created_at_once_get_one_version_zero_and_an_existing_log_is_kept(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from kvtrace.warehouse.delta_log import create_table
+    from kvtrace.warehouse._delta_log import create_table
     from kvtrace.warehouse.schema.tables import TABLES
 
     storage = open_storage(tmp_path / "wh")

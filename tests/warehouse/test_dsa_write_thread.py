@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from kvtrace.ingest.dsa_formats import SCHEMAS, canonical
-from kvtrace.ingest.lines import Chunk, parse_chunk
-from kvtrace.warehouse import dsa_writer
-from kvtrace.warehouse.dsa_writer import DsaWriter
+from kvtrace.ingest._lines import Chunk, parse_chunk
+from kvtrace.ingest.readers.dsa_formats import SCHEMAS, canonical
+from kvtrace.warehouse.rows import dsa_writer
+from kvtrace.warehouse.rows.dsa_writer import DsaWriter
 from kvtrace.warehouse.table_file import TableFile
 from tests.conftest import seed_record
 

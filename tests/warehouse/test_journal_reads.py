@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse, journal
-from kvtrace.warehouse.integrity import check
+from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse import _journal as journal
+from kvtrace.warehouse.ops.integrity import check
 from kvtrace.warehouse.schema import JOURNAL
 from tests.conftest import DATA, warehouse_at
 

@@ -15,8 +15,8 @@ import pytest
 from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.integrity import check
-from kvtrace.warehouse.maintenance import leftovers, optimize, vacuum
+from kvtrace.warehouse.ops.integrity import check
+from kvtrace.warehouse.ops.maintenance import leftovers, optimize, vacuum
 from tests.conftest import warehouse_at
 
 
@@ -60,7 +60,8 @@ def test_an_optimize_killed_before_its_journal_row_is_no_trap_for_vacuum(
             [str(synthetic_trace(run_name=f"r{n}", requests=2, steps=2, layers=2, seed=n))],
         )
     _killed_at(
-        "from kvtrace.warehouse import journal, maintenance\n"
+        "from kvtrace.warehouse import _journal as journal\n"
+        "from kvtrace.warehouse.ops import maintenance\n"
         "from kvtrace.warehouse import Warehouse\n"
         "import time\n"
         "def stall(*a, **k):\n"
@@ -81,7 +82,8 @@ def test_an_optimize_killed_before_its_journal_row_is_no_trap_for_vacuum(
 def test_a_dead_ingest_is_named_by_check_and_cleared_by_the_next_maintenance(
     tmp_path, synthetic_trace, cli, monkeypatch
 ):
-    from kvtrace.warehouse import object_lock, storage
+    from kvtrace.warehouse import _object_lock as object_lock
+    from kvtrace.warehouse import _storage as storage
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
     monkeypatch.setattr(storage, "IN_FLIGHT_S", 2.0)  # and its silent in-flight marker
@@ -90,7 +92,7 @@ def test_a_dead_ingest_is_named_by_check_and_cleared_by_the_next_maintenance(
     Warehouse(location, create=True)
     _killed_at(
         "import time\n"
-        "from kvtrace.warehouse import journal, Warehouse\n"
+        "from kvtrace.warehouse import _journal as journal, Warehouse\n"
         "from kvtrace.ingest import ingest\n"
         "def stall(*a, **k):\n"
         "    print('tables committed', flush=True); time.sleep(60)\n"

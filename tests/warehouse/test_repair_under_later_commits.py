@@ -13,8 +13,8 @@ from kvtrace import connect
 from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.maintenance import optimize, vacuum
-from kvtrace.warehouse.repair import repair
+from kvtrace.warehouse.ops.maintenance import optimize, vacuum
+from kvtrace.warehouse.ops.repair import repair
 from tests.conftest import warehouse_at
 
 ROUNDS = 14

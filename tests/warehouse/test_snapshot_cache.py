@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvtrace.ingest import ingest
-from kvtrace.warehouse import Warehouse, journal, snapshot_cache
+from kvtrace.warehouse import Warehouse, snapshot_cache
+from kvtrace.warehouse import _journal as journal
 from tests.conftest import DATA, query_rows, warehouse_at
 
 MOONCAKE = DATA / "mooncake_conversation_trace.jsonl"

@@ -8,7 +8,7 @@ from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.storage import partition_value
+from kvtrace.warehouse._storage import partition_value
 from tests.conftest import local_only, seed_record, write_jsonl
 
 

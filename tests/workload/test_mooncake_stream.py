@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvtrace import connect
-from kvtrace.ingest import ingest, lines
-from kvtrace.ingest import workload as workload_reader
+from kvtrace.ingest import _lines as lines
+from kvtrace.ingest import ingest
+from kvtrace.ingest.readers import workload as workload_reader
 from kvtrace.warehouse import Warehouse
 from tests.conftest import warehouse_at
 

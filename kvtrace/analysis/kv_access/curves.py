@@ -15,7 +15,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from kvtrace.analysis.columns import HIT_CURVE
+from kvtrace.analysis._columns import HIT_CURVE
 from kvtrace.analysis.kv_access import POLICIES, Policy
 from kvtrace.analysis.kv_access.plan import RunPlan, StreamSpec, run_plans
 from kvtrace.analysis.kv_access.simulate import RunOutcome, grid, simulate_run

@@ -2,7 +2,7 @@
 each decode step runs.
 
 A plan is read once per (run, block size) from small queries (one row per decode step,
-per request), before the stream itself (`kvtrace.analysis.kv_access.stream`) is read:
+per request), before the stream itself (`kvtrace.analysis.kv_access._stream`) is read:
 
 - items: request r's block j is an item id; with scope ``request`` every request numbers
   its own blocks 0, 1, ...; with scope ``run`` ids are shared by the whole run, and with

@@ -39,8 +39,8 @@ import duckdb
 import numpy as np
 
 from kvtrace.analysis.kv_access import Policy
+from kvtrace.analysis.kv_access._stream import Chunk, StreamReader, Window, windows
 from kvtrace.analysis.kv_access.plan import RunPlan
-from kvtrace.analysis.kv_access.stream import Chunk, StreamReader, Window, windows
 from kvtrace.kernels.access_items import distinct_per_bucket, first_touches
 from kvtrace.kernels.cache_sim import (
     LruStack,

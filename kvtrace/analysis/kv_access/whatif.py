@@ -34,7 +34,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from kvtrace.analysis.columns import SIMULATION_KEYS
+from kvtrace.analysis._columns import SIMULATION_KEYS
 from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,

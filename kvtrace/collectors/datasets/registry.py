@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from pathlib import Path
 
+from kvtrace.collectors._dsa_collect import Tokenizer
 from kvtrace.collectors.collect_options import DatasetName, DsaCollectOptions
-from kvtrace.collectors.dsa_collect import Tokenizer
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
 
@@ -25,7 +25,7 @@ def _records(
 ) -> tuple[list[dict], str]:
     """The records of ``--hf-dataset`` (passed through ``check``) or ``--data-file``."""
     if options.hub is not None:
-        from kvtrace.collectors.datasets.hub import load_hub_records
+        from kvtrace.collectors.datasets._hub import load_hub_records
 
         hub = options.hub
         rows, variant = load_hub_records(hub.name, split=hub.split, revision=hub.revision)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from kvtrace.collectors.datasets.burstgpt import Arrival, filler_prompt
 from kvtrace.errors import InputError
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse.bookkeeping import make_run_id
+from kvtrace.warehouse.rows.bookkeeping import make_run_id
 
 _WORDS = (
     "cache",

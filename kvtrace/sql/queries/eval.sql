@@ -6,7 +6,7 @@
 -- Scores follow RULER: string_match_all (the share of references found in the
 -- prediction, ignoring case) for needle, variable-tracking and word-extraction tasks,
 -- string_match_part (1 when any reference is found) for QA; a sample is right when its
--- score is 1.  Error classes (kvtrace/warehouse/eval_rows.py) are, first rule that
+-- score is 1.  Error classes (kvtrace/warehouse/rows/eval.py) are, first rule that
 -- applies: empty (nothing but punctuation and end-of-text markers), format (every
 -- reference appears once spaces and punctuation are removed), partial (some references
 -- of several, or a piece of a reference at least half its length), wrong_value.

@@ -11,8 +11,8 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
-JOURNAL = "_commits"  # the warehouse's journal table (`kvtrace.warehouse.journal`)
-LOCK_TABLE = "_locks"  # run locks on an object store (`kvtrace.warehouse.object_lock`)
+JOURNAL = "_commits"  # the warehouse's journal table (`kvtrace.warehouse._journal`)
+LOCK_TABLE = "_locks"  # run locks on an object store (`kvtrace.warehouse._object_lock`)
 TABLE_NAMES: tuple[str, ...] = (
     "runs",
     "requests",

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from kvtrace.collectors.dsa_tracer import DsaTracer
-from kvtrace.ingest.dsa_formats import SCHEMAS, canonical
-from kvtrace.ingest.lines import Chunk, parse_chunk
-from kvtrace.warehouse.dsa_columns import CANONICAL_DSA, complete
+from kvtrace.ingest._lines import Chunk, parse_chunk
+from kvtrace.ingest.readers.dsa_formats import SCHEMAS, canonical
+from kvtrace.warehouse.rows.dsa_columns import CANONICAL_DSA, complete
 from tests.conftest import seed_record
 
 NESTED = {
@@ -45,7 +45,7 @@ def test_both_layouts_map_onto_canonical_columns_only(record, fmt):
 
 
 def test_the_tracer_hands_the_writer_canonical_columns_only(warehouse, monkeypatch):
-    from kvtrace.warehouse import dsa_writer
+    from kvtrace.warehouse.rows import dsa_writer
 
     seen: list[set[str]] = []
     add = dsa_writer.DsaWriter.add

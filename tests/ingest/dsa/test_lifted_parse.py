@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kvtrace.ingest.dsa import _INT_LISTS
-from kvtrace.ingest.dsa_formats import SCHEMAS
-from kvtrace.ingest.lines import Chunk, _parse_lifted, parse_chunk
+from kvtrace.ingest._lines import Chunk, _parse_lifted, parse_chunk
+from kvtrace.ingest.readers.dsa import _INT_LISTS
+from kvtrace.ingest.readers.dsa_formats import SCHEMAS
 from kvtrace.synthetic import write_seed_trace
 from tests.conftest import chunk_of
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 
 from kvtrace import connect
-from kvtrace.ingest import ingest, lines
-from kvtrace.warehouse import Warehouse, dsa_writer
+from kvtrace.ingest import _lines as lines
+from kvtrace.ingest import ingest
+from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse.rows import dsa_writer
 
 
 def _row_groups(warehouse: Warehouse) -> int:

@@ -166,7 +166,7 @@ def test_a_dump_with_no_stated_region_takes_the_seed_s_default_key(warehouse, tm
 def test_the_first_stated_region_is_found_in_plain_and_gzip_files(tmp_path):
     import gzip
 
-    from kvtrace.ingest.dsa_key_region import stated_key_tokens
+    from kvtrace.ingest.readers._dsa_key_region import stated_key_tokens
 
     lines = [
         '{"prefix": {"prefix_cached_blocks": 0}}',
