@@ -1,7 +1,8 @@
 """Row builders shared by the readers (`kvtrace.ingest`) and the collectors.
 
 Each module turns one kind of record into the rows of its tables, with its type checks:
-DSA top-k rows (`dsa_writer`, over `dsa_columns` and `dsa_checks`), pool snapshots and
+DSA top-k rows (`dsa_writer`, over `dsa_columns`, `dsa_checks` and `dsa_histograms`), pool
+snapshots and
 request metrics (`serving`), KV-cache events and their epochs (`kv_events`,
 `kv_event_epochs`), RULER predictions (`eval`), and every family's ``runs`` and
 quarantine rows (`bookkeeping`, `rejects`).  They use the storage core

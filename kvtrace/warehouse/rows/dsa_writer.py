@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,16 +24,42 @@ import pyarrow.compute as pc
 from kvtrace.kernels import block_stats
 from kvtrace.kernels.block_stats import PositionLists
 from kvtrace.warehouse import Commit, Warehouse
+from kvtrace.warehouse.rows._dsa_arrays import (
+    combined,
+    floats,
+    ints,
+    is_sorted,
+    key_bytes,
+    owned,
+    partitions,
+    sort_key,
+    take_lists,
+    take_rows,
+)
+from kvtrace.warehouse.rows._dsa_batches import (
+    checked_lists,
+    dsa_topk_rows,
+    structural_problems,
+)
+from kvtrace.warehouse.rows._dsa_step_columns import score_columns, tier_columns, touched_blocks
 from kvtrace.warehouse.rows.dsa_checks import SourceChecks, check_source_stats
 from kvtrace.warehouse.rows.dsa_columns import complete
+from kvtrace.warehouse.rows.dsa_histograms import DsaHistograms
 from kvtrace.warehouse.rows.rejects import BadLine
-from kvtrace.warehouse.schema.dsa import DSA_STEPS, TIERS
+from kvtrace.warehouse.schema.dsa import DSA_STEPS
 from kvtrace.warehouse.table_file import TableFile
+
+__all__ = [
+    "DEFAULT_PREFIX_KEY_TOKENS",
+    "DsaFileResult",
+    "DsaWriter",
+    "RequestInfo",
+    "load_kernels",
+]
 
 FLUSH_BYTES = 24 << 20  # Arrow bytes buffered before a row group is written
 FILE_BYTES = 256 << 20  # a data file is closed once it is this large on disk
 DEFAULT_PREFIX_KEY_TOKENS = 256  # the seed tracer's --trace-prefix-key-tokens
-_INT32_MAX = 2**31 - 1
 
 
 @dataclass
@@ -117,9 +143,8 @@ class DsaWriter:
         self.result = DsaFileResult()
         self._buffer: list[pa.Table] = []
         self._buffered_bytes = 0
-        self._offset_hist: list[pa.Table] = []
+        self._histograms = DsaHistograms()
         self._files: dict[tuple[str, int], tuple[TableFile, tuple[int, int, int]]] = {}
-        self._fill_hist: list[pa.Table] = []
         self.skip_stored = skip_stored
         self._taken: set[bytes] = set()
         self._stored_files = warehouse.run_files(commit.run_id, "dsa_steps") if skip_stored else []
@@ -137,7 +162,7 @@ class DsaWriter:
         for handle, _ in self._files.values():
             handle.close()
         self._files.clear()
-        self._write_histograms()
+        self._histograms.write(self.warehouse, self.commit)
         return self.result
 
     # -- one batch ---------------------------------------------------------------------------
@@ -153,54 +178,26 @@ class DsaWriter:
             self.result.first_record = {
                 k: cols[k][0].as_py() for k in ("run_name", "dataset", "rank", "world_size")
             }
-        keep = self._drop_other_events(cols)
-        reasons = self._structural_problems(cols)
+        keep = dsa_topk_rows(cols, self.result.skipped)
+        reasons = structural_problems(cols, string_ids=self.string_ids, block_size=self.block_size)
         keep_rows = np.flatnonzero(keep & (reasons == ""))
         self._reject(raw_of, lines, reasons, keep)
         if len(keep_rows) == 0:
             return
         if len(keep_rows) < len(keep):
-            take = pa.array(keep_rows)
-            cols = {name: _take(col, take) for name, col in cols.items()}
+            cols = take_rows(cols, keep_rows)
             lines = lines[keep_rows]
 
-        seq_len = _ints(cols["seq_len"])
-        lists = PositionLists.from_arrow(_combined(cols["positions"]))
-        scored = _scores(cols["scores"], lists)
-        scores, has_scores = scored if scored is not None else (None, None)
-        bad = np.full(len(seq_len), "", dtype=object)
-        bad[block_stats.out_of_range_rows(lists, seq_len)] = "position outside [0, seq_len)"
-        if scored is not None:
-            given = np.asarray(
-                pc.fill_null(pc.list_value_length(_combined(cols["scores"])), 0).to_numpy(
-                    zero_copy_only=False
-                )
-            )
-            mismatch = has_scores & (given != lists.lengths)
-            bad[mismatch & (bad == "")] = "scores list and position list differ in length"
-        ok = bad == ""
-        if not ok.all():
-            lists = _take_lists(lists, ok)
-            scores = _take_lists(scores, ok) if scores is not None else None
-        lists_sorted, score_values, repeated = block_stats.sort_lists(
-            PositionLists(lists.values.astype(np.int32, copy=False), lists.offsets),
-            scores.values if scores is not None else None,
-        )
-        dup_rows = np.flatnonzero(ok)[repeated]
-        bad[dup_rows] = "duplicate positions in selected_token_pos"
+        seq_len = ints(cols["seq_len"])
+        checked = checked_lists(cols, seq_len)
+        lists_sorted, score_values, bad = checked.lists, checked.score_values, checked.problems
+        has_scores = checked.has_scores
         self._reject(raw_of, lines, bad, np.ones(len(bad), dtype=bool))
         final = np.flatnonzero(bad == "")
         if len(final) == 0:
             return
-        if repeated.any():
-            lists_sorted = _take_lists(lists_sorted, ~repeated)
-            if score_values is not None and scores is not None:
-                score_values = _take_lists(
-                    PositionLists(score_values, scores.offsets), ~repeated
-                ).values
         if len(final) < len(bad):
-            take = pa.array(final)
-            cols = {name: _take(col, take) for name, col in cols.items()}
+            cols = take_rows(cols, final)
         scored_rows = has_scores[final] if has_scores is not None else None
         seq_len, lines = seq_len[final], lines[final]
         request_id = self._request_ids(cols)
@@ -209,14 +206,13 @@ class DsaWriter:
             if not fresh.all():
                 if not fresh.any():
                     return
-                take = pa.array(np.flatnonzero(fresh))
-                cols = {name: _take(col, take) for name, col in cols.items()}
+                cols = take_rows(cols, np.flatnonzero(fresh))
                 kept_scores = (
-                    _take_lists(PositionLists(score_values, lists_sorted.offsets), fresh).values
+                    take_lists(PositionLists(score_values, lists_sorted.offsets), fresh).values
                     if score_values is not None
                     else None
                 )
-                lists_sorted, score_values = _take_lists(lists_sorted, fresh), kept_scores
+                lists_sorted, score_values = take_lists(lists_sorted, fresh), kept_scores
                 scored_rows = scored_rows[fresh] if scored_rows is not None else None
                 seq_len, lines = seq_len[fresh], lines[fresh]
                 request_id = request_id[fresh]
@@ -229,11 +225,11 @@ class DsaWriter:
             dtype=np.int64,
         )
         keys = np.ascontiguousarray(
-            np.stack([request, _ints(cols["step_idx"]), _ints(cols["layer_id"]), size], axis=1)
+            np.stack([request, ints(cols["step_idx"]), ints(cols["layer_id"]), size], axis=1)
         )
         stored = self._stored_keys(np.unique(request))
         fresh = np.ones(len(keys), dtype=bool)
-        for row, key in enumerate(_key_bytes(keys)):
+        for row, key in enumerate(key_bytes(keys)):
             if key in self._taken:
                 fresh[row] = False
                 self.result.skipped["record repeated within the file"] += 1
@@ -260,59 +256,7 @@ class DsaWriter:
         keys = np.ascontiguousarray(
             np.stack([table[c].to_numpy().astype(np.int64) for c in table.column_names], axis=1)
         )
-        return set(_key_bytes(keys))
-
-    def _drop_other_events(self, cols: dict[str, Any]) -> np.ndarray:
-        event = cols["event"]
-        keep = pc.fill_null(pc.equal(event, "dsa_topk"), True)
-        keep = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
-        decode = cols["is_decode"]
-        if decode.null_count < len(decode):
-            prefill = ~np.asarray(pc.fill_null(decode, True).to_numpy(zero_copy_only=False))
-            self.result.skipped["prefill record (is_decode=false)"] += int((prefill & keep).sum())
-            keep &= ~prefill
-        others = int((~keep).sum()) - self.result.skipped["prefill record (is_decode=false)"]
-        if others > 0:
-            self.result.skipped["record of another event"] += others
-        return keep
-
-    def _structural_problems(self, cols: dict[str, Any]) -> np.ndarray:
-        n = len(cols["layer_id"])
-        reasons = np.full(n, "", dtype=object)
-        id_column = "request_key" if self.string_ids else "request_id"
-        required = {
-            "request_id": cols[id_column],
-            "layer_id": cols["layer_id"],
-            "seq_len_current": cols["seq_len"],
-            "selected_token_pos": cols["positions"],
-        }
-        if not self.string_ids:  # the nested layout derives step_idx from seq_len_current
-            required["step_idx"] = cols["step_idx"]
-        for name, column in required.items():
-            missing = np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False))
-            reasons[missing & (reasons == "")] = f"missing field {name}"
-        null_rows = _rows_with_null_values(_combined(cols["positions"]))
-        reasons[null_rows[reasons[null_rows] == ""]] = "null inside selected_token_pos"
-        lengths = np.asarray(
-            pc.fill_null(pc.list_value_length(cols["positions"]), 1).to_numpy(zero_copy_only=False)
-        )
-        reasons[(lengths == 0) & (reasons == "")] = "empty selected_token_pos"
-        seq_len = np.asarray(pc.fill_null(cols["seq_len"], 1).to_numpy(zero_copy_only=False))
-        reasons[(seq_len <= 0) & (reasons == "")] = "seq_len_current must be positive"
-        reasons[(seq_len > _INT32_MAX) & (reasons == "")] = "seq_len_current is too large"
-        step = np.asarray(pc.fill_null(cols["step_idx"], 0).to_numpy(zero_copy_only=False))
-        reasons[(step < 0) & (reasons == "")] = "step_idx is negative"
-        reasons[(step > _INT32_MAX) & (reasons == "")] = "step_idx is too large"
-        if not self.string_ids:
-            request = np.asarray(pc.fill_null(cols["request_id"], 0).to_numpy(zero_copy_only=False))
-            reasons[(request < 0) & (reasons == "")] = "request_id is negative"
-        layer = np.asarray(pc.fill_null(cols["layer_id"], 0).to_numpy(zero_copy_only=False))
-        reasons[((layer < 0) | (layer > 32767)) & (reasons == "")] = "layer_id out of range"
-        size = pc.fill_null(cols["block_size"], self.block_size)
-        size = np.asarray(size.to_numpy(zero_copy_only=False))
-        reasons[(size <= 0) & (reasons == "")] = "block size must be positive"
-        reasons[(size > _INT32_MAX) & (reasons == "")] = "block size is too large"
-        return reasons
+        return set(key_bytes(keys))
 
     def _reject(
         self,
@@ -345,13 +289,10 @@ class DsaWriter:
             dtype=np.int64,
         )
         blocks = block_stats.block_stats(lists, seq_len, block_size)
-        touched = PositionLists(  # the distinct blocks of each row, ascending
-            _block_ids_of_runs(lists, blocks, block_size),
-            np.concatenate(([0], np.cumsum(blocks.unique_blocks))),
-        )
+        touched = touched_blocks(lists, blocks, block_size)
         offsets = block_stats.offset_stats(lists, seq_len, windows=())
         hit = np.asarray(pc.fill_null(cols["prefix_hit"], False).to_numpy(zero_copy_only=False))
-        region_tokens = _floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
+        region_tokens = floats(cols["prefix_region_tokens"]).copy()  # the tracer's, in tokens
         from_dump = np.isnan(region_tokens)
         if from_dump.any():
             region_tokens[from_dump] = self._dump_regions(cols, request_id, block_size)[from_dump]
@@ -374,8 +315,8 @@ class DsaWriter:
         )
 
         dataset = self._datasets(cols)
-        layer = _ints(cols["layer_id"])
-        step = _ints(cols["step_idx"])
+        layer = ints(cols["layer_id"])
+        step = ints(cols["step_idx"])
         self._note_requests(request_id, dataset, cols, step, region_tokens, hit)
 
         columns = {
@@ -386,9 +327,9 @@ class DsaWriter:
             "step_idx": pa.array(step, pa.int32()),
             "layer_id": pa.array(layer, pa.int16()),
             "seq_len": pa.array(seq_len, pa.int32()),
-            "batch_step": _combined(cols["batch_step"]).cast(pa.int64()),
-            "ts_us": _combined(cols["ts_us"]).cast(pa.float64()),
-            "topk": _combined(cols["topk"]),
+            "batch_step": combined(cols["batch_step"]).cast(pa.int64()),
+            "ts_us": combined(cols["ts_us"]).cast(pa.float64()),
+            "topk": combined(cols["topk"]),
             "selected_pos": lists.to_arrow(),
             "scores": (
                 pa.ListArray.from_arrays(
@@ -399,7 +340,7 @@ class DsaWriter:
                 if score_values is not None and scored_rows is not None
                 else pa.nulls(n, pa.list_(pa.float32()))
             ),
-            "step_latency_us": _combined(cols["step_latency_us"]),
+            "step_latency_us": combined(cols["step_latency_us"]),
             "unique_blocks": pa.array(blocks.unique_blocks, pa.int32()),
             "offset_min": pa.array(offsets.offset_min, pa.int32()),
             "offset_p50": pa.array(offsets.offset_p50, pa.float32()),
@@ -413,15 +354,15 @@ class DsaWriter:
                 mask=pa.array(np.isnan(region_blocks)),
             ),
             "touched_blocks": touched.to_arrow(),
-            **_score_columns(cols, score_values, scored_rows, lists),
-            **_tier_columns(cols, touched),
+            **score_columns(cols, score_values, scored_rows, lists),
+            **tier_columns(cols, touched),
         }
         # Own every buffer: a slice of the parsed chunk would keep the whole chunk alive.
-        table = pa.table({name: _owned(column) for name, column in columns.items()})
+        table = pa.table({name: owned(column) for name, column in columns.items()})
         self._buffer.append(table)
         self._buffered_bytes += table.nbytes
         self.result.rows += n
-        self._histograms(table, lists, seq_len, blocks)
+        self._histograms.add(table, lists, seq_len, blocks)
         if self._buffered_bytes >= FLUSH_BYTES:
             self._flush()
 
@@ -437,7 +378,7 @@ class DsaWriter:
         prefix shares it): such a record's N is `unstated_key_tokens`.  The prompt length
         is the request's first decode position, over this chunk and those before it.
         NaN where the dump states no prefix."""
-        step = _ints(cols["step_idx"])
+        step = ints(cols["step_idx"])
         order = np.lexsort((step, request_id))
         firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
         prompt_of: dict[int, int] = {}
@@ -448,7 +389,7 @@ class DsaWriter:
         prompt = np.fromiter(
             (prompt_of[r] for r in request_id.tolist()), dtype=np.float64, count=len(request_id)
         )
-        stated = _floats(cols["prefix_cached_blocks"]) * block_size
+        stated = floats(cols["prefix_cached_blocks"]) * block_size
         if self.prefix_key_tokens is not None:
             key_tokens = np.where(np.isnan(stated), np.nan, float(self.prefix_key_tokens))
         else:
@@ -459,8 +400,8 @@ class DsaWriter:
 
     def _request_ids(self, cols: dict[str, Any]) -> np.ndarray:
         if not self.string_ids:
-            return _ints(cols["request_id"])
-        keys = _combined(cols["request_key"]).to_pylist()
+            return ints(cols["request_id"])
+        keys = combined(cols["request_key"]).to_pylist()
         for key in dict.fromkeys(keys):
             if key not in self.request_ids:
                 self.request_ids[key] = len(self.request_ids)
@@ -471,7 +412,7 @@ class DsaWriter:
         if self.dataset_override:
             values = pa.array([self.dataset] * n, pa.string())
         else:
-            values = _combined(pc.fill_null(cols["dataset"], self.dataset))
+            values = combined(pc.fill_null(cols["dataset"], self.dataset))
         self.result.datasets.update(pc.unique(values).to_pylist())
         return values
 
@@ -485,9 +426,9 @@ class DsaWriter:
         hit: np.ndarray,
     ) -> None:
         datasets = dataset.to_pylist()
-        keys = _combined(cols["request_key"]).to_pylist()
-        prefix_key = _combined(cols["prefix_key"]).to_pylist()
-        hit_given = _combined(cols["prefix_hit"]).to_pylist()
+        keys = combined(cols["request_key"]).to_pylist()
+        prefix_key = combined(cols["prefix_key"]).to_pylist()
+        hit_given = combined(cols["prefix_hit"]).to_pylist()
         order = np.lexsort((step, request_id))
         firsts = order[np.r_[True, request_id[order][1:] != request_id[order][:-1]]]
         for row in firsts:
@@ -506,17 +447,6 @@ class DsaWriter:
                 prefix_region_tokens=region,
             )
 
-    def _histograms(
-        self,
-        table: pa.Table,
-        lists: PositionLists,
-        seq_len: np.ndarray,
-        blocks: block_stats.BlockStats,
-    ) -> None:
-        groups = _RowGroups.of(table)
-        self._offset_hist.append(_offset_histogram(groups, lists, seq_len))
-        self._fill_hist.append(_histogram(groups, blocks.run_rows, blocks.run_tokens, "tokens"))
-
     # -- output ----------------------------------------------------------------------------------
 
     def _flush(self) -> None:
@@ -526,16 +456,15 @@ class DsaWriter:
             return
         table = pa.concat_tables(self._buffer)
         self._buffer, self._buffered_bytes = [], 0
-        self._offset_hist = [_merged_histogram(self._offset_hist, "offset")]
-        self._fill_hist = [_merged_histogram(self._fill_hist, "tokens")]
+        self._histograms.fold()
         self._wait_for_write()  # one write at a time: memory stays bounded
         if self._write_thread is None:
             self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="kvtrace-dsa-write")
         self._writing = self._write_thread.submit(self._write_row_groups, table)
 
     def _write_row_groups(self, table: pa.Table) -> None:
-        for part in _partitions(table):
-            if not _is_sorted(part):
+        for part in partitions(table):
+            if not is_sorted(part):
                 part = part.sort_by([(c, "ascending") for c in DSA_STEPS.sort_by[1:]])
             partition = (part["dataset"][0].as_py(), part["block_size"][0].as_py())
             self.result.block_sizes.add(partition[1])
@@ -561,7 +490,7 @@ class DsaWriter:
 
     def _file_for(self, partition: tuple[str, int], part: pa.Table) -> TableFile:
         """The open file of ``partition``, or a new one when ``part`` would break its order."""
-        first, last = _sort_key(part, 0), _sort_key(part, part.num_rows - 1)
+        first, last = sort_key(part, 0), sort_key(part, part.num_rows - 1)
         handle, previous_last = self._files.get(partition, (None, None))
         if (
             handle is not None
@@ -574,24 +503,6 @@ class DsaWriter:
             handle = self.warehouse.open_file(self.commit, "dsa_steps")
         self._files[partition] = (handle, last)
         return handle
-
-    def _write_histograms(self) -> None:
-        for name, parts, value in (
-            ("dsa_offset_hist", self._offset_hist, "offset"),
-            ("dsa_fill_hist", self._fill_hist, "tokens"),
-        ):
-            if not parts:
-                continue
-            merged = _merged_histogram(parts, value)
-            merged = merged.append_column(
-                "run_id", pa.array([self.commit.run_id] * merged.num_rows, pa.string())
-            )
-            for part in _partitions(merged):
-                part = part.sort_by(value)
-                self.warehouse.write(self.commit, name, part)
-
-
-# -- helpers -------------------------------------------------------------------------------------
 
 
 def load_kernels() -> None:
@@ -612,257 +523,3 @@ def load_kernels() -> None:
     scan_rows(frozen_values, offsets, bound)
     scan_rows(values, offsets, bound)
     offset_counts(frozen_values, offsets, bound)
-
-
-def _key_bytes(keys: np.ndarray) -> list[bytes]:
-    """Each row of a contiguous (n, 4) int64 array as 32 bytes (a hashable record key)."""
-    rows = keys.view(np.dtype((np.void, 32))).ravel()
-    return cast(list[bytes], rows.tolist())  # unstructured void items list as bytes
-
-
-def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(column, pa.ChunkedArray):
-        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return column
-
-
-def _take(column: pa.ChunkedArray | pa.Array, indices: pa.Array) -> pa.Array:
-    return _combined(column).take(indices)
-
-
-def _owned(array: pa.Array) -> pa.Array:
-    """A copy of ``array`` with buffers of its own (the lists built here already are)."""
-    if pa.types.is_list(array.type):
-        return array
-    return pa.concat_arrays([array])
-
-
-def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(_combined(column).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-def _floats(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(
-        _combined(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
-    )
-
-
-def _take_lists(lists: PositionLists, keep: np.ndarray) -> PositionLists:
-    rows = lists.row_ids()
-    values = lists.values[keep[rows]]
-    lengths = lists.lengths[keep]
-    return PositionLists(values, np.concatenate(([0], np.cumsum(lengths))))
-
-
-def _scores(
-    column: pa.ChunkedArray | pa.Array, positions: PositionLists
-) -> tuple[PositionLists, np.ndarray] | None:
-    """Score lists aligned with ``positions`` (NaN where a row has none) and rows with scores.
-
-    Returns None when no row has scores.  A row whose score count differs from its
-    position count is marked in the second array as well (the caller rejects it).
-    """
-    array = _combined(column)
-    if array.null_count == len(array):
-        return None
-    given = PositionLists.from_arrow(array)
-    present = np.asarray(array.is_valid().to_numpy(zero_copy_only=False))
-    usable = present & (given.lengths == positions.lengths)
-    values = np.full(len(positions.values), np.nan, dtype=np.float32)
-    target = usable[positions.row_ids()]
-    values[target] = np.asarray(given.values, dtype=np.float32)[usable[given.row_ids()]]
-    return PositionLists(values, positions.offsets), present
-
-
-def _score_columns(
-    cols: dict[str, Any],
-    score_values: np.ndarray | None,
-    scored_rows: np.ndarray | None,
-    lists: PositionLists,
-) -> dict[str, pa.Array]:
-    """Score min/mean/max: the source's, else computed from the stored scores."""
-    stats = {name: _floats(cols[name]) for name in ("score_min", "score_mean", "score_max")}
-    if score_values is not None and scored_rows is not None:
-        nonempty = lists.lengths > 0
-        starts = lists.offsets[:-1][nonempty]
-        use = (nonempty & scored_rows)[nonempty]
-        for name, reducer in (
-            ("score_min", np.minimum),
-            ("score_max", np.maximum),
-            ("score_mean", np.add),
-        ):
-            value = np.full(lists.num_rows, np.nan)
-            reduced = reducer.reduceat(score_values.astype(np.float64), starts)
-            if name == "score_mean":
-                reduced /= lists.lengths[nonempty]
-            value[np.flatnonzero(nonempty)[use]] = reduced[use]
-            stats[name] = np.where(np.isnan(stats[name]), value, stats[name])
-    return {name: pa.array(value, pa.float32(), from_pandas=True) for name, value in stats.items()}
-
-
-def _tier_columns(cols: dict[str, Any], touched: PositionLists) -> dict[str, pa.Array]:
-    out: dict[str, pa.Array] = {}
-    for tier in TIERS:
-        hits = _combined(cols[f"{tier}_hit_blocks"])
-        present = np.asarray(pc.is_valid(hits).to_numpy(zero_copy_only=False))
-        counts = np.asarray(
-            pc.fill_null(pc.list_value_length(hits), 0).to_numpy(zero_copy_only=False)
-        )
-        out[f"{tier}_blocks"] = pa.array(np.where(present, counts, 0), pa.int32(), mask=~present)
-        out[f"{tier}_bytes_read"] = _combined(cols[f"{tier}_bytes_read"])
-        out[f"{tier}_read_ops"] = _combined(cols[f"{tier}_read_ops"]).cast(pa.int32())
-        out[f"{tier}_latency_us"] = _combined(cols[f"{tier}_latency_us"])
-        out[f"{tier}_hit_blocks"] = _unusual_hits(hits, present, counts, tier, touched)
-    return out
-
-
-def _unusual_hits(
-    hits: pa.ListArray, present: np.ndarray, counts: np.ndarray, tier: str, touched: PositionLists
-) -> pa.Array:
-    """Hit lists, kept only where they are not the obvious value.
-
-    The obvious value is every selected block for HBM and nothing for the pools.
-    """
-    hit_lists = PositionLists.from_arrow(hits.cast(pa.list_(pa.int64())))
-    hit_sorted, _, _ = block_stats.sort_lists(
-        PositionLists(np.clip(hit_lists.values, 0, _INT32_MAX).astype(np.int32), hit_lists.offsets)
-    )
-    obvious = _lists_equal(hit_sorted, touched) if tier == "hbm" else counts == 0
-    keep = present & ~obvious
-    offsets = np.concatenate(([0], np.cumsum(np.where(keep, hit_sorted.lengths, 0))))
-    values = hit_sorted.values[keep[hit_sorted.row_ids()]]
-    return pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32)), pa.array(values, pa.int32()), mask=pa.array(~keep)
-    )
-
-
-def _block_ids_of_runs(
-    lists: PositionLists, blocks: block_stats.BlockStats, block_size: np.ndarray
-) -> np.ndarray:
-    run_start = np.concatenate(([0], np.cumsum(blocks.run_tokens)[:-1])).astype(np.int64)
-    ids: np.ndarray = (lists.values[run_start] // block_size[blocks.run_rows]).astype(np.int32)
-    return ids
-
-
-def _lists_equal(a: PositionLists, b: PositionLists) -> np.ndarray:
-    same_length = a.lengths == b.lengths
-    equal: np.ndarray = same_length.copy()
-    rows = np.flatnonzero(same_length)
-    if len(rows):
-        mask = same_length[a.row_ids()]
-        differ = a.values[mask] != b.values[same_length[b.row_ids()]]
-        row_of = a.row_ids()[mask]
-        bad_rows = np.unique(row_of[differ])
-        equal[bad_rows] = False
-    return equal
-
-
-def _rows_with_null_values(lists: pa.ListArray) -> np.ndarray:
-    """Rows of ``lists`` that hold a null element."""
-    if lists.values.null_count == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = lists.offsets.to_numpy().astype(np.int64)
-    values = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    nulls = np.asarray(values.is_null().to_numpy(zero_copy_only=False))
-    rows = np.repeat(np.arange(len(lists), dtype=np.int64), np.diff(offsets))
-    return np.unique(rows[nulls])
-
-
-_DENSE_BINS = 1 << 24
-
-
-@dataclass
-class _RowGroups:
-    """The (dataset, block size) group of each row of a batch: the histograms' keys."""
-
-    datasets: pa.Array  # the batch's distinct datasets
-    groups: np.ndarray  # each group's key: dataset index << 32 | block size, ascending
-    group_of_row: np.ndarray
-
-    @staticmethod
-    def of(table: pa.Table) -> _RowGroups:
-        dataset = pc.dictionary_encode(_combined(table["dataset"]))
-        row_key = (dataset.indices.to_numpy().astype(np.int64) << 32) | table[
-            "block_size"
-        ].to_numpy().astype(np.int64)
-        groups, group_of_row = np.unique(row_key, return_inverse=True)
-        return _RowGroups(dataset.dictionary, groups, group_of_row)
-
-    def table(self, key: np.ndarray, counts: np.ndarray, width: int, name: str) -> pa.Table:
-        """The histogram rows: ``key`` is group * ``width`` + value, with its count."""
-        group = self.groups[key // width]
-        return pa.table(
-            {
-                "dataset": self.datasets.take(pa.array(group >> 32)),
-                "block_size": pa.array(group & 0xFFFFFFFF, pa.int32()),
-                name: pa.array(key % width, pa.int32()),
-                "n": pa.array(counts, pa.int64()),
-            }
-        )
-
-
-def _histogram(
-    groups: _RowGroups, value_rows: np.ndarray, values: np.ndarray, name: str
-) -> pa.Table:
-    """Counts of ``values`` per (dataset, block size); ``value_rows`` maps values to rows."""
-    width = int(values.max()) + 1 if len(values) else 1
-    # The usual batch holds one dataset at one block size: the values are the keys.
-    key = (
-        values
-        if len(groups.groups) == 1
-        else (groups.group_of_row[value_rows] * width + values.astype(np.int64))
-    )
-    if len(groups.groups) * width <= _DENSE_BINS:
-        counts = np.bincount(key, minlength=len(groups.groups) * width)
-        key = np.flatnonzero(counts)
-        counts = counts[key]
-    else:
-        key, counts = np.unique(key, return_counts=True)
-    return groups.table(key, counts, width, name)
-
-
-def _offset_histogram(groups: _RowGroups, lists: PositionLists, seq_len: np.ndarray) -> pa.Table:
-    """Counts of every position's offset (``seq_len - 1 - position``) per (dataset, block
-    size): a batch of one group, the usual one, is counted in one compiled pass."""
-    if len(groups.groups) == 1 and len(lists.values):
-        from kvtrace.kernels.offset_counts import offset_counts
-
-        counts = offset_counts(lists.values, lists.offsets, np.asarray(seq_len, np.int64))
-        key = np.flatnonzero(counts)
-        return groups.table(key, counts[key], len(counts), "offset")
-    offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
-    return _histogram(groups, lists.row_ids(), offset, "offset")
-
-
-def _merged_histogram(parts: list[pa.Table], value: str) -> pa.Table:
-    """Several histogram tables summed into one (counts per dataset, block size, value)."""
-    merged = (
-        pa.concat_tables(parts).group_by(["dataset", "block_size", value]).aggregate([("n", "sum")])
-    )
-    return merged.rename_columns({"n_sum": "n"}).select(["dataset", "block_size", value, "n"])
-
-
-def _sort_key(table: pa.Table, row: int) -> tuple[int, int, int]:
-    return tuple(table[c][row].as_py() for c in ("request_id", "step_idx", "layer_id"))
-
-
-def _is_sorted(table: pa.Table) -> bool:
-    """Whether rows already run in (request_id, step_idx, layer_id) order."""
-    request, step, layer = (table[c].to_numpy() for c in ("request_id", "step_idx", "layer_id"))
-    later_step = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & (layer[1:] >= layer[:-1]))
-    in_order = (request[1:] > request[:-1]) | ((request[1:] == request[:-1]) & later_step)
-    return bool(in_order.all())
-
-
-def _partitions(table: pa.Table) -> list[pa.Table]:
-    """``table`` split by (dataset, block size); no copy when it holds one of each."""
-    keys = table.select(["dataset", "block_size"]).group_by(["dataset", "block_size"]).aggregate([])
-    if keys.num_rows == 1:
-        return [table]
-    parts = []
-    for dataset, size in zip(
-        keys["dataset"].to_pylist(), keys["block_size"].to_pylist(), strict=True
-    ):
-        mask = pc.and_(pc.equal(table["dataset"], dataset), pc.equal(table["block_size"], size))
-        parts.append(table.filter(mask))
-    return parts
