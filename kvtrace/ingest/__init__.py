@@ -12,9 +12,8 @@ from concurrent.futures import Executor
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.ingest._report import FileReport, IngestReport
-from kvtrace.ingest.family import IngestOptions
+from kvtrace.ingest.family import ColumnMapping, IngestOptions
 from kvtrace.ingest.fanout import Progress, ingest_paths
-from kvtrace.ingest.readers.workload import ColumnMapping
 from kvtrace.warehouse import Warehouse
 
 

@@ -1,11 +1,12 @@
 """The protocol every trace family's reader follows, and what a reader hands back.
 
 A family (DSA traces, pool series, arrival traces, ...) is one module with one object
-that can `recognise` a file by its content, name the run it belongs to, and `read` it
-into the warehouse tables of a commit.  `kvtrace.ingest.families.FAMILIES` lists them
-in the order they are tried; `kvtrace.ingest._commit.commit_file` does everything else
-(the already-ingested check, the run id, the transaction, the quarantine) for all of
-them alike.
+that says what it is (its ``name``, what it ``reads``, the ``tables`` it fills), can
+`recognise` a file by its content, name the run it belongs to, and `read` it into the
+warehouse tables of a commit.  `kvtrace.ingest.families` is their registry, in the
+order they are tried; `kvtrace.ingest._commit.commit_file` does everything else (the
+already-ingested check, the run id, the transaction, the quarantine) for all of them
+alike.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.warehouse.rows.dsa_checks import StatCheck
@@ -21,10 +22,19 @@ from kvtrace.warehouse.rows.rejects import BadLine
 
 if TYPE_CHECKING:
     from kvtrace.ingest.probe import Probe
-    from kvtrace.ingest.readers.workload import ColumnMapping
     from kvtrace.ingest.sink import FileSink
 
 Advance = Callable[[int], None]  # called with the bytes of the source read so far
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """Which CSV columns hold a trace's fields, for a layout kvtrace does not know
+    (``--columns``)."""
+
+    columns: dict[str, str]  # arrival, input_tokens, output_tokens[, model, log_type,
+    # session_id]
+    arrival_unit: str = "s"  # s, ms, us, or datetime (wall-clock time stamps)
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,24 @@ class FileRows:
     notes: list[str] = field(default_factory=list)  # said under the file in the report
 
 
+@runtime_checkable
 class Family(Protocol):
     """A trace family's reader."""
 
     @property
     def name(self) -> str:
         """What ``--kind`` calls it, and what the per-family counts say."""
+        ...
+
+    @property
+    def reads(self) -> str:
+        """What it reads, in a phrase that names what tells its files (e.g. ``DSA records
+        (selected_token_pos)``): the sentence for a file no family reads lists them."""
+        ...
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The warehouse tables its reader fills (names from `kvtrace.warehouse.schema`)."""
         ...
 
     @property
@@ -88,3 +110,6 @@ class Family(Protocol):
     ) -> FileRows:
         """Read the file into ``sink``'s tables; bad records go to ``FileRows.rejected``."""
         ...
+
+
+__all__ = ["Advance", "ColumnMapping", "Family", "FileRows", "IngestOptions"]

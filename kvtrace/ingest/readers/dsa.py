@@ -30,6 +30,13 @@ from kvtrace.ingest.sink import FileSink
 from kvtrace.prefetch import prefetched
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.rows.dsa_writer import DEFAULT_PREFIX_KEY_TOKENS, DsaFileResult, DsaWriter
+from kvtrace.warehouse.schema.core import REQUESTS
+from kvtrace.warehouse.schema.dsa import (
+    DSA_FILL_HIST,
+    DSA_OFFSET_HIST,
+    DSA_REQUEST_TOKENS,
+    DSA_STEPS,
+)
 
 _INT_LISTS: dict[Format, IntLists] = {
     "seed": IntLists(lift=("selected_token_pos",), drop=("selected_block_ids",)),
@@ -71,6 +78,14 @@ class DsaFamily:
     nested layout, into ``dsa_steps``, ``requests`` and the histograms."""
 
     name = "dsa"
+    reads = "DSA records (selected_token_pos)"
+    tables = (
+        REQUESTS.name,
+        DSA_STEPS.name,
+        DSA_OFFSET_HIST.name,
+        DSA_FILL_HIST.name,
+        DSA_REQUEST_TOKENS.name,
+    )
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:

@@ -24,6 +24,7 @@ from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rows.dsa_checks import StatCheck
 from kvtrace.warehouse.rows.eval import eval_row
 from kvtrace.warehouse.rows.rejects import BadLine
+from kvtrace.warehouse.schema.eval import EVAL_SAMPLES
 
 
 def is_eval_record(record: dict[str, Any]) -> bool:
@@ -130,6 +131,8 @@ class EvalFamily:
     """RULER prediction files, scored into ``eval_samples``."""
 
     name = "eval"
+    reads = "RULER predictions (pred, outputs)"
+    tables = (EVAL_SAMPLES.name,)
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:

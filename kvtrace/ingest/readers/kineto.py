@@ -473,6 +473,8 @@ class TimelineFamily:
     """PyTorch profiler (Kineto) traces, one rank each, into ``timeline_events``."""
 
     name = "timeline"
+    reads = "Kineto profiler traces (traceEvents)"
+    tables = (TIMELINE_EVENTS.name,)
     reads_only_record_keys = True
 
     def recognise(self, probe: Probe) -> str | None:

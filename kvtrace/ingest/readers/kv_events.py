@@ -55,6 +55,8 @@ class KvEventsFamily:
     """Recorded KV-cache event batches, into ``kv_events`` and ``kv_event_blocks``."""
 
     name = "kv-events"
+    reads = "KV-cache event batches (BlockStored, BlockRemoved)"
+    tables = (KV_EVENTS.name, KV_EVENT_BLOCKS.name)
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:

@@ -65,7 +65,7 @@ from kvtrace.ingest.readers._bench_summaries import (
 from kvtrace.ingest.readers._export_names import unreadable_export
 from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
-from kvtrace.warehouse.schema.workload import BATCH_METRICS, REQUEST_TIMINGS
+from kvtrace.warehouse.schema.workload import BATCH_METRICS, BENCHMARK_SUMMARIES, REQUEST_TIMINGS
 
 ResultFormat = Literal["vllm", "aiperf", "vidur_requests", "vidur_batches"]
 FIXED_NAMES = "profile_export"  # AIPerf's and GenAI-Perf's files, named the same in every run
@@ -397,6 +397,8 @@ class BenchmarkFamily:
     of simulators (Vidur's request and batch metrics)."""
 
     name = "benchmark"
+    reads = "benchmark results (vLLM, SGLang bench_serving, AIPerf, GenAI-Perf, Vidur)"
+    tables = (BENCHMARK_SUMMARIES.name, REQUEST_TIMINGS.name, BATCH_METRICS.name)
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:

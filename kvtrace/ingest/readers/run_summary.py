@@ -15,6 +15,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.readers.serving import serving_run_name
 from kvtrace.ingest.sink import FileSink
+from kvtrace.warehouse.schema.serving import RUN_SUMMARIES
 
 SUFFIXES = ("_summary.json", "_summary.json.gz")
 
@@ -23,6 +24,8 @@ class RunSummaryFamily:
     """Serving run summaries, into ``run_summaries``."""
 
     name = "summary"
+    reads = "serving run summaries (*_summary.json)"
+    tables = (RUN_SUMMARIES.name,)
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:

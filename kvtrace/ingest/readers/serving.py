@@ -21,6 +21,7 @@ from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.rows.serving import POOL_ALIASES, FieldError, pool_row, request_row
+from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS
 from kvtrace.warehouse.schema.tables import TABLES
 
 ServingKind = Literal["pool", "requests"]
@@ -101,7 +102,17 @@ class ServingFamily:
 
     @property
     def table(self) -> str:
-        return "pool_snapshots" if self.name == "pool" else "request_metrics"
+        return POOL_SNAPSHOTS.name if self.name == "pool" else REQUEST_METRICS.name
+
+    @property
+    def reads(self) -> str:
+        if self.name == "pool":
+            return "pool snapshots (worker_id, held_tokens)"
+        return "request metrics (execution_mode, latency_s)"
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (self.table,)
 
     def recognise(self, probe: Probe) -> str | None:
         record = probe.first_record

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from kvtrace.errors import InputError
 from kvtrace.ingest._csv_columns import RowReasons, csv_header, numbers, read_csv_columns
 from kvtrace.ingest._lines import IntRecords, parse_chunk, read_chunks
-from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.family import Advance, ColumnMapping, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.readers._request_groups import RequestGroups
 from kvtrace.ingest.sink import FileSink
@@ -186,15 +186,6 @@ def _read_csv(
 
 
 _UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
-
-
-@dataclass(frozen=True)
-class ColumnMapping:
-    """Which CSV columns hold a trace's fields, for a layout kvtrace does not know."""
-
-    columns: dict[str, str]  # arrival, input_tokens, output_tokens[, model, log_type,
-    # session_id]
-    arrival_unit: str = "s"  # s, ms, us, or datetime (wall-clock time stamps)
 
 
 def parse_column_mapping(text: str) -> ColumnMapping:
@@ -363,6 +354,8 @@ class WorkloadFamily:
     of another layout named by ``--columns``."""
 
     name = "workload"
+    reads = "arrival traces (Mooncake JSONL; Azure, BurstGPT, Splitwise CSV)"
+    tables = (WORKLOAD_REQUESTS.name,)
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
