@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from kvtrace.ingest.families import kind_names
 from tests.conftest import DATA, seed_record, write_jsonl
 from tests.serving.fixtures import pool_rows, request_rows
 
@@ -34,14 +35,4 @@ def family_file(folder: Path, family: str) -> Path:
     return write_jsonl(folder / f"{family}_trace.jsonl", records)
 
 
-FAMILIES = (
-    "dsa",
-    "pool",
-    "requests",
-    "eval",
-    "workload",
-    "benchmark",
-    "timeline",
-    "kv-events",
-    "summary",
-)
+FAMILIES = kind_names()
