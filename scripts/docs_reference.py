@@ -25,7 +25,7 @@ def commands_page() -> str:
     """Every command's ``--help``, the group first, then each command and sub-command."""
     from typer.main import get_command
 
-    from kvtrace.cli import app
+    from kvtrace.cli import whole_app
 
     def paths(command: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
         found = [prefix]
@@ -36,7 +36,7 @@ def commands_page() -> str:
     parts = [GENERATED, "", "# Commands", ""]
     parts.append("Each command's `--help`, as `kvtrace` prints it.")
     env = {**os.environ, "COLUMNS": str(WIDTH), "TERM": "dumb"}
-    for path in paths(get_command(app)):
+    for path in paths(get_command(whole_app())):
         shown = subprocess.run(
             [sys.executable, "-m", "kvtrace", *path, "--help"],
             env=env,

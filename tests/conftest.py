@@ -155,16 +155,17 @@ def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
     status is what the process would return.
     """
     from kvtrace import cli as cli_module
+    from kvtrace.cli import _app as cli_state
 
     out, err = io.BytesIO(), io.BytesIO()
-    saved = (sys.stdout, sys.stderr, sys.argv, os.getcwd(), cli_module.options)
+    saved = (sys.stdout, sys.stderr, sys.argv, os.getcwd(), cli_state.options)
     streams = (
         io.TextIOWrapper(out, encoding="utf-8", write_through=True),
         io.TextIOWrapper(err, encoding="utf-8", write_through=True),
     )
     sys.stdout, sys.stderr = streams
     sys.argv = ["kvtrace", *args]
-    cli_module.options = cli_module.Options()
+    cli_state.options = cli_state.Options()
     if cwd is not None:
         os.chdir(cwd)
     try:
@@ -173,7 +174,7 @@ def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
         for stream in streams:
             stream.flush()
             stream.detach()  # the captured bytes stay readable
-        sys.stdout, sys.stderr, sys.argv, cwd_before, cli_module.options = saved
+        sys.stdout, sys.stderr, sys.argv, cwd_before, cli_state.options = saved
         os.chdir(cwd_before)
     return subprocess.CompletedProcess(
         ["kvtrace", *args], status, out.getvalue().decode(), err.getvalue().decode()
@@ -184,10 +185,11 @@ def run_kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
 def cli(capsys, monkeypatch):
     """Run the command line in this process: ``cli(*args) -> (exit status, stdout, stderr)``."""
     from kvtrace import cli as cli_module
+    from kvtrace.cli import _app as cli_state
 
     def run(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr("sys.argv", ["kvtrace", *args])
-        monkeypatch.setattr(cli_module, "options", cli_module.Options())
+        monkeypatch.setattr(cli_state, "options", cli_state.Options())
         status = cli_module.run()
         captured = capsys.readouterr()
         return status, captured.out, captured.err

@@ -12,11 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.main import get_command
 
-from kvtrace.cli import app
+from kvtrace.cli import whole_app
 from kvtrace.sql.catalog import documented_objects
 from tests.conftest import local_only, run_kvtrace, seed_record, warehouse_at, write_jsonl
 
 README = Path(__file__).parent.parent / "README.md"
+app = whole_app()
 
 
 def kvtrace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

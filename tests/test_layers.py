@@ -37,7 +37,6 @@ TOP_LEVEL_MODULES = {
     "__init__",
     "__main__",
     "_version",
-    "cli",
     "defaults",
     "errors",
     "prefetch",

@@ -1,0 +1,288 @@
+"""The cache simulations: ``whatif``, ``prefix-curve``, ``hit-curve``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from kvtrace.analysis import open_analysis_connection
+from kvtrace.analysis.kv_access import (
+    DEEPSEEK_V32_BYTES_PER_TOKEN,
+    DEFAULT_TIERS,
+    DEFAULT_TPOT_MS,
+    Policy,
+)
+from kvtrace.cli._app import _executor, _open, app, err
+from kvtrace.cli._options import (
+    AddressOption,
+    BlockSizesOption,
+    DsaRunOption,
+    EngineOption,
+    FormatOption,
+    GranularityOption,
+    OutputOption,
+    ScopeOption,
+    SharingOption,
+)
+from kvtrace.cli._output import (
+    _busy,
+    _emit,
+    _output_format,
+    _width,
+)
+from kvtrace.defaults import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
+    pass
+
+
+WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas"]
+
+
+@app.command()
+def whatif(
+    run: DsaRunOption = None,
+    block_size: BlockSizesOption = None,
+    tier: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME:CAPACITY:GBPS:LATENCY_US, fastest first (repeatable); CAPACITY in "
+            "blocks (items of the granularity), the last tier inf; GB/s = 10^9 bytes/s; "
+            "microseconds per read [default: hbm:4096:3000:0 host:65536:50:5 "
+            "remote:inf:20:30]."
+        ),
+    ] = None,
+    policy: Annotated[
+        Policy,
+        typer.Option(
+            help="lru (exact tiers from stack distances), fifo (simulated tier by tier), "
+            "opt (Belady: the ceiling) or pin_prefix."
+        ),
+    ] = "lru",
+    granularity: GranularityOption = "block",
+    sharing: SharingOption = "private",
+    scope: ScopeOption = None,
+    arrivals: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay this workload run's arrival times: the i-th request arrives with "
+            "its i-th arrival and decodes a step every --tpot-ms (scope run)."
+        ),
+    ] = None,
+    tpot_ms: Annotated[
+        float, typer.Option(help="Milliseconds per decode step when replaying arrivals.")
+    ] = DEFAULT_TPOT_MS,
+    bytes_per_token: Annotated[
+        int,
+        typer.Option(
+            help="KV bytes per token and layer [default: 656, DeepSeek-V3.2's FP8 sparse-MLA "
+            "cache (FlashMLA): 512 B FP8 latent + 16 B scales + 128 B BF16 RoPE; the "
+            "seed tracer's BF16 estimate is 1152]."
+        ),
+    ] = DEEPSEEK_V32_BYTES_PER_TOKEN,
+    prefill_tok_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Prompt tokens per second a prefill computes, to weigh fetching a prefix "
+            "against recomputing it [default: the warehouse's fitted batch timings, else "
+            "DeepSeek's published 73,700 per H800 node]."
+        ),
+    ] = None,
+    cost_run: Annotated[
+        str | None,
+        typer.Option(help="The run whose batch timings give the prefill cost (when several)."),
+    ] = None,
+    replicas: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=K: keep K copies, one tier closer, of the blocks tier NAME reads at "
+            "least K times (repeatable); reports the bytes that saves and costs."
+        ),
+    ] = None,
+    table: Annotated[
+        WhatIfTable,
+        typer.Option(
+            help="What --format csv/json/parquet writes: the tier rows with their run's "
+            "figures (combined), or one table: tiers, runs, seconds (per second of the "
+            "stream's time), requests (TTFT saved) or replicas."
+        ),
+    ] = "combined",
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+    engine: EngineOption = "local",
+    address: AddressOption = None,
+) -> None:
+    """What would a tiered KV pool serve? Replay each run's top-k accesses through tiers.
+
+    Prints per run and block size: each tier's share of the accesses (and of the hits
+    on blocks other requests brought in, with --sharing content), bytes and fetch time per
+    decode step (p50/p95/p99), the prefix length from which fetching from a tier beats
+    recomputing, the HBM capacity that reaches 90/95/99 % hits, and the time to first
+    token a shared pool saves.
+
+    Example: kvtrace whatif --sharing content --tier hbm:2048:3000:0 --tier remote:inf:20:30
+    """
+    from kvtrace.analysis.kv_access.whatif import (
+        Tier,
+        WhatIfAnalysis,
+        WhatIfSpec,
+        parse_replicas,
+    )
+    from kvtrace.analysis.shares import run_analysis
+    from kvtrace.sql.query import render
+
+    chosen = _output_format(fmt, output)
+    pooled = sharing == "content" or arrivals is not None
+    spec = WhatIfSpec(
+        block_sizes=tuple(block_size or [DEFAULT_BLOCK_SIZE]),
+        tiers=tuple(Tier.parse(text) for text in (tier or DEFAULT_TIERS)),
+        policy=policy,
+        granularity=granularity,
+        scope=scope or ("run" if pooled else "request"),
+        sharing=sharing,
+        bytes_per_token=bytes_per_token,
+        runs=tuple(run) if run else None,
+        arrivals=arrivals,
+        tpot_ms=tpot_ms,
+        prefill_tok_s=prefill_tok_s,
+        cost_run=cost_run,
+        replicas=tuple(parse_replicas(replicas or []).items()),
+    )
+    with _busy("Simulating the tiers"):
+        result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
+    if chosen == "table" and output is None and table == "combined":
+        orders = sorted(set(result.runs["stream_order"].to_pylist()))
+        err.say(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
+        shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
+        _emit(b"\n".join(render(part, "table", _width(None)) for part in shown), None)
+    else:
+        _emit(render(result.table(table), chosen, _width(output)), output)
+
+
+@app.command("prefix-curve")
+def prefix_curve(
+    run: Annotated[
+        list[str] | None,
+        typer.Option(help="Run id or run name (repeatable) [default: every run with hash_ids]."),
+    ] = None,
+    policy: Annotated[
+        Literal["lru", "fifo", "radix_lru", "opt"],
+        typer.Option(
+            help="lru or fifo (a hash-chained block pool, as vLLM's), radix_lru (SGLang's "
+            "radix tree) or opt (Belady over the tree's leaves)."
+        ),
+    ] = "lru",
+    semantics: Annotated[
+        Literal["prefix", "block"],
+        typer.Option(help="prefix: the leading run of cached blocks; block: a block cache."),
+    ] = "prefix",
+    weight: Annotated[
+        Literal["tokens", "blocks", "requests"],
+        typer.Option(help="tokens, blocks or requests (the mean per request)."),
+    ] = "tokens",
+    warmup: Annotated[
+        float, typer.Option(help="Share of the earliest requests left out of the counts.")
+    ] = 0.0,
+    capacity: Annotated[
+        list[int] | None, typer.Option(help="Cache capacity in blocks (repeatable).")
+    ] = None,
+    capacity_gib: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="Cache capacity in GiB (repeatable; needs --model or --bytes-per-token)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="The model whose KV bytes per token turn GiB into blocks."),
+    ] = None,
+    bytes_per_token: Annotated[
+        float | None, typer.Option(help="KV bytes per token, all layers.")
+    ] = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Hit rate of a prefix cache shared by a workload trace's requests, by capacity: the
+    rows of workload_prefix_hit_curve.
+
+    Example: kvtrace prefix-curve --policy radix_lru --warmup 0.5 --capacity-gib 512
+    --model llama-3-8b
+    """
+    from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_table
+    from kvtrace.sql.query import render
+    from kvtrace.sql.runs import run_ids
+
+    chosen = _output_format(fmt, output)
+    con = open_analysis_connection(_open())
+    spec = PrefixCurveSpec(
+        policy=policy,
+        capacities=tuple(capacity or []),
+        semantics=semantics,
+        weight=weight,
+        warmup=warmup,
+        capacity_bytes=tuple(round(g * 2**30) for g in capacity_gib or []),
+        bytes_per_token=bytes_per_token,
+        model=model,
+    )
+    runs = run_ids(con, run, having="workload_requests", what="workload rows") if run else None
+    with _busy("Simulating the prefix cache"):
+        table = prefix_hit_curve_table(con, spec, runs)
+    _emit(render(table, chosen, _width(output)), output)
+
+
+@app.command("hit-curve")
+def hit_curve(
+    run: DsaRunOption = None,
+    block_size: BlockSizesOption = None,
+    policy: Annotated[
+        Policy,
+        typer.Option(help="lru, fifo, opt (Belady: the ceiling) or pin_prefix."),
+    ] = "lru",
+    granularity: GranularityOption = "block",
+    sharing: SharingOption = "private",
+    scope: ScopeOption = None,
+    capacity: Annotated[
+        list[int] | None,
+        typer.Option(help="A capacity in items to report besides the powers of two (repeatable)."),
+    ] = None,
+    sample: Annotated[
+        float,
+        typer.Option(
+            help="Estimate an LRU curve from this share of the items, sampled by a hash of "
+            "their keys (SHARDS): for streams too long to simulate whole [default: 1, exact]."
+        ),
+    ] = 1.0,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Hit rate against cache capacity, per run: the rows of dsa_hit_curve.
+
+    Example: kvtrace hit-curve --sharing content --sample 0.01
+    """
+    from kvtrace.analysis.kv_access.curves import hit_curve_table
+    from kvtrace.analysis.kv_access.plan import StreamSpec
+    from kvtrace.analysis.kv_access.whatif import check_shareable
+    from kvtrace.sql.query import render
+    from kvtrace.sql.runs import run_ids
+
+    chosen = _output_format(fmt, output)
+    con = open_analysis_connection(_open())
+    runs = run_ids(con, run, having="dsa_steps", what="DSA rows") if run else None
+    specs = [
+        StreamSpec(
+            size,
+            granularity,
+            scope or ("run" if sharing == "content" else "request"),
+            sharing,
+            sample=sample,
+        )
+        for size in block_size or [DEFAULT_BLOCK_SIZE]
+    ]
+    for spec in specs:
+        spec.check()
+    if sharing == "content":
+        check_shareable(con, runs)
+    with _busy("Simulating the cache"):
+        table = hit_curve_table(con, specs, policy, capacity or [], runs)
+    _emit(render(table, chosen, _width(output)), output)

@@ -1,0 +1,139 @@
+"""``kvtrace report``: render a self-contained HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from kvtrace.cli._app import _open, app, out
+from kvtrace.cli._options import (
+    AsOfOption,
+)
+from kvtrace.errors import (
+    KvtraceError,
+)
+
+if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
+    from kvtrace.warehouse import Warehouse
+
+
+ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload", "timeline"]
+
+
+@app.command("report")
+def report_command(
+    name: Annotated[ReportName, typer.Argument(help="The report.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
+    run: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Run id or run name to cover (repeatable) [default: every run of the kind]; "
+            "compare: the two sides; eval: the first two are diffed."
+        ),
+    ] = None,
+    experiment: Annotated[
+        list[str] | None,
+        typer.Option(help="Experiment label to cover (repeatable); compare: the two sides."),
+    ] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="METRIC=MS",
+            help="serving: a service-level objective, ttft, tpot or e2el in milliseconds "
+            "(repeatable), drawn as a line and counted in the goodput.",
+        ),
+    ] = None,
+    as_of: AsOfOption = None,
+) -> None:
+    """Render a self-contained HTML report (charts and tables, with their SQL).
+
+    The report names the warehouse version it was made from: '--as-of' that version
+    makes the same report again.
+
+    Example: kvtrace report dsa --run demo-ruler-dsa-ref --output dsa.html
+    """
+    _write_report(
+        _open(as_of=as_of),
+        name,
+        runs=run or [],
+        experiments=experiment or [],
+        output=output,
+        slos=_slos(name, slo or []),
+    )
+    out.say(f"wrote {output}")
+
+
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+def _slos(report: str, given: list[str]) -> dict[str, float]:
+    """``--slo METRIC=MS`` values by metric; one sentence for a malformed one."""
+    if given and report != "serving":
+        raise KvtraceError("--slo applies to the serving report only")
+    slos: dict[str, float] = {}
+    for text in given:
+        metric, _, value = text.partition("=")
+        try:
+            milliseconds = float(value)
+        except ValueError:
+            milliseconds = -1.0
+        if metric not in SLO_METRICS or not milliseconds > 0:
+            raise KvtraceError(
+                f"expected --slo METRIC=MS with METRIC one of {', '.join(SLO_METRICS)} and MS "
+                f"a positive number of milliseconds, got {text!r}"
+            )
+        slos[metric] = milliseconds
+    return slos
+
+
+def _write_report(
+    warehouse: Warehouse,
+    name: str,
+    *,
+    runs: list[str],
+    experiments: list[str],
+    output: Path,
+    slos: dict[str, float] | None = None,
+) -> None:
+    """Render report ``name`` to ``output``; its command line is the one that makes it
+    again (the warehouse version pinned)."""
+    import shlex
+
+    from kvtrace.reports import reports
+    from kvtrace.reports.render import render_report
+
+    known = reports()
+    if name not in known:
+        raise KvtraceError(f"expected {', '.join(known)} for the report, got {name!r}")
+    selection = [arg for run in runs for arg in ("--run", run)]
+    selection += [arg for label in experiments for arg in ("--experiment", label)]
+    for metric, milliseconds in (slos or {}).items():
+        selection += ["--slo", f"{metric}={milliseconds:g}"]
+    command_line = shlex.join(
+        [
+            "kvtrace",
+            "-w",
+            warehouse.location,
+            "report",
+            name,
+            *selection,
+            "--as-of",
+            str(warehouse.version),
+            "--output",
+            output.name,
+        ]
+    )
+    html = render_report(
+        warehouse,
+        known[name],
+        runs=runs,
+        experiments=experiments,
+        command_line=command_line,
+        settings={f"slo_{metric}_ms": ms for metric, ms in (slos or {}).items()},
+    )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    from kvtrace.sql.query import write_output
+
+    write_output(html.encode(), output)
