@@ -86,6 +86,21 @@ def test_the_warehouse_core_imports_neither_its_row_builders_nor_its_operations(
     assert crossings == []
 
 
+# the family registry is the one ingest machinery module that knows the families' readers
+INGEST_REGISTRY = "families.py"
+
+
+def test_no_ingest_machinery_module_but_the_registry_imports_the_readers():
+    crossings = [
+        f"{path.relative_to(PACKAGE)} imports {name}"
+        for path in sorted((PACKAGE / "ingest").glob("*.py"))
+        if path.name != INGEST_REGISTRY
+        for name in _imports_with_names(path)
+        if name.startswith("kvtrace.ingest.readers")
+    ]
+    assert crossings == []
+
+
 def _imports_with_names(path: Path) -> list[str]:
     """Every dotted name ``path`` imports: modules, and ``module.name`` for each from-import."""
     found = []

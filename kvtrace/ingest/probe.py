@@ -109,3 +109,6 @@ def _gunzip_head(handle: BinaryIO, path: Path) -> bytes:
                 return head
             compressed = decompressor.unconsumed_tail or decompressor.unused_data
     return head
+
+
+__all__ = ["HEAD_BYTES", "Probe", "read_head"]

@@ -181,3 +181,6 @@ class ThreadedFile:
         with suppress(Exception):
             self._wait()
         self._thread.shutdown(wait=True)
+
+
+__all__ = ["REPEATED", "FileSink", "StreamedFile", "ThreadedFile"]
