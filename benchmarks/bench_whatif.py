@@ -40,9 +40,9 @@ from bench_warehouse import KVTRACE, machine, process
 from whatif_workload import trace
 
 from kvtrace import connect
+from kvtrace.analysis.kv_access._passes import Counts, LruPass
 from kvtrace.analysis.kv_access.curves import hit_curve_rows
 from kvtrace.analysis.kv_access.plan import StreamSpec
-from kvtrace.analysis.kv_access.simulate import _Counts, _Lru
 from kvtrace.analysis.kv_access.whatif import WhatIfSpec, whatif
 from kvtrace.warehouse import Warehouse
 
@@ -179,8 +179,8 @@ def shards_on_zipf(accesses: int = 20_000_000, items: int = 4_000_000) -> dict:
     exact = None
     for rate in (1.0, 0.1, 0.01):
         start = time.perf_counter()
-        lru = _Lru(np.zeros(0, np.int64), rate)
-        counts = _Counts(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), None, None)
+        lru = LruPass(np.zeros(0, np.int64), rate)
+        counts = Counts(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), None, None)
         for first in range(0, accesses, 1 << 20):
             chunk = stream[first : first + (1 << 20)]
             lru.feed(chunk, np.zeros(len(chunk), bool), np.zeros(len(chunk), np.int64), counts)

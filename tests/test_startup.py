@@ -94,7 +94,7 @@ def test_a_statement_reads_the_tables_it_names_and_those_its_analyses_read(wareh
     import duckdb
 
     from kvtrace import connect
-    from kvtrace.analysis._function_reads import READS
+    from kvtrace.analysis.function_specs import FUNCTIONS
     from kvtrace.analysis.functions import register
 
     def reads(con, table: str) -> bool:
@@ -118,7 +118,7 @@ def test_a_statement_reads_the_tables_it_names_and_those_its_analyses_read(wareh
             "WHERE function_name LIKE 'kvtrace_%'"
         ).fetchall()
     }
-    assert installed == set(READS)
+    assert installed == {function.name for function in FUNCTIONS}
 
 
 def test_every_analysis_answers_on_a_connection_bound_for_it(warehouse, synthetic_trace, tmp_path):

@@ -5,7 +5,9 @@
 - `prefix_cache`: a prefix cache over a workload's block hashes;
 - `cost_model`: batch times fitted on the work they did;
 - `summary` / `summary_shares`: ``summary.json`` from exact counts of request shares;
-- `functions`: the SQL functions the library's macros call into these;
+- `function_specs`: the SQL functions the library's macros call into these, one entry
+  each (`functions` installs them on a connection);
+- `policies`: the cache policies, one entry each, and the simulator passes they have;
 - `shares`: the one seam every heavy analysis runs through (plan shares, run each here
   or on an executor, merge in order).
 
@@ -19,6 +21,8 @@ import os
 from typing import TYPE_CHECKING
 
 from kvtrace.defaults import default_path
+
+__all__ = ["connect", "open_analysis_connection"]
 
 if TYPE_CHECKING:
     import duckdb
@@ -68,14 +72,14 @@ def open_analysis_connection(
     """The connection kvtrace's own commands use: every name of the warehouse and the
     analysis layer's functions, unguarded; with ``for_sql``, only what that SQL names is
     bound (with what they require): faster to open, for that SQL alone."""
-    from kvtrace.analysis._function_reads import READS
+    from kvtrace.analysis.function_specs import reads
     from kvtrace.sql.catalog import named_definitions, open_connection
     from kvtrace.sql.limits import memory_bound
 
     also: list[str] = []
     if for_sql is not None:  # an analysis reads views it names only when it runs
         called = named_definitions(for_sql) + for_sql
-        also = [file for name, files in READS.items() if name in called for file in files]
+        also = [file for name, files in reads().items() if name in called for file in files]
     con = open_connection(
         warehouse, functions=("kvtrace.analysis.functions",), for_sql=for_sql, with_files=also
     )

@@ -21,10 +21,9 @@ import duckdb
 import numpy as np
 import pyarrow.compute as pc
 
+from kvtrace.analysis.policies import engine_replay_policies
 from kvtrace.analysis.prefix_cache import PrefixSimulation, PrefixTrace, trace_of
 from kvtrace.errors import InputError
-
-POLICIES = ("lru", "fifo", "radix_lru")
 
 
 def kv_cache_fidelity_rows(
@@ -34,8 +33,9 @@ def kv_cache_fidelity_rows(
     bucket_s: float,
 ) -> list[dict[str, Any]]:
     """Per run, worker and time bucket: observed against simulated pool activity."""
-    if policy not in POLICIES:
-        raise InputError(f"expected a policy of {', '.join(POLICIES)}, got {policy!r}")
+    names = engine_replay_policies()
+    if policy not in names:
+        raise InputError(f"expected a policy of {', '.join(names)}, got {policy!r}")
     if not bucket_s > 0:
         raise InputError(f"the bucket must be a positive number of seconds, got {bucket_s}")
     if capacity_blocks is not None and capacity_blocks < 1:

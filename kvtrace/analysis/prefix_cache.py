@@ -41,8 +41,9 @@ import pyarrow.compute as pc
 
 from kvtrace.analysis._columns import PREFIX_HIT_CURVE
 from kvtrace.analysis.kv_layouts import bytes_per_token
+from kvtrace.analysis.policies import policy_named, prefix_policies
 from kvtrace.errors import InputError, QueryError
-from kvtrace.kernels.cache_sim import LruStack, dense_ids, fifo_hits, opt_hits
+from kvtrace.kernels.cache_sim import LruStack, dense_ids
 from kvtrace.kernels.prefix_sim import (
     chained,
     fifo_prefix_hits,
@@ -51,7 +52,6 @@ from kvtrace.kernels.prefix_sim import (
     radix_nodes,
 )
 
-PREFIX_POLICIES = ("lru", "opt", "fifo", "radix_lru")
 SEMANTICS = ("block", "prefix")
 WEIGHTS = ("blocks", "tokens", "requests")
 
@@ -73,7 +73,7 @@ class PrefixCurveSpec:
     def check(self) -> None:
         """Raise `QueryError` with one sentence for a setting the curve cannot take."""
         for name, value, allowed in (
-            ("policy", self.policy, PREFIX_POLICIES),
+            ("policy", self.policy, prefix_policies()),
             ("semantics", self.semantics, SEMANTICS),
             ("weight", self.weight, WEIGHTS),
         ):
@@ -81,8 +81,10 @@ class PrefixCurveSpec:
                 raise QueryError(
                     f"expected one of {', '.join(allowed)} for the {name}, got {value!r}"
                 )
-        if self.policy == "radix_lru" and self.semantics != "prefix":
-            raise QueryError("a radix tree serves prefixes: radix_lru needs semantics 'prefix'")
+        if self.semantics not in policy_named(self.policy).prefix_semantics:
+            raise QueryError(
+                f"a radix tree serves prefixes: {self.policy} needs semantics 'prefix'"
+            )
         if any(c is None or c < 1 for c in self.capacities):
             raise QueryError("cache capacities must be at least 1 block")
         if any(b is None or b < 1 for b in self.capacity_bytes):
@@ -253,16 +255,17 @@ class PrefixSimulation:
     id implies its parents, as Mooncake's do) the path and the id name the same block."""
 
     def __init__(self, trace: PrefixTrace, policy: str, semantics: str) -> None:
-        self.trace, self.policy, self.semantics = trace, policy, semantics
+        self.trace, self.policy, self.semantics = trace, policy_named(policy), semantics
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, np.ndarray] | None = None
         self.paths = (trace.ids, trace.distinct)  # each read's block and how many there are
         if semantics == "prefix" and (
-            policy in ("radix_lru", "opt") or not chained(trace.ids, trace.starts, trace.distinct)
+            self.policy.prefix_pass == "radix_tree"
+            or not chained(trace.ids, trace.starts, trace.distinct)
         ):
             self.tree = radix_nodes(trace.ids, trace.starts)
             self.paths = (self.tree[0], len(self.tree[1]))
-        if policy == "lru":  # every capacity from one stack-distance pass
+        if self.policy.prefix_pass == "stack_distance":  # every capacity from one pass
             self.distances = (
                 LruStack().distances(trace.ids)
                 if semantics == "block"
@@ -276,15 +279,16 @@ class PrefixSimulation:
             hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
             return hit
         if self.semantics == "block":
-            simulate = opt_hits if self.policy == "opt" else fifo_hits
-            return simulate(trace.ids, trace.distinct, capacity)
-        if self.policy == "fifo":
+            assert self.policy.capacity_kernel is not None, self.policy.name
+            return self.policy.capacity_kernel(trace.ids, trace.distinct, capacity)
+        if self.policy.prefix_pass == "hash_chain":
             paths, count = self.paths
             runs = fifo_prefix_hits(paths, trace.starts, count, capacity)
         else:
-            assert self.tree is not None  # built for radix_lru and opt
+            assert self.tree is not None  # built for every radix_tree pass
             nodes, parent = self.tree
-            runs = radix_hits(nodes, trace.starts, parent, capacity, self.policy)
+            optimal = self.policy.knows_future
+            runs = radix_hits(nodes, trace.starts, parent, capacity, optimal=optimal)
         leading: np.ndarray = self._position < np.repeat(runs, np.diff(trace.starts))
         return leading
 

@@ -425,10 +425,11 @@ def _append(  # pragma: no cover
 
 class TierCache:
     """An exclusive hierarchy of bounded tiers (capacities in items, fastest first) over
-    an unbounded last tier, simulated access by access under ``fifo`` or ``lru``."""
+    an unbounded last tier, simulated access by access: LRU with ``lru`` (a hit refreshes
+    its item), else FIFO."""
 
-    def __init__(self, capacities: list[int], policy: str) -> None:
-        self._lru = policy == "lru"
+    def __init__(self, capacities: list[int], *, lru: bool) -> None:
+        self._lru = lru
         self._capacity = np.asarray(capacities, dtype=np.int64)
         bounded = len(self._capacity)
         self._size = np.zeros(bounded, dtype=np.int64)

@@ -294,15 +294,14 @@ def _next_uses(nodes: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # 
 
 
 def radix_hits(
-    nodes: np.ndarray, starts: np.ndarray, parent: np.ndarray, capacity: int, policy: str
+    nodes: np.ndarray, starts: np.ndarray, parent: np.ndarray, capacity: int, *, optimal: bool
 ) -> np.ndarray:
     """Per request, its leading blocks cached on arrival in a radix tree of ``capacity``
-    blocks (`radix_nodes` gives ``nodes`` and ``parent``) under ``radix_lru``, or under
-    ``opt``: the leaf used again last is evicted, and a block needed later than every
-    cached leaf is not inserted (Belady over the tree's leaves)."""
+    blocks (`radix_nodes` gives ``nodes`` and ``parent``): the least recently used leaf is
+    evicted, or with ``optimal`` the leaf used again last, and a block needed later than
+    every cached leaf is not inserted (Belady over the tree's leaves)."""
     nodes = np.ascontiguousarray(nodes, np.int64)
     starts = np.ascontiguousarray(starts, np.int64)
-    optimal = policy == "opt"
     next_use = _next_uses(nodes, starts, len(parent)) if optimal else np.zeros(0, np.int64)
     return _radix(
         nodes, starts, np.ascontiguousarray(parent, np.int64), capacity, next_use, optimal

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvtrace import connect
-from kvtrace.analysis.kv_access.simulate import _Counts, _Lru
+from kvtrace.analysis.kv_access._passes import Counts, LruPass
 from kvtrace.errors import QueryError
 from kvtrace.kernels.sampling import sampled
 from kvtrace.sql.query import run_query
@@ -20,8 +20,8 @@ from tests.analysis.test_shared_pool import _trace_together
 
 def _estimate(items: np.ndarray, rate: float, capacities: np.ndarray) -> np.ndarray:
     """The simulation's hits at ``capacities``, the stream fed in chunks of 1,000."""
-    lru = _Lru(np.zeros(0, np.int64), rate)
-    counts = _Counts(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), None, None)
+    lru = LruPass(np.zeros(0, np.int64), rate)
+    counts = Counts(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), None, None)
     for start in range(0, len(items), 1000):
         chunk = items[start : start + 1000]
         lru.feed(chunk, np.zeros(len(chunk), bool), np.zeros(len(chunk), np.int64), counts)

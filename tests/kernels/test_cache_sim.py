@@ -63,7 +63,7 @@ def test_lru_fifo_and_opt_hits_equal_brute_force_at_every_capacity(stream):
 )
 def test_tiers_demote_and_promote_as_the_plain_simulation_does(stream, capacities, policy, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=2)))
-    cache = TierCache(capacities, policy)
+    cache = TierCache(capacities, lru=policy == "lru")
     ids = np.array(stream, dtype=np.int64)
     levels = np.concatenate([cache.access(part) for part in np.split(ids, cuts)])
     first = [i == stream.index(x) for i, x in enumerate(stream)]
@@ -84,7 +84,7 @@ def test_lru_tiers_simulated_live_are_the_stack_distance_tiers():
     rng = np.random.default_rng(5)
     stream = (rng.zipf(1.3, size=50_000) % 700).astype(np.int64)
     capacities = [16, 48, 100]
-    live = TierCache(capacities, "lru").access(stream)
+    live = TierCache(capacities, lru=True).access(stream)
     live[live < 0] = 3
     distances = LruStack().distances(stream)
     limits = np.cumsum(capacities)

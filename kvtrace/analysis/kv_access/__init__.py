@@ -3,7 +3,7 @@
 `plan` reads what a run's stream needs besides its accesses (requests, the item each
 block is, when each step runs); `stream` reads the access stream that
 ``dsa_access(B, granularity, sharing)`` defines (in ``queries/dsa_access.sql``) in order,
-as item ids; `simulate` runs the cache policies over it (`kvtrace.kernels.cache_sim`)
+as item ids; `simulate` runs the cache policies (`kvtrace.analysis.policies`) over it
 into hit curves, reuse histograms and tier levels; `curves` and `whatif` turn those into
 the rows of ``dsa_hit_curve``, ``dsa_reuse`` and ``kvtrace whatif``; `recompute` weighs
 fetching a prefix against computing it again.
@@ -11,14 +11,28 @@ fetching a prefix against computing it again.
 
 from typing import Literal
 
+__all__ = [
+    "DEEPSEEK_V32_BYTES_PER_TOKEN",
+    "DEFAULT_TIERS",
+    "DEFAULT_TPOT_MS",
+    "GRANULARITIES",
+    "SCOPES",
+    "SHARINGS",
+    "Granularity",
+    "Policy",
+    "Scope",
+    "Sharing",
+]
+
 Granularity = Literal["block", "layer_block"]
 Scope = Literal["request", "run"]
+# The block what-if's policies as a type for option parsers: the names
+# `kvtrace.analysis.policies.block_policies` lists, in its order (a test holds them equal).
 Policy = Literal["lru", "opt", "fifo", "pin_prefix"]
 Sharing = Literal["private", "content"]
 
 GRANULARITIES: tuple[Granularity, ...] = ("block", "layer_block")
 SCOPES: tuple[Scope, ...] = ("request", "run")
-POLICIES: tuple[Policy, ...] = ("lru", "opt", "fifo", "pin_prefix")
 SHARINGS: tuple[Sharing, ...] = ("private", "content")
 
 # DeepSeek-V3.2's KV cache for its sparse attention (FlashMLA's FP8 sparse layout), per

@@ -16,9 +16,11 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.analysis._columns import HIT_CURVE
-from kvtrace.analysis.kv_access import POLICIES, Policy
+from kvtrace.analysis.kv_access import Policy
+from kvtrace.analysis.kv_access._passes import grid
 from kvtrace.analysis.kv_access.plan import RunPlan, StreamSpec, run_plans
-from kvtrace.analysis.kv_access.simulate import RunOutcome, grid, simulate_run
+from kvtrace.analysis.kv_access.simulate import RunOutcome, simulate_run
+from kvtrace.analysis.policies import block_policies, policy_named
 from kvtrace.errors import InputError, QueryError
 
 __all__ = [
@@ -35,8 +37,9 @@ __all__ = [
 def check_policy(policy: str, capacities: Sequence[int] = ()) -> None:
     """Raise `QueryError` with one sentence for a policy or capacity the what-if cannot
     take."""
-    if policy not in POLICIES:
-        raise QueryError(f"unknown policy {policy!r}; expected one of " + ", ".join(POLICIES))
+    names = block_policies()
+    if policy not in names:
+        raise QueryError(f"unknown policy {policy!r}; expected one of " + ", ".join(names))
     bad = [c for c in capacities if c is None or c < 1]
     if bad:
         raise QueryError(f"capacities must be at least 1 item, got {bad[0]}")
@@ -81,7 +84,8 @@ def run_curves(
     at a time (of its request indices ``requests`` only, when given)."""
     spec.check()
     check_policy(policy, capacities)
-    if spec.sample < 1 and (policy != "lru" or len(tier_limits)):
+    chosen = policy_named(policy)
+    if spec.sample < 1 and (chosen.block_pass != "stack_distance" or len(tier_limits)):
         raise QueryError(
             "sampling (SHARDS) estimates LRU hit curves only: use policy lru, or sample 1"
         )
@@ -89,7 +93,7 @@ def run_curves(
     limits = np.asarray(tier_limits, dtype=np.int64)
     for plan in run_plans(con, spec, list(runs) if runs is not None else None):
         outcome = simulate_run(
-            con, plan, policy, named, limits, requests, threads or default_threads()
+            con, plan, chosen, named, limits, requests, threads or default_threads()
         )
         if outcome.units:
             yield combine(plan, outcome, named)

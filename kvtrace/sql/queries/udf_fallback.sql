@@ -2,7 +2,10 @@
 --
 -- kvtrace's Python connections register NumPy implementations of these names
 -- (kvtrace/sql/functions.py); a shell started with 'duckdb -init' from 'kvtrace shell-init' gets
--- these macros instead.  Same results, computed one list element at a time.
+-- these macros instead.  Same results, computed one list element at a time.  The analysis
+-- functions (kvtrace_hit_curve and its kin) cannot run there: their stand-ins, generated from
+-- kvtrace/analysis/function_specs.py ('python -m kvtrace.analysis.function_specs' writes them
+-- again), raise an error of the same row type.
 
 -- @macro kvtrace_block_stats(pos, seq_len, bs)
 -- Block statistics of one ascending position list at block size bs (see dsa_blocks).
@@ -68,11 +71,12 @@ CREATE MACRO kvtrace_prefix_block_keys(prefix_key, blocks) AS
                                  | 4611686018427387904)
     END;
 
+-- >>> generated from kvtrace/analysis/function_specs.py: do not edit by hand
+
 -- @macro kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing, sample)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
 CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities, sharing, sample) AS
-    CAST(error('dsa_hit_curve runs cache simulations in Python: use "kvtrace sql" or '
-               || 'kvtrace.connect()')
+    CAST(error('dsa_hit_curve runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, block_size INTEGER, policy VARCHAR, granularity VARCHAR,
                    scope VARCHAR, sharing VARCHAR, capacity_blocks BIGINT, accesses BIGINT,
                    hits BIGINT, shared_hits BIGINT, hit_rate DOUBLE, missed_blocks BIGINT)[]);
@@ -80,29 +84,24 @@ CREATE MACRO kvtrace_hit_curve(bs, policy, granularity, scope, capacities, shari
 -- @macro kvtrace_reuse(bs, granularity, scope, sharing)
 -- Stack distances need kvtrace's compiled kernels: not available in a plain shell.
 CREATE MACRO kvtrace_reuse(bs, granularity, scope, sharing) AS
-    CAST(error('dsa_reuse runs cache simulations in Python: use "kvtrace sql" or '
-               || 'kvtrace.connect()')
+    CAST(error('dsa_reuse runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, block_size INTEGER, granularity VARCHAR, scope VARCHAR,
-                   sharing VARCHAR, distance BIGINT, accesses BIGINT,
-                   shared_accesses BIGINT)[]);
+                   sharing VARCHAR, distance BIGINT, accesses BIGINT, shared_accesses BIGINT)[]);
 
 -- @macro kvtrace_prefix_hit_curve(policy, capacities, semantics, weight, warmup, capacity_bytes, bytes_per_token, model)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
 CREATE MACRO kvtrace_prefix_hit_curve(policy, capacities, semantics, weight, warmup,
                                       capacity_bytes, bytes_per_token, model) AS
-    CAST(error('workload_prefix_hit_curve runs cache simulations in Python: use '
-               || '"kvtrace sql" or kvtrace.connect()')
+    CAST(error('workload_prefix_hit_curve runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, policy VARCHAR, capacity_blocks BIGINT, accesses BIGINT,
-                   hits BIGINT, hit_rate DOUBLE, semantics VARCHAR, weight VARCHAR,
-                   warmup DOUBLE, capacity_bytes BIGINT, requests BIGINT, hit_tokens BIGINT,
-                   tokens BIGINT)[]);
+                   hits BIGINT, hit_rate DOUBLE, semantics VARCHAR, weight VARCHAR, warmup DOUBLE,
+                   capacity_bytes BIGINT, requests BIGINT, hit_tokens BIGINT, tokens BIGINT)[]);
 
 -- @macro kvtrace_prefix_requests(policy, capacities, semantics, warmup, capacity_bytes, bytes_per_token, model, prefill_tok_s, cost_run)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
 CREATE MACRO kvtrace_prefix_requests(policy, capacities, semantics, warmup, capacity_bytes,
                                      bytes_per_token, model, prefill_tok_s, cost_run) AS
-    CAST(error('workload_prefix_requests runs cache simulations in Python: use '
-               || '"kvtrace sql" or kvtrace.connect()')
+    CAST(error('workload_prefix_requests runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, policy VARCHAR, semantics VARCHAR, capacity_blocks BIGINT,
                    request_idx BIGINT, counted BOOLEAN, tokens BIGINT, blocks BIGINT,
                    hit_blocks BIGINT, hit_tokens BIGINT, ttft_saved_ms DOUBLE,
@@ -113,34 +112,32 @@ CREATE MACRO kvtrace_prefix_requests(policy, capacities, semantics, warmup, capa
 CREATE MACRO kvtrace_cost_model(source) AS
     CAST(error('timing_cost_model fits in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, source VARCHAR, observations BIGINT, intercept_s DOUBLE,
-                   per_prefill_token_s DOUBLE, per_decode_token_s DOUBLE,
-                   per_kv_token_s DOUBLE, r2 DOUBLE, residual_p50_s DOUBLE,
-                   residual_p90_s DOUBLE, residual_p99_s DOUBLE)[]);
+                   per_prefill_token_s DOUBLE, per_decode_token_s DOUBLE, per_kv_token_s DOUBLE,
+                   r2 DOUBLE, residual_p50_s DOUBLE, residual_p90_s DOUBLE,
+                   residual_p99_s DOUBLE)[]);
 
 -- @macro kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
 CREATE MACRO kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s) AS
-    CAST(error('kv_cache_fidelity runs cache simulations in Python: use "kvtrace sql" or '
-               || 'kvtrace.connect()')
+    CAST(error('kv_cache_fidelity runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, worker VARCHAR, t_s DOUBLE, capacity_blocks BIGINT,
                    observed_stored BIGINT, simulated_stored BIGINT, observed_removed BIGINT,
-                   simulated_evicted BIGINT, observed_restores BIGINT,
-                   simulated_restores BIGINT, observed_resident BIGINT,
-                   simulated_resident BIGINT)[]);
+                   simulated_evicted BIGINT, observed_restores BIGINT, simulated_restores BIGINT,
+                   observed_resident BIGINT, simulated_resident BIGINT)[]);
 
 -- @macro kvtrace_kernel_sequences(operator, min_pattern_len, top_k)
 -- Call stacks are built in Python: not available in a plain shell.
 CREATE MACRO kvtrace_kernel_sequences(operator, min_pattern_len, top_k) AS
-    CAST(error('timeline_kernel_sequences builds call stacks in Python: use "kvtrace sql" or '
-               || 'kvtrace.connect()')
+    CAST(error('timeline_kernel_sequences builds call stacks in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, rank BIGINT, place BIGINT, pattern VARCHAR, kernels BIGINT,
                    count BIGINT, gpu_kernel_us DOUBLE, cpu_op_us DOUBLE)[]);
 
 -- @macro kvtrace_critical_path(annotation, instance, definitions)
 -- The critical path is a graph search in Python: not available in a plain shell.
 CREATE MACRO kvtrace_critical_path(annotation, instance, definitions) AS
-    CAST(error('timeline_critical_path searches a graph in Python: use "kvtrace sql" or '
-               || 'kvtrace.connect()')
-         AS STRUCT(run_id VARCHAR, rank BIGINT, step BIGINT, edge_type VARCHAR,
-                   event_idx BIGINT, name VARCHAR, category VARCHAR, stream BIGINT,
-                   bound_by VARCHAR, duration_us DOUBLE)[]);
+    CAST(error('timeline_critical_path searches a graph in Python: use "kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, rank BIGINT, step BIGINT, edge_type VARCHAR, event_idx BIGINT,
+                   name VARCHAR, category VARCHAR, stream BIGINT, bound_by VARCHAR,
+                   duration_us DOUBLE)[]);
+
+-- <<< end of generated macros
