@@ -35,16 +35,17 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import numpy as np
-import pyarrow as pa
 
-from kvtrace.collectors.kv_tiers import HbmOnly, TierFetch, TierModel
+from kvtrace.collectors._dsa_steps import canonical_columns
+from kvtrace.collectors.kv_tiers import HbmOnly, TierModel
 from kvtrace.defaults import DEFAULT_PREFIX_KEY_TOKENS
 from kvtrace.errors import InputError, KvtraceError
-from kvtrace.kernels import block_stats
 from kvtrace.warehouse import Commit, Warehouse
 from kvtrace.warehouse.rows.bookkeeping import collection_run_id, quarantine_rows, run_row
 from kvtrace.warehouse.rows.dsa_writer import DsaWriter, load_kernels
 from kvtrace.warehouse.rows.eval import eval_row
+
+__all__ = ["DsaTracer", "WriterFailed", "prefix_hashes"]
 
 PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
 BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
@@ -518,61 +519,22 @@ class DsaTracer:
     def _canonical(
         self, steps: list[tuple[Any, ...]]
     ) -> Iterator[tuple[dict[str, Any], np.ndarray]]:
-        """Canonical columns of several steps, once per block size."""
-        parts = [_step_rows(*step, full_scores=self.full_scores) for step in steps]
-        flat_positions = np.concatenate([p["positions"] for p in parts])
-        lengths = np.concatenate([p["lengths"] for p in parts])
-        offsets = np.concatenate(([0], np.cumsum(lengths)))
-        lists = block_stats.PositionLists(flat_positions, offsets)
-        rows = len(lengths)
-        positions = pa.ListArray.from_arrays(
-            pa.array(offsets.astype(np.int32)), pa.array(flat_positions)
-        )
-        request_of_row = np.concatenate([p["request"] for p in parts])
-        start_of_row = np.concatenate([p["start"] for p in parts])
-        layer_of_row = np.concatenate([p["layer"] for p in parts])
-        latency = np.concatenate([p["latency"] for p in parts])
-        ts_us = np.concatenate([p["ts_us"] for p in parts])
-        batch_step = np.concatenate([p["batch_step"] for p in parts])
-        score_cols = _score_columns([p["scores"] for p in parts], offsets, rows, self.full_scores)
-        info = [q for p in parts for q in p["info"]]
-        hit = pa.array([bool(q and q.prefix_hit) for q in info])
-        region = np.array(
-            [(q.cached_tokens if q.prefix_hit else q.key_tokens) if q else 0 for q in info],
-            dtype=np.int64,
-        )
-        keys = pa.array([q.prefix_key if q else None for q in info], pa.string())
-        lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
-        self._record_no += rows
-        for block_size in self.block_sizes:
-            distinct = block_stats.touched_blocks(lists, block_size)
-            touched = np.split(distinct.values.astype(np.int64), distinct.offsets[1:-1])
-            fetched = self._tiers[block_size].fetch(
-                batch_step, request_of_row, layer_of_row, touched, block_size
-            )
-            yield (
-                {
-                    **_tier_columns(fetched),
-                    "run_name": pa.array([self.run_name] * rows),
-                    "dataset": pa.array([self.dataset] * rows),
-                    "layer_id": pa.array(layer_of_row),
-                    "topk": pa.array([self.topk] * rows, pa.int64()),
-                    "prefix_hit": hit,
-                    "prefix_cached_blocks": pa.array(-(-region // block_size)),
-                    "prefix_region_tokens": pa.array(region),
-                    "prefix_key": keys,
-                    "request_id": pa.array(request_of_row),
-                    "step_idx": pa.array(start_of_row),
-                    "seq_len": pa.array(start_of_row + 1),
-                    "positions": positions,
-                    "block_size": pa.array([block_size] * rows, pa.int64()),
-                    "step_latency_us": pa.array(latency, pa.float64()),
-                    "ts_us": pa.array(ts_us, pa.float64()),
-                    "batch_step": pa.array(batch_step, pa.int64()),
-                    **score_cols,
-                },
-                lines,
-            )
+        """Canonical columns of several steps, once per block size, with their record numbers."""
+        lines: np.ndarray | None = None
+        for cols in canonical_columns(
+            steps,
+            self.block_sizes,
+            self._tiers,
+            run_name=self.run_name,
+            dataset=self.dataset,
+            topk=self.topk,
+            full_scores=self.full_scores,
+        ):
+            if lines is None:
+                rows = len(cols["layer_id"])
+                lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
+                self._record_no += rows
+            yield cols, lines
 
 
 def _yield_to_the_model(niceness: int = 10) -> None:
@@ -581,135 +543,6 @@ def _yield_to_the_model(niceness: int = 10) -> None:
     if sys.platform.startswith("linux"):
         with suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-
-
-def _tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
-    columns: dict[str, pa.Array] = {}
-    for tier, fetch in fetched.items():
-        counts = np.array([len(h) for h in fetch.hit_blocks], dtype=np.int64)
-        values = np.concatenate(fetch.hit_blocks) if len(counts) else np.zeros(0, np.int64)
-        columns[f"{tier}_hit_blocks"] = pa.ListArray.from_arrays(
-            pa.array(np.concatenate(([0], np.cumsum(counts))).astype(np.int32)),
-            pa.array(values, pa.int64()),
-        )
-        columns[f"{tier}_bytes_read"] = pa.array(fetch.bytes_read, pa.int64())
-        columns[f"{tier}_read_ops"] = pa.array(fetch.read_ops, pa.int64())
-        columns[f"{tier}_latency_us"] = pa.array(fetch.latency_us, pa.float64(), from_pandas=True)
-    return columns
-
-
-def _step_rows(
-    layers: np.ndarray,
-    indices: np.ndarray,
-    values: np.ndarray | None,
-    request_ids: np.ndarray,
-    starts: np.ndarray,
-    latency_us: float,
-    ts_us: float,
-    requests: Mapping[int, Any],
-    batch_step: int,
-    *,
-    full_scores: bool,
-) -> dict[str, Any]:
-    """Row-level arrays of one step: rows run layer by layer, batch row by batch row.
-
-    Positions come out ascending within each row (so the writer only checks that they
-    are); scores follow them only when they are kept in full, since min/mean/max do not
-    depend on the order."""
-    n_layers, batch, k = indices.shape
-    rows = n_layers * batch
-    flat = indices.reshape(rows, k)
-    if flat.size and flat.max() < 2**31:  # a narrower sort, when the values fit
-        flat = flat.astype(np.int32)
-    scores = None
-    if values is None:
-        flat = np.sort(flat, axis=1)
-    elif full_scores:
-        order = np.argsort(flat, axis=1)
-        flat = np.take_along_axis(flat, order, axis=1)
-        ordered = np.take_along_axis(values.reshape(rows, k), order, axis=1)
-        scores = (ordered.astype(np.float64), flat >= 0)
-    else:
-        scores = (values.reshape(rows, k).astype(np.float64), flat >= 0)
-        flat = np.sort(flat, axis=1)
-    keep = flat >= 0
-    return {
-        "positions": flat[keep],
-        "lengths": keep.sum(axis=1),
-        "request": np.tile(np.asarray(request_ids, dtype=np.int64), n_layers),
-        "start": np.tile(np.asarray(starts, dtype=np.int64), n_layers),
-        "layer": np.repeat(layers, batch),
-        "latency": np.full(rows, latency_us),
-        "ts_us": np.full(rows, ts_us),
-        "batch_step": np.full(rows, batch_step, dtype=np.int64),
-        "scores": scores,
-        "info": [requests[r] for r in request_ids] * n_layers,
-    }
-
-
-def _score_columns(
-    parts: list[Any], offsets: np.ndarray, rows: int, full: bool
-) -> dict[str, pa.Array]:
-    """Score statistics (and, when ``full``, the scores) of every row; NULL without scores."""
-    nulls = pa.nulls(rows, pa.float64())
-    if all(p is None for p in parts):
-        return {
-            "scores": pa.nulls(rows, pa.list_(pa.float32())),
-            "score_min": nulls,
-            "score_mean": nulls,
-            "score_max": nulls,
-        }
-    stats: dict[str, list[np.ndarray]] = {
-        name: [] for name in ("score_min", "score_mean", "score_max")
-    }
-    kept, has = [], []
-    for part in parts:
-        if part is None:
-            continue
-        values, keep = part
-        if keep.all() and values.shape[1]:  # no padding: plain reductions
-            stats["score_min"].append(values.min(axis=1))
-            stats["score_mean"].append(values.mean(axis=1))
-            stats["score_max"].append(values.max(axis=1))
-            kept.append(values.ravel())
-        else:
-            masked = np.where(keep, values, np.nan)
-            with np.errstate(invalid="ignore"), _quiet_nan_warnings():
-                stats["score_min"].append(np.nanmin(masked, axis=1))
-                stats["score_mean"].append(np.nanmean(masked, axis=1))
-                stats["score_max"].append(np.nanmax(masked, axis=1))
-            kept.append(values[keep])
-        has.append(len(values))
-    if sum(has) != rows:  # some steps came without scores: keep the columns NULL
-        return {
-            "scores": pa.nulls(rows, pa.list_(pa.float32())),
-            "score_min": nulls,
-            "score_mean": nulls,
-            "score_max": nulls,
-        }
-    scores = (
-        pa.ListArray.from_arrays(
-            pa.array(offsets.astype(np.int32)), pa.array(np.concatenate(kept), pa.float32())
-        )
-        if full
-        else pa.nulls(rows, pa.list_(pa.float32()))
-    )
-    return {
-        "scores": scores,
-        **{
-            name: pa.array(np.concatenate(v), pa.float64(), from_pandas=True)
-            for name, v in stats.items()
-        },
-    }
-
-
-@contextmanager
-def _quiet_nan_warnings() -> Iterator[None]:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
 
 
 def _detach(value: Any) -> Any:
