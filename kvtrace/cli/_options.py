@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import typer
 
-from kvtrace.analysis.kv_access import (
-    Granularity,
-    Scope,
-    Sharing,
-)
-
-if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    pass
-
+from kvtrace.analysis.kv_access import Granularity, Scope, Sharing
 
 AsOfOption = Annotated[
     int | None,

@@ -12,19 +12,22 @@ from kvtrace.analysis import open_analysis_connection
 from kvtrace.cli import _app
 from kvtrace.cli._app import err
 from kvtrace.defaults import OUTPUT_FORMATS, OutputFormat
-from kvtrace.errors import (
-    KvtraceError,
-    QueryError,
-)
+from kvtrace.errors import KvtraceError, QueryError
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     import duckdb
+    import pyarrow as pa
 
     from kvtrace.warehouse import Warehouse
 
 
+def _shows_progress() -> bool:
+    """Whether progress is drawn: on a terminal, not with --quiet."""
+    return not _app.options.quiet and err.is_terminal
+
+
 def _with_progress(label: str, work):
-    if _app.options.quiet or not err.is_terminal:
+    if not _shows_progress():
         return work(None)
     from rich.progress import (
         BarColumn,
@@ -49,7 +52,7 @@ def _with_progress(label: str, work):
 @contextmanager
 def _busy(what: str):
     """A spinner on a terminal (not with --quiet)."""
-    if _app.options.quiet or not err.is_terminal:
+    if not _shows_progress():
         yield
         return
     with err.status(what + " ..."):
@@ -142,6 +145,13 @@ def _width(output: Path | None) -> int | None:
     if output is not None or not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size().columns
+
+
+def _emit_table(table: pa.Table, fmt: OutputFormat, output: Path | None) -> None:
+    """Write ``table`` in ``fmt`` to ``output`` (standard output when None)."""
+    from kvtrace.sql.query import render
+
+    _emit(render(table, fmt, _width(output)), output)
 
 
 def _emit(data: bytes, output: Path | None) -> None:

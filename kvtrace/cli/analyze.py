@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import typer
 
@@ -25,17 +25,8 @@ from kvtrace.cli._options import (
     ScopeOption,
     SharingOption,
 )
-from kvtrace.cli._output import (
-    _busy,
-    _emit,
-    _output_format,
-    _width,
-)
+from kvtrace.cli._output import _busy, _emit, _emit_table, _output_format, _width
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE
-
-if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    pass
-
 
 WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas"]
 
@@ -157,7 +148,7 @@ def whatif(
         shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
         _emit(b"\n".join(render(part, "table", _width(None)) for part in shown), None)
     else:
-        _emit(render(result.table(table), chosen, _width(output)), output)
+        _emit_table(result.table(table), chosen, output)
 
 
 @app.command("prefix-curve")
@@ -210,7 +201,6 @@ def prefix_curve(
     --model llama-3-8b
     """
     from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_table
-    from kvtrace.sql.query import render
     from kvtrace.sql.runs import run_ids
 
     chosen = _output_format(fmt, output)
@@ -228,7 +218,7 @@ def prefix_curve(
     runs = run_ids(con, run, having="workload_requests", what="workload rows") if run else None
     with _busy("Simulating the prefix cache"):
         table = prefix_hit_curve_table(con, spec, runs)
-    _emit(render(table, chosen, _width(output)), output)
+    _emit_table(table, chosen, output)
 
 
 @app.command("hit-curve")
@@ -263,7 +253,6 @@ def hit_curve(
     from kvtrace.analysis.kv_access.curves import hit_curve_table
     from kvtrace.analysis.kv_access.plan import StreamSpec
     from kvtrace.analysis.kv_access.whatif import check_shareable
-    from kvtrace.sql.query import render
     from kvtrace.sql.runs import run_ids
 
     chosen = _output_format(fmt, output)
@@ -285,4 +274,4 @@ def hit_curve(
         check_shareable(con, runs)
     with _busy("Simulating the cache"):
         table = hit_curve_table(con, specs, policy, capacity or [], runs)
-    _emit(render(table, chosen, _width(output)), output)
+    _emit_table(table, chosen, output)

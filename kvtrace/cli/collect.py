@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
-from kvtrace.cli import _app
 from kvtrace.cli._app import _open, app, err, out
+from kvtrace.cli._output import _shows_progress
 from kvtrace.collectors.collect_options import (
     DatasetName,
     DsaCollectOptions,
@@ -21,13 +22,9 @@ from kvtrace.collectors.collect_options import (
     TurnMode,
 )
 from kvtrace.collectors.kv_event_bounds import MAX_MESSAGE_BLOCKS, MAX_MESSAGE_MB, MessageBounds
-from kvtrace.errors import (
-    KvtraceError,
-)
+from kvtrace.errors import KvtraceError
 
-if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    pass
-
+Collected = TypeVar("Collected")  # what a collector reports
 
 collect_app = typer.Typer(
     no_args_is_help=True,
@@ -40,7 +37,7 @@ app.add_typer(collect_app, name="collect")
 
 def _status_line(text: str) -> None:
     """A collector's running count, written over itself on a terminal (not with --quiet)."""
-    if not _app.options.quiet and err.is_terminal:
+    if _shows_progress():
         err.print(text, end="\r")
 
 
@@ -82,9 +79,8 @@ def collect_pool(
             f"{report.polls:,} polls, {report.errors:,} errors, {report.rows:,} rows written"
         )
 
-    stop = threading.Event()
-    with _stopped_by_sigterm(stop):
-        report = poll_pool(
+    report = _until_stopped(
+        lambda stop: poll_pool(
             warehouse,
             targets,
             interval_s=interval,
@@ -95,6 +91,7 @@ def collect_pool(
             on_batch=show,
             stop=stop,
         )
+    )
     out.say(
         f"polled {len(targets)} worker(s): {report.polls:,} polls, {report.errors:,} "
         f"with errors, {report.rows:,} rows into run {report.run_id}"
@@ -170,9 +167,8 @@ def collect_kv_events_command(
             f"{report.gaps:,} gaps, {report.errors:,} errors"
         )
 
-    stop = threading.Event()
-    with _stopped_by_sigterm(stop):
-        report = collect_kv_events(
+    report = _until_stopped(
+        lambda stop: collect_kv_events(
             warehouse,
             sources,
             topic=topic,
@@ -183,6 +179,7 @@ def collect_kv_events_command(
             stop=stop,
             bounds=MessageBounds(int(max_message_mb * 2**20), max_message_blocks),
         )
+    )
     out.say(
         f"recorded {len(sources)} engine(s): {report.messages:,} batches, "
         f"{report.events:,} block events ({report.replayed:,} batches replayed, "
@@ -318,6 +315,13 @@ def collect_dsa_command(
     )
 
 
+def _until_stopped(collect: Callable[[threading.Event], Collected]) -> Collected:
+    """Run ``collect`` with the event that stops it: Ctrl-C's way, or SIGTERM's."""
+    stop = threading.Event()
+    with _stopped_by_sigterm(stop):
+        return collect(stop)
+
+
 @contextmanager
 def _stopped_by_sigterm(stop: threading.Event):
     """For the block, SIGTERM sets ``stop`` (a collector's own way to end: it writes
@@ -341,7 +345,7 @@ def _run_collect(options: DsaCollectOptions):
 
 @contextmanager
 def _request_progress(total: int):
-    if _app.options.quiet or not err.is_terminal:
+    if not _shows_progress():
         yield None
         return
     from rich.progress import BarColumn, Progress, TimeRemainingColumn

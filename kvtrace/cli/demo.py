@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from kvtrace.analysis import open_analysis_connection
 from kvtrace.cli._app import _open, app, out
 from kvtrace.cli.collect import _run_collect
-from kvtrace.cli.report import _write_report
-from kvtrace.collectors.collect_options import (
-    DsaCollectOptions,
-)
-from kvtrace.errors import (
-    KvtraceError,
-)
-
-if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    pass
+from kvtrace.cli.report import ReportSpec, _write_report
+from kvtrace.collectors.collect_options import DsaCollectOptions
+from kvtrace.errors import KvtraceError
 
 
 @app.command()
@@ -61,7 +54,7 @@ def demo() -> None:
     report = Path("kvtrace-demo-report.html").resolve()
     if warehouse.root is not None:
         report = warehouse.root.parent / report.name
-    _write_report(warehouse, "dsa", runs=[result.run_id], experiments=[], output=report)
+    _write_report(warehouse, ReportSpec("dsa", report, runs=(result.run_id,)))
     out.say(
         f"\nWarehouse: {warehouse.location}\nReport:    {report}\nNext: kvtrace -w "
         f'{warehouse.location} sql "SELECT * FROM dsa_layer_profile"   (kvtrace views '

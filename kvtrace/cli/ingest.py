@@ -10,17 +10,9 @@ import typer
 from kvtrace.cli import _app
 from kvtrace.cli._app import _Console, _executor, _open, app, err, out
 from kvtrace.cli._options import AddressOption, EngineOption
-from kvtrace.cli._output import (
-    _answer,
-    _check_output,
-    _output_format,
-    _with_progress,
-)
+from kvtrace.cli._output import _answer, _check_output, _output_format, _with_progress
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind, OutputFormat
-from kvtrace.errors import (
-    IngestRejected,
-    KvtraceError,
-)
+from kvtrace.errors import IngestRejected, KvtraceError
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport
@@ -120,26 +112,23 @@ def ingest(
     answer_format = _answer_options(then_sql, fmt, output)
     warehouse = _open(create=True)
     _check_output(output, warehouse)
-    from kvtrace.ingest import ingest as ingest_paths
+    from kvtrace.ingest import IngestOptions, ingest_with
     from kvtrace.ingest.fanout import unreadable_error
     from kvtrace.ingest.readers.workload import parse_column_mapping
 
-    mapping = parse_column_mapping(columns) if columns is not None else None
+    given = IngestOptions(
+        dataset=dataset,
+        run_name=run_name,
+        block_size=block_size,
+        prefix_key_tokens=prefix_key_tokens,
+        kind=kind,
+        experiment=experiment,
+        columns=parse_column_mapping(columns) if columns is not None else None,
+    )
     report = _with_progress(
         "ingesting",
-        lambda hook: ingest_paths(
-            warehouse,
-            paths,
-            dataset=dataset,
-            run_name=run_name,
-            block_size=block_size,
-            prefix_key_tokens=prefix_key_tokens,
-            kind=kind,
-            experiment=experiment,
-            columns=mapping,
-            progress=hook,
-            jobs=jobs,
-            executor=_executor(engine, address),
+        lambda hook: ingest_with(
+            warehouse, paths, given, progress=hook, jobs=jobs, executor=_executor(engine, address)
         ),
     )
     _print_ingest(report, out if then_sql is None else err)

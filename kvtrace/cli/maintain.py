@@ -8,15 +8,11 @@ import typer
 
 from kvtrace.cli import _app
 from kvtrace.cli._app import _open, app, err, out
-from kvtrace.cli._output import (
-    _busy,
-)
-from kvtrace.errors import (
-    WarehouseDamaged,
-)
+from kvtrace.cli._output import _busy
+from kvtrace.errors import WarehouseDamaged
 
-if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    pass
+if TYPE_CHECKING:  # loaded by the commands that need it
+    from kvtrace.warehouse.ops.maintenance import MaintenanceReport
 
 
 @app.command()
@@ -33,10 +29,7 @@ def optimize(
 
     with _busy("Compacting"):
         report = compact(_open(), target_mb=target_mb)
-    for note in report.notes:
-        err.say(note)
-    for table, what in report.tables.items():
-        out.say(f"{table}: {what}")
+    _print_tables(report)
     out.say(
         f"warehouse version {report.version}" + ("" if report.tables else " (nothing to compact)")
     )
@@ -71,11 +64,16 @@ def vacuum(
     from kvtrace.warehouse.ops.maintenance import vacuum as sweep
 
     report = sweep(_open(), retain_hours=retain_hours, force=force, dry_run=dry_run)
+    _print_tables(report)
+    out.say("nothing to delete" if not report.tables else f"warehouse version {report.version}")
+
+
+def _print_tables(report: MaintenanceReport) -> None:
+    """A maintenance report's notes (on stderr), then what it did to each table."""
     for note in report.notes:
         err.say(note)
     for table, what in report.tables.items():
         out.say(f"{table}: {what}")
-    out.say("nothing to delete" if not report.tables else f"warehouse version {report.version}")
 
 
 @app.command("check")

@@ -4,32 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from kvtrace.cli._app import _executor, _open, app, out
-from kvtrace.cli._options import (
-    AddressOption,
-    AsOfOption,
-    EngineOption,
-    FormatOption,
-    OutputOption,
-)
-from kvtrace.cli._output import (
-    _answer,
-    _busy,
-    _check_output,
-    _emit,
-    _output_format,
-    _read_text,
-)
-from kvtrace.errors import (
-    KvtraceError,
-)
-
-if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    pass
+from kvtrace.cli._options import AddressOption, AsOfOption, EngineOption, FormatOption, OutputOption
+from kvtrace.cli._output import _answer, _busy, _check_output, _emit, _output_format, _read_text
+from kvtrace.errors import KvtraceError
 
 
 @app.command()

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from kvtrace.cli._app import _open, app, out
-from kvtrace.cli._options import (
-    AsOfOption,
-)
-from kvtrace.errors import (
-    KvtraceError,
-)
+from kvtrace.cli._options import AsOfOption
+from kvtrace.errors import KvtraceError
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.warehouse import Warehouse
@@ -56,11 +53,13 @@ def report_command(
     """
     _write_report(
         _open(as_of=as_of),
-        name,
-        runs=run or [],
-        experiments=experiment or [],
-        output=output,
-        slos=_slos(name, slo or []),
+        ReportSpec(
+            name,
+            output,
+            runs=tuple(run or []),
+            experiments=tuple(experiment or []),
+            slos=_slos(name, slo or []),
+        ),
     )
     out.say(f"wrote {output}")
 
@@ -68,7 +67,7 @@ def report_command(
 SLO_METRICS = ("ttft", "tpot", "e2el")
 
 
-def _slos(report: str, given: list[str]) -> dict[str, float]:
+def _slos(report: str, given: list[str]) -> tuple[tuple[str, float], ...]:
     """``--slo METRIC=MS`` values by metric; one sentence for a malformed one."""
     if given and report != "serving":
         raise KvtraceError("--slo applies to the serving report only")
@@ -85,20 +84,25 @@ def _slos(report: str, given: list[str]) -> dict[str, float]:
                 f"a positive number of milliseconds, got {text!r}"
             )
         slos[metric] = milliseconds
-    return slos
+    return tuple(slos.items())
 
 
-def _write_report(
-    warehouse: Warehouse,
-    name: str,
-    *,
-    runs: list[str],
-    experiments: list[str],
-    output: Path,
-    slos: dict[str, float] | None = None,
-) -> None:
-    """Render report ``name`` to ``output``; its command line is the one that makes it
-    again (the warehouse version pinned)."""
+@dataclass(frozen=True)
+class ReportSpec:
+    """A report to render: which, to what file, over which runs and experiments, with
+    which service-level objectives (metric, milliseconds)."""
+
+    name: str
+    output: Path
+    runs: tuple[str, ...] = ()
+    experiments: tuple[str, ...] = ()
+    slos: tuple[tuple[str, float], ...] = ()
+
+
+def _write_report(warehouse: Warehouse, spec: ReportSpec) -> None:
+    """Render the report ``spec`` names to its file; its command line is the one that
+    makes it again (the warehouse version pinned)."""
+    name, output = spec.name, spec.output
     import shlex
 
     from kvtrace.reports import reports
@@ -107,9 +111,9 @@ def _write_report(
     known = reports()
     if name not in known:
         raise KvtraceError(f"expected {', '.join(known)} for the report, got {name!r}")
-    selection = [arg for run in runs for arg in ("--run", run)]
-    selection += [arg for label in experiments for arg in ("--experiment", label)]
-    for metric, milliseconds in (slos or {}).items():
+    selection = [arg for run in spec.runs for arg in ("--run", run)]
+    selection += [arg for label in spec.experiments for arg in ("--experiment", label)]
+    for metric, milliseconds in spec.slos:
         selection += ["--slo", f"{metric}={milliseconds:g}"]
     command_line = shlex.join(
         [
@@ -128,10 +132,10 @@ def _write_report(
     html = render_report(
         warehouse,
         known[name],
-        runs=runs,
-        experiments=experiments,
+        runs=list(spec.runs),
+        experiments=list(spec.experiments),
         command_line=command_line,
-        settings={f"slo_{metric}_ms": ms for metric, ms in (slos or {}).items()},
+        settings={f"slo_{metric}_ms": ms for metric, ms in spec.slos},
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     from kvtrace.sql.query import write_output

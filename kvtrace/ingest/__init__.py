@@ -70,6 +70,20 @@ def ingest(
         experiment=experiment,
         columns=columns,
     )
+    return ingest_with(warehouse, paths, options, progress=progress, jobs=jobs, executor=executor)
+
+
+def ingest_with(
+    warehouse: Warehouse,
+    paths: list[str],
+    options: IngestOptions,
+    *,
+    progress: Progress | None = None,
+    jobs: int = 1,
+    executor: Executor | None = None,
+) -> IngestReport:
+    """`ingest` with what applies to every file gathered in ``options`` (as the command
+    line builds them)."""
     report = ingest_paths(
         warehouse, paths, options, progress=progress, jobs=jobs, executor=executor
     )
@@ -77,4 +91,4 @@ def ingest(
     return report
 
 
-__all__ = ["FileReport", "IngestReport", "ingest"]
+__all__ = ["FileReport", "IngestOptions", "IngestReport", "ingest", "ingest_with"]
