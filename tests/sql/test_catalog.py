@@ -68,22 +68,9 @@ def test_every_file_declares_exactly_the_files_it_uses():
 
 
 def test_a_file_that_uses_an_undeclared_file_is_caught():
-    creator = {"dsa_steps": "dsa_steps.sql", "runs": "tables.sql"}
+    creator = {"dsa_steps": "dsa_steps.sql", "runs": "runs.sql"}
     text = "-- uses runs in a comment only\nCREATE VIEW x AS SELECT * FROM dsa_steps;"
     assert _used_files(text, creator, "x.sql") == {"dsa_steps.sql"}
-
-
-FAMILY_PREFIX = {
-    "pool_other.sql": "pool_",
-    "request_metrics.sql": "request_",
-    "timings.sql": "timing_",
-    "eval.sql": "eval_",
-    "workload.sql": "workload_",
-    "timeline.sql": "timeline_",
-    "warehouse_log.sql": "warehouse_",
-    "run_compare.sql": "run_",
-    "tables.sql": "runs_",
-}
 
 
 def test_every_public_object_carries_its_family_prefix():
@@ -91,7 +78,7 @@ def test_every_public_object_carries_its_family_prefix():
 
     unprefixed = []
     for obj in documented_objects():
-        prefix = FAMILY_PREFIX.get(obj.file, obj.file.split("_")[0] + "_")
+        prefix = obj.file.split("_")[0].removesuffix(".sql") + "_"  # pool.sql, dsa_blocks.sql
         if obj.public and obj.name not in TABLES and not obj.name.startswith(prefix):
             unprefixed.append(f"{obj.file}: {obj.name}")
     assert unprefixed == []

@@ -33,7 +33,7 @@
 -- 'private' it is a cold miss.
 --
 -- @requires dsa_steps.sql
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @view _dsa_access_rows
 -- The DSA rows the access stream reads: each run at its smallest stored block size.

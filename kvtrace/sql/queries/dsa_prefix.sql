@@ -13,7 +13,7 @@
 -- intersection_blocks [0, 1], ratio 0.5, and cached_prefix_ratio 0.25.
 --
 -- @requires dsa_steps.sql
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @macro dsa_prefix(bs)
 -- Every stored row, with its intersection with the request's prefix region at block size `bs`.

@@ -1,7 +1,7 @@
 -- Invariant checks over the stored DSA traces: what a careful reader would verify by hand.
 --
 -- @requires dsa_steps.sql
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @view dsa_quality
 -- One row per (run, check) that found violations; an empty result means every check passed.

@@ -13,7 +13,7 @@
 --
 -- @requires dsa_steps.sql
 -- @requires stats.sql
--- @requires tables.sql
+-- @requires runs.sql
 
 CREATE VIEW _dsa_offset_hist_values AS
 SELECT run_id, dataset, block_size, "offset" AS value, n FROM _dsa_offset_hist_files;

@@ -17,7 +17,7 @@
 -- and touches blocks {0, 1, 2, 7}: 2 of the 3 needle blocks (block recall 0.667).
 --
 -- @requires dsa_access.sql
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @view eval_samples
 -- One scored evaluation sample per row (one row per run, task and sample index).

@@ -48,8 +48,8 @@
 -- of the first, (0.5 - 0.1) / 4 = 100 ms; goodput with tpot_slo_ms := 50 is 0.5/s (the
 -- second request's TPOT counts as 0).
 --
--- @requires tables.sql
--- @requires timings.sql
+-- @requires runs.sql
+-- @requires timing.sql
 
 -- @macro _serving_computed(ttft_slo_ms, tpot_slo_ms, e2e_slo_ms)
 -- The benchmark table's numbers computed from the per-request records.

@@ -14,7 +14,7 @@
 -- us, and 10 us are exposed.  An all-reduce (ncclDevKernel_AllReduce) on stream 30 at
 -- [40, 50) would not hide the rest: it is communication, not compute.
 --
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @view _timeline_steps
 -- The iterations: one row per ProfilerStep#N span, per run and rank (-1 when unknown).

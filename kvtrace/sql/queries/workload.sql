@@ -20,7 +20,7 @@
 -- Worked example: requests with hash_ids [1, 2, 3], [1, 2, 4], [5] read 7 blocks, 2 of
 -- them seen before (reuse share 2/7); the second request's prefix hit is 2 blocks.
 --
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @view workload_requests
 -- One row per request of an arrival trace.

@@ -16,8 +16,8 @@
 -- is a relative error of (0.25 - 0.20) / 0.20 = +25 %.
 --
 -- @requires eval.sql
--- @requires request_metrics.sql
--- @requires tables.sql
+-- @requires request.sql
+-- @requires runs.sql
 
 -- @view request_timings
 -- One row per request of a benchmark or simulator run.

@@ -5,9 +5,9 @@
 -- always shown with equal-time and equal-count bins side by side: a small last
 -- equal-time bin can fake a "recovery".  Percentiles are linear-interpolated.
 --
--- @requires pool_other.sql
+-- @requires pool.sql
 -- @requires stats.sql
--- @requires tables.sql
+-- @requires runs.sql
 
 -- @view request_metrics
 -- One row per replayed request.

@@ -5,9 +5,9 @@
 -- run).  A single run on either side is flagged: its difference is within single-run
 -- variance and is no evidence of an improvement.
 --
--- @requires pool_other.sql
--- @requires request_metrics.sql
--- @requires tables.sql
+-- @requires pool.sql
+-- @requires request.sql
+-- @requires runs.sql
 
 -- @macro run_compare(left_experiment, right_experiment, warmup_fraction)
 -- Per metric: both sides, the runs behind each, the difference right - left.  Decode
