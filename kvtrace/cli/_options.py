@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -76,3 +77,26 @@ ScopeOption = Annotated[
         "[default: run with --sharing content or --arrivals, else request].",
     ),
 ]
+
+
+def one_of(
+    names: Callable[[], Sequence[str]], lookup: Callable[[str], object] | None = None
+) -> Callable[[str | None], str | None]:
+    """A typer callback that takes a name ``names`` gives (asked only once a value comes,
+    so building a command imports no registry), or one ``lookup`` accepts (an installed
+    family); anything else is a usage error listing the names."""
+
+    def check(value: str | None) -> str | None:
+        if value is None or value in names():
+            return value
+        if lookup is not None:
+            from kvtrace.errors import KvtraceError
+
+            try:
+                lookup(value)
+            except KvtraceError as error:
+                raise typer.BadParameter(str(error)) from None
+            return value
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(names())}.")
+
+    return check

@@ -13,6 +13,7 @@ from kvtrace.analysis.kv_access import (
     DEFAULT_TPOT_MS,
     Policy,
 )
+from kvtrace.analysis.policies import prefix_policies
 from kvtrace.cli._app import _executor, _open, app, err
 from kvtrace.cli._options import (
     AddressOption,
@@ -24,6 +25,7 @@ from kvtrace.cli._options import (
     OutputOption,
     ScopeOption,
     SharingOption,
+    one_of,
 )
 from kvtrace.cli._output import _busy, _emit, _emit_table, _output_format, _width
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE
@@ -158,10 +160,11 @@ def prefix_curve(
         typer.Option(help="Run id or run name (repeatable) [default: every run with hash_ids]."),
     ] = None,
     policy: Annotated[
-        Literal["lru", "fifo", "radix_lru", "opt"],
+        str,
         typer.Option(
+            callback=one_of(prefix_policies),
             help="lru or fifo (a hash-chained block pool, as vLLM's), radix_lru (SGLang's "
-            "radix tree) or opt (Belady over the tree's leaves)."
+            "radix tree) or opt (Belady over the tree's leaves).",
         ),
     ] = "lru",
     semantics: Annotated[

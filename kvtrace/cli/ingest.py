@@ -9,13 +9,25 @@ import typer
 
 from kvtrace.cli import _app
 from kvtrace.cli._app import _Console, _executor, _open, app, err, out
-from kvtrace.cli._options import AddressOption, EngineOption
+from kvtrace.cli._options import AddressOption, EngineOption, one_of
 from kvtrace.cli._output import _answer, _check_output, _output_format, _with_progress
-from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind, OutputFormat
+from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OutputFormat
 from kvtrace.errors import IngestRejected, KvtraceError
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport
+
+
+def _kind_names() -> tuple[str, ...]:
+    from kvtrace.ingest.families import kind_names
+
+    return kind_names()
+
+
+def _family_named(name: str) -> object:
+    from kvtrace.ingest.families import family_named
+
+    return family_named(name)
 
 
 @app.command()
@@ -40,10 +52,11 @@ def ingest(
         ),
     ] = None,
     kind: Annotated[
-        Kind | None,
+        str | None,
         typer.Option(
-            help="Read every file as dsa, pool, requests, eval, workload, benchmark, timeline, "
-            "kv-events or summary (default: told by each file's content)."
+            callback=one_of(_kind_names, _family_named),
+            help="Read every file as this trace family, a built-in or an installed one "
+            "(default: told by each file's content); a name kvtrace lacks lists them.",
         ),
     ] = None,
     experiment: Annotated[

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kvtrace.cli._app import _open, app, out
-from kvtrace.cli._options import AsOfOption
+from kvtrace.cli._options import AsOfOption, one_of
 from kvtrace.errors import KvtraceError
+from kvtrace.reports import report_help, report_names
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.warehouse import Warehouse
 
 
-ReportName = Literal["dsa", "pool", "serving", "compare", "whatif", "eval", "workload", "timeline"]
-
-
 @app.command("report")
 def report_command(
-    name: Annotated[ReportName, typer.Argument(help="The report.")],
+    name: Annotated[str, typer.Argument(callback=one_of(report_names), help=report_help())],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
     run: Annotated[
         list[str] | None,
