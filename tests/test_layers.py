@@ -180,3 +180,48 @@ def test_the_checker_sees_a_private_crossing(tmp_path):
     assert private_crossings(machinery, home="kvtrace.ingest") == [
         "kvtrace.ingest.readers._export_names"
     ]
+
+
+def _module_name(path: Path) -> str:
+    """The dotted name of a module of kvtrace (a package by its own name)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _warehouse_import_graph() -> dict[str, set[str]]:
+    """Module -> the kvtrace.warehouse modules it imports (at module or function level);
+    ``from package import module`` counts as importing the module."""
+    paths = sorted((PACKAGE / "warehouse").rglob("*.py"))
+    modules = {_module_name(path) for path in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    dotted = f"{node.module}.{alias.name}"
+                    targets.add(dotted if dotted in modules else node.module)
+        graph[_module_name(path)] = (targets & modules) - {_module_name(path)}
+    return graph
+
+
+def test_the_warehouse_modules_import_no_circle():
+    graph = _warehouse_import_graph()
+    done: set[str] = set()
+    circles: list[str] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circles.append(" -> ".join([*path[path.index(module) :], module]))
+            return
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert circles == []

@@ -4,11 +4,11 @@ Everything that puts rows on disk lives here, and nothing here imports the SQL l
 (`kvtrace.sql`), a reader (`kvtrace.ingest`) or a collector (`kvtrace.collectors`).  The
 core, this folder, is what every other layer may rely on:
 
-- `_store`: `Warehouse` and its commits (exported here);
+- `_store` / `_commit`: `Warehouse` and its commits (exported here);
 - `_journal` / `_delta_log` / `_log_entry`: the Delta Lake tables, the journal of commits,
   snapshots;
-- `_storage` / `_object_storage` / `_object_lock`: the seam to a folder or an object store
-  (publish, locks);
+- `_storage` / `_object_storage` / `_object_lock` / `_open_storage`: the seam to a folder or
+  an object store (publish, locks) and the choice between them;
 - `table_file` / `snapshot_cache` / `no_pandas`: one table's data files, cached snapshots,
   Arrow without pandas;
 - `schema`: the tables' contracts (columns, partitioning, sort order).
@@ -17,6 +17,7 @@ Two sub-packages build on the core and are never imported by it: `rows` (the row
 readers and collectors share) and `ops` (optimize, vacuum, check, repair, migrate).
 """
 
-from kvtrace.warehouse._store import Commit, Warehouse
+from kvtrace.warehouse._commit import Commit
+from kvtrace.warehouse._store import Warehouse
 
 __all__ = ["Commit", "Warehouse"]

@@ -3,9 +3,9 @@
 `LocalStorage` keeps a warehouse in a folder; `kvtrace.warehouse._object_storage` keeps it
 under a URI of an object store (``s3://bucket/prefix``, ``gs://...``, ``abfs://...``)
 through Arrow's file systems, with credentials from the usual environment
-(``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...).  `open_storage` picks one from a
-location; Arrow loads only for an object store or code that reads with it.  Everything else
-in kvtrace names warehouse files by their path relative to the root.
+(``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...).  `kvtrace.warehouse._open_storage` picks
+one from a location; Arrow loads only for an object store or code that reads with it.
+Everything else in kvtrace names warehouse files by their path relative to the root.
 """
 
 from __future__ import annotations
@@ -60,18 +60,6 @@ def partition_value(value: object) -> str:
 def is_uri(location: str | os.PathLike[str]) -> bool:
     """Whether ``location`` names an object store (``scheme://...``) rather than a folder."""
     return bool(_SCHEME.match(str(location))) and not str(location).startswith("file://")
-
-
-def open_storage(location: str | os.PathLike[str]) -> Storage:
-    """The storage of a warehouse at ``location``: a folder, or an object-store URI."""
-    text = str(location)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    if is_uri(text):
-        from kvtrace.warehouse._object_storage import ObjectStorage
-
-        return ObjectStorage(text)
-    return LocalStorage(Path(text))
 
 
 class Storage:

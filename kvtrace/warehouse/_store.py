@@ -10,24 +10,23 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from kvtrace._version import __version__
 from kvtrace.errors import WarehouseError
 from kvtrace.warehouse import snapshot_cache
+from kvtrace.warehouse._commit import COLLECTOR_APP_PREFIX, Commit
+from kvtrace.warehouse._open_storage import open_storage
 from kvtrace.warehouse._storage import (
     IN_FLIGHT_DIR,
     LOCK_DIR,
     TMP_DIR,
-    CommitHold,
     LocalStorage,
     Storage,
-    open_storage,
 )
 from kvtrace.warehouse.schema import JOURNAL, LOCK_TABLE, TABLE_NAMES, schema_digest
 
@@ -43,7 +42,6 @@ SCHEMA_DIR = "_schema"
 SCHEMA_STAMP = "_stamp"  # the digest of the schemas the files were written for
 MARKER = "kvtrace.json"
 FORMAT = 2  # 1: the manifest of kvtrace's own (converted by `kvtrace migrate`)
-COLLECTOR_APP_PREFIX = "kvtrace-commit:"  # the transaction of a commit of no source
 _OWN_ENTRIES = {
     MARKER,
     SCHEMA_DIR,
@@ -58,36 +56,6 @@ _OWN_ENTRIES = {
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-@dataclass
-class Commit:
-    """Files written for one source (or one collector batch), published together.
-
-    Data files become visible only when `Warehouse.commit` records the commit.
-    """
-
-    commit_id: str
-    run_id: str
-    source_path: str | None = None
-    source_sha256: str | None = None
-    source_size: int | None = None
-    operation: str = "ingest"
-    files: list[DataFile] = field(default_factory=list)
-    open_files: list[TableFile] = field(default_factory=list)
-    landed: bool = False  # set by `Warehouse.commit`: False when another process's
-    # commit of the same source landed first
-    hold: CommitHold | None = None  # marks the commit in flight until it ends
-    background_writes: list[Callable[[], None]] = field(default_factory=list)
-    # each waits for a write a writer still runs in a thread (`Warehouse.abort` calls them
-    # before it removes the files)
-
-    @property
-    def app_id(self) -> str:
-        """The transaction id that makes the commit land once: one per source and run."""
-        if self.source_sha256:
-            return f"kvtrace-source:{self.run_id}:{self.source_sha256}"
-        return f"{COLLECTOR_APP_PREFIX}{self.commit_id}"
 
 
 class Warehouse:
@@ -380,7 +348,7 @@ class Warehouse:
         from kvtrace.warehouse.schema.tables import TABLES
         from kvtrace.warehouse.table_file import write_table
 
-        write_table(self, commit, TABLES[table], data)
+        write_table(self.storage, commit, TABLES[table], data)
 
     def write_rows(self, commit: Commit, table: str, rows: list[dict[str, Any]]) -> None:
         """`write` for rows as dicts, built with the table's schema (so a column that the
@@ -396,7 +364,7 @@ class Warehouse:
         from kvtrace.warehouse.schema.tables import TABLES
         from kvtrace.warehouse.table_file import TableFile
 
-        return TableFile(self, commit, TABLES[table])
+        return TableFile(self.storage, commit, TABLES[table])
 
     def commit(self, commit: Commit) -> bool:
         """Add the files of ``commit`` to their tables and record it in the journal.

@@ -15,11 +15,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtrace.warehouse._delta_log import publish_file
-from kvtrace.warehouse._storage import partition_value
+from kvtrace.warehouse._storage import Storage, partition_value
 from kvtrace.warehouse.schema.tables import TableSpec
 
 if TYPE_CHECKING:
-    from kvtrace.warehouse._store import Commit, Warehouse
+    from kvtrace.warehouse._commit import Commit
+
+__all__ = ["PARALLEL_FILE_BYTES", "TableFile", "write_table"]
 
 PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
 # integer lists whose neighbours are close: sorted positions and blocks, and the block
@@ -36,13 +38,14 @@ _LIST_LEAVES = {
 class TableFile:
     """A Parquet file of one partition written in several row groups, then published.
 
-    Get one from `Warehouse.open_file`; `append` writes a row group, `close` renames the
-    file into its partition folder (still invisible until the commit is recorded).
+    Get one from `kvtrace.warehouse.Warehouse.open_file`; `append` writes a row group,
+    `close` renames the file into its partition folder (still invisible until the commit
+    is recorded).
     """
 
-    def __init__(self, warehouse: Warehouse, commit: Commit, spec: TableSpec) -> None:
-        self.warehouse, self.commit, self.spec = warehouse, commit, spec
-        self.temp = warehouse.storage.new_temp(".parquet")
+    def __init__(self, storage: Storage, commit: Commit, spec: TableSpec) -> None:
+        self.storage, self.commit, self.spec = storage, commit, spec
+        self.temp = storage.new_temp(".parquet")
         self.rows = 0
         self._first: pa.Table | None = None
         self._request_range: list[int] = []
@@ -73,7 +76,7 @@ class TableFile:
         if self._writer is None or self._first is None:
             return
         self._writer.close()
-        data_file = publish_file(self.warehouse.storage, self.temp, self._path(self._first))
+        data_file = publish_file(self.storage, self.temp, self._path(self._first))
         self.commit.files.append(data_file)
         if self.commit.hold is not None:
             self.commit.hold.touch()
@@ -103,14 +106,14 @@ class TableFile:
         return "/".join([*parts, name])
 
 
-def write_table(warehouse: Warehouse, commit: Commit, spec: TableSpec, data: pa.Table) -> None:
+def write_table(storage: Storage, commit: Commit, spec: TableSpec, data: pa.Table) -> None:
     """Write ``data`` (rows of one partition) as Parquet files of ``commit``: one, or for
     a large table one per core, encoded at once (`PARALLEL_FILE_BYTES`)."""
     if data.num_rows == 0:
         return
     parts = _parallel_parts(data)
     step = -(-data.num_rows // parts)
-    handles = [TableFile(warehouse, commit, spec) for _ in range(parts)]
+    handles = [TableFile(storage, commit, spec) for _ in range(parts)]
     if parts == 1:
         handles[0].append(data)
     else:

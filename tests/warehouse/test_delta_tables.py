@@ -19,7 +19,7 @@ from kvtrace import connect
 from kvtrace.errors import WarehouseError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
-from kvtrace.warehouse._storage import open_storage
+from kvtrace.warehouse._open_storage import open_storage
 from kvtrace.warehouse.ops.integrity import check
 from kvtrace.warehouse.ops.maintenance import leftovers, settle
 from kvtrace.warehouse.ops.maintenance import vacuum as vacuum_warehouse

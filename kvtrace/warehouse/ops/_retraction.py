@@ -20,8 +20,9 @@ from typing import Any
 from deltalake.transaction import AddAction, RemoveAction
 
 from kvtrace.warehouse import _journal as journal
+from kvtrace.warehouse._commit import COLLECTOR_APP_PREFIX
 from kvtrace.warehouse._delta_log import active_files, commit_actions, open_table
-from kvtrace.warehouse._store import COLLECTOR_APP_PREFIX, Warehouse
+from kvtrace.warehouse._store import Warehouse
 from kvtrace.warehouse.ops._compacted import held_commits, put_back_inputs
 from kvtrace.warehouse.ops.integrity import scan_log
 from kvtrace.warehouse.ops.maintenance import row

@@ -11,10 +11,13 @@ import pyarrow.parquet as pq
 from kvtrace.errors import WarehouseError
 from kvtrace.warehouse import _journal as journal
 from kvtrace.warehouse._delta_log import DataFile, add_files, file_stats
-from kvtrace.warehouse._storage import Storage, open_storage
+from kvtrace.warehouse._open_storage import open_storage
+from kvtrace.warehouse._storage import Storage
 from kvtrace.warehouse._store import FORMAT, MARKER, create_tables
 from kvtrace.warehouse.ops.maintenance import MaintenanceReport, row
 from kvtrace.warehouse.schema.tables import TABLES
+
+__all__ = ["LEGACY_MANIFEST", "migrate"]
 
 LEGACY_MANIFEST = "_manifest"
 
