@@ -7,3 +7,5 @@ hit counts and per-step tier counts summed in the order one machine produces the
 the answer is the single-machine one, bit for bit.  Workers must reach the warehouse:
 the same disk, or an object store.
 """
+
+__all__ = ["ray_engine"]

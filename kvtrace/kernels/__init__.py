@@ -3,3 +3,16 @@
 Nothing here imports the warehouse, DuckDB or any reader.  `cache_sim` simulates caches
 over streams of integer item keys (LRU stack distances, FIFO, Belady's OPT).
 """
+
+__all__ = [
+    "access_items",
+    "block_keys",
+    "block_stats",
+    "cache_sim",
+    "json_lists",
+    "json_records",
+    "list_checks",
+    "offset_counts",
+    "prefix_sim",
+    "sampling",
+]

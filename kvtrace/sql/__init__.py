@@ -9,3 +9,5 @@
 `kvtrace.connect` (`kvtrace.analysis.connect`) opens a connection with the library and
 the analysis functions its macros call.
 """
+
+__all__ = ["catalog", "functions", "guard", "interrupt", "limits", "query", "runs", "text_table"]

@@ -38,6 +38,28 @@ from kvtrace.warehouse.schema import TABLE_NAMES
 if TYPE_CHECKING:
     import pyarrow as pa
 
+__all__ = [
+    "FALLBACK_FILE",
+    "LIST_FUNCTIONS",
+    "SqlFile",
+    "SqlObject",
+    "alias_sql",
+    "base_views_sql",
+    "calls_functions",
+    "cursor_of",
+    "documented_objects",
+    "files_for",
+    "install_functions",
+    "library",
+    "literal_table_sql",
+    "named_definitions",
+    "open_connection",
+    "parse_docs",
+    "quote_literal",
+    "shell_init_sql",
+    "table_sources",
+]
+
 FALLBACK_FILE = "udf_fallback.sql"
 _OBJECT = re.compile(r"^--\s*@(view|macro)\s+([A-Za-z_][\w]*)(\([^)]*\))?\s*$")
 _COLUMN = re.compile(r"^--\s*@column\s+(\w+)\s+(.*)$")

@@ -7,6 +7,8 @@ import sys
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
+__all__ = ["pyarrow_without_pandas"]
+
 
 def pyarrow_without_pandas() -> None:
     """Let pyarrow's one look for pandas find none in this process, whenever pyarrow loads.

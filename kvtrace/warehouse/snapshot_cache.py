@@ -40,6 +40,20 @@ if TYPE_CHECKING:
     from kvtrace.warehouse._journal import Snapshot
     from kvtrace.warehouse._storage import Storage
 
+__all__ = [
+    "COMMITS",
+    "FILES",
+    "JOURNAL_LOG",
+    "KEEP_PER_WAREHOUSE",
+    "RETRACTIONS",
+    "StoredSnapshot",
+    "forget",
+    "keep",
+    "load",
+    "newest_version",
+    "stored",
+]
+
 JOURNAL_LOG = f"{JOURNAL}/_delta_log"
 KEEP_PER_WAREHOUSE = 8  # snapshots kept per warehouse: the newest versions kept
 COMMITS = "commits.parquet"  # the journal's standing rows

@@ -5,3 +5,5 @@
 retracting damaged commits (`retraction`, `compacted`); `migrate` moves a warehouse to
 the current layout.  They use the storage core (`kvtrace.warehouse`), never the reverse.
 """
+
+__all__ = ["integrity", "maintenance", "migrate", "repair"]

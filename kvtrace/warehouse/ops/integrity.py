@@ -36,6 +36,8 @@ from kvtrace.warehouse.ops._lost_rows import lost_rows
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
 
+__all__ = ["DAMAGED_DIR", "CheckReport", "LogScan", "Problem", "check", "scan_log"]
+
 DAMAGED_DIR = "_delta_log_damaged"  # where a repair moves the log entries it rolls back
 _ENTRY = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")

@@ -44,6 +44,19 @@ from kvtrace.warehouse._store import Warehouse
 from kvtrace.warehouse.schema import JOURNAL, LOCK_TABLE
 from kvtrace.warehouse.schema.tables import TABLES
 
+__all__ = [
+    "MAINTENANCE_LOCK",
+    "SAFE_RETAIN_HOURS",
+    "Leftover",
+    "MaintenanceReport",
+    "describe_leftovers",
+    "leftovers",
+    "optimize",
+    "row",
+    "settle",
+    "vacuum",
+]
+
 SAFE_RETAIN_HOURS = 1.0  # a shorter retention needs force (see `vacuum`)
 MAINTENANCE_LOCK = "maintenance"
 _MAINTENANCE_OPERATIONS = {"OPTIMIZE"}  # Delta operations that rewrite without new rows

@@ -54,6 +54,8 @@ from kvtrace.warehouse.ops.maintenance import MAINTENANCE_LOCK, settle
 from kvtrace.warehouse.schema import JOURNAL
 from kvtrace.warehouse.schema.tables import TABLES
 
+__all__ = ["RepairReport", "repair"]
+
 
 @dataclass
 class RepairReport:

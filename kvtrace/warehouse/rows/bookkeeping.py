@@ -17,6 +17,8 @@ from typing import Any
 from kvtrace._version import __version__
 from kvtrace.warehouse.rows.rejects import BadLine
 
+__all__ = ["collection_run_id", "make_run_id", "quarantine_rows", "run_row"]
+
 
 def make_run_id(run_name: str, source: str) -> str:
     """A stable run id: a readable slug of the name plus a hash of (name, source)."""

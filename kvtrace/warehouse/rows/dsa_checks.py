@@ -19,6 +19,8 @@ import pyarrow as pa
 
 from kvtrace.kernels.block_stats import BlockStats, OffsetStats, PositionLists, segment_bracket
 
+__all__ = ["SourceChecks", "StatCheck", "check_source_stats"]
+
 _MEAN_TOLERANCE = 0.051  # tokens: the tracer prints one or two decimals
 _RATIO_TOLERANCE = 0.0051  # ratios printed with two or more decimals
 _SLACK = 1e-6

@@ -14,6 +14,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.dsa import TIERS
 
+__all__ = ["CANONICAL_DSA", "Columns", "complete"]
+
 _I64, _F64, _STR = pa.int64(), pa.float64(), pa.string()
 
 CANONICAL_DSA = pa.schema(

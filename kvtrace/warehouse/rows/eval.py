@@ -23,6 +23,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+__all__ = [
+    "ErrorClass",
+    "Metric",
+    "error_class",
+    "eval_row",
+    "postprocess",
+    "ruler_metric",
+    "score",
+]
+
 Metric = Literal["string_match_all", "string_match_part"]
 ErrorClass = Literal["empty", "format", "partial", "wrong_value"]
 

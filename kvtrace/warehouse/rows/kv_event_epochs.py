@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+__all__ = ["REPEAT_WINDOW", "Arrival", "EngineEpochs", "restart_row"]
+
 REPEAT_WINDOW = 10_000  # the batches of an epoch a repeat is recognised among (vLLM replays 10,000)
 
 

@@ -19,6 +19,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = [
+    "FIELDS",
+    "FLOAT_LIMIT",
+    "INT32_MAX",
+    "INT64_LIMIT",
+    "KINDS",
+    "BatchRows",
+    "MalformedBatch",
+    "TooManyBlocks",
+    "batch_rows",
+    "check_seq",
+]
+
 # The fields of each event, in the order array-like encodings send them.
 FIELDS: dict[str, tuple[str, ...]] = {
     "BlockStored": (

@@ -23,6 +23,8 @@ from kvtrace.warehouse.schema.serving import (
     REQUEST_METRICS,
 )
 
+__all__ = ["POOL_ALIASES", "REQUEST_ALIASES", "FieldError", "pool_row", "request_row"]
+
 # canonical name -> accepted source names, first match wins
 POOL_ALIASES: dict[str, tuple[str, ...]] = {
     "worker_id": ("worker_id", "worker", "worker_name"),
