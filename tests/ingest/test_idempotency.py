@@ -17,6 +17,7 @@ from kvtrace.errors import KvtraceError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
 from kvtrace.warehouse.rows import dsa_writer
+from kvtrace.warehouse.rows.dsa_histograms import DsaHistograms
 from tests.conftest import (
     local_only,
     run_kvtrace,
@@ -51,10 +52,10 @@ def test_a_crash_after_some_files_were_written_leaves_nothing_visible(
     trace = synthetic_trace(requests=2, steps=2, layers=4)
     monkeypatch.setattr(dsa_writer, "FLUSH_BYTES", 1)  # one data file per chunk
 
-    def fail_after_data(self):
+    def fail_after_data(self, warehouse, commit):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dsa_writer.DsaWriter, "_write_histograms", fail_after_data)
+    monkeypatch.setattr(DsaHistograms, "write", fail_after_data)
     with pytest.raises(KvtraceError, match="No space left on device"):
         ingest(warehouse, [str(trace)])
     assert _counts(warehouse) == {
