@@ -45,9 +45,9 @@ def ingest(
         ``--trace-prefix-key-tokens``); by default what the run's ``summary.json`` says,
         else 256.
     kind
-        Read every file as this family (``dsa``, ``pool``, ``requests``, ``eval``,
-        ``workload``, ``benchmark``, ``timeline``, ``summary``); by default each file's
-        content tells.
+        Read every file as the family of this name (one of
+        `kvtrace.ingest.families.kind_names`, or an installed family's); by default each
+        file's content tells.
     experiment
         Label of serving runs (pool series, request metrics), e.g. ``exp2_2p6d``.
     columns
