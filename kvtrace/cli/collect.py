@@ -69,7 +69,7 @@ def collect_pool(
 
     Example: kvtrace collect pool --endpoint decode-0=http://127.0.0.1:30000/server_info
     """
-    from kvtrace.collectors.pool_poller import Endpoint, poll_pool
+    from kvtrace.collectors.pool_poller import Endpoint, PollSpec, poll_pool
 
     targets = [Endpoint.parse(text) for text in endpoint]
     warehouse = _open(create=True)
@@ -83,11 +83,13 @@ def collect_pool(
         lambda stop: poll_pool(
             warehouse,
             targets,
-            interval_s=interval,
-            duration_s=duration,
-            timeout_s=timeout,
-            run_name=run_name,
-            experiment=experiment,
+            PollSpec(
+                interval_s=interval,
+                duration_s=duration,
+                timeout_s=timeout,
+                run_name=run_name,
+                experiment=experiment,
+            ),
             on_batch=show,
             stop=stop,
         )
@@ -150,7 +152,11 @@ def collect_kv_events_command(
     Example: kvtrace collect kv-events --endpoint gpu0=tcp://127.0.0.1:5557 --replay
     tcp://127.0.0.1:5558 --topic kv-events --duration 600
     """
-    from kvtrace.collectors.kv_event_subscriber import EventSource, collect_kv_events
+    from kvtrace.collectors.kv_event_subscriber import (
+        EventSource,
+        KvEventSpec,
+        collect_kv_events,
+    )
 
     replays = replay or []
     if len(replays) > len(endpoint):
@@ -171,13 +177,15 @@ def collect_kv_events_command(
         lambda stop: collect_kv_events(
             warehouse,
             sources,
-            topic=topic,
-            duration_s=duration,
-            connect_timeout_s=connect_timeout,
-            run_name=run_name,
+            KvEventSpec(
+                topic=topic,
+                duration_s=duration,
+                connect_timeout_s=connect_timeout,
+                run_name=run_name,
+                bounds=MessageBounds(int(max_message_mb * 2**20), max_message_blocks),
+            ),
             on_batch=show,
             stop=stop,
-            bounds=MessageBounds(int(max_message_mb * 2**20), max_message_blocks),
         )
     )
     out.say(

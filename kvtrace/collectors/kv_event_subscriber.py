@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,20 +46,29 @@ FLUSH_ROWS = 200_000  # commit as soon as this many event rows wait (reading sto
 POLL_MS = 100
 
 
+@dataclass(frozen=True)
+class KvEventSpec:
+    """What a KV-event collection is asked: its topic, its end, its run and its bounds."""
+
+    topic: str = ""  # "": every topic
+    duration_s: float | None = None  # None: until stopped
+    connect_timeout_s: float = 10.0  # the first message of some engine must come by then
+    run_name: str | None = None  # None: kv-events-<time>
+    batch_s: float = 5.0  # how often rows are committed
+    bounds: MessageBounds = DEFAULT_BOUNDS
+
+
 def collect_kv_events(
     warehouse: Warehouse,
     sources: list[EventSource],
+    spec: KvEventSpec = KvEventSpec(),
     *,
-    topic: str = "",
-    duration_s: float | None = None,
-    connect_timeout_s: float = 10.0,
-    run_name: str | None = None,
-    batch_s: float = 5.0,
     stop: threading.Event | None = None,
     on_batch: Callable[[CollectReport], None] | None = None,
-    bounds: MessageBounds = DEFAULT_BOUNDS,
 ) -> CollectReport:
-    """Subscribe to ``sources`` until ``duration_s`` passes, ``stop`` is set or Ctrl-C."""
+    """Subscribe to ``sources`` until ``spec.duration_s`` passes, ``stop`` is set or Ctrl-C."""
+    topic, duration_s, batch_s = spec.topic, spec.duration_s, spec.batch_s
+    connect_timeout_s = spec.connect_timeout_s
     try:
         import zmq
     except ImportError:
@@ -69,11 +79,11 @@ def collect_kv_events(
     if not sources:
         raise InputError("give at least one --endpoint")
     started_at = datetime.now(timezone.utc)
-    name = run_name or f"kv-events-{started_at:%Y%m%dT%H%M%SZ}"
+    name = spec.run_name or f"kv-events-{started_at:%Y%m%dT%H%M%SZ}"
     report = CollectReport(collection_run_id(name))
     stop = stop or threading.Event()
     context = zmq.Context()
-    streams = [_open_stream(context, source, topic, bounds) for source in sources]
+    streams = [_open_stream(context, source, topic, spec.bounds) for source in sources]
     poller = zmq.Poller()
     for stream in streams:
         poller.register(stream.sub, zmq.POLLIN)

@@ -154,27 +154,35 @@ def _error_row(endpoint: Endpoint, message: str) -> dict:
     return {"worker_id": endpoint.name, "worker_role": endpoint.role, "poll_error": message}
 
 
+@dataclass(frozen=True)
+class PollSpec:
+    """What a poll of worker pools is asked: its pace, its end and its run."""
+
+    interval_s: float = 1.0
+    duration_s: float | None = None  # None: until stopped
+    timeout_s: float | None = None  # None: half the interval, at most 5 s
+    run_name: str | None = None  # None: pool-<time>
+    experiment: str | None = None  # None: the run name
+    batch_s: float = 10.0  # how often rows are committed
+
+
 def poll_pool(
     warehouse: Warehouse,
     endpoints: list[Endpoint],
+    spec: PollSpec = PollSpec(),
     *,
-    interval_s: float = 1.0,
-    duration_s: float | None = None,
-    timeout_s: float | None = None,
-    run_name: str | None = None,
-    experiment: str | None = None,
-    batch_s: float = 10.0,
     stop: threading.Event | None = None,
     on_batch: Callable[[PollReport], None] | None = None,
 ) -> PollReport:
-    """Poll ``endpoints`` every ``interval_s`` until ``duration_s`` passes, ``stop`` is set
-    or the user presses Ctrl-C.
+    """Poll ``endpoints`` every ``spec.interval_s`` until ``spec.duration_s`` passes,
+    ``stop`` is set or the user presses Ctrl-C.
 
-    ``timeout_s`` defaults to half the interval (at most 5 s) and must stay below it.
+    The timeout defaults to half the interval (at most 5 s) and must stay below it.
     """
+    interval_s, duration_s, batch_s = spec.interval_s, spec.duration_s, spec.batch_s
     if interval_s <= 0:
         raise InputError("the interval must be positive")
-    timeout = timeout_s if timeout_s is not None else min(interval_s / 2, 5.0)
+    timeout = spec.timeout_s if spec.timeout_s is not None else min(interval_s / 2, 5.0)
     if not 0 < timeout < interval_s:
         raise InputError(
             f"the timeout ({timeout:g} s) must be positive and below the "
@@ -183,9 +191,9 @@ def poll_pool(
     if not endpoints:
         raise InputError("give at least one --endpoint")
     started_at = datetime.now(timezone.utc)
-    name = run_name or f"pool-{started_at:%Y%m%dT%H%M%SZ}"
+    name = spec.run_name or f"pool-{started_at:%Y%m%dT%H%M%SZ}"
     report = PollReport(collection_run_id(name))
-    label = experiment or name
+    label = spec.experiment or name
     stop = stop or threading.Event()
     rows: queue.Queue[dict] = queue.Queue()
     origin = time.monotonic()

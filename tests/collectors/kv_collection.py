@@ -9,7 +9,12 @@ import time
 from collections.abc import Callable
 
 from kvtrace import connect
-from kvtrace.collectors.kv_event_subscriber import CollectReport, EventSource, collect_kv_events
+from kvtrace.collectors.kv_event_subscriber import (
+    CollectReport,
+    EventSource,
+    KvEventSpec,
+    collect_kv_events,
+)
 from kvtrace.warehouse import Warehouse
 from tests.collectors.kv_publisher import BlockStored, Publisher
 from tests.conftest import KVTRACE_PROCESS
@@ -40,11 +45,9 @@ class Collection:
                 self.result["report"] = collect_kv_events(
                     warehouse,
                     [source],
-                    topic="kv-events",
+                    KvEventSpec(topic="kv-events", batch_s=0.2, **options),
                     stop=self.stop,
-                    batch_s=0.2,
                     on_batch=on_batch,
-                    **options,
                 )
             except Exception as exc:
                 self.result["error"] = exc

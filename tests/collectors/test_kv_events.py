@@ -16,7 +16,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.collectors import kv_event_subscriber
-from kvtrace.collectors.kv_event_subscriber import EventSource, collect_kv_events
+from kvtrace.collectors.kv_event_subscriber import EventSource, KvEventSpec, collect_kv_events
 from kvtrace.errors import InputError
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
@@ -163,7 +163,7 @@ def test_a_silent_endpoint_is_one_sentence_after_the_wait(warehouse):
     source = EventSource("gpu0", "tcp://127.0.0.1:9")
     started = time.monotonic()
     with pytest.raises(InputError, match=r"no KV events from tcp://127\.0\.0\.1:9 within 1 s"):
-        collect_kv_events(warehouse, [source], connect_timeout_s=1.0)
+        collect_kv_events(warehouse, [source], KvEventSpec(connect_timeout_s=1.0))
     assert time.monotonic() - started < 10
     assert connect(warehouse).sql("SELECT count(*) FROM runs").fetchall() == [(0,)]
 
@@ -174,7 +174,9 @@ def test_a_publisher_of_another_format_is_one_sentence(warehouse, publisher):
     def run() -> None:
         source = EventSource("gpu0", publisher.endpoint)
         try:
-            collect_kv_events(warehouse, [source], topic="kv-events", connect_timeout_s=1.5)
+            collect_kv_events(
+                warehouse, [source], KvEventSpec(topic="kv-events", connect_timeout_s=1.5)
+            )
         except InputError as exc:
             result["error"] = str(exc)
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 from kvtrace import connect
-from kvtrace.collectors.pool_poller import Endpoint, poll_pool
+from kvtrace.collectors.pool_poller import Endpoint, PollSpec, poll_pool
 from kvtrace.errors import InputError
 from tests.conftest import KVTRACE_PROCESS
 
@@ -107,12 +107,14 @@ def test_poller_survives_slow_failing_malformed_and_down_workers(warehouse, serv
     report = poll_pool(
         warehouse,
         endpoints,
-        interval_s=0.2,
-        timeout_s=0.1,
-        duration_s=1.5,
-        batch_s=0.5,
-        run_name="poll-test",
-        experiment="exp-poll",
+        PollSpec(
+            interval_s=0.2,
+            timeout_s=0.1,
+            duration_s=1.5,
+            batch_s=0.5,
+            run_name="poll-test",
+            experiment="exp-poll",
+        ),
     )
     assert report.commits >= 2  # written in batches while polling
     con = connect(warehouse)
@@ -164,9 +166,7 @@ def test_a_timeout_not_below_the_interval_is_refused(warehouse):
         poll_pool(
             warehouse,
             [Endpoint.parse("http://127.0.0.1:9/x")],
-            interval_s=1.0,
-            timeout_s=1.0,
-            duration_s=0.1,
+            PollSpec(interval_s=1.0, timeout_s=1.0, duration_s=0.1),
         )
 
 

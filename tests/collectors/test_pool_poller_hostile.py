@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 from kvtrace import connect
-from kvtrace.collectors.pool_poller import MAX_BODY_BYTES, Endpoint, poll_once, poll_pool
+from kvtrace.collectors.pool_poller import MAX_BODY_BYTES, Endpoint, PollSpec, poll_once, poll_pool
 from tests.conftest import warehouse_at
 
 GOOD = json.dumps(
@@ -136,7 +136,7 @@ def test_every_worker_keeps_being_polled_and_good_rows_are_kept(server, warehous
     endpoints = [Endpoint.parse(f"{p.split('/')[0]}={server}/{p}") for p in paths]
     started = time.monotonic()
     report = poll_pool(
-        warehouse, endpoints, interval_s=0.2, timeout_s=0.1, duration_s=2.0, batch_s=0.5
+        warehouse, endpoints, PollSpec(interval_s=0.2, timeout_s=0.1, duration_s=2.0, batch_s=0.5)
     )
     assert time.monotonic() - started < 2.0 + 2.0  # --duration kept (a drip holds 10 s)
     rows = (
