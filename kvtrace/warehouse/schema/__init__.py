@@ -11,6 +11,8 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
+__all__ = ["JOURNAL", "LOCK_TABLE", "TABLE_NAMES", "schema_digest"]
+
 JOURNAL = "_commits"  # the warehouse's journal table (`kvtrace.warehouse._journal`)
 LOCK_TABLE = "_locks"  # run locks on an object store (`kvtrace.warehouse._object_lock`)
 TABLE_NAMES: tuple[str, ...] = (

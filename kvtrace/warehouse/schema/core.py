@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+__all__ = ["INGEST_CHECKS", "QUARANTINE", "REQUESTS", "RUNS", "TableSpec"]
+
 
 @dataclass(frozen=True)
 class TableSpec:

@@ -12,6 +12,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
+__all__ = ["DSA_FILL_HIST", "DSA_OFFSET_HIST", "DSA_REQUEST_TOKENS", "DSA_STEPS", "TIERS"]
+
 TIERS = ("hbm", "local_pool", "remote_pool")
 
 _TIER_COLUMNS = [

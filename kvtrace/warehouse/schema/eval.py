@@ -6,6 +6,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
+__all__ = ["EVAL_SAMPLES", "NEEDLE_SPANS"]
+
 EVAL_SAMPLES = TableSpec(
     "eval_samples",
     pa.schema(

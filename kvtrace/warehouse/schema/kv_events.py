@@ -6,6 +6,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
+__all__ = ["KV_EVENTS", "KV_EVENT_BLOCKS"]
+
 KV_EVENTS = TableSpec(
     "kv_events",
     pa.schema(

@@ -6,6 +6,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
+__all__ = ["POOL_BREAKDOWN", "POOL_COUNTERS", "POOL_SNAPSHOTS", "REQUEST_METRICS", "RUN_SUMMARIES"]
+
 # Pool fields every snapshot may carry, and the finer breakdown only newer servers report.
 POOL_COUNTERS = (
     "capacity_tokens",

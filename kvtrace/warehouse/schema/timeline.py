@@ -6,6 +6,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
+__all__ = ["TIMELINE_EVENTS"]
+
 TIMELINE_EVENTS = TableSpec(
     "timeline_events",
     pa.schema(

@@ -6,6 +6,8 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
+__all__ = ["BATCH_METRICS", "BENCHMARK_SUMMARIES", "REQUEST_TIMINGS", "WORKLOAD_REQUESTS"]
+
 WORKLOAD_REQUESTS = TableSpec(
     "workload_requests",
     pa.schema(
