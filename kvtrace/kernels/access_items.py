@@ -45,7 +45,10 @@ def stream_items(  # pragma: no cover
     ``row_layer`` is a layer's index among the run's layers (ignored when merging);
     ``widest`` bounds every block id (the most blocks a request has)."""
     n = 0
-    scratch = np.empty(len(values), dtype=np.int64)
+    longest = widest + 1  # a group's union holds at most one entry per block
+    for q in range(len(order)):
+        longest = max(longest, offsets[order[q] + 1] - offsets[order[q]])
+    scratch = np.empty(longest, dtype=np.int64)  # one group's blocks, not the window's
     mark = np.full(widest + 1, -1, dtype=np.int64)  # the group that last saw each block
     k = 0
     rows = len(order)

@@ -24,7 +24,8 @@ import pyarrow as pa
 from kvtrace.analysis.kv_access.plan import RunPlan
 from kvtrace.kernels.access_items import stream_items
 
-WINDOW_ROWS = 16_384  # stored rows a window reads at most (unless one step has more)
+WINDOW_ROWS = 2_048  # stored rows a window reads at most (unless one step has more): with
+# DSA's top-k of 2048 positions a row, a window holds about 4 M values (16 MB) per thread
 CHUNK_ACCESSES = 1 << 20
 
 
