@@ -27,9 +27,10 @@ capacity is a simulation of its own, only those named when any are.
 
 from __future__ import annotations
 
-import functools
+import itertools
 import math
 import os
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -43,16 +44,24 @@ from kvtrace.analysis._columns import PREFIX_HIT_CURVE
 from kvtrace.analysis.kv_layouts import bytes_per_token
 from kvtrace.analysis.policies import policy_named, prefix_policies
 from kvtrace.errors import InputError, QueryError
-from kvtrace.kernels.cache_sim import LruStack, dense_ids
+from kvtrace.kernels.cache_sim import ItemIds
 from kvtrace.kernels.prefix_sim import (
+    block_tokens,
     chained,
+    distance_sums,
     fifo_prefix_hits,
+    first_seen_order,
+    hit_sums,
+    hit_weights,
     leading_lru_distances,
+    leading_reads,
+    lru_distances,
     radix_hits,
     radix_nodes,
 )
 
 SEMANTICS = ("block", "prefix")
+_BATCH_ROWS = 1 << 16  # requests read from the warehouse at a time
 WEIGHTS = ("blocks", "tokens", "requests")
 
 
@@ -107,62 +116,122 @@ class PrefixCurveSpec:
 class PrefixTrace:
     """A run's requests as flat block ids with per-block token weights."""
 
-    ids: np.ndarray  # dense block id of every read, request after request
+    ids: np.ndarray  # dense block id of every read, request after request (int32 mostly)
     starts: np.ndarray  # request r reads ids[starts[r]:starts[r + 1]]
-    tokens: np.ndarray  # tokens of each read block
+    tokens: np.ndarray  # tokens of each read block (int32)
     distinct: int
     block_tokens: int
     measured_from: int  # the first request counted (the rest is warm-up)
-    request_idx: list[int]  # each request's data row in the trace
+    request_idx: np.ndarray  # each request's data row in the trace
 
     @property
     def requests(self) -> int:
         return len(self.starts) - 1
 
-    def weights(self, weight: str) -> np.ndarray:
-        """Each read's weight in the hit rate's numerator (zero during warm-up)."""
-        lengths = np.diff(self.starts)
-        if weight == "blocks":
-            values = np.ones(len(self.ids))
-        elif weight == "tokens":
-            values = self.tokens.astype(np.float64)
-        else:
-            summed = np.concatenate([[0], np.cumsum(self.tokens)])
-            per_request = summed[self.starts[1:]] - summed[self.starts[:-1]]
-            share = np.repeat(1.0 / np.maximum(per_request, 1), lengths)
-            values = self.tokens * share
-        values[: self.starts[self.measured_from]] = 0.0
-        return values
+    @property
+    def first_read(self) -> int:
+        """The first read counted."""
+        return int(self.starts[self.measured_from])
+
+    def tokens_per_request(self) -> np.ndarray:
+        """Each request's input tokens, as its blocks hold them."""
+        summed = np.concatenate([[0], np.cumsum(self.tokens)])
+        per_request: np.ndarray = summed[self.starts[1:]] - summed[self.starts[:-1]]
+        return per_request
+
+    def shares(self) -> np.ndarray:
+        """Each request's weight per token under weight ``requests``."""
+        share: np.ndarray = 1.0 / np.maximum(self.tokens_per_request(), 1)
+        return share
 
 
 def _load(con: duckdb.DuckDBPyConnection, run_id: str, warmup: float) -> PrefixTrace:
-    """The run's requests with block hashes, in arrival order."""
-    table = con.sql(
-        "SELECT request_idx, hash_ids, input_tokens, hash_block_tokens FROM workload_requests "
-        "WHERE run_id = $run AND hash_ids IS NOT NULL ORDER BY arrival_s, request_idx",
+    """The run's requests with block hashes, in arrival order: read a range of
+    ``request_idx`` at a time (a filter the warehouse applies before it deduplicates
+    rows, so no query holds every request's hashes) and sorted here."""
+    listed = con.sql(
+        "SELECT request_idx FROM workload_requests WHERE run_id = $run AND request_idx "
+        "IS NOT NULL ORDER BY request_idx",
         params={"run": run_id},
     ).to_arrow_table()
-    return trace_of(table, warmup)
+    edges = listed["request_idx"].to_numpy()[::_BATCH_ROWS].tolist()
+    ranges = [
+        ("request_idx >= $low AND request_idx < $high", {"low": low, "high": high})
+        for low, high in itertools.pairwise(edges)
+    ]
+    if edges:
+        ranges.append(("request_idx >= $low", {"low": edges[-1]}))
+    ranges.append(("request_idx IS NULL", {}))
+    batches = (
+        batch
+        for condition, bounds in ranges
+        for batch in con.sql(
+            "SELECT request_idx, hash_ids, input_tokens, hash_block_tokens, arrival_s "
+            f"FROM workload_requests WHERE run_id = $run AND hash_ids IS NOT NULL AND {condition}",
+            params={"run": run_id, **bounds},
+        )
+        .to_arrow_table()
+        .to_batches()
+    )
+    return _trace_from(batches, warmup, ordered=False)
 
 
 def trace_of(table: pa.Table, warmup: float) -> PrefixTrace:
     """The trace of requests in order: ``request_idx``, ``hash_ids``, ``input_tokens``
     and ``hash_block_tokens`` columns, as `workload_requests` has them."""
-    lists = table["hash_ids"]
-    keys = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
-    lengths = np.asarray(pc.list_value_length(lists).to_numpy(zero_copy_only=False), np.int64)
+    return _trace_from(table.to_batches(_BATCH_ROWS), warmup, ordered=True)
+
+
+def _arrival_order(arrival: pa.ChunkedArray, request_idx: pa.ChunkedArray) -> np.ndarray:
+    """The order of ``ORDER BY arrival_s, request_idx`` (nulls last)."""
+    keys = []
+    for column in (request_idx, arrival):
+        keys.append(np.asarray(pc.fill_null(column, 0).to_numpy(), np.float64))
+        keys.append(np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), np.int8))
+    found: np.ndarray = np.lexsort(keys)
+    return found
+
+
+def _trace_from(batches: Iterable[pa.RecordBatch], warmup: float, *, ordered: bool) -> PrefixTrace:
+    """The trace of requests, numbering block hashes a batch at a time (only the dense
+    ids, not the hashes, are kept for every read); unless ``ordered``, the requests are
+    put in arrival order (``arrival_s`` column) and their ids numbered anew."""
+    numbering = ItemIds()
+    pieces: list[np.ndarray] = []
+    names = ["input_tokens", "hash_block_tokens", "request_idx"] + (
+        [] if ordered else ["arrival_s"]
+    )
+    columns: dict[str, list[pa.Array]] = {name: [] for name in ["lengths", *names]}
+    for batch in batches:
+        lists = batch.column("hash_ids")
+        keys = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
+        ids = numbering.ids(keys)
+        pieces.append(ids.astype(np.int32 if numbering.count < 2**31 else np.int64))
+        columns["lengths"].append(pc.list_value_length(lists))
+        for name in names:
+            columns[name].append(batch.column(name))
+    whole = {
+        name: pa.chunked_array(chunks, None if chunks else pa.int64())
+        for name, chunks in columns.items()
+    }
+    ids = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+    del pieces
+    lengths = np.asarray(whole["lengths"].to_numpy(zero_copy_only=False), np.int64)
+    if not ordered:
+        order = _arrival_order(whole["arrival_s"], whole["request_idx"])
+        stored = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        ids = first_seen_order(ids, stored, order, numbering.count)
+        lengths = lengths[order]
+        whole = {name: column.take(order) for name, column in whole.items() if name != "lengths"}
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    block_tokens = int(pc.max(table["hash_block_tokens"]).as_py() or 1)
-    inputs = table["input_tokens"].to_numpy(zero_copy_only=False)
-    inputs = np.where(np.isnan(inputs.astype(np.float64)), lengths * block_tokens, inputs)
-    position = np.arange(len(keys)) - np.repeat(starts[:-1], lengths)
-    left = np.repeat(inputs.astype(np.int64), lengths) - position * block_tokens
-    tokens = np.clip(left, 0, block_tokens).astype(np.int64)
-    ids, distinct = dense_ids(keys)
+    block_size = int(pc.max(whole["hash_block_tokens"]).as_py() or 1)
+    inputs = whole["input_tokens"].to_numpy(zero_copy_only=False)
+    inputs = np.where(np.isnan(inputs.astype(np.float64)), lengths * block_size, inputs)
+    tokens = block_tokens(starts, inputs.astype(np.int64), block_size)
     requests = len(lengths)
     measured_from = math.floor(requests * warmup)
-    indices = table["request_idx"].to_pylist()
-    return PrefixTrace(ids, starts, tokens, distinct, block_tokens, measured_from, indices)
+    indices = np.asarray(whole["request_idx"].to_numpy(zero_copy_only=False), np.int64)
+    return PrefixTrace(ids, starts, tokens, numbering.count, block_size, measured_from, indices)
 
 
 def prefix_hit_curve_rows(
@@ -185,7 +254,7 @@ def prefix_hit_curve_rows(
             )
         )
         counted = _counted(trace, spec, wanted)
-        first_read = int(trace.starts[trace.measured_from])
+        first_read = trace.first_read
         accesses = len(trace.ids) - first_read
         tokens = int(trace.tokens[first_read:].sum())
         requests = trace.requests - trace.measured_from
@@ -267,7 +336,7 @@ class PrefixSimulation:
             self.paths = (self.tree[0], len(self.tree[1]))
         if self.policy.prefix_pass == "stack_distance":  # every capacity from one pass
             self.distances = (
-                LruStack().distances(trace.ids)
+                lru_distances(trace.ids)
                 if semantics == "block"
                 else leading_lru_distances(self.paths[0], trace.starts)
             )
@@ -289,41 +358,40 @@ class PrefixSimulation:
             nodes, parent = self.tree
             optimal = self.policy.knows_future
             runs = radix_hits(nodes, trace.starts, parent, capacity, optimal=optimal)
-        leading: np.ndarray = self._position < np.repeat(runs, np.diff(trace.starts))
-        return leading
-
-    @functools.cached_property
-    def _position(self) -> np.ndarray:
-        """Each read's place in its request (needed only to expand per-request runs)."""
-        starts = self.trace.starts
-        position: np.ndarray = np.arange(len(self.trace.ids)) - np.repeat(
-            starts[:-1], np.diff(starts)
-        )
-        return position
+        return leading_reads(runs, trace.starts)
 
 
 def _counted(
     trace: PrefixTrace, spec: PrefixCurveSpec, capacities: np.ndarray
 ) -> list[tuple[int, int, float]]:
-    """Per capacity: measured hit blocks, hit tokens and the weighted hits."""
-    blocks = trace.weights("blocks")
-    tokens = trace.weights("tokens")
-    weighted = trace.weights(spec.weight)
+    """Per capacity: measured hit blocks, hit tokens and the weighted hits (a request's
+    reads weigh its share: summed in the order of a sort by distance, or of the reads, so
+    that the float sums come out the same whatever the memory)."""
+    by_request = spec.weight == "requests"
+    shares = trace.shares() if by_request else np.zeros(0)
+    first = trace.first_read
     simulation = PrefixSimulation(trace, spec.policy, spec.semantics)
+
+    def as_counted(hits: int, hit_tokens: int, weighted: float) -> tuple[int, int, float]:
+        unit = {"blocks": hits, "tokens": hit_tokens}.get(spec.weight, weighted)
+        return hits, hit_tokens, float(unit)
+
     if simulation.distances is not None:  # every capacity from the one pass
-        distances = simulation.distances
-        reused = distances >= 0
-        order = np.argsort(distances[reused], kind="stable")
-        ranked = distances[reused][order]
-        sums = [
-            np.concatenate([[0.0], np.cumsum(w[reused][order])]) for w in (blocks, tokens, weighted)
+        counted, sums = distance_sums(
+            simulation.distances, trace.starts, trace.tokens, shares, first, capacities
+        )
+        return [
+            as_counted(int(h), int(t), float(w))
+            for (h, t), w in zip(counted.tolist(), sums.tolist(), strict=True)
         ]
-        at = np.searchsorted(ranked, capacities, side="left")
-        return [(round(sums[0][k]), round(sums[1][k]), float(sums[2][k])) for k in at]
 
     def count(capacity: int) -> tuple[int, int, float]:
         hit = simulation.hits(capacity)
-        return round(blocks[hit].sum()), round(tokens[hit].sum()), float(weighted[hit].sum())
+        hits, hit_tokens = hit_sums(hit, trace.tokens, first)
+        weighted = (
+            hit_weights(hit, trace.tokens, trace.starts, shares, first).sum() if by_request else 0.0
+        )
+        return as_counted(hits, hit_tokens, float(weighted))
 
     # the kernels release the GIL: one capacity per core
     with ThreadPoolExecutor(max_workers=max(1, min(len(capacities), os.cpu_count() or 1))) as pool:
@@ -350,8 +418,7 @@ def prefix_request_rows(
         trace = _load(con, run_id, spec.warmup)
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         simulation = PrefixSimulation(trace, spec.policy, spec.semantics)
-        summed = np.concatenate([[0], np.cumsum(trace.tokens)])
-        per_request = summed[trace.starts[1:]] - summed[trace.starts[:-1]]
+        per_request = trace.tokens_per_request()
         for capacity in sorted(set(spec.capacities) | set(budgets)):
             hit = simulation.hits(capacity)
             blocks = np.concatenate([[0], np.cumsum(hit)])
@@ -365,7 +432,7 @@ def prefix_request_rows(
                         "policy": spec.policy,
                         "semantics": spec.semantics,
                         "capacity_blocks": capacity,
-                        "request_idx": trace.request_idx[index],
+                        "request_idx": int(trace.request_idx[index]),
                         "counted": index >= trace.measured_from,
                         "tokens": int(per_request[index]),
                         "blocks": int(trace.starts[index + 1] - trace.starts[index]),

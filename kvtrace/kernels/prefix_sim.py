@@ -27,6 +27,12 @@ from kvtrace.kernels._heap import heap_pop, heap_push
 from kvtrace.kernels.cache_sim import ItemIds, LruStack
 
 NEVER = np.iinfo(np.int64).max  # the distance of a read no cache serves, however large
+_PIECE = 1 << 20  # reads per piece fed to the LRU stack
+
+
+def _narrowest(count: int) -> type[np.signedinteger]:
+    """The integer type of an array numbering up to ``count`` things."""
+    return np.int32 if count < 2**31 else np.int64
 
 
 @njit(nogil=True, cache=True)
@@ -43,32 +49,45 @@ def _leading_run(  # pragma: no cover
 
 @njit(nogil=True, cache=True)
 def _leading_distances(  # pragma: no cover
-    ids: np.ndarray, starts: np.ndarray, at_access: np.ndarray, never: int
-) -> np.ndarray:
-    """Per block read: the largest LRU distance, as the request arrived, of the blocks up
-    to it in its request (``never`` when one of them was not cached at all)."""
-    previous = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
-    before = np.empty(len(ids), dtype=np.int64)  # each read's item's last read before
-    out = np.empty(len(ids), dtype=np.int64)
+    ids: np.ndarray, starts: np.ndarray, distances: np.ndarray, n_items: int, never: int
+) -> None:
+    """Turn each read's LRU distance into the largest distance, as the request arrived,
+    of the blocks up to it in its request (``never`` when one of them was not cached at
+    all), in place."""
+    previous = np.full(n_items, -1, dtype=np.int64)
+    longest = 0
+    for request in range(len(starts) - 1):
+        longest = max(longest, starts[request + 1] - starts[request])
+    before = np.empty(longest, dtype=np.int64)  # each read's item's last read before
     for request in range(len(starts) - 1):
         start, end = starts[request], starts[request + 1]
         for j in range(start, end):
-            before[j] = previous[ids[j]]
+            before[j - start] = previous[ids[j]]
         largest = -1
         for j in range(start, end):
-            if before[j] < 0:
+            last = before[j - start]
+            if last < 0:
                 largest = never
             elif largest < never:
                 # the blocks read before it in this request with an older (or no) last
                 # read were not between it and its last read when the request arrived
                 newer = 0
                 for i in range(start, j):
-                    if before[i] < before[j]:
+                    if before[i - start] < last:
                         newer += 1
-                largest = max(largest, at_access[j] - newer)
-            out[j] = largest
+                largest = max(largest, distances[j] - newer)
+            distances[j] = largest
         for j in range(start, end):
             previous[ids[j]] = j
+
+
+def lru_distances(ids: np.ndarray) -> np.ndarray:
+    """`LruStack` distances of dense ``ids`` (any integer dtype), fed in pieces so that no
+    int64 copy of the whole stream is made."""
+    stack = LruStack()
+    out = np.empty(len(ids), dtype=np.int64)
+    for start in range(0, len(ids), _PIECE):
+        out[start : start + _PIECE] = stack.distances(ids[start : start + _PIECE])
     return out
 
 
@@ -83,16 +102,19 @@ def leading_lru_distances(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
     One stack-distance pass answers every capacity: a block's distance as the request
     arrived is its distance when read less the blocks read before it in the request
     whose previous read was older than its own."""
-    ids = np.ascontiguousarray(ids, np.int64)
-    at_access = LruStack().distances(ids)
-    return _leading_distances(ids, np.ascontiguousarray(starts, np.int64), at_access, NEVER)
+    ids = np.ascontiguousarray(ids)
+    distances = lru_distances(ids)
+    n_items = int(ids.max()) + 1 if len(ids) else 0
+    _leading_distances(ids, np.ascontiguousarray(starts, np.int64), distances, n_items, NEVER)
+    return distances
 
 
 @njit(nogil=True, cache=True)
 def _hash_chain_fifo(  # pragma: no cover
     ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int
 ) -> np.ndarray:
-    queue = np.empty(len(ids), dtype=np.int64)
+    room = min(capacity, n_items) + 2  # a ring: the pool holds at most capacity + 1
+    queue = np.empty(room, dtype=np.int64)
     first = last = 0
     present = np.zeros(n_items, dtype=np.bool_)
     hits = np.zeros(len(starts) - 1, dtype=np.int64)
@@ -104,10 +126,10 @@ def _hash_chain_fifo(  # pragma: no cover
             if present[item]:
                 continue
             present[item] = True
-            queue[last] = item
+            queue[last % room] = item
             last += 1
             if last - first > capacity:
-                present[queue[first]] = False
+                present[queue[first % room]] = False
                 first += 1
     return hits
 
@@ -118,7 +140,7 @@ def fifo_prefix_hits(
     """Per request, its leading blocks cached on arrival in a FIFO pool of ``capacity``
     blocks (see the module docstring)."""
     return _hash_chain_fifo(
-        np.ascontiguousarray(ids, np.int64),
+        np.ascontiguousarray(ids),
         np.ascontiguousarray(starts, np.int64),
         n_items,
         capacity,
@@ -145,9 +167,7 @@ def chained(ids: np.ndarray, starts: np.ndarray, n_items: int) -> bool:
     same id in its request (or always starts one): then an id names one path of the
     prefix tree, and the ids can stand for `radix_nodes` without building them."""
     return bool(
-        _chained(
-            np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(starts, np.int64), n_items
-        )
+        _chained(np.ascontiguousarray(ids), np.ascontiguousarray(starts, np.int64), n_items)
     )
 
 
@@ -155,16 +175,15 @@ def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     """The node of the prefix tree each block of each request is (1, 2, ...; 0 is the
     root), and each node's parent: requests share a node when they share every block up
     to it."""
-    ids = np.asarray(ids, dtype=np.int64)
     lengths = np.diff(starts)
-    nodes = np.zeros(len(ids), dtype=np.int64)
+    nodes = np.zeros(len(ids), dtype=_narrowest(len(ids)))
     parent = np.zeros(1, dtype=np.int64)
     numbering = ItemIds()
     above = np.zeros(len(lengths), dtype=np.int64)  # each request's node at the last depth
     for depth in range(int(lengths.max(initial=0))):
         deep = np.flatnonzero(lengths > depth)
         at = starts[deep] + depth
-        numbered = numbering.ids((above[deep] << np.int64(31)) | ids[at]) + 1
+        numbered = numbering.ids((above[deep] << np.int64(31)) | ids[at].astype(np.int64)) + 1
         if numbering.count + 1 > len(parent):
             parent = np.concatenate([parent, np.zeros(numbering.count + 1 - len(parent), np.int64)])
         parent[numbered] = above[deep]
@@ -196,7 +215,14 @@ def _radix(  # pragma: no cover
     children = np.zeros(n, dtype=np.int64)
     state = np.zeros(n, dtype=np.int64)  # LRU: last use; OPT: the next request using it
     guarded = np.zeros(n, dtype=np.int64)  # the request whose cached path holds the node
-    room = 4 * len(nodes) + 16
+    longest = 0
+    for request in range(len(starts) - 1):
+        longest = max(longest, starts[request + 1] - starts[request])
+    # a request adds at most two entries a block; compacted, the heap holds each cached
+    # leaf once, so room for twice the cached leaves compacts rarely
+    leaves = min(capacity, n) + 1
+    room = 2 * leaves + 4 * longest + 16
+    listed = np.zeros(n, dtype=np.bool_)  # compaction: the leaves kept so far
     heap_keys = np.empty(room, dtype=np.int64)
     heap_items = np.empty(room, dtype=np.int64)
     held = np.empty(room, dtype=np.int64)
@@ -262,17 +288,21 @@ def _radix(  # pragma: no cover
             clock += 1
             state[node] = next_use[index] if optimal else clock
             heap = heap_push(heap_keys, heap_items, heap, _order(state[node], node, optimal), node)
-        if heap > room - len(nodes) - 8:  # drop stale entries before the heap fills
+        if heap > 2 * leaves:  # drop stale and repeated entries before the heap fills
             kept = 0
             for k in range(heap):
                 item = heap_items[k]
                 if (
                     present[item]
                     and children[item] == 0
+                    and not listed[item]
                     and _order(state[item], item, optimal) == heap_keys[k]
                 ):
+                    listed[item] = True
                     held[kept] = item
                     kept += 1
+            for k in range(kept):
+                listed[held[k]] = False
             heap = 0
             for k in range(kept):
                 order = _order(state[held[k]], held[k], optimal)
@@ -281,10 +311,11 @@ def _radix(  # pragma: no cover
 
 
 @njit(nogil=True, cache=True)
-def _next_uses(nodes: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover
+def _next_uses(  # pragma: no cover
+    nodes: np.ndarray, starts: np.ndarray, n: int, out: np.ndarray
+) -> np.ndarray:
     never = len(starts)  # one past the last request
     last = np.full(n, never, dtype=np.int64)
-    out = np.empty(len(nodes), dtype=np.int64)
     for request in range(len(starts) - 2, -1, -1):
         for index in range(starts[request], starts[request + 1]):
             out[index] = last[nodes[index]]
@@ -300,9 +331,208 @@ def radix_hits(
     blocks (`radix_nodes` gives ``nodes`` and ``parent``): the least recently used leaf is
     evicted, or with ``optimal`` the leaf used again last, and a block needed later than
     every cached leaf is not inserted (Belady over the tree's leaves)."""
-    nodes = np.ascontiguousarray(nodes, np.int64)
+    nodes = np.ascontiguousarray(nodes)
     starts = np.ascontiguousarray(starts, np.int64)
-    next_use = _next_uses(nodes, starts, len(parent)) if optimal else np.zeros(0, np.int64)
+    next_use = np.zeros(len(nodes) if optimal else 0, _narrowest(len(starts)))
+    if optimal:
+        _next_uses(nodes, starts, len(parent), next_use)
     return _radix(
         nodes, starts, np.ascontiguousarray(parent, np.int64), capacity, next_use, optimal
     )
+
+
+@njit(nogil=True, cache=True)
+def _leading_reads(runs: np.ndarray, starts: np.ndarray) -> np.ndarray:  # pragma: no cover
+    out = np.empty(starts[-1], dtype=np.bool_)
+    for request in range(len(starts) - 1):
+        start = starts[request]
+        for index in range(start, starts[request + 1]):
+            out[index] = index - start < runs[request]
+    return out
+
+
+def leading_reads(runs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per block read: whether it lies in its request's leading ``runs[r]`` blocks."""
+    found: np.ndarray = _leading_reads(
+        np.ascontiguousarray(runs, np.int64), np.ascontiguousarray(starts, np.int64)
+    )
+    return found
+
+
+@njit(nogil=True, cache=True)
+def _block_tokens(  # pragma: no cover
+    starts: np.ndarray, inputs: np.ndarray, block_tokens: int
+) -> np.ndarray:
+    out = np.empty(starts[-1], dtype=np.int32)
+    for request in range(len(starts) - 1):
+        start = starts[request]
+        for index in range(start, starts[request + 1]):
+            left = inputs[request] - (index - start) * block_tokens
+            out[index] = min(max(left, 0), block_tokens)
+    return out
+
+
+def block_tokens(starts: np.ndarray, inputs: np.ndarray, block_size: int) -> np.ndarray:
+    """Per block read: its tokens, ``block_size`` but for what is left of the request's
+    ``inputs`` tokens in its last blocks (none past the input)."""
+    found: np.ndarray = _block_tokens(
+        np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(inputs, np.int64), block_size
+    )
+    return found
+
+
+@njit(nogil=True, cache=True)
+def _weight(  # pragma: no cover
+    index: int, tokens: np.ndarray, starts: np.ndarray, shares: np.ndarray
+) -> float:
+    request = np.searchsorted(starts, index, side="right") - 1
+    weight: float = tokens[index] * shares[request]
+    return weight
+
+
+@njit(nogil=True, cache=True)
+def _distance_sums(  # pragma: no cover
+    distances: np.ndarray,
+    starts: np.ndarray,
+    tokens: np.ndarray,
+    shares: np.ndarray,
+    first: int,
+    capacities: np.ndarray,
+    order: np.ndarray,
+    out: np.ndarray,
+    weighted: np.ndarray,
+) -> None:
+    limit = capacities[-1]  # no read this far or farther counts anywhere
+    counts = np.zeros(min(limit, len(distances)) + 1, dtype=np.int64)
+    for index in range(first, len(distances)):
+        distance = distances[index]
+        if 0 <= distance < limit:
+            counts[distance + 1] += 1
+    for distance in range(1, len(counts)):
+        counts[distance] += counts[distance - 1]
+    for index in range(first, len(distances)):  # by distance, then by read
+        distance = distances[index]
+        if 0 <= distance < limit:
+            order[counts[distance]] = index
+            counts[distance] += 1
+    hits = hit_tokens = 0
+    summed = 0.0
+    at = 0
+    for k in range(counts[-1]):
+        index = order[k]
+        while capacities[at] <= distances[index]:
+            out[at, 0], out[at, 1], weighted[at] = hits, hit_tokens, summed
+            at += 1
+        hits += 1
+        hit_tokens += tokens[index]
+        if len(shares):
+            summed += _weight(index, tokens, starts, shares)
+    for rest in range(at, len(capacities)):
+        out[rest, 0], out[rest, 1], weighted[rest] = hits, hit_tokens, summed
+
+
+def distance_sums(
+    distances: np.ndarray,
+    starts: np.ndarray,
+    tokens: np.ndarray,
+    shares: np.ndarray,
+    first: int,
+    capacities: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per capacity (ascending): the reads from ``first`` on whose distance is below it,
+    as hit blocks and hit tokens, and (with ``shares``, each request's weight per token)
+    their weights summed in order of distance, then of read."""
+    order = np.empty(len(distances) - first, dtype=_narrowest(len(distances)))
+    counted = np.zeros((len(capacities), 2), dtype=np.int64)
+    weighted = np.zeros(len(capacities), dtype=np.float64)
+    if len(capacities):
+        _distance_sums(
+            distances,
+            np.ascontiguousarray(starts, np.int64),
+            tokens,
+            shares,
+            first,
+            np.ascontiguousarray(capacities, np.int64),
+            order,
+            counted,
+            weighted,
+        )
+    return counted, weighted
+
+
+@njit(nogil=True, cache=True)
+def _hit_sums(
+    hit: np.ndarray, tokens: np.ndarray, first: int
+) -> tuple[int, int]:  # pragma: no cover
+    hits = hit_tokens = 0
+    for index in range(first, len(hit)):
+        if hit[index]:
+            hits += 1
+            hit_tokens += tokens[index]
+    return hits, hit_tokens
+
+
+def hit_sums(hit: np.ndarray, tokens: np.ndarray, first: int) -> tuple[int, int]:
+    """The hit reads from ``first`` on and their tokens."""
+    hits, hit_tokens = _hit_sums(hit, tokens, first)
+    return int(hits), int(hit_tokens)
+
+
+@njit(nogil=True, cache=True)
+def _hit_weights(  # pragma: no cover
+    hit: np.ndarray, tokens: np.ndarray, starts: np.ndarray, shares: np.ndarray, first: int
+) -> np.ndarray:
+    out = np.zeros(np.count_nonzero(hit), dtype=np.float64)
+    at = 0
+    for request in range(len(starts) - 1):
+        for index in range(starts[request], starts[request + 1]):
+            if hit[index]:
+                if index >= first:
+                    out[at] = tokens[index] * shares[request]
+                at += 1
+    return out
+
+
+def hit_weights(
+    hit: np.ndarray, tokens: np.ndarray, starts: np.ndarray, shares: np.ndarray, first: int
+) -> np.ndarray:
+    """Each hit read's weight, in read order: its tokens times its request's share (zero
+    before ``first``)."""
+    found: np.ndarray = _hit_weights(
+        hit, tokens, np.ascontiguousarray(starts, np.int64), shares, first
+    )
+    return found
+
+
+@njit(nogil=True, cache=True)
+def _first_seen_order(  # pragma: no cover
+    raw: np.ndarray, starts: np.ndarray, order: np.ndarray, distinct: int, out: np.ndarray
+) -> None:
+    renamed = np.full(distinct, -1, dtype=np.int64)
+    named = 0
+    at = 0
+    for request in order:
+        for index in range(starts[request], starts[request + 1]):
+            item = raw[index]
+            if renamed[item] < 0:
+                renamed[item] = named
+                named += 1
+            out[at] = renamed[item]
+            at += 1
+
+
+def first_seen_order(
+    raw: np.ndarray, starts: np.ndarray, order: np.ndarray, distinct: int
+) -> np.ndarray:
+    """The reads of requests ``order[0], order[1], ...`` (request r holding
+    ``raw[starts[r]:starts[r + 1]]``, dense ids below ``distinct``), with the ids numbered
+    anew in order of first appearance."""
+    out = np.empty(len(raw), dtype=raw.dtype)
+    _first_seen_order(
+        raw,
+        np.ascontiguousarray(starts, np.int64),
+        np.ascontiguousarray(order, np.int64),
+        distinct,
+        out,
+    )
+    return out
