@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvtrace.kernels._heap import heap_pop, heap_push
 from kvtrace.kernels.cache_sim import ItemIds, LruStack
 
 NEVER = np.iinfo(np.int64).max  # the distance of a read no cache serves, however large
@@ -192,12 +191,58 @@ def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     return nodes, parent
 
 
-@njit(nogil=True, cache=True)
+_LOW = (1 << 32) - 1  # a heap key's low half: the node, counted down
+
+
+@njit(inline="always", cache=True)
 def _order(key: int, node: int, optimal: bool) -> int:  # pragma: no cover
     """A leaf's place in the eviction heap (smallest first): LRU by last use, OPT by
-    the latest next use; ties go to the node numbered last."""
+    the latest next use; ties go to the node numbered last.  The low 32 bits hold the
+    node, so the heap keeps keys alone (`_node_of`)."""
     rank = (np.int64(1) << 31) - key if optimal else key
-    return int((rank << 32) | ((np.int64(1) << 32) - 1 - node))
+    return int((rank << 32) | (_LOW - node))
+
+
+@njit(inline="always", cache=True)
+def _node_of(order: int) -> int:  # pragma: no cover
+    """The node of a heap key of `_order`."""
+    return _LOW - (order & _LOW)
+
+
+@njit(inline="always", cache=True)
+def _push(heap: np.ndarray, size: int, key: int) -> int:  # pragma: no cover
+    """Push ``key`` onto the min-heap of ``size`` keys; the new size."""
+    at = size
+    while at > 0:
+        up = (at - 1) >> 1
+        if heap[up] <= key:
+            break
+        heap[at] = heap[up]
+        at = up
+    heap[at] = key
+    return size + 1
+
+
+@njit(inline="always", cache=True)
+def _pop(heap: np.ndarray, size: int) -> tuple[int, int]:  # pragma: no cover
+    """Pop the smallest key: (key, new size)."""
+    top = heap[0]
+    size -= 1
+    key = heap[size]
+    at = 0
+    while True:
+        low = 2 * at + 1
+        if low >= size:
+            break
+        if low + 1 < size and heap[low + 1] < heap[low]:
+            low += 1
+        if key <= heap[low]:
+            break
+        heap[at] = heap[low]
+        at = low
+    if size > 0:
+        heap[at] = key
+    return top, size
 
 
 @njit(nogil=True, cache=True)
@@ -208,13 +253,15 @@ def _radix(  # pragma: no cover
     capacity: int,
     next_use: np.ndarray,
     optimal: bool,
+    children: np.ndarray,
+    guarded: np.ndarray,
 ) -> np.ndarray:
+    """``children`` (each node's cached children) and ``guarded`` (the request whose
+    cached path holds the node) come zeroed, of the narrowest type that counts them."""
     n = len(parent)
     present = np.zeros(n, dtype=np.bool_)
     present[0] = True
-    children = np.zeros(n, dtype=np.int64)
     state = np.zeros(n, dtype=np.int64)  # LRU: last use; OPT: the next request using it
-    guarded = np.zeros(n, dtype=np.int64)  # the request whose cached path holds the node
     longest = 0
     for request in range(len(starts) - 1):
         longest = max(longest, starts[request + 1] - starts[request])
@@ -223,10 +270,9 @@ def _radix(  # pragma: no cover
     leaves = min(capacity, n) + 1
     room = 2 * leaves + 4 * longest + 16
     listed = np.zeros(n, dtype=np.bool_)  # compaction: the leaves kept so far
-    heap_keys = np.empty(room, dtype=np.int64)
-    heap_items = np.empty(room, dtype=np.int64)
+    heap = np.empty(room, dtype=np.int64)  # keys of `_order`, stale ones skipped
     held = np.empty(room, dtype=np.int64)
-    heap = 0
+    heaped = 0
     clock = 0
     size = 0
     hits = np.zeros(len(starts) - 1, dtype=np.int64)
@@ -239,8 +285,7 @@ def _radix(  # pragma: no cover
             clock += 1
             state[node] = next_use[index] if optimal else clock
             if children[node] == 0:
-                order = _order(state[node], node, optimal)
-                heap = heap_push(heap_keys, heap_items, heap, order, node)
+                heaped = _push(heap, heaped, _order(state[node], node, optimal))
         for index in range(start, end):  # the path as cached now (as SGLang locks it)
             if present[nodes[index]]:
                 guarded[nodes[index]] = request + 1
@@ -251,8 +296,9 @@ def _radix(  # pragma: no cover
             if size >= capacity:  # evict a leaf off this request's path
                 skipped = 0
                 evicted = False
-                while heap > 0:
-                    order, victim, heap = heap_pop(heap_keys, heap_items, heap)
+                while heaped > 0:
+                    order, heaped = _pop(heap, heaped)
+                    victim = _node_of(order)
                     if (
                         not present[victim]
                         or children[victim] != 0
@@ -260,24 +306,22 @@ def _radix(  # pragma: no cover
                     ):
                         continue
                     if guarded[victim] == request + 1:
-                        held[skipped] = victim
+                        held[skipped] = order
                         skipped += 1
                         continue
                     if optimal and state[victim] <= next_use[index]:
-                        heap = heap_push(heap_keys, heap_items, heap, order, victim)
+                        heaped = _push(heap, heaped, order)
                         break  # every leaf is needed sooner than this block
                     present[victim] = False
                     size -= 1
                     up = parent[victim]
                     children[up] -= 1
                     if up > 0 and present[up] and children[up] == 0:
-                        order = _order(state[up], up, optimal)
-                        heap = heap_push(heap_keys, heap_items, heap, order, up)
+                        heaped = _push(heap, heaped, _order(state[up], up, optimal))
                     evicted = True
                     break
                 for k in range(skipped):
-                    order = _order(state[held[k]], held[k], optimal)
-                    heap = heap_push(heap_keys, heap_items, heap, order, held[k])
+                    heaped = _push(heap, heaped, held[k])
                 if not evicted:
                     break
             if size >= capacity or not present[parent[node]]:
@@ -287,26 +331,26 @@ def _radix(  # pragma: no cover
             children[parent[node]] += 1
             clock += 1
             state[node] = next_use[index] if optimal else clock
-            heap = heap_push(heap_keys, heap_items, heap, _order(state[node], node, optimal), node)
-        if heap > 2 * leaves:  # drop stale and repeated entries before the heap fills
+            heaped = _push(heap, heaped, _order(state[node], node, optimal))
+        if heaped > 2 * leaves:  # drop stale and repeated entries before the heap fills
             kept = 0
-            for k in range(heap):
-                item = heap_items[k]
+            for k in range(heaped):
+                order = heap[k]
+                item = _node_of(order)
                 if (
                     present[item]
                     and children[item] == 0
                     and not listed[item]
-                    and _order(state[item], item, optimal) == heap_keys[k]
+                    and _order(state[item], item, optimal) == order
                 ):
                     listed[item] = True
-                    held[kept] = item
+                    held[kept] = order
                     kept += 1
             for k in range(kept):
-                listed[held[k]] = False
-            heap = 0
+                listed[_node_of(held[k])] = False
+            heaped = 0
             for k in range(kept):
-                order = _order(state[held[k]], held[k], optimal)
-                heap = heap_push(heap_keys, heap_items, heap, order, held[k])
+                heaped = _push(heap, heaped, held[k])
     return hits
 
 
@@ -337,7 +381,14 @@ def radix_hits(
     if optimal:
         _next_uses(nodes, starts, len(parent), next_use)
     return _radix(
-        nodes, starts, np.ascontiguousarray(parent, np.int64), capacity, next_use, optimal
+        nodes,
+        starts,
+        np.ascontiguousarray(parent, np.int64),
+        capacity,
+        next_use,
+        optimal,
+        np.zeros(len(parent), _narrowest(len(parent))),
+        np.zeros(len(parent), _narrowest(len(starts))),
     )
 
 
