@@ -38,7 +38,6 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kvtrace.analysis._columns import PREFIX_HIT_CURVE
 from kvtrace.analysis.kv_layouts import bytes_per_token
@@ -182,55 +181,77 @@ def trace_of(table: pa.Table, warmup: float) -> PrefixTrace:
     return _trace_from(table.to_batches(_BATCH_ROWS), warmup, ordered=True)
 
 
-def _arrival_order(arrival: pa.ChunkedArray, request_idx: pa.ChunkedArray) -> np.ndarray:
-    """The order of ``ORDER BY arrival_s, request_idx`` (nulls last)."""
+def _arrival_order(arrival: np.ndarray, request_idx: np.ndarray) -> np.ndarray:
+    """The order of ``ORDER BY arrival_s, request_idx`` (nulls, NaN here, last)."""
     keys = []
     for column in (request_idx, arrival):
-        keys.append(np.asarray(pc.fill_null(column, 0).to_numpy(), np.float64))
-        keys.append(np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), np.int8))
+        values = np.asarray(column, np.float64)
+        null = np.isnan(values)
+        keys += [np.where(null, 0.0, values), null.astype(np.int8)]
     found: np.ndarray = np.lexsort(keys)
     return found
 
 
-def _trace_from(batches: Iterable[pa.RecordBatch], warmup: float, *, ordered: bool) -> PrefixTrace:
-    """The trace of requests, numbering block hashes a batch at a time (only the dense
-    ids, not the hashes, are kept for every read); unless ``ordered``, the requests are
-    put in arrival order (``arrival_s`` column) and their ids numbered anew."""
-    numbering = ItemIds()
+def _flat(lists: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A column of lists (none of them null): its values one after another, as int64,
+    and each list's length."""
+    offsets = lists.offsets.to_numpy()
+    values = lists.values.slice(offsets[0], offsets[-1] - offsets[0])
+    return np.asarray(values.to_numpy(zero_copy_only=False), np.int64), np.diff(offsets)
+
+
+def _block_size(stated: np.ndarray) -> int:
+    """The tokens of a hashed block: the largest stated (NaN where none is), else 1."""
+    sizes = stated.astype(np.float64)
+    sizes = sizes[~np.isnan(sizes)]
+    return int(sizes.max()) if len(sizes) and sizes.max() else 1
+
+
+def _numbered(
+    batches: Iterable[pa.RecordBatch], names: list[str], numbering: ItemIds
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Every read's dense id, numbering block hashes a batch at a time (only the ids, not
+    the hashes, are kept), and each request's ``lengths`` and columns ``names``, turned
+    into NumPy arrays as they come (NaN where null), without Arrow's compute module."""
     pieces: list[np.ndarray] = []
+    columns: dict[str, list[np.ndarray]] = {name: [] for name in ["lengths", *names]}
+    for batch in batches:
+        keys, lengths = _flat(batch.column("hash_ids"))
+        ids = numbering.ids(keys)
+        pieces.append(ids.astype(np.int32 if numbering.count < 2**31 else np.int64))
+        columns["lengths"].append(lengths)
+        for name in names:
+            columns[name].append(batch.column(name).to_numpy(zero_copy_only=False))
+    whole = {
+        name: np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+        for name, chunks in columns.items()
+    }
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.int32)), whole
+
+
+def _trace_from(batches: Iterable[pa.RecordBatch], warmup: float, *, ordered: bool) -> PrefixTrace:
+    """The trace of requests (`_numbered`); unless ``ordered``, the requests are put in
+    arrival order (``arrival_s`` column) and their ids numbered anew."""
+    numbering = ItemIds()
     names = ["input_tokens", "hash_block_tokens", "request_idx"] + (
         [] if ordered else ["arrival_s"]
     )
-    columns: dict[str, list[pa.Array]] = {name: [] for name in ["lengths", *names]}
-    for batch in batches:
-        lists = batch.column("hash_ids")
-        keys = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
-        ids = numbering.ids(keys)
-        pieces.append(ids.astype(np.int32 if numbering.count < 2**31 else np.int64))
-        columns["lengths"].append(pc.list_value_length(lists))
-        for name in names:
-            columns[name].append(batch.column(name))
-    whole = {
-        name: pa.chunked_array(chunks, None if chunks else pa.int64())
-        for name, chunks in columns.items()
-    }
-    ids = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
-    del pieces
-    lengths = np.asarray(whole["lengths"].to_numpy(zero_copy_only=False), np.int64)
+    ids, whole = _numbered(batches, names, numbering)
+    lengths = whole.pop("lengths").astype(np.int64)
     if not ordered:
         order = _arrival_order(whole["arrival_s"], whole["request_idx"])
         stored = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         ids = first_seen_order(ids, stored, order, numbering.count)
         lengths = lengths[order]
-        whole = {name: column.take(order) for name, column in whole.items() if name != "lengths"}
+        whole = {name: column[order] for name, column in whole.items()}
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    block_size = int(pc.max(whole["hash_block_tokens"]).as_py() or 1)
-    inputs = whole["input_tokens"].to_numpy(zero_copy_only=False)
+    block_size = _block_size(whole["hash_block_tokens"])
+    inputs = whole["input_tokens"]
     inputs = np.where(np.isnan(inputs.astype(np.float64)), lengths * block_size, inputs)
     tokens = block_tokens(starts, inputs.astype(np.int64), block_size)
     requests = len(lengths)
     measured_from = math.floor(requests * warmup)
-    indices = np.asarray(whole["request_idx"].to_numpy(zero_copy_only=False), np.int64)
+    indices = np.asarray(whole["request_idx"], np.int64)
     return PrefixTrace(ids, starts, tokens, numbering.count, block_size, measured_from, indices)
 
 
@@ -393,9 +414,11 @@ def _counted(
         )
         return as_counted(hits, hit_tokens, float(weighted))
 
-    # the kernels release the GIL: one capacity per core
+    # the kernels release the GIL: one capacity per core, the largest (the slowest) first
+    largest_first = sorted(capacities.tolist(), reverse=True)
     with ThreadPoolExecutor(max_workers=max(1, min(len(capacities), os.cpu_count() or 1))) as pool:
-        return list(pool.map(count, capacities.tolist()))
+        found = dict(zip(largest_first, pool.map(count, largest_first), strict=True))
+    return [found[capacity] for capacity in capacities.tolist()]
 
 
 def prefix_request_rows(
