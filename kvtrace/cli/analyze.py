@@ -207,7 +207,8 @@ def prefix_curve(
     from kvtrace.sql.runs import run_ids
 
     chosen = _output_format(fmt, output)
-    con = open_analysis_connection(_open())
+    # bound for what the simulation reads (and --run's lookup): a third of the time to open
+    con = open_analysis_connection(_open(), for_sql="FROM workload_requests, runs_named([])")
     spec = PrefixCurveSpec(
         policy=policy,
         capacities=tuple(capacity or []),
