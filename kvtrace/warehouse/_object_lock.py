@@ -49,8 +49,9 @@ def _commit(table: DeltaTable, app_id: str, version: int) -> None:
 
 
 @contextmanager
-def hold(storage: Storage, name: str) -> Iterator[None]:
-    """Hold the lock ``name`` of ``storage`` for the block; other takers wait."""
+def hold(storage: Storage, name: str, wait: bool = True) -> Iterator[bool]:
+    """Hold the lock ``name`` of ``storage`` for the block; other takers wait, or not to
+    ``wait`` go on without it (the block is told whether it holds the lock)."""
     app_id = f"lock:{name}"
     seen, seen_since = -1, time.monotonic()
     while True:
@@ -60,6 +61,9 @@ def hold(storage: Storage, name: str) -> Iterator[None]:
             seen, seen_since = version, time.monotonic()
         held = version % 2 == 1
         if held and time.monotonic() - seen_since < STALE_AFTER_S:
+            if not wait:
+                yield False
+                return
             time.sleep(0.1)
             continue
         mine = version + 2 if held else version + 1
@@ -69,7 +73,7 @@ def hold(storage: Storage, name: str) -> Iterator[None]:
         except CommitFailedError:
             continue  # another taker won this round
     try:
-        yield
+        yield True
     finally:
         while True:
             try:

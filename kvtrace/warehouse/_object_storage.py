@@ -98,11 +98,11 @@ class ObjectStorage(Storage):
             self.filesystem.delete_dir(self._key(relative))
 
     @contextmanager
-    def lock(self, name: str) -> Iterator[None]:
+    def lock(self, name: str, wait: bool = True) -> Iterator[bool]:
         from kvtrace.warehouse._object_lock import hold
 
-        with hold(self, name):
-            yield
+        with hold(self, name, wait) as held:
+            yield held
 
     def list_files(self, relative: str) -> dict[str, int]:
         selector = pafs.FileSelector(self._key(relative), recursive=True, allow_not_found=True)

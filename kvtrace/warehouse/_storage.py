@@ -122,8 +122,9 @@ class Storage:
     def remove_tree(self, relative: str) -> None:
         raise NotImplementedError
 
-    def lock(self, name: str) -> AbstractContextManager[None]:
-        """A context manager holding the exclusive lock ``name`` for its block."""
+    def lock(self, name: str, wait: bool = True) -> AbstractContextManager[bool]:
+        """A context manager holding the exclusive lock ``name`` for its block; it yields
+        whether it holds it (always, unless ``wait`` is False and another holds it)."""
         raise NotImplementedError
 
     def dead_holds(self) -> list[str]:
@@ -265,14 +266,19 @@ class LocalStorage(Storage):
         shutil.rmtree(self.path(relative), ignore_errors=True)
 
     @contextmanager
-    def lock(self, name: str) -> Iterator[None]:
-        """An advisory file lock: other processes asking for ``name`` wait."""
+    def lock(self, name: str, wait: bool = True) -> Iterator[bool]:
+        """An advisory file lock: other processes asking for ``name`` wait (or, not to
+        ``wait``, go on without it)."""
         folder = self.root / LOCK_DIR
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{partition_value(name)}.lock", "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                yield
+                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
