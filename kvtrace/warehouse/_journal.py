@@ -141,10 +141,21 @@ def append(storage: Storage, row: dict[str, Any], app_id: str, generation: int =
                     app_transactions=[Transaction(app_id, generation)], max_commit_retries=0
                 ),
             )
+            _LISTED[storage] = len(table.file_uris()) + 1
             return True
         except CommitFailedError:
             storage.remove(written.path)  # stamped with a version another commit took
             continue
+
+
+def listed_files(storage: Storage) -> int:
+    """How many files the journal listed once this process's last `append` to it landed
+    (0 before any): what tells a writer that the journal wants compacting."""
+    return _LISTED.get(storage, 0)
+
+
+# Per storage, the files the journal listed after this process's last append (see above).
+_LISTED: weakref.WeakKeyDictionary[Storage, int] = weakref.WeakKeyDictionary()
 
 
 def refuse_damaged_top(storage: Storage, version: int) -> None:
@@ -207,7 +218,15 @@ def load(storage: Storage, version: int | None = None) -> Snapshot:
             raise WarehouseError(
                 f"version {version} of the warehouse is no longer readable (vacuumed?): {exc}"
             ) from None
-    commits, retractions = _standing(_read(storage, journal))
+    try:
+        rows = _read(storage, journal)
+    except JournalUnreadable as exc:
+        if version is None:
+            raise
+        raise WarehouseError(  # compaction took its files out, and vacuum deleted them
+            f"version {version} of the warehouse is no longer readable (vacuumed?): {exc.what}"
+        ) from None
+    commits, retractions = _standing(rows)
     return Snapshot(journal.version(), commits, _visible_files(storage, commits), retractions)
 
 
@@ -217,10 +236,11 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
     costs a command a quarter of a second and pandas' memory on import.
 
     A journal file never changes once written (each commit adds one under a fresh
-    name), so the files a storage has read are kept (`_JOURNAL_FILES`) and each read
-    fetches only the new ones: an ingest of many files commits once per file, and would
-    otherwise read every earlier commit's row again each time.  ``cached=False`` reads
-    every file (``kvtrace check`` and repair look at what is on disk).
+    name; a compaction merges them into new ones), so the files a storage has read are
+    kept (`_JOURNAL_FILES`) while the journal lists them, and each read fetches only the
+    new ones: an ingest of many files commits once per file, and would otherwise read
+    every earlier commit's row again each time.  ``cached=False`` reads every file
+    (``kvtrace check`` and repair look at what is on disk).
     """
     filesystem, base = storage.arrow_filesystem()
     kept = _JOURNAL_FILES.setdefault(storage, {}) if cached else {}
@@ -231,7 +251,10 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
             rows = pool.map(lambda path: _read_file(filesystem, path), missing)
             read = dict(zip(missing, rows, strict=True))
         parts = [kept[path] if path in kept else read[path] for path in paths]
-        if cached:  # up to a bound: a journal that long wants `kvtrace optimize` anyway
+        if cached:  # those still listed, up to a bound (a journal that long wants compacting)
+            listed = set(paths)
+            for gone in [path for path in kept if path not in listed]:
+                del kept[gone]
             kept.update(list(read.items())[: max(0, KEPT_FILES - len(kept))])
         data = (
             pa.concat_tables(parts, promote_options="default")
@@ -240,7 +263,19 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
         )
     except (DeltaError, OSError, pa.ArrowInvalid) as exc:
         raise JournalUnreadable(f"the journal of the warehouse is unreadable ({exc})") from None
-    return _conform(data)
+    return _distinct(_conform(data))
+
+
+def _distinct(rows: pa.Table) -> pa.Table:
+    """Each journal row once.  A compaction's entry that a repair wrote again as an empty
+    commit lists the files that compaction merged again, beside the file a later
+    compaction merged them into: their rows would be read twice."""
+    keys = ["commit_id", "warehouse_version", "created_at"]
+    numbered = rows.select(keys).append_column("row", pa.array(range(rows.num_rows), pa.int64()))
+    first = numbered.group_by(keys, use_threads=False).aggregate([("row", "min")])
+    if first.num_rows == rows.num_rows:
+        return rows
+    return rows.take(pc.sort_indices(first["row_min"]))
 
 
 def _conform(data: pa.Table) -> pa.Table:
@@ -342,7 +377,7 @@ def journaled_ids(commits: pa.Table) -> set[str]:
     return set(entries.field("commit_id").to_pylist())
 
 
-def _files_at(storage: Storage, table: str, version: int) -> pa.Table:
+def files_at(storage: Storage, table: str, version: int) -> pa.Table:
     """The files of ``table`` at ``version`` (`active_files`).  A version's files never
     change, so the newest version read of each table is kept (`_TABLE_FILES`): an ingest
     of many files works out a snapshot per file, and most of the tables it names have
@@ -359,7 +394,7 @@ def _files_at(storage: Storage, table: str, version: int) -> pa.Table:
     return files
 
 
-# Per storage, the newest version read of each table and its files (see `_files_at`).
+# Per storage, the newest version read of each table and its files (see `files_at`).
 _TABLE_FILES: weakref.WeakKeyDictionary[Storage, dict[str, tuple[int, pa.Table]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -369,7 +404,7 @@ def _visible_files(storage: Storage, commits: pa.Table) -> pa.Table:
     journaled = journaled_ids(commits)
     parts = []
     for table, version in sorted(named_versions(commits).items()):
-        files = _files_at(storage, table, version)
+        files = files_at(storage, table, version)
         paths = files["path"].to_pylist()
         ids = [commit_of(p) for p in paths]
         keep = [i is None or i in journaled for i in ids]
