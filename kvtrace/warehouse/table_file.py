@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["PARALLEL_FILE_BYTES", "TableFile", "write_table"]
 
 PARALLEL_FILE_BYTES = 8 << 20  # a larger write is encoded as several files at once
+# list values a row group holds at most (8 MB of DSA positions, 1,024 rows at top-k 2048):
+# readers decode a row group at a time, so this bounds what reading any part of one costs
+ROW_GROUP_LIST_VALUES = 1 << 21
 # integer lists whose neighbours are close: sorted positions and blocks, and the block
 # hashes of a prompt (numbered in order of first use: half the size of plain ZSTD)
 _LIST_LEAVES = {
@@ -61,7 +64,7 @@ class TableFile:
         if self._writer is None:
             self._first = data.slice(0, 1)
             self._writer = pq.ParquetWriter(self.temp, self.spec.schema, **_parquet_options(data))
-        self._writer.write_table(data, row_group_size=max(data.num_rows, 1))
+        self._writer.write_table(data, row_group_size=_row_group_rows(data))
         self.rows += data.num_rows
         if "request_id" in data.column_names:
             ids = data["request_id"]
@@ -170,3 +173,20 @@ def _parquet_options(data: pa.Table) -> dict[str, Any]:
         "write_statistics": True,
         "write_page_checksum": True,
     }
+
+
+def _row_group_rows(data: pa.Table) -> int:
+    """Rows a row group of ``data`` holds: all of them, unless its longest list column
+    would hold more than `ROW_GROUP_LIST_VALUES` values."""
+    values: int = max(
+        (
+            int(pc.sum(pc.list_value_length(column)).as_py() or 0)
+            for column, field in zip(data.columns, data.schema, strict=True)
+            if pa.types.is_list(field.type) or pa.types.is_large_list(field.type)
+        ),
+        default=0,
+    )
+    rows: int = data.num_rows
+    if values <= ROW_GROUP_LIST_VALUES:
+        return max(rows, 1)
+    return max(1, rows * ROW_GROUP_LIST_VALUES // values)
