@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kvtrace import connect
+from kvtrace.analysis.kv_access import _stream, curves
 from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.errors import QueryError
 from kvtrace.ingest import ingest
@@ -187,10 +188,24 @@ def random_trace(warehouse, tmp_path):
     return connect(warehouse), records
 
 
+@pytest.fixture(params=["whole requests", "windows of 4 rows on 3 threads"])
+def windowing(request, monkeypatch):
+    """The stream read in windows of whole requests on one thread, or in windows of 4
+    stored rows (cut inside requests: a step has 3) shared among 3 threads."""
+    if request.param != "whole requests":
+        monkeypatch.setattr(_stream, "WINDOW_ROWS", 4)
+        monkeypatch.setattr(curves, "default_threads", lambda: 3)
+    else:
+        monkeypatch.setattr(curves, "default_threads", lambda: 1)
+    return request.param
+
+
 @pytest.mark.parametrize("granularity", ["block", "layer_block"])
 @pytest.mark.parametrize("scope", ["request", "run"])
 @pytest.mark.parametrize("policy", ["lru", "fifo", "opt", "pin_prefix"])
-def test_hit_curves_equal_brute_force_simulation(random_trace, policy, granularity, scope):
+def test_hit_curves_equal_brute_force_simulation(
+    random_trace, policy, granularity, scope, windowing
+):
     con, records = random_trace
     block_size = 12  # not a power of two: re-binned from the stored positions
     streams = _streams(records, block_size, granularity)
@@ -215,7 +230,7 @@ def test_hit_curves_equal_brute_force_simulation(random_trace, policy, granulari
             )
         else:
             expected = sum(sum(BRUTE[policy](s, capacity)) for s in streams.values())
-        assert hits == expected, (capacity, policy, granularity, scope)
+        assert hits == expected, (capacity, policy, granularity, scope, windowing)
 
 
 def test_runs_read_in_one_batch_are_simulated_apart(warehouse, tmp_path):

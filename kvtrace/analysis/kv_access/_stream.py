@@ -24,9 +24,9 @@ import pyarrow as pa
 from kvtrace.analysis.kv_access.plan import RunPlan
 from kvtrace.kernels.access_items import stream_items
 
-WINDOW_ROWS = 2_048  # stored rows a window reads at most (unless one step has more): with
-# DSA's top-k of 2048 positions a row, a window holds about 4 M values (16 MB) per thread
-CHUNK_ACCESSES = 1 << 20
+WINDOW_ROWS = 512  # stored rows a window reads at most (unless one step has more): with
+# DSA's top-k of 2048 positions a row, a window holds about 1 M values (4-8 MB) per thread
+CHUNK_ACCESSES = 1 << 18
 
 
 @dataclass
@@ -42,8 +42,8 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Window:
-    """A part of the run read by one query: request indices [first, last] (scope
-    request) or slots [first, last] (scope run)."""
+    """A part of the run read by one query: the plan's steps [first, last] (scope
+    request; steps are in stream order there) or slots [first, last] (scope run)."""
 
     first: int
     last: int
@@ -51,13 +51,29 @@ class Window:
 
 def windows(plan: RunPlan, requests: tuple[int, int] | None = None) -> list[Window]:
     """The windows of the run (or of its requests with indices in ``requests``), in
-    stream order, each about `WINDOW_ROWS` stored rows."""
+    stream order, each about `WINDOW_ROWS` stored rows.  Scope request cuts between
+    steps, inside a request too, so that no window holds more than one step beyond the
+    bound however long a request decodes."""
     if plan.spec.scope == "request":
         low, high = requests if requests is not None else (0, len(plan.requests) - 1)
-        rows = np.bincount(plan.step_request, plan.step_rows, len(plan.requests))
-        return _cut(rows[low : high + 1], low)
+        first, stop = np.searchsorted(plan.step_request, [low, high + 1])
+        return _cut(plan.step_rows[first:stop], int(first))
     rows = np.bincount(plan.step_slot, plan.step_rows, plan.slot_count)
     return _cut(rows, 0)
+
+
+def thread_shares(plan: RunPlan, parts: list[Window], threads: int) -> list[list[Window]]:
+    """``parts`` (scope request) in at most ``threads`` consecutive shares of about equal
+    rows, each cut only where a request begins: a request is simulated by one thread."""
+    starts = np.array([part.first for part in parts], dtype=np.int64)
+    opens_request = np.ones(len(parts), dtype=np.bool_)
+    opens_request[1:] = plan.step_request[starts[1:]] != plan.step_request[starts[1:] - 1]
+    rows = np.cumsum([plan.step_rows[p.first : p.last + 1].sum() for p in parts])
+    cuts = np.flatnonzero(opens_request)
+    wanted = np.searchsorted(rows, rows[-1] * np.arange(1, threads) / threads, side="right")
+    bounds = np.unique(cuts[np.minimum(np.searchsorted(cuts, wanted), len(cuts) - 1)])
+    edges = [0, *[int(b) for b in bounds if 0 < b < len(parts)], len(parts)]
+    return [parts[a:b] for a, b in itertools.pairwise(edges) if b > a]
 
 
 def _cut(rows: np.ndarray, offset: int) -> list[Window]:
@@ -165,10 +181,19 @@ class StreamReader:
             "FROM dsa_steps AS s WHERE s.run_id = $run AND s.block_size = $stored"
         )
         if plan.spec.scope == "request":
-            params["low"] = int(plan.requests[window.first])
-            params["high"] = int(plan.requests[window.last])
+            first, last = window.first, window.last
+            params["low"] = int(plan.requests[plan.step_request[first]])
+            params["high"] = int(plan.requests[plan.step_request[last]])
+            params["low_step"] = int(plan.step_idx[first])
+            params["high_step"] = int(plan.step_idx[last])
+            steps = plan.step_idx[first : last + 1]  # a range row groups can be skipped by
+            params["min_step"], params["max_step"] = int(steps.min()), int(steps.max())
             return self.con.sql(
-                base + " AND s.request_id BETWEEN $low AND $high", params=params
+                base + " AND s.request_id BETWEEN $low AND $high "
+                "AND s.step_idx BETWEEN $min_step AND $max_step "
+                "AND (s.request_id > $low OR s.step_idx >= $low_step) "
+                "AND (s.request_id < $high OR s.step_idx <= $high_step)",
+                params=params,
             ).to_arrow_table()
         chosen = (plan.step_slot >= window.first) & (plan.step_slot <= window.last)
         request_ids = plan.requests[plan.step_request[chosen]]

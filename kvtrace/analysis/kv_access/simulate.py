@@ -47,7 +47,13 @@ from kvtrace.analysis.kv_access._passes import (
     UnitPass,
     unit_pass,
 )
-from kvtrace.analysis.kv_access._stream import Chunk, StreamReader, Window, windows
+from kvtrace.analysis.kv_access._stream import (
+    Chunk,
+    StreamReader,
+    Window,
+    thread_shares,
+    windows,
+)
 from kvtrace.analysis.kv_access.plan import RunPlan
 from kvtrace.analysis.policies import CachePolicy
 from kvtrace.prefetch import prefetched
@@ -114,14 +120,14 @@ def simulate_run(
     parts = windows(plan, requests)
     if plan.spec.scope == "run" or threads <= 1 or len(parts) <= 1:
         return _simulate_windows(con, plan, policy, named, limits, parts, watched)
-    groups = [list(g) for g in np.array_split(np.arange(len(parts)), threads) if len(g)]
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+    shares = thread_shares(plan, parts, threads)
+    with ThreadPoolExecutor(max_workers=len(shares)) as pool:
         outcomes = list(
             pool.map(
-                lambda g: _simulate_windows(
-                    cursor_of(con), plan, policy, named, limits, [parts[i] for i in g], watched
+                lambda share: _simulate_windows(
+                    cursor_of(con), plan, policy, named, limits, share, watched
                 ),
-                groups,
+                shares,
             )
         )
     merged = outcomes[0]
