@@ -103,7 +103,8 @@ def compact_due(storage: Storage, tables: set[str], target_mb: int = TARGET_MB) 
         if not held:
             return []
         settle(storage)
-        return compact(storage, sorted(tables), target_mb)[0]
+        last = [JOURNAL] if JOURNAL in tables else []  # after the tables' journal rows
+        return compact(storage, [*sorted(tables - {JOURNAL}), *last], target_mb)[0]
 
 
 def compact(

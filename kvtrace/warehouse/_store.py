@@ -3,7 +3,9 @@
 A warehouse is a folder (or an object-store prefix) holding one Delta Lake table per
 kvtrace table, plus the journal ``_commits`` (`kvtrace.warehouse._journal`).  A commit
 writes finished Parquet files, adds them to each table's log, and becomes visible when
-its journal row lands; a writer that dies before then leaves nothing kvtrace shows.
+its journal row lands; a writer that dies before then leaves nothing kvtrace shows.  A
+commit that leaves a table with many small files compacts it afterwards
+(`kvtrace.warehouse._compaction`), outside the run's lock.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +82,8 @@ class Warehouse:
         self.root = self.storage.root if isinstance(self.storage, LocalStorage) else None
         self.as_of = as_of
         self._snapshot: Snapshot | None = None
+        self._due: set[str] = set()  # tables that commits left due for compaction
+        self._run_locks = 0  # run locks this object holds (compaction waits for them)
         marker = self.storage.read_bytes(MARKER)
         if marker is None:
             if not create:
@@ -277,11 +281,20 @@ class Warehouse:
         if self.as_of is not None:
             raise WarehouseError(f"version {self.as_of} of {self.location} is read-only")
 
-    def run_lock(self, run_id: str) -> AbstractContextManager[None]:
+    @contextmanager
+    def run_lock(self, run_id: str) -> Iterator[None]:
         """A context manager that holds ``run_id``'s lock: what one process reads of the
         run and then commits is not interleaved with another's (request id mapping,
-        record identity)."""
-        return self.storage.lock(f"run-{run_id}")
+        record identity).  A compaction that the commits inside made due runs once it is
+        let go of, so that the run's other writers do not wait for it."""
+        with self.storage.lock(f"run-{run_id}"):
+            self._run_locks += 1
+            try:
+                yield
+            finally:
+                self._run_locks -= 1
+        if self._run_locks == 0:
+            self._compact_due()
 
     def begin(
         self,
@@ -294,12 +307,16 @@ class Warehouse:
     ) -> Commit:
         """Start a commit; pass it to `write` and then to `commit`.
 
-        Scratch files that writers which died left more than a day ago are removed here.
+        Scratch files that writers which died left more than a day ago are removed here,
+        and a setting of compaction after commits that cannot be read is refused.
         """
         self._writable()
         for stale in self.storage.stale_temps(older_than_s=86_400):
             stale.unlink(missing_ok=True)
+        from kvtrace.warehouse._compaction import auto_threshold
         from kvtrace.warehouse._journal import new_commit_id
+
+        auto_threshold()
 
         commit_id = new_commit_id()
         return Commit(
@@ -370,13 +387,32 @@ class Warehouse:
         """Add the files of ``commit`` to their tables and record it in the journal.
 
         Returns False when the commit's source had already been recorded (by another
-        process ingesting the same bytes at once): it then adds nothing.
+        process ingesting the same bytes at once): it then adds nothing.  A table (or
+        the journal) that the commit left with many small files is compacted then, or
+        when the run lock held around it is let go of (`kvtrace.warehouse._compaction`).
         """
         try:
-            return self._record(commit)
+            landed = self._record(commit)
         finally:
             if commit.hold is not None:
                 commit.hold.release()
+        if self._run_locks == 0:
+            self._compact_due()
+        return landed
+
+    def _compact_due(self) -> None:
+        """Compact what commits left due, unless another maintenance is at it.  The
+        commits stand whatever happens: a compaction the store fails or a writer keeps
+        beating is left for the next commit (or ``kvtrace optimize``) to do."""
+        if not self._due:
+            return
+        from deltalake.exceptions import DeltaError
+
+        from kvtrace.warehouse import _compaction as compaction
+
+        due, self._due = self._due, set()
+        with suppress(DeltaError, OSError):  # nothing half-done shows: the next
+            compaction.compact_due(self.storage, due)  # maintenance settles it
 
     def _record(self, commit: Commit) -> bool:
         from kvtrace.warehouse import _journal as journal
@@ -388,6 +424,7 @@ class Warehouse:
             by_table.setdefault(data_file.table, []).append(data_file)
         generation = self._generation(commit.app_id)
         entries = []
+        versions: dict[str, int] = {}
         for table, files in sorted(by_table.items()):
             version, landed = add_files(
                 self.storage,
@@ -401,6 +438,7 @@ class Warehouse:
             if landed != commit.commit_id:  # the table holds another process's files
                 for data_file in files:
                     self.storage.remove(data_file.path)
+            versions[table] = version
             entries.append(
                 {
                     "table": table,
@@ -423,6 +461,10 @@ class Warehouse:
             "tables": entries,
         }
         commit.landed = journal.append(self.storage, row, commit.app_id, generation)
+        if commit.landed:
+            from kvtrace.warehouse import _compaction as compaction
+
+            self._due |= compaction.due(self.storage, versions)
         return commit.landed
 
     def _generation(self, app_id: str) -> int:
