@@ -1,6 +1,8 @@
 """Ingests, optimize and vacuum (no retention, forced) run at once and are SIGKILLed at
 random moments, round after round: after every round the warehouse checks clean and
-every committed source's rows are readable exactly once; nothing else is seen.
+every committed source's rows are readable exactly once; nothing else is seen.  In half
+the rounds the ingests compact after their commits (every table with two small files),
+so their compactions are killed and raced too.
 
 The suite runs 20 rounds of the random kills and 6 of the profiler races;
 ``KVTRACE_CRASH_ROUNDS=200`` runs that many of each (a soak before a release)."""
@@ -22,6 +24,7 @@ from kvtrace import connect
 from kvtrace.ingest import ingest
 from kvtrace.synthetic.timeline import TimelineShape, write_timeline_trace
 from kvtrace.warehouse import Warehouse
+from kvtrace.warehouse._compaction import AUTO_COMPACT_ENV
 from kvtrace.warehouse.ops.integrity import check
 from tests.conftest import ON_S3, warehouse_at
 
@@ -71,8 +74,12 @@ def _run_with_kills(
     wait_s: tuple[float, float],
 ) -> None:
     """Run the ingest commands beside optimize and vacuum (each with chance
-    ``maintenance``), all at once; SIGKILL each with chance ``kill`` after a random
-    wait; every command not killed must succeed."""
+    ``maintenance``), all at once, the ingests compacting after their commits with
+    chance one half; SIGKILL each with chance ``kill`` after a random wait; every
+    command not killed must succeed."""
+    env = dict(os.environ)
+    if rng.random() < 0.5:
+        env[AUTO_COMPACT_ENV] = "2"
     commands = list(ingests)
     if rng.random() < maintenance:
         commands.append(_command(location, "optimize"))
@@ -80,7 +87,7 @@ def _run_with_kills(
         commands.append(_command(location, "vacuum", "--retain-hours", "0", "--force"))
     rng.shuffle(commands)
     processes = [
-        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         for c in commands
     ]
     doomed = [p for p in processes if rng.random() < kill]
