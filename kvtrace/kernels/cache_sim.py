@@ -246,10 +246,11 @@ def _renumber(last: np.ndarray, bits: np.ndarray, tree: np.ndarray) -> int:  # p
 
 
 def _grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
-    """``array`` extended with ``fill`` to at least ``size`` (doubling)."""
+    """``array`` extended with ``fill`` to at least ``size`` (by a quarter at least: an
+    array per distinct item is the largest a long stream holds)."""
     if size <= len(array):
         return array
-    bigger = np.full(max(size, 2 * len(array)), fill, dtype=array.dtype)
+    bigger = np.full(max(size, len(array) * 5 // 4), fill, dtype=array.dtype)
     bigger[: len(array)] = array
     return bigger
 

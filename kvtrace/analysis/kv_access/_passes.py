@@ -69,10 +69,23 @@ def grid(span: int) -> np.ndarray:
 
 
 def counts_below(hist: np.ndarray, capacities: np.ndarray) -> np.ndarray:
-    """For each capacity C: how many observations of ``hist`` (per value) are < C."""
-    cumulative = np.concatenate(([0], np.cumsum(hist)))
-    below: np.ndarray = cumulative[np.clip(capacities, 0, len(hist))]
+    """For each capacity C: how many observations of ``hist`` (per value) are < C.
+
+    The running sum is taken a piece of `_SUM_PIECE` values at a time: a shared pool's
+    histogram has an entry per distinct item, and a whole copy of it would be the
+    simulation's largest allocation."""
+    bounds = np.clip(capacities, 0, len(hist))
+    below = np.zeros(len(bounds), dtype=np.int64)
+    total = 0
+    for start in range(0, len(hist), _SUM_PIECE):
+        running = np.cumsum(hist[start : start + _SUM_PIECE]) + total
+        inside = (bounds > start) & (bounds <= start + len(running))
+        below[inside] = running[bounds[inside] - start - 1]
+        total = int(running[-1])
     return below
+
+
+_SUM_PIECE = 1 << 20
 
 
 def _fraction_below(hist: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -199,7 +212,8 @@ class LruPass:
 
 
 def _grown(hist: np.ndarray, size: int) -> np.ndarray:
-    return np.concatenate([hist, np.zeros(max(size, 2 * len(hist)) - len(hist), np.int64)])
+    """``hist`` extended with zeros to at least ``size`` (by a quarter at least)."""
+    return np.concatenate([hist, np.zeros(max(size, len(hist) * 5 // 4) - len(hist), np.int64)])
 
 
 class PinPrefixPass(LruPass):

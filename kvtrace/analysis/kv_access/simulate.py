@@ -201,7 +201,7 @@ class _UnitRun:
             lambda: (plan.pinned_items(unit), _rank_lookup(plan, unit)),
         )
         self.last_second = (
-            np.full(plan.items, -1, dtype=np.int64) if counts.seconds is not None else None
+            np.full(plan.items, -1, dtype=np.int32) if counts.seconds is not None else None
         )
         probing = (
             plan.spec.scope == "run"
