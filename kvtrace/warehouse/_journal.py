@@ -251,11 +251,8 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
             rows = pool.map(lambda path: _read_file(filesystem, path), missing)
             read = dict(zip(missing, rows, strict=True))
         parts = [kept[path] if path in kept else read[path] for path in paths]
-        if cached:  # those still listed, up to a bound (a journal that long wants compacting)
-            listed = set(paths)
-            for gone in [path for path in kept if path not in listed]:
-                del kept[gone]
-            kept.update(list(read.items())[: max(0, KEPT_FILES - len(kept))])
+        if cached:
+            _keep(kept, paths, read)
         data = (
             pa.concat_tables(parts, promote_options="default")
             if parts
@@ -264,6 +261,15 @@ def _read(storage: Storage, journal: DeltaTable, cached: bool = True) -> pa.Tabl
     except (DeltaError, OSError, pa.ArrowInvalid) as exc:
         raise JournalUnreadable(f"the journal of the warehouse is unreadable ({exc})") from None
     return _distinct(_conform(data))
+
+
+def _keep(kept: dict[str, pa.Table], paths: list[str], read: dict[str, pa.Table]) -> None:
+    """Keep the rows of the files the journal lists (``paths``): those kept already, and
+    those just ``read`` up to `KEPT_FILES` (a journal that long wants compacting)."""
+    listed = set(paths)
+    for gone in [path for path in kept if path not in listed]:
+        del kept[gone]
+    kept.update(list(read.items())[: max(0, KEPT_FILES - len(kept))])
 
 
 def _distinct(rows: pa.Table) -> pa.Table:

@@ -53,25 +53,10 @@ def hold(storage: Storage, name: str, wait: bool = True) -> Iterator[bool]:
     """Hold the lock ``name`` of ``storage`` for the block; other takers wait, or not to
     ``wait`` go on without it (the block is told whether it holds the lock)."""
     app_id = f"lock:{name}"
-    seen, seen_since = -1, time.monotonic()
-    while True:
-        table = _table(storage)
-        version = table.transaction_version(app_id) or 0
-        if version != seen:
-            seen, seen_since = version, time.monotonic()
-        held = version % 2 == 1
-        if held and time.monotonic() - seen_since < STALE_AFTER_S:
-            if not wait:
-                yield False
-                return
-            time.sleep(0.1)
-            continue
-        mine = version + 2 if held else version + 1
-        try:
-            _commit(table, app_id, mine)
-            break
-        except CommitFailedError:
-            continue  # another taker won this round
+    mine = _take(storage, app_id, wait)
+    if mine is None:
+        yield False
+        return
     try:
         yield True
     finally:
@@ -81,3 +66,26 @@ def hold(storage: Storage, name: str, wait: bool = True) -> Iterator[bool]:
                 break
             except CommitFailedError:
                 time.sleep(0.05)
+
+
+def _take(storage: Storage, app_id: str, wait: bool) -> int | None:
+    """Take the lock ``app_id``: the odd version committed for it, or None when another
+    holds it and the caller would not ``wait``."""
+    seen, seen_since = -1, time.monotonic()
+    while True:
+        table = _table(storage)
+        version = table.transaction_version(app_id) or 0
+        if version != seen:
+            seen, seen_since = version, time.monotonic()
+        held = version % 2 == 1
+        if held and time.monotonic() - seen_since < STALE_AFTER_S:
+            if not wait:
+                return None
+            time.sleep(0.1)
+            continue
+        mine = version + 2 if held else version + 1
+        try:
+            _commit(table, app_id, mine)
+            return mine
+        except CommitFailedError:
+            continue  # another taker won this round
