@@ -241,10 +241,10 @@ def test_a_compaction_after_commits_drops_what_a_dead_ingest_left(
     tmp_path, synthetic_trace, monkeypatch
 ):
     from kvtrace.warehouse import _object_lock as object_lock
-    from kvtrace.warehouse import _storage as storage
+    from kvtrace.warehouse import _object_storage as object_storage
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
-    monkeypatch.setattr(storage, "IN_FLIGHT_S", 2.0)  # and its silent in-flight marker
+    monkeypatch.setattr(object_storage, "IN_FLIGHT_S", 2.0)  # and its silent marker
     monkeypatch.setenv(compaction.AUTO_COMPACT_ENV, "2")
     location = warehouse_at(tmp_path / "wh")
     traces = _traces(synthetic_trace, 3)
