@@ -1,20 +1,24 @@
 """Batch queries over many runs: a warehouse of ``--runs`` small collected DSA runs (and
-as many small workload traces), asked ``dsa_summary`` and a workload query across all of
-them as fresh ``kvtrace sql`` processes, before and after ``kvtrace optimize``.
+as many small workload traces), ingested one file per commit, asked ``dsa_summary`` and a
+workload query across all of them as fresh ``kvtrace sql`` processes, right after the
+ingest (whose commits compact the tables as they go) and after ``kvtrace optimize``.
 
-    python benchmarks/bench_many_runs.py [--runs 1000] [--rounds 3]
+    python benchmarks/bench_many_runs.py [--runs 1000] [--rounds 3] [--auto-compact N]
 
-Reports the ingest time, the Delta log of the busiest table (commits since its last
-checkpoint), the data files (those the queries read, and all on disk), the first query's
-wall time after the ingest and after optimize, and the two queries' wall time (medians),
-before and after optimize.  Writes
-``benchmarks/out/many_runs.json``.
+``--auto-compact`` sets ``KVTRACE_AUTO_COMPACT`` for the ingest (the small files a table
+gathers before a commit compacts it; 0: never, as before kvtrace compacted after
+commits).  Reports the ingest time, the Delta log of the busiest table (commits since
+its last checkpoint) and the journal's (with the files it lists), the data files (those
+the queries read, and all on disk), the first query's wall time after the ingest and
+after optimize, and the two queries' wall time (medians), before and after optimize.
+Writes ``benchmarks/out/many_runs.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -24,6 +28,7 @@ import time
 from pathlib import Path
 
 from bench_warehouse import machine
+from deltalake import DeltaTable
 
 from kvtrace.ingest import ingest
 from kvtrace.synthetic import write_seed_trace
@@ -31,6 +36,7 @@ from kvtrace.warehouse import Warehouse
 
 HERE = Path(__file__).parent
 KVTRACE = str(Path(sys.executable).parent / "kvtrace")
+AUTO_COMPACT_ENV = "KVTRACE_AUTO_COMPACT"  # small files a table gathers before compaction
 QUERIES = {
     "dsa_summary": "SELECT count(*), avg(unique_blocks.mean) FROM dsa_summary",
     "workload": "SELECT count(*), avg(rate_per_s) FROM workload_arrival_summary",
@@ -82,6 +88,7 @@ def log_state(root: Path, table: str) -> dict:
         "commits": len(commits),
         "checkpoints": len(checkpoints),
         "commits_since_checkpoint": sum(1 for c in commits if c > last),
+        "files_listed": len(DeltaTable(str(root / table)).file_uris()),
     }
 
 
@@ -119,7 +126,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--auto-compact",
+        type=int,
+        default=None,
+        help=f"{AUTO_COMPACT_ENV} for the ingest (default: as set, else kvtrace's own)",
+    )
     args = parser.parse_args()
+    if args.auto_compact is not None:
+        os.environ[AUTO_COMPACT_ENV] = str(args.auto_compact)
     scratch = Path(tempfile.mkdtemp(prefix="kvtrace-bench-runs-"))
     try:
         paths = write_runs(scratch / "traces", args.runs)
@@ -146,6 +161,7 @@ def main() -> None:
     result = {
         "machine": machine(),
         "runs": args.runs,
+        "auto_compact": os.environ.get(AUTO_COMPACT_ENV, "kvtrace's default"),
         "ingest_s": ingest_s,
         "optimize_s": optimize_s,
         "before_optimize": before,
