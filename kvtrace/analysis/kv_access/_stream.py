@@ -197,23 +197,31 @@ class StreamReader:
             ).to_arrow_table()
         chosen = (plan.step_slot >= window.first) & (plan.step_slot <= window.last)
         request_ids = plan.requests[plan.step_request[chosen]]
-        steps = (
-            pa.table({"request_id": request_ids, "step_idx": plan.step_idx[chosen]})
-            .group_by("request_id")
-            .aggregate([("step_idx", "min"), ("step_idx", "max")])
+        steps = plan.step_idx[chosen]
+        ids, first_step, last_step = _step_ranges(request_ids, steps)
+        params["low"], params["high"] = int(ids[0]), int(ids[-1])
+        params["min_step"], params["max_step"] = int(steps.min()), int(steps.max())
+        each = " OR ".join(
+            f"(s.request_id = {r} AND s.step_idx BETWEEN {lo} AND {hi})"
+            for r, lo, hi in zip(ids.tolist(), first_step.tolist(), last_step.tolist(), strict=True)
         )
-        self.con.register("_kvtrace_window", steps)
-        try:
-            params["low"], params["high"] = int(request_ids.min()), int(request_ids.max())
-            return self.con.sql(
-                base + " AND s.request_id BETWEEN $low AND $high "
-                "AND EXISTS (SELECT 1 FROM _kvtrace_window AS w "
-                "WHERE w.request_id = s.request_id "
-                "AND s.step_idx BETWEEN w.step_idx_min AND w.step_idx_max)",
-                params=params,
-            ).to_arrow_table()
-        finally:
-            self.con.unregister("_kvtrace_window")
+        return self.con.sql(
+            base + " AND s.request_id BETWEEN $low AND $high "
+            f"AND s.step_idx BETWEEN $min_step AND $max_step AND ({each})",
+            params=params,
+        ).to_arrow_table()
+
+
+def _step_ranges(
+    request_ids: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's first and last step among the window's (request id, step) pairs."""
+    ids, inverse = np.unique(request_ids, return_inverse=True)
+    first = np.full(len(ids), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(ids), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, inverse, steps)
+    np.maximum.at(last, inverse, steps)
+    return ids, first, last
 
 
 def _ints(table: pa.Table, name: str) -> np.ndarray:
