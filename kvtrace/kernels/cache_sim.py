@@ -67,50 +67,58 @@ def _next_power_of_two(n: int) -> int:
 # -- numbering items --------------------------------------------------------------------
 
 
+_MAX_LOAD = 0.75  # keys per slot of `ItemIds`' table before it doubles
+
+
 @njit(cache=True)
 def _number(  # pragma: no cover
-    keys: np.ndarray, table: np.ndarray, out: np.ndarray, count: np.ndarray
+    keys: np.ndarray, slots: np.ndarray, named: np.ndarray, out: np.ndarray, count: np.ndarray
 ) -> int:
-    """Ids of ``keys`` from the open-addressing ``table`` of (key, id) pairs, numbering
-    new keys from ``count[0]``; stops (returning the index reached) when the table is
-    half full."""
-    mask = len(table) // 2 - 1
-    limit = len(table) // 4
+    """Ids of ``keys`` from the open-addressing table of ``slots`` (keys) and ``named``
+    (their ids), numbering new keys from ``count[0]``; stops (returning the index
+    reached) when the table is three quarters full."""
+    mask = len(slots) - 1
+    limit = int(len(slots) * _MAX_LOAD)
     for i in range(len(keys)):
         if count[0] >= limit:
             return i
         key = keys[i]
         s = _hash_slot(key, mask)
-        while table[2 * s] != _EMPTY and table[2 * s] != key:
+        while slots[s] != _EMPTY and slots[s] != key:
             s = (s + 1) & mask
-        if table[2 * s] == _EMPTY:
-            table[2 * s] = key
-            table[2 * s + 1] = count[0]
+        if slots[s] == _EMPTY:
+            slots[s] = key
+            named[s] = count[0]
             count[0] += 1
-        out[i] = table[2 * s + 1]
+        out[i] = named[s]
     return len(keys)
 
 
 @njit(cache=True)
-def _rehash(old: np.ndarray, new: np.ndarray) -> None:  # pragma: no cover
-    mask = len(new) // 2 - 1
-    for s in range(len(old) // 2):
-        key = old[2 * s]
+def _rehash(  # pragma: no cover
+    slots: np.ndarray, named: np.ndarray, new_slots: np.ndarray, new_named: np.ndarray
+) -> None:
+    mask = len(new_slots) - 1
+    for s in range(len(slots)):
+        key = slots[s]
         if key == _EMPTY:
             continue
         t = _hash_slot(key, mask)
-        while new[2 * t] != _EMPTY:
+        while new_slots[t] != _EMPTY:
             t = (t + 1) & mask
-        new[2 * t] = key
-        new[2 * t + 1] = old[2 * s + 1]
+        new_slots[t] = key
+        new_named[t] = named[s]
 
 
 class ItemIds:
     """Dense ids 0, 1, 2, ... for non-negative int64 keys, in order of first appearance,
-    kept between calls."""
+    kept between calls.  The table holds a key (8 bytes) and an id (4 bytes, 8 past two
+    billion keys) per slot, at most three quarters of the slots used: 16 to 32 bytes a
+    key."""
 
     def __init__(self) -> None:
-        self._table = np.full(2 << 12, _EMPTY, dtype=np.int64)
+        self._slots = np.full(1 << 12, _EMPTY, dtype=np.int64)
+        self._named: np.ndarray = np.zeros(1 << 12, dtype=np.int32)
         self._count = np.zeros(1, dtype=np.int64)
 
     @property
@@ -124,11 +132,13 @@ class ItemIds:
         out = np.empty(len(keys), dtype=np.int64)
         done = 0
         while done < len(keys):
-            done += _number(keys[done:], self._table, out[done:], self._count)
+            done += _number(keys[done:], self._slots, self._named, out[done:], self._count)
             if done < len(keys):
-                grown = np.full(4 * len(self._table), _EMPTY, dtype=np.int64)
-                _rehash(self._table, grown)
-                self._table = grown
+                size = 2 * len(self._slots)
+                slots = np.full(size, _EMPTY, dtype=np.int64)
+                named = np.zeros(size, dtype=np.int32 if size * _MAX_LOAD < 2**31 else np.int64)
+                _rehash(self._slots, self._named, slots, named)
+                self._slots, self._named = slots, named
         return out
 
 
