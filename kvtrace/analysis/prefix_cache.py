@@ -208,11 +208,13 @@ def _block_size(stated: np.ndarray) -> int:
 
 
 def _numbered(
-    batches: Iterable[pa.RecordBatch], names: list[str], numbering: ItemIds
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    batches: Iterable[pa.RecordBatch], names: list[str]
+) -> tuple[np.ndarray, int, dict[str, np.ndarray]]:
     """Every read's dense id, numbering block hashes a batch at a time (only the ids, not
-    the hashes, are kept), and each request's ``lengths`` and columns ``names``, turned
-    into NumPy arrays as they come (NaN where null), without Arrow's compute module."""
+    the hashes, are kept), the distinct hashes, and each request's ``lengths`` and columns
+    ``names`` as NumPy arrays of their own (NaN where null), without Arrow's compute
+    module: no view is kept into a batch, so each batch's buffers go as it is read."""
+    numbering = ItemIds()
     pieces: list[np.ndarray] = []
     columns: dict[str, list[np.ndarray]] = {name: [] for name in ["lengths", *names]}
     for batch in batches:
@@ -221,29 +223,32 @@ def _numbered(
         pieces.append(ids.astype(np.int32 if numbering.count < 2**31 else np.int64))
         columns["lengths"].append(lengths)
         for name in names:
-            columns[name].append(batch.column(name).to_numpy(zero_copy_only=False))
+            columns[name].append(np.array(batch.column(name).to_numpy(zero_copy_only=False)))
+    distinct = numbering.count
+    del numbering  # its table goes before the reads are put together
     whole = {
         name: np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
         for name, chunks in columns.items()
     }
-    return (np.concatenate(pieces) if pieces else np.zeros(0, np.int32)), whole
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.int32)), distinct, whole
 
 
 def _trace_from(batches: Iterable[pa.RecordBatch], warmup: float, *, ordered: bool) -> PrefixTrace:
     """The trace of requests (`_numbered`); unless ``ordered``, the requests are put in
-    arrival order (``arrival_s`` column) and their ids numbered anew."""
-    numbering = ItemIds()
+    arrival order (``arrival_s`` column) and their ids numbered anew (unless they come in
+    that order already)."""
     names = ["input_tokens", "hash_block_tokens", "request_idx"] + (
         [] if ordered else ["arrival_s"]
     )
-    ids, whole = _numbered(batches, names, numbering)
+    ids, distinct, whole = _numbered(batches, names)
     lengths = whole.pop("lengths").astype(np.int64)
     if not ordered:
         order = _arrival_order(whole["arrival_s"], whole["request_idx"])
-        stored = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        ids = first_seen_order(ids, stored, order, numbering.count)
-        lengths = lengths[order]
-        whole = {name: column[order] for name, column in whole.items()}
+        if np.any(order != np.arange(len(order))):
+            stored = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            ids = first_seen_order(ids, stored, order, distinct)
+            lengths = lengths[order]
+            whole = {name: column[order] for name, column in whole.items()}
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     block_size = _block_size(whole["hash_block_tokens"])
     inputs = whole["input_tokens"]
@@ -252,7 +257,7 @@ def _trace_from(batches: Iterable[pa.RecordBatch], warmup: float, *, ordered: bo
     requests = len(lengths)
     measured_from = math.floor(requests * warmup)
     indices = np.asarray(whole["request_idx"], np.int64)
-    return PrefixTrace(ids, starts, tokens, numbering.count, block_size, measured_from, indices)
+    return PrefixTrace(ids, starts, tokens, distinct, block_size, measured_from, indices)
 
 
 def prefix_hit_curve_rows(

@@ -557,9 +557,8 @@ def hit_weights(
 
 @njit(nogil=True, cache=True)
 def _first_seen_order(  # pragma: no cover
-    raw: np.ndarray, starts: np.ndarray, order: np.ndarray, distinct: int, out: np.ndarray
+    raw: np.ndarray, starts: np.ndarray, order: np.ndarray, renamed: np.ndarray, out: np.ndarray
 ) -> None:
-    renamed = np.full(distinct, -1, dtype=np.int64)
     named = 0
     at = 0
     for request in order:
@@ -577,13 +576,13 @@ def first_seen_order(
 ) -> np.ndarray:
     """The reads of requests ``order[0], order[1], ...`` (request r holding
     ``raw[starts[r]:starts[r + 1]]``, dense ids below ``distinct``), with the ids numbered
-    anew in order of first appearance."""
+    anew in order of first appearance (in ``raw``'s integer type)."""
     out = np.empty(len(raw), dtype=raw.dtype)
     _first_seen_order(
         raw,
         np.ascontiguousarray(starts, np.int64),
         np.ascontiguousarray(order, np.int64),
-        distinct,
+        np.full(distinct, -1, dtype=raw.dtype),
         out,
     )
     return out
