@@ -36,8 +36,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvtrace.kernels._heap import heap_pop, heap_push
-
 _EMPTY = -1
 _MIN_SLOTS = 1 << 16
 _WINDOW_PER_ITEM = 32  # time slots per live item: the window is renumbered rarely
@@ -495,11 +493,14 @@ class TierCache:
 # -- one capacity over a whole stream ---------------------------------------------------------
 
 
-@njit(cache=True)
-def _fifo(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:  # pragma: no cover
+@njit(nogil=True, cache=True)
+def _fifo(  # pragma: no cover
+    ids: np.ndarray, n_items: int, capacity: int, ring: np.ndarray
+) -> np.ndarray:
+    """``ring`` holds ``min(capacity, n_items)`` items: a cache larger than every item
+    never evicts, so its ring never wraps."""
     hits = np.zeros(len(ids), dtype=np.bool_)
     cached = np.zeros(n_items, dtype=np.bool_)
-    ring = np.empty(capacity, dtype=np.int64)
     head = 0
     size = 0
     for i in range(len(ids)):
@@ -519,57 +520,114 @@ def _fifo(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:  # pragma
 
 
 def fifo_hits(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:
-    """Which accesses of dense ``ids`` a FIFO cache of ``capacity`` items hits."""
-    hits: np.ndarray = _fifo(np.ascontiguousarray(ids, dtype=np.int64), n_items, capacity)
+    """Which accesses of dense ``ids`` (any integer type) a FIFO cache of ``capacity``
+    items hits."""
+    ids = np.ascontiguousarray(ids)
+    ring = np.empty(min(capacity, n_items), dtype=ids.dtype)
+    hits: np.ndarray = _fifo(ids, n_items, capacity, ring)
     return hits
 
 
-@njit(cache=True)
-def _next_uses(ids: np.ndarray, n_items: int) -> np.ndarray:  # pragma: no cover
-    """The index of each access's next use of the same item; ``n + i`` when none (unique)."""
+@njit(nogil=True, cache=True)
+def _next_uses(  # pragma: no cover
+    ids: np.ndarray, seen: np.ndarray, following: np.ndarray
+) -> None:
+    """Each access's next use of its item (its index), ``n + i`` when there is none, so
+    that no two accesses share one; ``seen`` (one per item) comes filled with -1."""
     n = len(ids)
-    following = np.empty(n, dtype=np.int64)
-    seen = np.full(n_items, -1, dtype=np.int64)
     for i in range(n - 1, -1, -1):
         x = ids[i]
         following[i] = seen[x] if seen[x] >= 0 else n + i
         seen[x] = i
-    return following
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
+def _sift_up(heap: np.ndarray, at: int, key: int) -> None:  # pragma: no cover
+    """Place ``key`` at or above position ``at`` of a min-heap."""
+    while at > 0:
+        up = (at - 1) >> 1
+        if heap[up] <= key:
+            break
+        heap[at] = heap[up]
+        at = up
+    heap[at] = key
+
+
+@njit(inline="always", cache=True)
+def _sift_down(heap: np.ndarray, size: int, at: int, key: int) -> None:  # pragma: no cover
+    """Place ``key`` at or below position ``at`` of a min-heap of ``size`` keys."""
+    while True:
+        low = 2 * at + 1
+        if low >= size:
+            break
+        if low + 1 < size and heap[low + 1] < heap[low]:
+            low += 1
+        if key <= heap[low]:
+            break
+        heap[at] = heap[low]
+        at = low
+    heap[at] = key
+
+
+@njit(inline="always", cache=True)
+def _item_of(key: int, ids: np.ndarray) -> int:  # pragma: no cover
+    """The item of an OPT heap key: minus the access that uses it next (``n + i`` for
+    access i when none does)."""
+    use = -key
+    item: int = ids[use - len(ids)] if use >= len(ids) else ids[use]
+    return item
+
+
+@njit(nogil=True, cache=True)
 def _opt(  # pragma: no cover
-    ids: np.ndarray, following: np.ndarray, n_items: int, capacity: int
+    ids: np.ndarray, following: np.ndarray, n_items: int, capacity: int, heap: np.ndarray
 ) -> np.ndarray:
+    """The heap holds minus the next use of cached items (the one used again last on
+    top).  An entry is current while its next use lies ahead and its item is cached (an
+    item is not cached again before its next use), so no per-item state is kept; when
+    the heap fills, the stale entries are dropped (each item has one current entry)."""
     n = len(ids)
     hits = np.zeros(n, dtype=np.bool_)
     cached = np.zeros(n_items, dtype=np.bool_)
-    due = np.zeros(n_items, dtype=np.int64)  # next use of each cached item
-    # (-next use, item): the item used again last on top; entries pruned lazily
-    heap_keys = np.empty(n + 1, dtype=np.int64)
-    heap_items = np.empty(n + 1, dtype=np.int64)
-    heap_size = 0
+    heaped = 0
     size = 0
     for i in range(n):
         x = ids[i]
         if cached[x]:
             hits[i] = True
         elif size == capacity:
-            while True:  # pop until an entry that still describes a cached item
-                key, top_item, heap_size = heap_pop(heap_keys, heap_items, heap_size)
-                if cached[top_item] and due[top_item] == -key:
-                    cached[top_item] = False
+            while True:  # pop until a current entry
+                top = heap[0]
+                heaped -= 1
+                _sift_down(heap, heaped, 0, heap[heaped])
+                if -top > i and cached[_item_of(top, ids)]:
+                    cached[_item_of(top, ids)] = False
                     break
         else:
             size += 1
         cached[x] = True
-        due[x] = following[i]
-        heap_size = heap_push(heap_keys, heap_items, heap_size, -following[i], x)
+        if heaped == len(heap):
+            kept = 0
+            for k in range(heaped):
+                key = heap[k]
+                if -key > i and cached[_item_of(key, ids)]:
+                    heap[kept] = key
+                    kept += 1
+            heaped = kept
+            for k in range((heaped >> 1) - 1, -1, -1):
+                _sift_down(heap, heaped, k, heap[k])
+        _sift_up(heap, heaped, -following[i])
+        heaped += 1
     return hits
 
 
 def opt_hits(ids: np.ndarray, n_items: int, capacity: int) -> np.ndarray:
-    """Which accesses of dense ``ids`` Belady's OPT hits with ``capacity`` items."""
-    ids = np.ascontiguousarray(ids, dtype=np.int64)
-    hits: np.ndarray = _opt(ids, _next_uses(ids, n_items), n_items, capacity)
+    """Which accesses of dense ``ids`` (any integer type) Belady's OPT hits with
+    ``capacity`` items.  Next uses and heap keys are int32 below a billion accesses."""
+    ids = np.ascontiguousarray(ids)
+    wide = np.int32 if 2 * len(ids) < 2**31 else np.int64
+    following = np.empty(len(ids), dtype=wide)
+    _next_uses(ids, np.full(n_items, -1, dtype=wide), following)
+    heap = np.empty(2 * min(capacity, n_items) + 1, dtype=wide)
+    hits: np.ndarray = _opt(ids, following, n_items, capacity, heap)
     return hits
