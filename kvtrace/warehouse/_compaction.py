@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
@@ -84,9 +85,9 @@ def due(storage: Storage, versions: dict[str, int], target_mb: int = TARGET_MB) 
     return found
 
 
-def _unmerged(files: Any, target_mb: int) -> int:
-    """How many of a table's ``files`` (`active_files`) a commit wrote (compaction's carry
-    no commit) and are small enough that any two of them merge into one."""
+def _unmerged(files: pa.Table, target_mb: int) -> int:
+    """How many of a table's ``files`` (`active_files`) a commit wrote (those compaction
+    wrote name none) and are small enough that any two of them merge into one."""
     small = (target_mb << 20) // 2
     return sum(
         journal.commit_of(path) is not None and size < small
