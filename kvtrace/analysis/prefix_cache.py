@@ -46,7 +46,7 @@ from kvtrace.errors import InputError, QueryError
 from kvtrace.kernels.cache_sim import ItemIds
 from kvtrace.kernels.prefix_sim import (
     block_tokens,
-    chained,
+    chained_tree,
     distance_sums,
     fifo_prefix_hits,
     first_seen_order,
@@ -55,9 +55,10 @@ from kvtrace.kernels.prefix_sim import (
     leading_lru_distances,
     leading_reads,
     lru_distances,
-    radix_hits,
+    narrowest,
     radix_nodes,
 )
+from kvtrace.kernels.radix_cache import radix_hits
 
 SEMANTICS = ("block", "prefix")
 _BATCH_ROWS = 1 << 16  # requests read from the warehouse at a time
@@ -352,24 +353,32 @@ class PrefixSimulation:
     def __init__(self, trace: PrefixTrace, policy: str, semantics: str) -> None:
         self.trace, self.policy, self.semantics = trace, policy_named(policy), semantics
         self.distances: np.ndarray | None = None
-        self.tree: tuple[np.ndarray, np.ndarray] | None = None
+        self.tree: tuple[np.ndarray, int] | None = None  # each node's parent, the root
         self.paths = (trace.ids, trace.distinct)  # each read's block and how many there are
-        if semantics == "prefix" and (
-            self.policy.prefix_pass == "radix_tree"
-            or not chained(trace.ids, trace.starts, trace.distinct)
-        ):
-            self.tree = radix_nodes(trace.ids, trace.starts)
-            self.paths = (self.tree[0], len(self.tree[1]))
+        if semantics == "prefix":
+            tree = chained_tree(trace.ids, trace.starts, trace.distinct)
+            if tree is None:  # an id repeats under another parent: number the paths
+                nodes, parent = radix_nodes(trace.ids, trace.starts)
+                self.paths, tree = (nodes, len(parent)), (parent, 0)
+            if self.policy.prefix_pass == "radix_tree":
+                self.tree = tree
         if self.policy.prefix_pass == "stack_distance":  # every capacity from one pass
+            wide = narrowest(self.paths[1] + 1)  # its largest value: served by no capacity
             self.distances = (
-                lru_distances(trace.ids)
+                lru_distances(trace.ids, wide)
                 if semantics == "block"
-                else leading_lru_distances(self.paths[0], trace.starts)
+                else leading_lru_distances(self.paths[0], trace.starts, wide)
             )
+
+    def bounded(self, capacity: int) -> int:
+        """The capacity that serves the same reads: a cache that holds every block (or
+        path) never evicts, however much larger it is."""
+        return min(capacity, self.paths[1])
 
     def hits(self, capacity: int) -> np.ndarray:
         """Per block read: whether the cache of ``capacity`` blocks served it."""
         trace = self.trace
+        capacity = self.bounded(capacity)
         if self.distances is not None:
             hit: np.ndarray = (self.distances >= 0) & (self.distances < capacity)
             return hit
@@ -380,10 +389,11 @@ class PrefixSimulation:
             paths, count = self.paths
             runs = fifo_prefix_hits(paths, trace.starts, count, capacity)
         else:
-            assert self.tree is not None  # built for every radix_tree pass
-            nodes, parent = self.tree
+            assert self.tree is not None  # kept for every radix_tree pass
+            parent, root = self.tree
             optimal = self.policy.knows_future
-            runs = radix_hits(nodes, trace.starts, parent, capacity, optimal=optimal)
+            nodes = self.paths[0]
+            runs = radix_hits(nodes, trace.starts, parent, root, capacity, optimal=optimal)
         return leading_reads(runs, trace.starts)
 
 
@@ -403,8 +413,9 @@ def _counted(
         return hits, hit_tokens, float(unit)
 
     if simulation.distances is not None:  # every capacity from the one pass
+        bounded = np.minimum(capacities, simulation.paths[1])
         counted, sums = distance_sums(
-            simulation.distances, trace.starts, trace.tokens, shares, first, capacities
+            simulation.distances, trace.starts, trace.tokens, shares, first, bounded
         )
         return [
             as_counted(int(h), int(t), float(w))
@@ -419,11 +430,12 @@ def _counted(
         )
         return as_counted(hits, hit_tokens, float(weighted))
 
-    # the kernels release the GIL: one capacity per core, the largest (the slowest) first
-    largest_first = sorted(capacities.tolist(), reverse=True)
+    # the kernels release the GIL: one capacity per core, the largest (the slowest) first;
+    # those that hold every block are one simulation
+    largest_first = sorted({simulation.bounded(c) for c in capacities.tolist()}, reverse=True)
     with ThreadPoolExecutor(max_workers=max(1, min(len(capacities), os.cpu_count() or 1))) as pool:
         found = dict(zip(largest_first, pool.map(count, largest_first), strict=True))
-    return [found[capacity] for capacity in capacities.tolist()]
+    return [found[simulation.bounded(capacity)] for capacity in capacities.tolist()]
 
 
 def prefix_request_rows(

@@ -14,5 +14,6 @@ __all__ = [
     "list_checks",
     "offset_counts",
     "prefix_sim",
+    "radix_cache",
     "sampling",
 ]

@@ -11,11 +11,8 @@ arrived (the hit), for one capacity in blocks:
   the request is touched in order, a hit refreshed, a miss inserted; LRU evicts the
   least recently used block (every capacity from one pass), FIFO the oldest inserted
   one (a hit is not refreshed).
-- `radix_hits` (SGLang's radix tree): blocks are nodes of the tree of prefixes; only
-  the leading hits are refreshed, a miss is inserted only under a cached parent, and only
-  a leaf outside the current request's cached path is evicted (``radix_lru``: the least
-  recently used; ``opt``: the one needed again last), so a child is never cached
-  without its parent.  When nothing can be evicted the request stops inserting.
+- SGLang's radix tree (`kvtrace.kernels.radix_cache`) runs over the tree of prefixes
+  that `radix_nodes` builds, or that `chained_tree` finds in the ids themselves.
 """
 
 from __future__ import annotations
@@ -25,19 +22,19 @@ from numba import njit
 
 from kvtrace.kernels.cache_sim import ItemIds, LruStack
 
-NEVER = np.iinfo(np.int64).max  # the distance of a read no cache serves, however large
 _PIECE = 1 << 20  # reads per piece fed to the LRU stack
 
 
-def _narrowest(count: int) -> type[np.signedinteger]:
+def narrowest(count: int) -> type[np.signedinteger]:
     """The integer type of an array numbering up to ``count`` things."""
     return np.int32 if count < 2**31 else np.int64
 
 
 @njit(nogil=True, cache=True)
-def _leading_run(  # pragma: no cover
+def leading_run(  # pragma: no cover
     ids: np.ndarray, start: int, end: int, present: np.ndarray
 ) -> int:
+    """How many of ``ids[start:end]`` are ``present`` before the first that is not."""
     run = 0
     for index in range(start, end):
         if not present[ids[index]]:
@@ -48,12 +45,11 @@ def _leading_run(  # pragma: no cover
 
 @njit(nogil=True, cache=True)
 def _leading_distances(  # pragma: no cover
-    ids: np.ndarray, starts: np.ndarray, distances: np.ndarray, n_items: int, never: int
+    ids: np.ndarray, starts: np.ndarray, distances: np.ndarray, previous: np.ndarray, never: int
 ) -> None:
     """Turn each read's LRU distance into the largest distance, as the request arrived,
     of the blocks up to it in its request (``never`` when one of them was not cached at
-    all), in place."""
-    previous = np.full(n_items, -1, dtype=np.int64)
+    all), in place; ``previous`` (one per id) comes filled with -1."""
     longest = 0
     for request in range(len(starts) - 1):
         longest = max(longest, starts[request + 1] - starts[request])
@@ -80,46 +76,50 @@ def _leading_distances(  # pragma: no cover
             previous[ids[j]] = j
 
 
-def lru_distances(ids: np.ndarray) -> np.ndarray:
+def lru_distances(ids: np.ndarray, dtype: type[np.signedinteger] = np.int64) -> np.ndarray:
     """`LruStack` distances of dense ``ids`` (any integer dtype), fed in pieces so that no
-    int64 copy of the whole stream is made."""
+    int64 copy of the whole stream is made, as ``dtype`` (int32 holds them below two
+    billion distinct ids)."""
     stack = LruStack()
-    out = np.empty(len(ids), dtype=np.int64)
+    out = np.empty(len(ids), dtype=dtype)
     for start in range(0, len(ids), _PIECE):
         out[start : start + _PIECE] = stack.distances(ids[start : start + _PIECE])
     return out
 
 
-def leading_lru_distances(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
+def leading_lru_distances(
+    ids: np.ndarray, starts: np.ndarray, dtype: type[np.signedinteger] = np.int64
+) -> np.ndarray:
     """For a hash-chained LRU pool (every block of a request touched after its hit is
     counted): per block read, the smallest capacity minus one that serves it and every
     block before it in its request when the request arrives, so that a request's hit at
     capacity C is its reads with a value below C.  A read that no capacity serves (it or
-    a block before it in its request was never read before) gets `NEVER`, which no
-    capacity exceeds.
+    a block before it in its request was never read before) gets the largest ``dtype``
+    (for int64, above any capacity; for int32, above any below two billion).
 
     One stack-distance pass answers every capacity: a block's distance as the request
     arrived is its distance when read less the blocks read before it in the request
     whose previous read was older than its own."""
     ids = np.ascontiguousarray(ids)
-    distances = lru_distances(ids)
+    distances = lru_distances(ids, dtype)
     n_items = int(ids.max()) + 1 if len(ids) else 0
-    _leading_distances(ids, np.ascontiguousarray(starts, np.int64), distances, n_items, NEVER)
+    previous = np.full(n_items, -1, dtype=narrowest(len(ids)))
+    never = int(np.iinfo(dtype).max)
+    _leading_distances(ids, np.ascontiguousarray(starts, np.int64), distances, previous, never)
     return distances
 
 
 @njit(nogil=True, cache=True)
 def _hash_chain_fifo(  # pragma: no cover
-    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int
+    ids: np.ndarray, starts: np.ndarray, n_items: int, capacity: int, queue: np.ndarray
 ) -> np.ndarray:
-    room = min(capacity, n_items) + 2  # a ring: the pool holds at most capacity + 1
-    queue = np.empty(room, dtype=np.int64)
+    room = len(queue)  # a ring: the pool holds at most capacity + 1
     first = last = 0
     present = np.zeros(n_items, dtype=np.bool_)
     hits = np.zeros(len(starts) - 1, dtype=np.int64)
     for request in range(len(starts) - 1):
         start, end = starts[request], starts[request + 1]
-        hits[request] = _leading_run(ids, start, end, present)
+        hits[request] = leading_run(ids, start, end, present)
         for index in range(start, end):
             item = ids[index]
             if present[item]:
@@ -138,22 +138,22 @@ def fifo_prefix_hits(
 ) -> np.ndarray:
     """Per request, its leading blocks cached on arrival in a FIFO pool of ``capacity``
     blocks (see the module docstring)."""
-    return _hash_chain_fifo(
-        np.ascontiguousarray(ids),
-        np.ascontiguousarray(starts, np.int64),
-        n_items,
-        capacity,
-    )
+    ids = np.ascontiguousarray(ids)
+    queue = np.empty(min(capacity, n_items) + 2, dtype=ids.dtype)
+    return _hash_chain_fifo(ids, np.ascontiguousarray(starts, np.int64), n_items, capacity, queue)
 
 
 @njit(nogil=True, cache=True)
-def _chained(ids: np.ndarray, starts: np.ndarray, n_items: int) -> bool:  # pragma: no cover
-    parent_of = np.full(n_items, -2, dtype=np.int64)  # -2: not seen; -1: a request's first
+def _chained(  # pragma: no cover
+    ids: np.ndarray, starts: np.ndarray, parent_of: np.ndarray, root: int
+) -> bool:
+    """Fill ``parent_of`` (one per id, -1 on entry: not seen) with each id's parent,
+    ``root`` for a request's first; False as soon as an id follows another parent."""
     for request in range(len(starts) - 1):
-        parent = -1
+        parent = root
         for index in range(starts[request], starts[request + 1]):
             item = ids[index]
-            if parent_of[item] == -2:
+            if parent_of[item] < 0:
                 parent_of[item] = parent
             elif parent_of[item] != parent:
                 return False
@@ -161,13 +161,20 @@ def _chained(ids: np.ndarray, starts: np.ndarray, n_items: int) -> bool:  # prag
     return True
 
 
-def chained(ids: np.ndarray, starts: np.ndarray, n_items: int) -> bool:
-    """Whether every block id of the trace (dense, below ``n_items``) always follows the
-    same id in its request (or always starts one): then an id names one path of the
-    prefix tree, and the ids can stand for `radix_nodes` without building them."""
-    return bool(
-        _chained(np.ascontiguousarray(ids), np.ascontiguousarray(starts, np.int64), n_items)
+def chained_tree(
+    ids: np.ndarray, starts: np.ndarray, n_items: int
+) -> tuple[np.ndarray, int] | None:
+    """When every block id of the trace (dense, below ``n_items``) always follows the same
+    id in its request (or always starts one), an id names one path of the prefix tree
+    and the ids stand for `radix_nodes`: each id's parent (``n_items``, the root, for a
+    request's first; the root's own entry is the root) and the root.  None otherwise."""
+    root = n_items
+    parent_of = np.full(n_items + 1, -1, dtype=narrowest(n_items + 1))
+    chained = _chained(
+        np.ascontiguousarray(ids), np.ascontiguousarray(starts, np.int64), parent_of, root
     )
+    parent_of[root] = root
+    return (parent_of, root) if chained else None
 
 
 def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,8 +182,8 @@ def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     root), and each node's parent: requests share a node when they share every block up
     to it."""
     lengths = np.diff(starts)
-    nodes = np.zeros(len(ids), dtype=_narrowest(len(ids)))
-    parent = np.zeros(1, dtype=np.int64)
+    nodes = np.zeros(len(ids), dtype=narrowest(len(ids) + 1))
+    parent = np.zeros(1, dtype=nodes.dtype)
     numbering = ItemIds()
     above = np.zeros(len(lengths), dtype=np.int64)  # each request's node at the last depth
     for depth in range(int(lengths.max(initial=0))):
@@ -184,212 +191,12 @@ def radix_nodes(ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.nda
         at = starts[deep] + depth
         numbered = numbering.ids((above[deep] << np.int64(31)) | ids[at].astype(np.int64)) + 1
         if numbering.count + 1 > len(parent):
-            parent = np.concatenate([parent, np.zeros(numbering.count + 1 - len(parent), np.int64)])
+            grown = np.zeros(numbering.count + 1 - len(parent), parent.dtype)
+            parent = np.concatenate([parent, grown])
         parent[numbered] = above[deep]
         nodes[at] = numbered
         above[deep] = numbered
     return nodes, parent
-
-
-_LOW = (1 << 32) - 1  # a heap key's low half: the node, counted down
-
-
-@njit(inline="always", cache=True)
-def _order(key: int, node: int, optimal: bool) -> int:  # pragma: no cover
-    """A leaf's place in the eviction heap (smallest first): LRU by last use, OPT by
-    the latest next use; ties go to the node numbered last.  The low 32 bits hold the
-    node, so the heap keeps keys alone (`_node_of`)."""
-    rank = (np.int64(1) << 31) - key if optimal else key
-    return int((rank << 32) | (_LOW - node))
-
-
-@njit(inline="always", cache=True)
-def _node_of(order: int) -> int:  # pragma: no cover
-    """The node of a heap key of `_order`."""
-    return _LOW - (order & _LOW)
-
-
-@njit(inline="always", cache=True)
-def _push(heap: np.ndarray, size: int, key: int) -> int:  # pragma: no cover
-    """Push ``key`` onto the min-heap of ``size`` keys; the new size."""
-    at = size
-    while at > 0:
-        up = (at - 1) >> 1
-        if heap[up] <= key:
-            break
-        heap[at] = heap[up]
-        at = up
-    heap[at] = key
-    return size + 1
-
-
-@njit(inline="always", cache=True)
-def _pop(heap: np.ndarray, size: int) -> tuple[int, int]:  # pragma: no cover
-    """Pop the smallest key: (key, new size)."""
-    top = heap[0]
-    size -= 1
-    key = heap[size]
-    at = 0
-    while True:
-        low = 2 * at + 1
-        if low >= size:
-            break
-        if low + 1 < size and heap[low + 1] < heap[low]:
-            low += 1
-        if key <= heap[low]:
-            break
-        heap[at] = heap[low]
-        at = low
-    if size > 0:
-        heap[at] = key
-    return top, size
-
-
-@njit(nogil=True, cache=True)
-def _radix(  # pragma: no cover
-    nodes: np.ndarray,
-    starts: np.ndarray,
-    parent: np.ndarray,
-    capacity: int,
-    next_use: np.ndarray,
-    optimal: bool,
-    children: np.ndarray,
-    guarded: np.ndarray,
-) -> np.ndarray:
-    """``children`` (each node's cached children) and ``guarded`` (the request whose
-    cached path holds the node) come zeroed, of the narrowest type that counts them."""
-    n = len(parent)
-    present = np.zeros(n, dtype=np.bool_)
-    present[0] = True
-    state = np.zeros(n, dtype=np.int64)  # LRU: last use; OPT: the next request using it
-    longest = 0
-    for request in range(len(starts) - 1):
-        longest = max(longest, starts[request + 1] - starts[request])
-    # a request adds at most two entries a block; compacted, the heap holds each cached
-    # leaf once, so room for twice the cached leaves compacts rarely
-    leaves = min(capacity, n) + 1
-    room = 2 * leaves + 4 * longest + 16
-    listed = np.zeros(n, dtype=np.bool_)  # compaction: the leaves kept so far
-    heap = np.empty(room, dtype=np.int64)  # keys of `_order`, stale ones skipped
-    held = np.empty(room, dtype=np.int64)
-    heaped = 0
-    clock = 0
-    size = 0
-    hits = np.zeros(len(starts) - 1, dtype=np.int64)
-    for request in range(len(starts) - 1):
-        start, end = starts[request], starts[request + 1]
-        run = _leading_run(nodes, start, end, present)
-        hits[request] = run
-        for index in range(start, start + run):
-            node = nodes[index]
-            clock += 1
-            state[node] = next_use[index] if optimal else clock
-            if children[node] == 0:
-                heaped = _push(heap, heaped, _order(state[node], node, optimal))
-        for index in range(start, end):  # the path as cached now (as SGLang locks it)
-            if present[nodes[index]]:
-                guarded[nodes[index]] = request + 1
-        for index in range(start + run, end):
-            node = nodes[index]
-            if present[node]:
-                continue
-            if size >= capacity:  # evict a leaf off this request's path
-                skipped = 0
-                evicted = False
-                while heaped > 0:
-                    order, heaped = _pop(heap, heaped)
-                    victim = _node_of(order)
-                    if (
-                        not present[victim]
-                        or children[victim] != 0
-                        or _order(state[victim], victim, optimal) != order
-                    ):
-                        continue
-                    if guarded[victim] == request + 1:
-                        held[skipped] = order
-                        skipped += 1
-                        continue
-                    if optimal and state[victim] <= next_use[index]:
-                        heaped = _push(heap, heaped, order)
-                        break  # every leaf is needed sooner than this block
-                    present[victim] = False
-                    size -= 1
-                    up = parent[victim]
-                    children[up] -= 1
-                    if up > 0 and present[up] and children[up] == 0:
-                        heaped = _push(heap, heaped, _order(state[up], up, optimal))
-                    evicted = True
-                    break
-                for k in range(skipped):
-                    heaped = _push(heap, heaped, held[k])
-                if not evicted:
-                    break
-            if size >= capacity or not present[parent[node]]:
-                break
-            present[node] = True
-            size += 1
-            children[parent[node]] += 1
-            clock += 1
-            state[node] = next_use[index] if optimal else clock
-            heaped = _push(heap, heaped, _order(state[node], node, optimal))
-        if heaped > 2 * leaves:  # drop stale and repeated entries before the heap fills
-            kept = 0
-            for k in range(heaped):
-                order = heap[k]
-                item = _node_of(order)
-                if (
-                    present[item]
-                    and children[item] == 0
-                    and not listed[item]
-                    and _order(state[item], item, optimal) == order
-                ):
-                    listed[item] = True
-                    held[kept] = order
-                    kept += 1
-            for k in range(kept):
-                listed[_node_of(held[k])] = False
-            heaped = 0
-            for k in range(kept):
-                heaped = _push(heap, heaped, held[k])
-    return hits
-
-
-@njit(nogil=True, cache=True)
-def _next_uses(  # pragma: no cover
-    nodes: np.ndarray, starts: np.ndarray, n: int, out: np.ndarray
-) -> np.ndarray:
-    never = len(starts)  # one past the last request
-    last = np.full(n, never, dtype=np.int64)
-    for request in range(len(starts) - 2, -1, -1):
-        for index in range(starts[request], starts[request + 1]):
-            out[index] = last[nodes[index]]
-        for index in range(starts[request], starts[request + 1]):
-            last[nodes[index]] = request
-    return out
-
-
-def radix_hits(
-    nodes: np.ndarray, starts: np.ndarray, parent: np.ndarray, capacity: int, *, optimal: bool
-) -> np.ndarray:
-    """Per request, its leading blocks cached on arrival in a radix tree of ``capacity``
-    blocks (`radix_nodes` gives ``nodes`` and ``parent``): the least recently used leaf is
-    evicted, or with ``optimal`` the leaf used again last, and a block needed later than
-    every cached leaf is not inserted (Belady over the tree's leaves)."""
-    nodes = np.ascontiguousarray(nodes)
-    starts = np.ascontiguousarray(starts, np.int64)
-    next_use = np.zeros(len(nodes) if optimal else 0, _narrowest(len(starts)))
-    if optimal:
-        _next_uses(nodes, starts, len(parent), next_use)
-    return _radix(
-        nodes,
-        starts,
-        np.ascontiguousarray(parent, np.int64),
-        capacity,
-        next_use,
-        optimal,
-        np.zeros(len(parent), _narrowest(len(parent))),
-        np.zeros(len(parent), _narrowest(len(starts))),
-    )
 
 
 @njit(nogil=True, cache=True)
@@ -493,7 +300,7 @@ def distance_sums(
     """Per capacity (ascending): the reads from ``first`` on whose distance is below it,
     as hit blocks and hit tokens, and (with ``shares``, each request's weight per token)
     their weights summed in order of distance, then of read."""
-    order = np.empty(len(distances) - first, dtype=_narrowest(len(distances)))
+    order = np.empty(len(distances) - first, dtype=narrowest(len(distances)))
     counted = np.zeros((len(capacities), 2), dtype=np.int64)
     weighted = np.zeros(len(capacities), dtype=np.float64)
     if len(capacities):
