@@ -578,6 +578,36 @@ def _item_of(key: int, ids: np.ndarray) -> int:  # pragma: no cover
     return item
 
 
+@njit(inline="always", cache=True)
+def _evict_furthest(  # pragma: no cover
+    heap: np.ndarray, heaped: int, now: int, ids: np.ndarray, cached: np.ndarray
+) -> int:
+    """Uncache the item of the first current entry popped; the heap's new size."""
+    while True:
+        top = heap[0]
+        heaped -= 1
+        _sift_down(heap, heaped, 0, heap[heaped])
+        if -top > now and cached[_item_of(top, ids)]:
+            cached[_item_of(top, ids)] = False
+            return heaped
+
+
+@njit(inline="always", cache=True)
+def _drop_stale(  # pragma: no cover
+    heap: np.ndarray, heaped: int, now: int, ids: np.ndarray, cached: np.ndarray
+) -> int:
+    """Keep the current entries, heaped again in place; their number."""
+    kept = 0
+    for k in range(heaped):
+        key = heap[k]
+        if -key > now and cached[_item_of(key, ids)]:
+            heap[kept] = key
+            kept += 1
+    for k in range((kept >> 1) - 1, -1, -1):
+        _sift_down(heap, kept, k, heap[k])
+    return kept
+
+
 @njit(nogil=True, cache=True)
 def _opt(  # pragma: no cover
     ids: np.ndarray, following: np.ndarray, n_items: int, capacity: int, heap: np.ndarray
@@ -586,36 +616,21 @@ def _opt(  # pragma: no cover
     top).  An entry is current while its next use lies ahead and its item is cached (an
     item is not cached again before its next use), so no per-item state is kept; when
     the heap fills, the stale entries are dropped (each item has one current entry)."""
-    n = len(ids)
-    hits = np.zeros(n, dtype=np.bool_)
+    hits = np.zeros(len(ids), dtype=np.bool_)
     cached = np.zeros(n_items, dtype=np.bool_)
     heaped = 0
     size = 0
-    for i in range(n):
+    for i in range(len(ids)):
         x = ids[i]
         if cached[x]:
             hits[i] = True
         elif size == capacity:
-            while True:  # pop until a current entry
-                top = heap[0]
-                heaped -= 1
-                _sift_down(heap, heaped, 0, heap[heaped])
-                if -top > i and cached[_item_of(top, ids)]:
-                    cached[_item_of(top, ids)] = False
-                    break
+            heaped = _evict_furthest(heap, heaped, i, ids, cached)
         else:
             size += 1
         cached[x] = True
         if heaped == len(heap):
-            kept = 0
-            for k in range(heaped):
-                key = heap[k]
-                if -key > i and cached[_item_of(key, ids)]:
-                    heap[kept] = key
-                    kept += 1
-            heaped = kept
-            for k in range((heaped >> 1) - 1, -1, -1):
-                _sift_down(heap, heaped, k, heap[k])
+            heaped = _drop_stale(heap, heaped, i, ids, cached)
         _sift_up(heap, heaped, -following[i])
         heaped += 1
     return hits

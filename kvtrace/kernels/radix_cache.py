@@ -161,6 +161,38 @@ def _evict(  # pragma: no cover
     return evicted, heaped
 
 
+@njit(inline="always", cache=True)
+def _use(  # pragma: no cover
+    node: int, index: int, clock: int, next_use: np.ndarray, optimal: bool, state: np.ndarray
+) -> int:
+    """Record a use of ``node`` by read ``index``; the clock after it."""
+    clock += 1
+    state[node] = next_use[index] if optimal else clock
+    return clock
+
+
+@njit(inline="always", cache=True)
+def _touch(  # pragma: no cover
+    nodes: np.ndarray,
+    start: int,
+    run: int,
+    clock: int,
+    next_use: np.ndarray,
+    optimal: bool,
+    state: np.ndarray,
+    children: np.ndarray,
+    heap: np.ndarray,
+    heaped: int,
+) -> tuple[int, int]:
+    """Refresh the leading run's nodes, a leaf's new key heaped: (clock, heap size)."""
+    for index in range(start, start + run):
+        node = nodes[index]
+        clock = _use(node, index, clock, next_use, optimal, state)
+        if children[node] == 0:
+            heaped = _push(heap, heaped, _order(state[node], node, optimal))
+    return clock, heaped
+
+
 @njit(nogil=True, cache=True)
 def _radix(  # pragma: no cover
     nodes: np.ndarray,
@@ -180,9 +212,7 @@ def _radix(  # pragma: no cover
     present = np.zeros(len(parent), dtype=np.bool_)
     present[root] = True
     listed = np.zeros(len(parent), dtype=np.bool_)  # compaction's marks
-    clock = 0
-    size = 0
-    heaped = 0
+    clock = size = heaped = 0
     hits = np.zeros(len(starts) - 1, dtype=np.int64)
     for request in range(len(starts) - 1):
         start, end = starts[request], starts[request + 1]
@@ -190,33 +220,27 @@ def _radix(  # pragma: no cover
             heaped = _compact(heap, heaped, present, children, state, optimal, listed)
         run = leading_run(nodes, start, end, present)
         hits[request] = run
-        for index in range(start, start + run):
-            node = nodes[index]
-            clock += 1
-            state[node] = next_use[index] if optimal else clock
-            if children[node] == 0:
-                heaped = _push(heap, heaped, _order(state[node], node, optimal))
+        clock, heaped = _touch(
+            nodes, start, run, clock, next_use, optimal, state, children, heap, heaped
+        )
         # the cached nodes of a path are its leading run: only its last can be a leaf
         guard = nodes[start + run - 1] if run > 0 else root
         for index in range(start + run, end):
             node = nodes[index]
-            if present[node]:
-                continue
-            if size >= capacity:
+            evicted = size < capacity
+            if not evicted:
                 limit = next_use[index] if optimal else 0
                 evicted, heaped = _evict(
                     heap, heaped, guard, limit, present, children, state, parent, root, optimal
                 )
-                if not evicted:
-                    break
-                size -= 1
-            if size >= capacity or not present[parent[node]]:
+                if evicted:
+                    size -= 1
+            if not evicted or not present[parent[node]]:
                 break
             present[node] = True
             size += 1
             children[parent[node]] += 1
-            clock += 1
-            state[node] = next_use[index] if optimal else clock
+            clock = _use(node, index, clock, next_use, optimal, state)
             heaped = _push(heap, heaped, _order(state[node], node, optimal))
     return hits
 
