@@ -108,15 +108,53 @@ def _rehash(  # pragma: no cover
         new_named[t] = named[s]
 
 
+@njit(cache=True)
+def _number_direct(  # pragma: no cover
+    keys: np.ndarray, direct: np.ndarray, out: np.ndarray, count: np.ndarray
+) -> None:
+    """Ids of ``keys`` from ``direct`` (each key's id + 1, 0 for a key not seen),
+    numbering new keys from ``count[0]``."""
+    for i in range(len(keys)):
+        key = keys[i]
+        if direct[key] == 0:
+            count[0] += 1
+            direct[key] = count[0]
+        out[i] = direct[key] - 1
+
+
+@njit(cache=True)
+def _table_of(  # pragma: no cover
+    direct: np.ndarray, slots: np.ndarray, named: np.ndarray
+) -> None:
+    """Put every key of ``direct`` and its id into the empty table."""
+    mask = len(slots) - 1
+    for key in range(len(direct)):
+        if direct[key] == 0:
+            continue
+        s = _hash_slot(key, mask)
+        while slots[s] != _EMPTY:
+            s = (s + 1) & mask
+        slots[s] = key
+        named[s] = direct[key] - 1
+
+
+_SPREAD = 4  # keys below four times the keys seen (plus a million) are looked up directly
+
+
 class ItemIds:
     """Dense ids 0, 1, 2, ... for non-negative int64 keys, in order of first appearance,
-    kept between calls.  The table holds a key (8 bytes) and an id (4 bytes, 8 past two
-    billion keys) per slot, at most three quarters of the slots used: 16 to 32 bytes a
-    key."""
+    kept between calls.
+
+    While every key lies below four times the keys seen so far (plus a million), as
+    block hashes numbered from 0 do, an int32 array indexed by the key holds its id: 4 to
+    16 bytes a key.  The first key beyond moves them into an open-addressing table of a
+    key (8 bytes) and an id (4 bytes, 8 past two billion keys) per slot, at most three
+    quarters of the slots used: 16 to 32 bytes a key."""
 
     def __init__(self) -> None:
-        self._slots = np.full(1 << 12, _EMPTY, dtype=np.int64)
-        self._named: np.ndarray = np.zeros(1 << 12, dtype=np.int32)
+        self._direct: np.ndarray | None = np.zeros(1 << 12, dtype=np.int32)
+        self._slots = np.full(0, _EMPTY, dtype=np.int64)
+        self._named: np.ndarray = np.zeros(0, dtype=np.int32)
         self._count = np.zeros(1, dtype=np.int64)
 
     @property
@@ -128,16 +166,47 @@ class ItemIds:
         """The id of each key (new keys get the next ids)."""
         keys = np.ascontiguousarray(keys, dtype=np.int64)
         out = np.empty(len(keys), dtype=np.int64)
+        if self._direct is not None and len(keys) and self._direct_takes(keys):
+            _number_direct(keys, self._direct, out, self._count)
+            return out
+        if self._direct is not None and len(keys):
+            self._to_table()
         done = 0
         while done < len(keys):
             done += _number(keys[done:], self._slots, self._named, out[done:], self._count)
             if done < len(keys):
-                size = 2 * len(self._slots)
-                slots = np.full(size, _EMPTY, dtype=np.int64)
-                named = np.zeros(size, dtype=np.int32 if size * _MAX_LOAD < 2**31 else np.int64)
-                _rehash(self._slots, self._named, slots, named)
-                self._slots, self._named = slots, named
+                self._grow_table(2 * len(self._slots))
         return out
+
+    def _direct_takes(self, keys: np.ndarray) -> bool:
+        """Whether the direct array can number ``keys`` (grown to hold them if so)."""
+        assert self._direct is not None
+        most = self.count + len(keys)
+        top = int(keys.max())
+        if int(keys.min()) < 0 or top >= _SPREAD * most + (1 << 20) or most >= 2**31 - 1:
+            return False
+        if top >= len(self._direct):
+            grown = np.zeros(max(top + 1, len(self._direct) * 3 // 2), dtype=np.int32)
+            grown[: len(self._direct)] = self._direct
+            self._direct = grown
+        return True
+
+    def _to_table(self) -> None:
+        """Move the keys numbered so far from the direct array into the table."""
+        assert self._direct is not None
+        size = 1 << 12
+        while self.count >= size * _MAX_LOAD:
+            size *= 2
+        self._grow_table(size)
+        _table_of(self._direct, self._slots, self._named)
+        self._direct = None
+
+    def _grow_table(self, size: int) -> None:
+        """The table at ``size`` slots, the keys in it put again."""
+        slots = np.full(size, _EMPTY, dtype=np.int64)
+        named = np.zeros(size, dtype=np.int32 if size * _MAX_LOAD < 2**31 else np.int64)
+        _rehash(self._slots, self._named, slots, named)
+        self._slots, self._named = slots, named
 
 
 def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
