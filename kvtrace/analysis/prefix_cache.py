@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +118,7 @@ class PrefixTrace:
 
     ids: np.ndarray  # dense block id of every read, request after request (int32 mostly)
     starts: np.ndarray  # request r reads ids[starts[r]:starts[r + 1]]
-    tokens: np.ndarray  # tokens of each read block (int32)
+    tokens: np.ndarray  # tokens of each read block (int16 below blocks of 32 K tokens)
     distinct: int
     block_tokens: int
     measured_from: int  # the first request counted (the rest is warm-up)
@@ -269,8 +269,7 @@ def prefix_hit_curve_rows(
     spec.check()
     token_bytes = spec.token_bytes()
     rows = []
-    for run_id in _runs_with_hashes(con) if runs is None else _checked(con, runs):
-        trace = _load(con, run_id, spec.warmup)
+    for run_id, trace in _traces(con, spec.warmup, runs):
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         grid = 2 ** np.arange(max(trace.distinct - 1, 0).bit_length() + 1, dtype=np.int64)
         if spec.semantics == "prefix" and (spec.capacities or budgets):
@@ -356,12 +355,12 @@ class PrefixSimulation:
         self.tree: tuple[np.ndarray, int] | None = None  # each node's parent, the root
         self.paths = (trace.ids, trace.distinct)  # each read's block and how many there are
         if semantics == "prefix":
-            tree = chained_tree(trace.ids, trace.starts, trace.distinct)
-            if tree is None:  # an id repeats under another parent: number the paths
+            self.tree = chained_tree(trace.ids, trace.starts, trace.distinct)
+            if self.tree is None:  # an id repeats under another parent: number the paths
                 nodes, parent = radix_nodes(trace.ids, trace.starts)
-                self.paths, tree = (nodes, len(parent)), (parent, 0)
-            if self.policy.prefix_pass == "radix_tree":
-                self.tree = tree
+                self.paths, self.tree = (nodes, len(parent)), (parent, 0)
+            if self.policy.prefix_pass != "radix_tree":
+                self.tree = None  # only the radix tree needs the parents
         if self.policy.prefix_pass == "stack_distance":  # every capacity from one pass
             wide = narrowest(self.paths[1] + 1)  # its largest value: served by no capacity
             self.distances = (
@@ -454,8 +453,7 @@ def prefix_request_rows(
     cost = prefill_cost(con, prefill_tok_s, cost_run)
     token_bytes = spec.token_bytes()
     rows = []
-    for run_id in _runs_with_hashes(con):
-        trace = _load(con, run_id, spec.warmup)
+    for run_id, trace in _traces(con, spec.warmup):
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         simulation = PrefixSimulation(trace, spec.policy, spec.semantics)
         per_request = trace.tokens_per_request()
@@ -485,23 +483,24 @@ def prefix_request_rows(
     return rows
 
 
-def _checked(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[str]:
-    """``runs``, or one sentence naming one without block hashes."""
-    hashed = set(_runs_with_hashes(con))
-    for run in runs:
-        if run not in hashed:
+def _traces(
+    con: duckdb.DuckDBPyConnection, warmup: float, runs: list[str] | None = None
+) -> Iterator[tuple[str, PrefixTrace]]:
+    """Each run and its trace, of every run with block hashes or of ``runs`` (each must
+    have them).  A run without hashes reads as no requests: finding the runs that have
+    them takes no query over every request's hashes."""
+    listed = [
+        row[0]
+        for row in con.sql(
+            "SELECT DISTINCT run_id FROM workload_requests WHERE run_id IS NOT NULL ORDER BY run_id"
+        ).fetchall()
+    ]
+    for run in listed if runs is None else runs:
+        trace = _load(con, run, warmup)
+        if trace.requests:
+            yield run, trace
+        elif runs is not None:
             raise QueryError(
                 f"run {run} has no block hashes (hash_ids), so no prefix cache can be "
                 "simulated over it; Mooncake-format traces carry them"
             )
-    return runs
-
-
-def _runs_with_hashes(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [
-        row[0]
-        for row in con.sql(
-            "SELECT DISTINCT run_id FROM workload_requests WHERE hash_ids IS NOT NULL "
-            "ORDER BY run_id"
-        ).fetchall()
-    ]

@@ -219,24 +219,23 @@ def leading_reads(runs: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 @njit(nogil=True, cache=True)
 def _block_tokens(  # pragma: no cover
-    starts: np.ndarray, inputs: np.ndarray, block_tokens: int
-) -> np.ndarray:
-    out = np.empty(starts[-1], dtype=np.int32)
+    starts: np.ndarray, inputs: np.ndarray, block_tokens: int, out: np.ndarray
+) -> None:
     for request in range(len(starts) - 1):
         start = starts[request]
         for index in range(start, starts[request + 1]):
             left = inputs[request] - (index - start) * block_tokens
             out[index] = min(max(left, 0), block_tokens)
-    return out
 
 
 def block_tokens(starts: np.ndarray, inputs: np.ndarray, block_size: int) -> np.ndarray:
     """Per block read: its tokens, ``block_size`` but for what is left of the request's
-    ``inputs`` tokens in its last blocks (none past the input)."""
-    found: np.ndarray = _block_tokens(
-        np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(inputs, np.int64), block_size
-    )
-    return found
+    ``inputs`` tokens in its last blocks (none past the input), as int16 where the block
+    size allows."""
+    starts = np.ascontiguousarray(starts, np.int64)
+    out = np.empty(starts[-1], dtype=np.int16 if block_size < 2**15 else np.int32)
+    _block_tokens(starts, np.ascontiguousarray(inputs, np.int64), block_size, out)
+    return out
 
 
 @njit(nogil=True, cache=True)
@@ -261,7 +260,7 @@ def _distance_sums(  # pragma: no cover
     weighted: np.ndarray,
 ) -> None:
     limit = capacities[-1]  # no read this far or farther counts anywhere
-    counts = np.zeros(min(limit, len(distances)) + 1, dtype=np.int64)
+    counts = np.zeros(min(limit, len(distances)) + 1, dtype=order.dtype)
     for index in range(first, len(distances)):
         distance = distances[index]
         if 0 <= distance < limit:
@@ -289,6 +288,23 @@ def _distance_sums(  # pragma: no cover
         out[rest, 0], out[rest, 1], weighted[rest] = hits, hit_tokens, summed
 
 
+@njit(nogil=True, cache=True)
+def _bucket_sums(  # pragma: no cover
+    distances: np.ndarray, tokens: np.ndarray, first: int, capacities: np.ndarray, out: np.ndarray
+) -> None:
+    """``out`` (zeroed) per capacity: the reads from ``first`` on whose distance is
+    below it, and their tokens."""
+    for index in range(first, len(distances)):
+        distance = distances[index]
+        if 0 <= distance < capacities[-1]:
+            at = np.searchsorted(capacities, distance, side="right")  # the first above
+            out[at, 0] += 1
+            out[at, 1] += tokens[index]
+    for at in range(1, len(capacities)):
+        out[at, 0] += out[at - 1, 0]
+        out[at, 1] += out[at - 1, 1]
+
+
 def distance_sums(
     distances: np.ndarray,
     starts: np.ndarray,
@@ -299,18 +315,22 @@ def distance_sums(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per capacity (ascending): the reads from ``first`` on whose distance is below it,
     as hit blocks and hit tokens, and (with ``shares``, each request's weight per token)
-    their weights summed in order of distance, then of read."""
-    order = np.empty(len(distances) - first, dtype=narrowest(len(distances)))
+    their weights summed in order of distance, then of read (a sort of the reads; without
+    shares, counts per capacity alone)."""
     counted = np.zeros((len(capacities), 2), dtype=np.int64)
     weighted = np.zeros(len(capacities), dtype=np.float64)
-    if len(capacities):
+    capacities = np.ascontiguousarray(capacities, np.int64)
+    if len(capacities) and not len(shares):
+        _bucket_sums(distances, tokens, first, capacities, counted)
+    elif len(capacities):
+        order = np.empty(len(distances) - first, dtype=narrowest(len(distances)))
         _distance_sums(
             distances,
             np.ascontiguousarray(starts, np.int64),
             tokens,
             shares,
             first,
-            np.ascontiguousarray(capacities, np.int64),
+            capacities,
             order,
             counted,
             weighted,
