@@ -83,10 +83,10 @@ def test_a_dead_ingest_is_named_by_check_and_cleared_by_the_next_maintenance(
     tmp_path, synthetic_trace, cli, monkeypatch
 ):
     from kvtrace.warehouse import _object_lock as object_lock
-    from kvtrace.warehouse import _storage as storage
+    from kvtrace.warehouse import _object_storage as object_storage
 
     monkeypatch.setattr(object_lock, "STALE_AFTER_S", 1.0)  # on S3: the dead holder's lock
-    monkeypatch.setattr(storage, "IN_FLIGHT_S", 2.0)  # and its silent in-flight marker
+    monkeypatch.setattr(object_storage, "IN_FLIGHT_S", 2.0)  # and its silent marker
     trace = synthetic_trace(requests=2, steps=3, layers=4)
     location = warehouse_at(tmp_path / "wh")
     Warehouse(location, create=True)
