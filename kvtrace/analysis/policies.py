@@ -13,7 +13,7 @@ A policy runs in up to three simulators:
 - the replay of an engine's own KV cache (``kv_cache_fidelity``), which runs the prefix
   cache under semantics ``prefix``.
 
-The kernels (`kvtrace.kernels.cache_sim`, `kvtrace.kernels.prefix_sim`) know no policy
+The kernels (`kvtrace.kernels.capacity_sim`, `kvtrace.kernels.prefix_sim`) know no policy
 names: an entry names the kernel function it runs, loaded on first use (numba is not
 imported until a simulation runs).
 """
@@ -66,7 +66,7 @@ class Kernel:
         return found
 
 
-_CACHE_SIM = "kvtrace.kernels.cache_sim"
+_CAPACITY_SIM = "kvtrace.kernels.capacity_sim"
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ POLICIES: tuple[CachePolicy, ...] = (
         block_pass="per_capacity",
         prefix_semantics=("block", "prefix"),
         prefix_pass="radix_tree",
-        capacity_kernel=Kernel(_CACHE_SIM, "opt_hits"),
+        capacity_kernel=Kernel(_CAPACITY_SIM, "opt_hits"),
         knows_future=True,
     ),
     CachePolicy(
@@ -107,7 +107,7 @@ POLICIES: tuple[CachePolicy, ...] = (
         block_pass="per_capacity",
         prefix_semantics=("block", "prefix"),
         prefix_pass="hash_chain",
-        capacity_kernel=Kernel(_CACHE_SIM, "fifo_hits"),
+        capacity_kernel=Kernel(_CAPACITY_SIM, "fifo_hits"),
         engine_replay=True,
     ),
     CachePolicy(

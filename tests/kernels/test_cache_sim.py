@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtrace.kernels.cache_sim import ItemIds, LruStack, TierCache, dense_ids, fifo_hits, opt_hits
+from kvtrace.kernels.cache_sim import ItemIds, LruStack, TierCache, dense_ids
+from kvtrace.kernels.capacity_sim import fifo_hits, opt_hits
 from tests import cache_models
 
 streams = st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=80)
