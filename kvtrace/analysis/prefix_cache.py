@@ -57,8 +57,9 @@ from kvtrace.kernels.prefix_sim import (
     lru_distances,
     narrowest,
     radix_nodes,
+    run_sums,
 )
-from kvtrace.kernels.radix_cache import radix_hits
+from kvtrace.kernels.radix_cache import next_uses, radix_hits
 
 SEMANTICS = ("block", "prefix")
 _BATCH_ROWS = 1 << 16  # requests read from the warehouse at a time
@@ -353,6 +354,7 @@ class PrefixSimulation:
         self.trace, self.policy, self.semantics = trace, policy_named(policy), semantics
         self.distances: np.ndarray | None = None
         self.tree: tuple[np.ndarray, int] | None = None  # each node's parent, the root
+        self.next_use: np.ndarray | None = None  # OPT's: each read's next request
         self.paths = (trace.ids, trace.distinct)  # each read's block and how many there are
         if semantics == "prefix":
             self.tree = chained_tree(trace.ids, trace.starts, trace.distinct)
@@ -361,6 +363,8 @@ class PrefixSimulation:
                 self.paths, self.tree = (nodes, len(parent)), (parent, 0)
             if self.policy.prefix_pass != "radix_tree":
                 self.tree = None  # only the radix tree needs the parents
+            elif self.policy.knows_future:  # one pass for every capacity
+                self.next_use = next_uses(self.paths[0], trace.starts, len(self.tree[0]))
         if self.policy.prefix_pass == "stack_distance":  # every capacity from one pass
             wide = narrowest(self.paths[1] + 1)  # its largest value: served by no capacity
             self.distances = (
@@ -384,16 +388,18 @@ class PrefixSimulation:
         if self.semantics == "block":
             assert self.policy.capacity_kernel is not None, self.policy.name
             return self.policy.capacity_kernel(trace.ids, trace.distinct, capacity)
+        return leading_reads(self.runs(capacity), trace.starts)
+
+    def runs(self, capacity: int) -> np.ndarray:
+        """Per request, the leading blocks a cache of ``capacity`` served (semantics
+        ``prefix``, a policy simulated per capacity)."""
+        capacity = self.bounded(capacity)
         if self.policy.prefix_pass == "hash_chain":
             paths, count = self.paths
-            runs = fifo_prefix_hits(paths, trace.starts, count, capacity)
-        else:
-            assert self.tree is not None  # kept for every radix_tree pass
-            parent, root = self.tree
-            optimal = self.policy.knows_future
-            nodes = self.paths[0]
-            runs = radix_hits(nodes, trace.starts, parent, root, capacity, optimal=optimal)
-        return leading_reads(runs, trace.starts)
+            return fifo_prefix_hits(paths, self.trace.starts, count, capacity)
+        assert self.tree is not None  # kept for every radix_tree pass
+        parent, root = self.tree
+        return radix_hits(self.paths[0], self.trace.starts, parent, root, capacity, self.next_use)
 
 
 def _counted(
@@ -422,6 +428,11 @@ def _counted(
         ]
 
     def count(capacity: int) -> tuple[int, int, float]:
+        if spec.semantics == "prefix" and not by_request:  # no mark per read
+            hits, hit_tokens = run_sums(
+                simulation.runs(capacity), trace.starts, trace.tokens, trace.measured_from
+            )
+            return as_counted(hits, hit_tokens, 0.0)
         hit = simulation.hits(capacity)
         hits, hit_tokens = hit_sums(hit, trace.tokens, first)
         weighted = (

@@ -357,6 +357,27 @@ def hit_sums(hit: np.ndarray, tokens: np.ndarray, first: int) -> tuple[int, int]
 
 
 @njit(nogil=True, cache=True)
+def _run_sums(
+    runs: np.ndarray, starts: np.ndarray, tokens: np.ndarray, first: int
+) -> tuple[int, int]:  # pragma: no cover
+    hits = hit_tokens = 0
+    for request in range(first, len(starts) - 1):
+        hits += runs[request]
+        for index in range(starts[request], starts[request] + runs[request]):
+            hit_tokens += tokens[index]
+    return hits, hit_tokens
+
+
+def run_sums(
+    runs: np.ndarray, starts: np.ndarray, tokens: np.ndarray, first: int
+) -> tuple[int, int]:
+    """The leading ``runs`` of the requests from ``first`` on, as hit reads and their
+    tokens."""
+    hits, hit_tokens = _run_sums(runs, np.ascontiguousarray(starts, np.int64), tokens, first)
+    return int(hits), int(hit_tokens)
+
+
+@njit(nogil=True, cache=True)
 def _hit_weights(  # pragma: no cover
     hit: np.ndarray, tokens: np.ndarray, starts: np.ndarray, shares: np.ndarray, first: int
 ) -> np.ndarray:

@@ -9,10 +9,11 @@ current request's cached path is evicted (LRU: the least recently used; OPT: the
 needed again last), so a child is never cached without its parent.  When nothing can
 be evicted the request stops inserting.
 
-Memory per capacity C over n nodes: a cached mark, a last (LRU) or next (OPT) use and a
+Memory per capacity over n nodes: a cached mark, a last (LRU) or next (OPT) use and a
 count of cached children per node in the narrowest integers, and an eviction heap of
-int64 keys with room for twice min(C, n) leaves; a cache that holds every node never
-evicts and needs only the marks.
+int64 keys that grows to two to four times the cached leaves; a cache that holds every
+node never evicts and needs only the marks.  OPT's next uses, one per read, are shared
+by every capacity (`next_uses`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvtrace.kernels.capacity_sim import sift_down, sift_up
 from kvtrace.kernels.prefix_sim import leading_run, narrowest
 
-__all__ = ["radix_hits"]
+__all__ = ["next_uses", "radix_hits"]
 
 _LOW = (1 << 32) - 1  # a heap key's low half: the node, counted down
 
@@ -43,32 +45,9 @@ def _node_of(order: int) -> int:  # pragma: no cover
 
 
 @njit(inline="always", cache=True)
-def _sift_down(heap: np.ndarray, size: int, at: int, key: int) -> None:  # pragma: no cover
-    """Place ``key`` at or below position ``at`` of the min-heap of ``size`` keys."""
-    while True:
-        low = 2 * at + 1
-        if low >= size:
-            break
-        if low + 1 < size and heap[low + 1] < heap[low]:
-            low += 1
-        if key <= heap[low]:
-            break
-        heap[at] = heap[low]
-        at = low
-    heap[at] = key
-
-
-@njit(inline="always", cache=True)
 def _push(heap: np.ndarray, size: int, key: int) -> int:  # pragma: no cover
     """Push ``key`` onto the min-heap of ``size`` keys; the new size."""
-    at = size
-    while at > 0:
-        up = (at - 1) >> 1
-        if heap[up] <= key:
-            break
-        heap[at] = heap[up]
-        at = up
-    heap[at] = key
+    sift_up(heap, size, key)
     return size + 1
 
 
@@ -78,7 +57,7 @@ def _pop(heap: np.ndarray, size: int) -> tuple[int, int]:  # pragma: no cover
     top = heap[0]
     size -= 1
     if size > 0:
-        _sift_down(heap, size, 0, heap[size])
+        sift_down(heap, size, 0, heap[size])
     return top, size
 
 
@@ -116,8 +95,31 @@ def _compact(  # pragma: no cover
     for k in range(kept):
         listed[_node_of(heap[k])] = False
     for k in range((kept >> 1) - 1, -1, -1):
-        _sift_down(heap, kept, k, heap[k])
+        sift_down(heap, kept, k, heap[k])
     return kept
+
+
+@njit(nogil=True, cache=True)
+def _room(  # pragma: no cover
+    heap: np.ndarray,
+    heaped: int,
+    need: int,
+    present: np.ndarray,
+    children: np.ndarray,
+    state: np.ndarray,
+    optimal: bool,
+    listed: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """The heap and its size, with room for ``need`` more keys: stale keys dropped when
+    short of it, and the heap doubled when the current ones fill half of it."""
+    if len(heap) - heaped >= need:
+        return heap, heaped
+    heaped = _compact(heap, heaped, present, children, state, optimal, listed)
+    if len(heap) - heaped < need or 2 * heaped > len(heap):
+        grown = np.empty(max(2 * len(heap), heaped + need), dtype=heap.dtype)
+        grown[:heaped] = heap[:heaped]
+        heap = grown
+    return heap, heaped
 
 
 @njit(nogil=True, cache=True)
@@ -204,20 +206,20 @@ def _radix(  # pragma: no cover
     optimal: bool,
     state: np.ndarray,
     children: np.ndarray,
-    heap: np.ndarray,
 ) -> np.ndarray:
     """``state`` (LRU: each node's last use; OPT: the next request using it) and
-    ``children`` (its cached children) come zeroed; ``heap`` has room for a request's
-    keys beyond twice the cached leaves."""
+    ``children`` (its cached children) come zeroed.  A request pushes at most two keys a
+    block onto the heap."""
     present = np.zeros(len(parent), dtype=np.bool_)
     present[root] = True
     listed = np.zeros(len(parent), dtype=np.bool_)  # compaction's marks
+    heap = np.empty(1 << 12, dtype=np.int64)
     clock = size = heaped = 0
     hits = np.zeros(len(starts) - 1, dtype=np.int64)
     for request in range(len(starts) - 1):
         start, end = starts[request], starts[request + 1]
-        if len(heap) - heaped < 2 * (end - start) + 2:
-            heaped = _compact(heap, heaped, present, children, state, optimal, listed)
+        need = 2 * (end - start) + 2
+        heap, heaped = _room(heap, heaped, need, present, children, state, optimal, listed)
         run = leading_run(nodes, start, end, present)
         hits[request] = run
         clock, heaped = _touch(
@@ -274,41 +276,46 @@ def _next_uses(  # pragma: no cover
             last[nodes[index]] = request
 
 
+def next_uses(nodes: np.ndarray, starts: np.ndarray, count: int) -> np.ndarray:
+    """Per read, the next request that reads its node (one of ``count``), or
+    ``len(starts)`` when none does: what OPT evicts by, for every capacity."""
+    starts = np.ascontiguousarray(starts, np.int64)
+    uses = narrowest(len(starts))
+    out = np.empty(len(nodes), uses)
+    _next_uses(np.ascontiguousarray(nodes), starts, np.full(count, len(starts), uses), out)
+    return out
+
+
 def radix_hits(
     nodes: np.ndarray,
     starts: np.ndarray,
     parent: np.ndarray,
     root: int,
     capacity: int,
-    *,
-    optimal: bool,
+    next_use: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per request, its leading blocks cached on arrival in a radix tree of ``capacity``
     blocks (``parent`` of every node, ``root`` the tree's root, never read): the least
-    recently used leaf is evicted, or with ``optimal`` the leaf used again last, and a
-    block needed later than every cached leaf is not inserted (Belady over the tree's
-    leaves)."""
+    recently used leaf is evicted, or, given each read's `next_uses`, the leaf used again
+    last, and a block needed later than every cached leaf is not inserted (Belady over
+    the tree's leaves)."""
     nodes = np.ascontiguousarray(nodes)
     starts = np.ascontiguousarray(starts, np.int64)
     count = len(parent)
     if capacity >= count - 1:  # room for every node: nothing is evicted
         found: np.ndarray = _seen_runs(nodes, starts, count)
         return found
-    uses = narrowest(len(starts))
-    next_use = np.zeros(len(nodes) if optimal else 0, uses)
-    if optimal:
-        _next_uses(nodes, starts, np.full(count, len(starts), uses), next_use)
-    leaves = min(capacity, count) + 1
-    longest = int(np.diff(starts).max(initial=0))
-    return _radix(
+    optimal = next_use is not None
+    uses = np.zeros(0, narrowest(len(starts))) if next_use is None else next_use
+    found = _radix(
         nodes,
         starts,
         np.ascontiguousarray(parent),
         root,
         capacity,
-        next_use,
+        uses,
         optimal,
-        np.zeros(count, uses if optimal else narrowest(2 * len(nodes) + 1)),
+        np.zeros(count, uses.dtype if optimal else narrowest(2 * len(nodes) + 1)),
         np.zeros(count, narrowest(count)),
-        np.empty(2 * leaves + 2 * longest + 4, dtype=np.int64),
     )
+    return found
