@@ -12,8 +12,15 @@
 2. A trace of ``--requests`` requests (the conversation trace repeated with fresh block
    ids, so each copy shares prefixes within itself): the LRU prefix curve at 16
    capacities, in this process and as a fresh ``kvtrace sql`` process.
+3. Memory, once each: a Mooncake-like trace of ``--memory-requests`` requests
+   (`bench_workload.write_mooncake`: conversations of a few turns), every prefix curve
+   kvtrace has (each policy under each semantics it serves, the default capacities) as a
+   fresh ``kvtrace prefix-curve`` command, its peak resident memory and CPU seconds; then
+   kvcache-simulator's ``run`` for each of its policies beside ``kvtrace prefix-curve``
+   for the same one at Llama-3.1-8B's 11 budgets from 1 to 1,024 GiB, half the requests
+   warm-up, both from the same trace, the hit rates compared.
 
-Prints medians of three rounds and writes ``benchmarks/out/prefix.json``.
+Prints medians of three rounds (memory: one) and writes ``benchmarks/out/prefix.json``.
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from bench_warehouse import machine
+from bench_workload import write_mooncake
 
 import kvtrace
 from kvtrace import connect
+from kvtrace.analysis.policies import POLICIES as REGISTRY
 from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_rows
 from kvtrace.ingest import ingest
 from kvtrace.warehouse import Warehouse
@@ -41,12 +51,19 @@ TRACE = HERE.parent / "tests" / "data" / "mooncake_conversation_trace.jsonl"
 BIN = Path(sys.executable).parent
 CAPACITIES = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
 POLICIES = {"fifo": "fifo", "radix_lru": "lru", "opt": "optimal"}  # kvtrace: theirs
-# kvcache-simulator's sweep of the trace: FIFO, LRU and optimal at Llama-3.1-8B's budgets
-KVCACHE_SIMULATOR_RUN = [
-    str(BIN / "kvcache-simulator"),
-    *("run", "--trace", str(TRACE), "--model", "llama-3.1-8b", "--block-size", "512"),
-    *("--format", "json", "--no-progress"),
-]
+BUDGETS_GIB = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # Llama-3.1-8B: 16-16,384 blocks
+
+
+def kvcache_simulator_run(trace: Path) -> list[str]:
+    """kvcache-simulator's sweep of ``trace`` at Llama-3.1-8B's budgets."""
+    return [
+        str(BIN / "kvcache-simulator"),
+        *("run", "--trace", str(trace), "--model", "llama-3.1-8b", "--block-size", "512"),
+        *("--format", "json", "--no-progress"),
+    ]
+
+
+KVCACHE_SIMULATOR_RUN = kvcache_simulator_run(TRACE)
 
 
 def byte_compile_kvtrace() -> None:
@@ -182,10 +199,96 @@ def at_scale(scratch: Path, requests: int, rounds: int) -> dict:
     }
 
 
+_MEASURE = """
+import json, os, subprocess, sys
+process = subprocess.Popen(sys.argv[1:], stderr=subprocess.DEVNULL)
+_, status, usage = os.wait4(process.pid, 0)
+code = os.waitstatus_to_exitcode(status)
+print(json.dumps([code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss]), file=sys.stderr)
+"""
+
+
+def measured(command: list[str]) -> tuple[float, float, str]:
+    """One run of ``command``: CPU seconds (user and system, its children's too), peak
+    resident MiB (of the process or its largest child, as GNU time's %M) and output.  A
+    small process of its own starts and waits for it: a child's peak counts from what its
+    parent held when it started."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True, check=True
+    )
+    code, cpu_s, peak_kib = json.loads(done.stderr.splitlines()[-1])
+    if code:
+        raise SystemExit(f"{' '.join(command)} failed ({code})")
+    return cpu_s, peak_kib / 1024, done.stdout
+
+
+def curves_memory(kvtrace_command: list[str]) -> dict:
+    """Every prefix curve (each policy under each semantics it serves, the default
+    capacities) as a fresh command: its CPU seconds and peak memory."""
+    curves = {}
+    for policy in REGISTRY:
+        for semantics in policy.prefix_semantics:
+            cpu_s, peak_mib, _ = measured(
+                [*kvtrace_command, "--policy", policy.name, "--semantics", semantics]
+            )
+            curves[f"{policy.name} {semantics}"] = {"cpu_s": cpu_s, "peak_mib": peak_mib}
+    return curves
+
+
+def largest_difference(theirs_printed: str, ours_printed: str, theirs: str) -> tuple[int, float]:
+    """The budgets where kvcache-simulator reports a rate, and the largest difference
+    between its rates and kvtrace's there."""
+    reference = {
+        point["cacheBlocks"]: point["results"][theirs]["hitRate"]
+        for point in json.loads(theirs_printed)["points"]
+    }
+    rates = {row["capacity_blocks"]: row["hit_rate"] for row in json.loads(ours_printed)}
+    compared = [c for c in reference if reference[c] is not None and c in rates]
+    return len(compared), max((abs(rates[c] - reference[c]) for c in compared), default=0.0)
+
+
+def memory(root: str, trace: Path) -> dict:
+    """`curves_memory` on the warehouse ``root``, then kvcache-simulator on ``trace``
+    beside kvtrace at the same budgets (see the module docstring)."""
+    kvtrace_command = [str(BIN / "kvtrace"), "-q", "-w", root, "prefix-curve"]
+    budgets = [arg for gib in BUDGETS_GIB for arg in ("--capacity-gib", str(gib))]
+    budgets += ["--warmup", "0.5", "--model", "llama-3-8b", "-f", "json"]
+    against = {}
+    for ours, theirs in POLICIES.items():
+        theirs_s, theirs_mib, theirs_printed = measured(
+            [
+                *kvcache_simulator_run(trace),
+                *("--policies", theirs, "--budgets-gib", ",".join(map(str, BUDGETS_GIB))),
+            ]
+        )
+        ours_s, ours_mib, ours_printed = measured([*kvtrace_command, "--policy", ours, *budgets])
+        compared, worst = largest_difference(theirs_printed, ours_printed, theirs)
+        if worst > 1e-12:
+            raise SystemExit(f"{ours}: hit rates differ from kvcache-simulator's by up to {worst}")
+        against[ours] = {
+            "points_compared": compared,
+            "kvtrace_cpu_s": ours_s,
+            "kvtrace_peak_mib": ours_mib,
+            "kvcache_simulator_cpu_s": theirs_s,
+            "kvcache_simulator_peak_mib": theirs_mib,
+        }
+    return {"curves": curves_memory(kvtrace_command), "kvcache_simulator": against}
+
+
+def memory_at_scale(scratch: Path, requests: int) -> dict:
+    """`memory` on a Mooncake-like trace of ``requests`` requests."""
+    trace = scratch / "mooncake-like.jsonl"
+    write_mooncake(trace, requests, np.random.default_rng(0))
+    root = str(scratch / "mooncake-like-wh")
+    ingest(Warehouse(root, create=True), [str(trace)])
+    return {"requests": requests, **memory(root, trace)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-requests", type=int, default=1_000_000)
     args = parser.parse_args()
     byte_compile_kvtrace()
     with tempfile.TemporaryDirectory() as scratch:
@@ -195,6 +298,7 @@ def main() -> None:
             "machine": machine(),
             "mooncake_conversation": against_kvcache_simulator(root, args.rounds),
             "scaled": at_scale(Path(scratch), args.requests, args.rounds),
+            "memory": memory_at_scale(Path(scratch), args.memory_requests),
         }
     out = HERE / "out" / "prefix.json"
     out.parent.mkdir(exist_ok=True)
