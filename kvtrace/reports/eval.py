@@ -83,7 +83,7 @@ REPORT = ReportDefinition(
         Section(
             "error_classes",
             "Error classes",
-            "empty, format, partial, wrong_value: rules in the eval_samples docs.",
+            "empty, format, repetition_loop, partial, wrong_value: rules in the eval_samples docs.",
         ),
         Section(
             "diff",

@@ -48,7 +48,7 @@ def test_tasks_take_rulers_metrics():
         (": 29351113.<|eot_id|>", ["2935113"], "partial"),  # a digit inserted: 2935 remains
         (" 0271<|eot_id|>", ["5960271"], "partial"),  # cut: the last half of the value
         ("7 and nothing else", ["7", "42"], "partial"),  # one key of two
-        (":361361361361<|eot_id|>", ["6406444"], "wrong_value"),  # a repetition loop
+        (":361361361361<|eot_id|>", ["6406444"], "repetition_loop"),
         (": 8651665.", ["1535573"], "wrong_value"),
         ("The answer is 42", ["42"], None),  # right
     ],

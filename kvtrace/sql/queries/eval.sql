@@ -8,8 +8,13 @@
 -- string_match_part (1 when any reference is found) for QA; a sample is right when its
 -- score is 1.  Error classes (kvtrace/warehouse/rows/eval.py) are, first rule that
 -- applies: empty (nothing but punctuation and end-of-text markers), format (every
--- reference appears once spaces and punctuation are removed), partial (some references
--- of several, or a piece of a reference at least half its length), wrong_value.
+-- reference appears once spaces and punctuation are removed), repetition_loop (the
+-- prediction's letters and digits repeat a pattern of 1 to 8 characters at least 3 times
+-- in a row, the copies covering at least 8 characters: `:361361361...`, `: 500b 500b
+-- 500b`, not `: 29351113.`), partial (some references of several, or a piece of a
+-- reference at least half its length), wrong_value.  Classes are set when a sample is
+-- scored: samples ingested before repetition_loop existed keep theirs until ingested
+-- into a new run.
 --
 -- Worked example of needle recall at B = 4: a needle value spans tokens 10..13 and its
 -- key tokens 4..5, so the needle tokens are {4, 5, 10, 11, 12, 13} and the needle blocks
@@ -31,7 +36,7 @@
 -- @column metric           string_match_all or string_match_part
 -- @column score            RULER's per-sample score in [0, 1]
 -- @column null_prediction  true when the prediction is missing
--- @column error_class      empty, format, partial or wrong_value (NULL when right)
+-- @column error_class      empty, format, repetition_loop, partial or wrong_value (NULL when right)
 CREATE VIEW eval_samples AS
 SELECT * EXCLUDE (_row)
 FROM (
@@ -89,7 +94,7 @@ ORDER BY e.run_id, e.task, context_tokens;
 -- The mix of error classes among each task's wrong samples.
 -- @column run_id       the run
 -- @column task         the task
--- @column error_class  empty, format, partial or wrong_value
+-- @column error_class  empty, format, repetition_loop, partial or wrong_value
 -- @column samples      wrong samples of that class
 -- @column share        their share of the task's wrong samples
 CREATE VIEW eval_error_classes AS
@@ -108,7 +113,7 @@ ORDER BY run_id, task, samples DESC, error_class;
 -- @column expected      the references, comma-separated
 -- @column prediction    the prediction (its first 120 characters)
 -- @column score         its score
--- @column error_class   empty, format, partial or wrong_value
+-- @column error_class   empty, format, repetition_loop, partial or wrong_value
 CREATE VIEW eval_errors AS
 SELECT run_id, task, sample_index, array_to_string(answers, ', ') AS expected,
        left(prediction, 120) AS prediction, score, error_class

@@ -12,10 +12,15 @@ Error classes of samples with a score below 1, first rule that applies:
 - ``empty``: no prediction, or nothing but punctuation, spaces and end-of-text markers;
 - ``format``: every reference appears once spaces and punctuation are removed from
   both sides (the value is there, written differently: ``5 0 4 9 1 0 1``);
+- ``repetition_loop``: the prediction, once end-of-text markers, spaces and punctuation
+  are removed and letters lowered, repeats a pattern of 1 to 8 characters at least
+  ``LOOP_REPEATS`` (3) times in a row, the repeats covering at least ``LOOP_CHARS`` (8)
+  characters: ``:361361361...``, ``: 500b 500b 500b ...``, ``:0:0:0:0:0:0:0:0``, but
+  neither ``: 29351113.`` (``1`` three times covers 3 characters) nor ``c63c63`` (twice);
 - ``partial``: some references of several found (score between 0 and 1), or a piece
   of a reference at least half its length (and 3 characters) found: a cut or damaged
   value such as ``:151:52`` for ``9874152``;
-- ``wrong_value``: anything else: another value, a repetition loop, unrelated text.
+- ``wrong_value``: anything else: another value, unrelated text.
 """
 
 from __future__ import annotations
@@ -24,21 +29,37 @@ import re
 from typing import Any, Literal
 
 __all__ = [
+    "LOOP_CHARS",
+    "LOOP_PATTERN_CHARS",
+    "LOOP_REPEATS",
     "ErrorClass",
     "Metric",
     "error_class",
     "eval_row",
+    "is_repetition_loop",
     "postprocess",
     "ruler_metric",
     "score",
 ]
 
 Metric = Literal["string_match_all", "string_match_part"]
-ErrorClass = Literal["empty", "format", "partial", "wrong_value"]
+ErrorClass = Literal["empty", "format", "repetition_loop", "partial", "wrong_value"]
+
+LOOP_PATTERN_CHARS = 8  # the longest pattern a repetition loop repeats
+LOOP_REPEATS = 3  # the fewest copies of the pattern in a row
+LOOP_CHARS = 8  # the fewest characters the copies cover
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _END_OF_TEXT = re.compile(r"<\|[a-z_]+\|>|</s>|<eos>|<\|endoftext\|>")
 _NOT_ALNUM = re.compile(r"[\W_]+")
+# One alternative per pattern length p: p characters, then enough copies of them.
+_LOOP = re.compile(
+    "|".join(
+        f"(.{{{p}}})\\{p}{{{max(LOOP_REPEATS, -(-LOOP_CHARS // p)) - 1},}}"
+        for p in range(1, LOOP_PATTERN_CHARS + 1)
+    ),
+    re.DOTALL,
+)
 
 
 def ruler_metric(task: str) -> Metric:
@@ -77,9 +98,18 @@ def error_class(
     refs = [ref.lower() for ref in references]
     if refs and all(_NOT_ALNUM.sub("", ref) in squeezed for ref in refs):
         return "format"
+    if is_repetition_loop(squeezed):
+        return "repetition_loop"
     if sample_score > 0 or any(_shares_a_piece(_NOT_ALNUM.sub("", ref), squeezed) for ref in refs):
         return "partial"
     return "wrong_value"
+
+
+def is_repetition_loop(text: str) -> bool:
+    """Whether ``text`` repeats a pattern of 1 to ``LOOP_PATTERN_CHARS`` characters at
+    least ``LOOP_REPEATS`` times in a row, the copies covering ``LOOP_CHARS`` or more
+    (``error_class`` asks it of the prediction's letters and digits, lowered)."""
+    return _LOOP.search(text) is not None
 
 
 def _shares_a_piece(reference: str, text: str) -> bool:
