@@ -14,7 +14,7 @@ from kvtrace.ingest.probe import Probe
 from kvtrace.warehouse.schema import TABLE_NAMES
 
 BOOKKEEPING_TABLES = {"runs", "quarantine", "ingest_checks"}  # written by every commit
-COLLECTOR_TABLES = {"needle_spans"}  # written only by the live DSA tracer
+COLLECTOR_TABLES = {"needle_spans", "dsa_prefill"}  # written only by the live DSA tracer
 
 
 def test_every_table_is_claimed_by_exactly_one_family_or_is_bookkeeping():

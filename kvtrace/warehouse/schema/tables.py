@@ -13,7 +13,8 @@ from kvtrace.warehouse.schema.dsa import (
     DSA_REQUEST_TOKENS,
     DSA_STEPS,
 )
-from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, NEEDLE_SPANS
+from kvtrace.warehouse.schema.dsa_prefill import DSA_PREFILL
+from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, MERGE_NUMERICS, NEEDLE_SPANS
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
@@ -35,11 +36,13 @@ TABLES: dict[str, TableSpec] = {
         DSA_OFFSET_HIST,
         DSA_FILL_HIST,
         DSA_REQUEST_TOKENS,
+        DSA_PREFILL,
         POOL_SNAPSHOTS,
         REQUEST_METRICS,
         RUN_SUMMARIES,
         EVAL_SAMPLES,
         NEEDLE_SPANS,
+        MERGE_NUMERICS,
         WORKLOAD_REQUESTS,
         REQUEST_TIMINGS,
         BENCHMARK_SUMMARIES,
