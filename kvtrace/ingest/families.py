@@ -27,6 +27,7 @@ from kvtrace.ingest.readers.dsa import DSA
 from kvtrace.ingest.readers.eval_preds import EVAL
 from kvtrace.ingest.readers.kineto import TIMELINE
 from kvtrace.ingest.readers.kv_events import KV_EVENTS_FAMILY
+from kvtrace.ingest.readers.numerics import NUMERICS
 from kvtrace.ingest.readers.results import BENCHMARK
 from kvtrace.ingest.readers.run_summary import RUN_SUMMARY
 from kvtrace.ingest.readers.serving import POOL, REQUESTS
@@ -40,6 +41,7 @@ BUILT_IN: tuple[Family, ...] = (
     POOL,
     REQUESTS,
     EVAL,
+    NUMERICS,
     WORKLOAD,
     DSA,
     RUN_SUMMARY,

@@ -38,7 +38,7 @@ def test_each_family_is_a_family_with_a_unique_name_and_a_phrase():
 def test_the_kind_help_lists_every_family():
     assert kind_help() == (
         "Read every file as timeline, benchmark, kv-events, pool, requests, eval, "
-        "workload, dsa or summary (default: told by each file's content)."
+        "numerics, workload, dsa or summary (default: told by each file's content)."
     )
 
 
@@ -57,7 +57,8 @@ def test_the_sentence_for_an_unknown_file_lists_what_each_family_reads(tmp_path)
         "(traceEvents), benchmark results (vLLM, SGLang bench_serving, AIPerf, GenAI-Perf, "
         "Vidur), KV-cache event batches (BlockStored, BlockRemoved), pool snapshots "
         "(worker_id, held_tokens), request metrics (execution_mode, latency_s), RULER "
-        "predictions (pred, outputs), arrival traces (Mooncake JSONL; Azure, BurstGPT, "
+        "predictions (pred, outputs), merge numerics (chunks, lse_max_diff, out_max_diff), "
+        "arrival traces (Mooncake JSONL; Azure, BurstGPT, "
         "Splitwise CSV), DSA records (selected_token_pos) and serving run summaries "
         "(*_summary.json); --kind forces one"
     )
