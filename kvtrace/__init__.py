@@ -4,7 +4,9 @@ The public API (imported on first use, so ``import kvtrace`` stays light):
 
 - `connect` (path) -> a DuckDB connection with every view of the warehouse;
 - `Warehouse`: open or create a warehouse, write commits;
-- `DsaTracer`: the hook an engine's indexer calls to trace DSA top-k selections;
+- `trace` (warehouse, run_name=...) -> a `DsaTracer` that traces DSA top-k selections
+  of a running engine; `record_topk` (layer, indices, scores) reports one layer's top-k
+  to it from inside the indexer; `DsaTracer`: the tracer itself;
 - `KvtraceError`: what the library raises, with one sentence for the user.
 """
 
@@ -19,11 +21,14 @@ _LAZY = {
     "Warehouse": "kvtrace.warehouse",
     "connect": "kvtrace.analysis",
     "DsaTracer": "kvtrace.collectors.dsa_tracer",
+    "trace": "kvtrace.collectors.tracing",
+    "record_topk": "kvtrace.collectors.tracing",
 }
 
 if TYPE_CHECKING:
     from kvtrace.analysis import connect
     from kvtrace.collectors.dsa_tracer import DsaTracer
+    from kvtrace.collectors.tracing import record_topk, trace
     from kvtrace.warehouse import Warehouse
 
 
@@ -35,4 +40,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'kvtrace' has no attribute {name!r}")
 
 
-__all__ = ["DsaTracer", "KvtraceError", "Warehouse", "__version__", "connect"]
+__all__ = [
+    "DsaTracer",
+    "KvtraceError",
+    "Warehouse",
+    "__version__",
+    "connect",
+    "record_topk",
+    "trace",
+]

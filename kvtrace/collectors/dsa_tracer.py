@@ -1,41 +1,45 @@
 """Trace DSA top-k selections of a running model straight into the warehouse.
 
-The hook any engine's indexer can call::
+The public API (guides: "Instrument your engine", "Python API")::
 
-    tracer = DsaTracer(warehouse, run_name="ruler-dsa-ref", dataset="ruler")
-    tracer.begin_request(request_id, prompt_token_ids)
-    with tracer.step({request_id: start_pos}):        # one decode step, all layers
-        ...  # inside the model, per layer:
-        tracer.record_topk(layer_id, indices, scores)  # torch tensors or numpy arrays
-    tracer.end_request(request_id, new_tokens=n)
-    tracer.close()
+    import kvtrace
+
+    with kvtrace.trace("warehouse", run_name="ruler-dsa", dataset="ruler") as tracer:
+        tracer.begin_request(request_id, prompt_token_ids)
+        with tracer.step({request_id: start_pos}):        # one forward step, all layers
+            ...  # inside the model, per layer (any module, no tracer at hand):
+            kvtrace.record_topk(layer_id, topk_indices, scores)
+        tracer.end_request(request_id, new_tokens=n, token_ids=generated)
 
 A record that is sampled out or of an untraced layer costs one attribute check.  Within
-a step the tracer only keeps references; at the end of the step it moves everything to
-the host in one go (one device synchronisation per step, not per layer) and hands the
+a step the tracer keeps int32 copies of the decode rows on their own device (and folds
+prefill chunks into counts there); at the end of the step it moves everything to the
+host in one transfer (one device synchronisation per step, not per layer) and hands the
 rows to a background thread, which writes them through the same `DsaWriter` that ingest
 uses.  The writer commits every ``commit_every_s`` seconds, so a collector that crashes
-leaves every completed file readable.
+leaves every completed file readable; leaving the ``with`` block, normally or by an
+exception such as Ctrl-C's KeyboardInterrupt, commits every completed step.
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
-import hashlib
 import os
-import queue
 import random
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import numpy as np
 
+from kvtrace.collectors._dsa_prefill import PrefillStep, prefill_table
+from kvtrace.collectors._dsa_record import CURRENT, Backlog, HostStep, StepLayout, StepRecords
+from kvtrace.collectors._dsa_requests import OpenRequest, prefix_hashes
 from kvtrace.collectors._dsa_steps import canonical_columns
 from kvtrace.collectors.kv_tiers import HbmOnly, TierModel
 from kvtrace.defaults import DEFAULT_PREFIX_KEY_TOKENS
@@ -47,7 +51,6 @@ from kvtrace.warehouse.rows.eval import eval_row
 
 __all__ = ["DsaTracer", "WriterFailed", "prefix_hashes"]
 
-PREFIX_CANDIDATES = (32, 64, 128, 256, 512, 1024)
 BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
 BATCH_RECORDS = 4096
 _STOP = object()
@@ -55,31 +58,6 @@ _STOP = object()
 
 class WriterFailed(KvtraceError):
     """The tracer's background writer failed; nothing more can be traced."""
-
-
-def prefix_hashes(
-    token_ids: Sequence[int], max_tokens: int = DEFAULT_PREFIX_KEY_TOKENS
-) -> dict[int, str]:
-    """SHA-1 of the first L prompt tokens (int32 little-endian) for each candidate L.
-
-    The candidates are 32, 64, 128, ... up to ``min(len(prompt), max_tokens)``, and that
-    length itself (seed ``000_*`` section 3.4), so a short prompt has a key too.
-    """
-    tokens = np.asarray(token_ids, dtype="<i4")
-    region = min(len(tokens), max_tokens)
-    lengths = sorted({n for n in (*PREFIX_CANDIDATES, region) if 0 < n <= region})
-    return {n: hashlib.sha1(tokens[:n].tobytes()).hexdigest() for n in lengths}
-
-
-@dataclass
-class _Request:
-    request_id: int
-    prompt_tokens: int
-    prefix_key: str | None
-    prefix_hit: bool
-    cached_tokens: int
-    key_tokens: int  # the request's own key region: min(prompt length, prefix_tokens)
-    prompt_ids: np.ndarray  # the prompt's token ids (int32)
 
 
 class DsaTracer:
@@ -99,14 +77,23 @@ class DsaTracer:
         Layers to trace (default: all).
     scores
         ``"stats"`` keeps min/mean/max of the index scores, ``"full"`` every score.
-    phase
-        ``"decode"`` (default) ignores steps of more than one query token.
+    prefill
+        Also trace prefill: each request's chunk of prompt tokens in a step becomes a
+        ``dsa_prefill`` row per layer (default: decode only, as the seed traces).
     prefix_tokens
         Prompt tokens whose hashes define a request's prefix (candidates 32..1024).
     rank, world_size
         Of this process (default: ``$RANK`` / ``$WORLD_SIZE`` as torchrun sets them, else
-        0 and 1), recorded in ``runs``.  With ``world_size > 1`` each rank gets
-        its own run id (and so its own files and request ids) under the shared run name.
+        0 and 1), recorded in ``runs``.  With ``world_size > 1`` each traced rank gets
+        its own run id (and so its own files) under the shared run name.
+    all_ranks
+        Trace every rank; by default only rank 0 traces (the seed's rule: tensor-parallel
+        ranks select alike) and the others' tracers do nothing.  The view
+        ``dsa_rank_disagreements`` lists where traced ranks disagree.
+    backlog_mb
+        Host memory the steps waiting for the writer may take; when the writer falls
+        behind that far, the model's next step waits for it (``writer_wait_s`` adds up
+        the wait) rather than memory growing or steps being dropped.
     tier_model
         Which KV tier serves each touched block (`kvtrace.collectors.kv_tiers`); by
         default every block is an HBM hit.  Each block size gets its own copy.
@@ -127,10 +114,11 @@ class DsaTracer:
         sample_rate: float = 1.0,
         layers: Sequence[int] | None = None,
         scores: Literal["stats", "full"] = "stats",
-        phase: Literal["decode", "all"] = "decode",
+        prefill: bool = False,
         prefix_tokens: int = DEFAULT_PREFIX_KEY_TOKENS,
         rank: int | None = None,
         world_size: int | None = None,
+        all_ranks: bool = False,
         seed: int = 0,
         model: str | None = None,
         model_config: Mapping[str, Any] | None = None,
@@ -138,6 +126,7 @@ class DsaTracer:
         collector_config: Mapping[str, Any] | None = None,
         tier_model: TierModel | None = None,
         commit_every_s: float = 30.0,
+        backlog_mb: float = 256.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not block_sizes or any(b <= 0 for b in block_sizes):
@@ -160,23 +149,23 @@ class DsaTracer:
         self.topk, self.sample_rate = topk, sample_rate
         self.layers = None if layers is None else frozenset(layers)
         self.full_scores = scores == "full"
-        self.phase = phase
+        self.prefill = prefill
         self.prefix_tokens = prefix_tokens
         self._clock = clock
         model_of_tiers = tier_model or HbmOnly()
         self._tiers = {size: copy.deepcopy(model_of_tiers) for size in self.block_sizes}
-        self.enabled = True
+        self.traced_rank = rank == 0 or all_ranks
+        self.enabled = self.traced_rank
         self._rng = random.Random(seed)
         self._seen_prefixes: set[str] = set()
-        self._requests: dict[int, _Request] = {}
+        self._requests: dict[int, OpenRequest] = {}
         self._finished: dict[int, dict[str, Any]] = {}
         self._tokens: list[dict[str, Any]] = []  # dsa_request_tokens rows
         self._answers: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []  # row, spans
-        self._step: dict[int, int] | None = None
-        self._records: list[tuple[int, Any, Any]] = []
+        self._step: StepRecords | None = None
         self._record_no = 0
         self._batch_step = 0
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=64)
+        self._backlog = Backlog(int(backlog_mb * (1 << 20)))
         self._error: BaseException | None = None
         self._run_written = False
         self._run_row = run_row(
@@ -194,15 +183,19 @@ class DsaTracer:
                 "sample_rate": sample_rate,
                 "layers": sorted(self.layers or []) or None,
                 "scores": scores,
-                "phase": phase,
+                "phase": "all" if prefill else "decode",
                 "prefix_tokens": prefix_tokens,
                 "seed": seed,
+                "all_ranks": all_ranks,
                 **(collector_config or {}),
             },
             rank=rank,
             world_size=world_size,
             started_at=datetime.now(timezone.utc),
         )
+        self._writer_thread: threading.Thread | None = None
+        if not self.traced_rank:
+            return
         # loading compiled kernels holds the GIL (a second on a slow host): here, before
         # decoding, not at the writer's first batch, where it would stall the model
         load_kernels()
@@ -210,18 +203,26 @@ class DsaTracer:
             target=self._write_loop, name="kvtrace-writer", args=(commit_every_s,), daemon=True
         )
         self._writer_thread.start()
+        atexit.register(self._close_at_exit)  # a script that never closes still commits
+
+    @property
+    def writer_wait_s(self) -> float:
+        """Seconds the model waited for the writer to make room (see ``backlog_mb``)."""
+        return self._backlog.waited_s
 
     # -- requests ------------------------------------------------------------------------
 
     def begin_request(self, request_id: int, prompt_token_ids: Sequence[int]) -> None:
         """Open a request; its prompt's prefix hashes decide whether it is a prefix hit:
         the longest candidate seen before is the cached length; a miss registers all."""
+        if not self.traced_rank:
+            return
         hashes = prefix_hashes(prompt_token_ids, self.prefix_tokens)
         cached = max((n for n, key in hashes.items() if key in self._seen_prefixes), default=0)
         if cached == 0:  # a miss registers every candidate (the seed's rule)
             self._seen_prefixes.update(hashes.values())
         longest = max(hashes, default=None)
-        self._requests[request_id] = _Request(
+        self._requests[request_id] = OpenRequest(
             request_id,
             len(prompt_token_ids),
             hashes.get(longest) if longest else None,
@@ -233,6 +234,8 @@ class DsaTracer:
 
     def skip_request(self, request_id: int, prompt_tokens: int, reason: str) -> None:
         """Record a request that was not run (e.g. a prompt longer than allowed)."""
+        if not self.traced_rank:
+            return
         self._finished[request_id] = {
             "request_id": request_id,
             "prompt_tokens": prompt_tokens,
@@ -253,6 +256,8 @@ class DsaTracer:
         """Close a request and record what became of it; ``token_ids`` are the tokens
         it generated, kept with its prompt's (``dsa_request_tokens``) so that blocks can
         be identified by their content."""
+        if not self.traced_rank:
+            return
         request = self._requests.pop(request_id, None)
         if request is None:
             raise InputError(f"request {request_id} was never begun")
@@ -295,6 +300,8 @@ class DsaTracer:
     ) -> None:
         """Score a request's answer the RULER way into ``eval_samples`` and keep where its
         prompt hid the needle: ``(part, text, token_start, token_end)`` spans."""
+        if not self.traced_rank:
+            return
         request = self._requests.get(request_id)
         row = eval_row(
             run_id=self.run_id,
@@ -321,13 +328,25 @@ class DsaTracer:
     # -- steps -----------------------------------------------------------------------------
 
     @contextmanager
-    def step(self, positions: Mapping[int, int] | int, query_tokens: int = 1) -> Iterator[None]:
-        """One forward step: ``{request_id: start_pos}`` in batch-row order.
+    def step(
+        self, positions: Mapping[int, int | tuple[int, int]] | int, query_tokens: int = 1
+    ) -> Iterator[None]:
+        """One forward step of every layer: ``{request_id: start_pos}`` in batch order.
 
-        A bare ``start_pos`` means the only open request.  The step's wall time covers
-        everything inside the block.  If the background writer has failed (a full disk,
+        ``start_pos`` is the position of the request's first query token in the step;
+        each request has ``query_tokens`` of them, or give ``(start_pos, tokens)`` per
+        request (a batch that mixes decodes and prefill chunks).  A bare ``start_pos``
+        means the only open request.  The rows of each `record_topk` follow this order,
+        request by request, token by token.  A request with one token at or past its
+        prompt's end decodes (``dsa_steps``); a chunk of its prompt is prefill
+        (``dsa_prefill``, when the tracer keeps prefill).  The step's wall time covers
+        the block; an exception inside it (Ctrl-C's KeyboardInterrupt too) discards the
+        step, none of it is written.  If the background writer has failed (a full disk,
         say), the next step raises its error rather than decoding for hours in vain.
         """
+        if not self.traced_rank:
+            yield
+            return
         if self._error is not None:
             raise WriterFailed(f"the trace writer stopped: {self._error}") from self._error
         if isinstance(positions, int):
@@ -336,140 +355,161 @@ class DsaTracer:
                     "step(start_pos) needs exactly one open request; pass {request_id: start_pos}"
                 )
             positions = {next(iter(self._requests)): positions}
-        traced = self.enabled and (self.phase == "all" or query_tokens == 1)
-        self._step = dict(positions) if traced else None
-        self._records = []
+        layout = StepLayout.of(positions, query_tokens, self._prompt_lengths(), self.prefill)
+        self._step = StepRecords(layout) if self.enabled and layout.traced else None
         ts_us = self._clock() * 1e6
         started = time.perf_counter()
         try:
             yield
         except BaseException:  # a failed step leaves no partial rows
-            self._records, self._step = [], None
+            self._step = None
             raise
         latency_us = (time.perf_counter() - started) * 1e6
-        records, self._records, self._step = self._records, [], None
-        if records:
-            self._submit(positions, records, latency_us, ts_us)
+        records, self._step = self._step, None
+        if records is not None and (records.indices or records.counts):
+            self._submit(records.to_host(), latency_us, ts_us)
+
+    def _prompt_lengths(self) -> dict[int, int]:
+        return {r: q.prompt_tokens for r, q in self._requests.items()}
 
     def record_topk(self, layer_id: int, indices: Any, scores: Any = None) -> None:
-        """The indexer's top-k for one layer: ``[k]`` or ``[batch, k]`` positions.
+        """The indexer's top-k of one layer for the step's query tokens.
 
-        Negative positions are padding and dropped.  Cheap: nothing is copied here.
+        ``indices``: ``[k]`` (one query token), ``[rows, k]`` (a row per query token of
+        the step, in the step's order) or ``[batch, tokens, k]``; a torch tensor on any
+        device, or a NumPy array.  Negative positions are padding and dropped, and so
+        are a prefill query's picks after its own position (a masked top-k's).
+        ``scores`` (optional) align with ``indices``; they are kept for decode rows.
+        Cheap: an int32 copy of the decode rows on their device, no transfer to the host.
         """
-        if self._step is None:
+        step = self._step
+        if step is None:
             return
         if self.layers is not None and layer_id not in self.layers:
             return
         if self.sample_rate < 1 and self._rng.random() >= self.sample_rate:
             return
-        self._records.append((layer_id, _detach(indices), _detach(scores)))
+        step.add(layer_id, indices, scores)
 
-    def close(self) -> None:
-        """Write and commit everything; raise what the background writer hit, if anything."""
-        self._queue.put(_STOP)
-        self._writer_thread.join()
+    def close(self, open_status: str = "unfinished") -> None:
+        """Write and commit everything; raise what the background writer hit, if anything.
+
+        Requests still open get their ``requests`` row with ``open_status``.  Closing
+        twice does nothing more."""
+        if self in CURRENT:
+            CURRENT.remove(self)
+        atexit.unregister(self._close_at_exit)
+        thread, self._writer_thread = self._writer_thread, None
+        if thread is None:
+            return
+        for request_id in list(self._requests):
+            self.end_request(request_id, status=open_status)
+        self._backlog.put(_STOP, 0)
+        thread.join()
         if self._error is not None:
             raise self._error
+
+    def _close_at_exit(self) -> None:
+        try:
+            self.close("unfinished")
+        except Exception as exc:  # the interpreter is ending: say it in one line
+            print(
+                f"kvtrace: the trace {self.run_name} was not fully written: {exc}", file=sys.stderr
+            )
 
     def __enter__(self) -> DsaTracer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.close("unfinished")
+        else:
+            self.close("interrupted" if issubclass(kind, KeyboardInterrupt) else "failed")
 
     # -- bulk conversion -------------------------------------------------------------------
 
-    def _submit(
-        self,
-        positions: Mapping[int, int],
-        records: list[tuple[int, Any, Any]],
-        latency_us: float,
-        ts_us: float,
-    ) -> None:
-        layers = np.array([layer for layer, _, _ in records], dtype=np.int64)
-        indices = _to_numpy([ix for _, ix, _ in records])  # [layers, batch?, k]
-        has_scores = all(s is not None for _, _, s in records)
-        values = _to_numpy([s for _, _, s in records]) if has_scores else None
-        request_ids = list(positions)
-        if indices.ndim == 2:  # [layers, k]: one request
-            indices = indices[:, None, :]
-            values = values[:, None, :] if values is not None else None
-        if indices.shape[1] != len(request_ids):
-            raise InputError(
-                f"record_topk got {indices.shape[1]} batch rows for a step of "
-                f"{len(request_ids)} requests"
-            )
-        self._queue.put(
-            (
-                layers,
-                indices,
-                values,
+    def _submit(self, host: HostStep, latency_us: float, ts_us: float) -> None:
+        """Hand a step's decode rows and prefill chunks to the writer thread."""
+        batch_step, self._batch_step = self._batch_step, self._batch_step + 1
+        if host.indices is not None:
+            decode = host.layout.decode
+            request_ids = [p.request_id for p in decode]
+            item = (
+                host.decode_layers,
+                host.indices,
+                host.scores,
                 request_ids,
-                [positions[r] for r in request_ids],
+                [p.start for p in decode],
                 latency_us,
                 ts_us,
                 {r: self._requests.get(r) for r in request_ids},
-                self._batch_step,
+                batch_step,
             )
-        )
-        self._batch_step += 1
+            size = host.indices.nbytes + (0 if host.scores is None else host.scores.nbytes)
+            self._backlog.put(item, size)
+        if host.counts:
+            chunks = PrefillStep(host, latency_us, ts_us, batch_step)
+            self._backlog.put(chunks, sum(c.nbytes for layer in host.counts for c in layer))
 
     # -- background writer -------------------------------------------------------------------
 
     def _write_loop(self, commit_every_s: float) -> None:
-        """Take steps off the queue in batches (one `DsaWriter.add` per batch, so the
+        """Take steps off the backlog in batches (one `DsaWriter.add` per batch, so the
         writer's fixed costs are paid rarely) and commit every ``commit_every_s``."""
         _yield_to_the_model()
         writer, commit = None, None
+        prefill: list[PrefillStep] = []
         request_keys: dict[str, int] = {}
         last_commit = time.monotonic()
         stop = False
         try:
             while True:
                 steps, stop = self._next_batch(last_commit + commit_every_s)
-                if steps:
-                    if writer is None:
-                        commit = self.warehouse.begin(self.run_id, operation="collect")
-                        writer = self._new_writer(commit, request_keys)
-                    for cols, lines in self._canonical(steps):
+                decode = [step for step in steps if isinstance(step, tuple)]
+                prefill.extend(step for step in steps if isinstance(step, PrefillStep))
+                if steps and commit is None:
+                    commit = self.warehouse.begin(self.run_id, operation="collect")
+                if decode and commit is not None:
+                    writer = writer or self._new_writer(commit, request_keys)
+                    for cols, lines in self._canonical(decode):
                         writer.add(cols, lines, self._raw_of)
                 due = time.monotonic() - last_commit >= commit_every_s
-                if writer is not None and commit is not None and (stop or due):
-                    self._commit(writer, commit)
-                    writer, commit, last_commit = None, None, time.monotonic()
+                if commit is not None and (stop or due):
+                    self._commit(writer, commit, prefill)
+                    writer, commit, prefill, last_commit = None, None, [], time.monotonic()
                 if stop:
                     if self._finished or self._answers or self._tokens:
-                        self._commit(None, self.warehouse.begin(self.run_id, operation="collect"))
+                        begun = self.warehouse.begin(self.run_id, operation="collect")
+                        self._commit(None, begun, [])
                     return
-        except BaseException as exc:  # surfaced by close()
+        except BaseException as exc:  # surfaced by the next step and by close()
             self._error = exc
             if commit is not None:
                 self.warehouse.abort(commit)
             while not stop:  # take what the model still submits, up to close()
-                stop = self._queue.get() is _STOP
+                taken, item = self._backlog.get(timeout=1.0)
+                stop = taken and item is _STOP
 
-    def _next_batch(self, commit_due: float) -> tuple[list[tuple[Any, ...]], bool]:
+    def _next_batch(self, commit_due: float) -> tuple[list[Any], bool]:
         """Steps queued within BATCH_SECONDS of the first (or BATCH_RECORDS, or until a
         commit is due), and whether the tracer was closed."""
-        steps: list[tuple[Any, ...]] = []
-        try:
-            first = self._queue.get(timeout=1.0)
-        except queue.Empty:
+        steps: list[Any] = []
+        taken, first = self._backlog.get(timeout=1.0)
+        if not taken:
             return steps, False
         if first is _STOP:
             return steps, True
         steps.append(first)
-        records = first[1].shape[0] * first[1].shape[1]
+        records = _records_of(first)
         deadline = min(time.monotonic() + BATCH_SECONDS, commit_due)
         while records < BATCH_RECORDS:
-            try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
+            taken, item = self._backlog.get(timeout=deadline - time.monotonic())
+            if not taken:
                 break
             if item is _STOP:
                 return steps, True
             steps.append(item)
-            records += item[1].shape[0] * item[1].shape[1]
+            records += _records_of(item)
         return steps, False
 
     def _new_writer(self, commit: Commit, request_keys: dict[str, int]) -> DsaWriter:
@@ -483,8 +523,11 @@ class DsaTracer:
             request_ids=request_keys,
         )
 
-    def _commit(self, writer: DsaWriter | None, commit: Commit) -> None:
+    def _commit(self, writer: DsaWriter | None, commit: Commit, prefill: list[PrefillStep]) -> None:
         result = writer.finish() if writer is not None else None
+        if prefill:
+            table = prefill_table(prefill, run_id=self.run_id, dataset=self.dataset, topk=self.topk)
+            self.warehouse.write(commit, "dsa_prefill", table)
         finished, self._finished = self._finished, {}
         tokens, self._tokens = self._tokens, []
         answers, self._answers = self._answers, []
@@ -545,18 +588,8 @@ def _yield_to_the_model(niceness: int = 10) -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
 
-def _detach(value: Any) -> Any:
-    """Keep a reference without copying; torch tensors are detached from autograd."""
-    if value is None:
-        return None
-    detach = getattr(value, "detach", None)
-    return detach() if detach is not None else value
-
-
-def _to_numpy(items: list[Any]) -> np.ndarray:
-    """Stack per-layer arrays or tensors and bring them to the host in one transfer."""
-    if type(items[0]).__module__.startswith("torch"):  # one stack, one copy, one sync
-        import torch
-
-        return torch.stack([torch.as_tensor(x) for x in items]).cpu().numpy()
-    return np.stack([np.asarray(x) for x in items])
+def _records_of(item: Any) -> int:
+    """(step, layer, request) records of a queued item."""
+    if isinstance(item, PrefillStep):
+        return item.records
+    return int(item[1].shape[0] * item[1].shape[1])

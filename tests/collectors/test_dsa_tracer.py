@@ -207,7 +207,8 @@ def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
         "from kvtrace.warehouse import Warehouse\n"
         "from tests.collectors.test_dsa_tracer import _trace\n"
         "_trace(Warehouse(sys.argv[1]), run_name=sys.argv[2], requests=3, steps=4, layers=8,"
-        " seed=int(sys.argv[3]), rank=int(sys.argv[3]), world_size=2, commit_every_s=0.01)\n"
+        " seed=int(sys.argv[3]), rank=int(sys.argv[3]), world_size=2, all_ranks=True,"
+        " commit_every_s=0.01)\n"
     )
     procs = [
         subprocess.Popen(
@@ -229,7 +230,7 @@ def test_two_tracer_processes_writing_to_one_warehouse_lose_nothing(tmp_path):
 def test_rank_and_world_size_default_to_the_torchrun_environment(warehouse, monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    _trace(warehouse, requests=1, steps=1, layers=1)
+    _trace(warehouse, requests=1, steps=1, layers=1, all_ranks=True)
     con = connect(warehouse)
     assert con.execute("SELECT rank, world_size FROM runs").fetchall() == [(3, 4)]
     monkeypatch.setenv("RANK", "4")
