@@ -191,6 +191,18 @@ REPORT = ReportDefinition(
             "One trace re-binned at 4, 16, 64 and 128 tokens per block.",
             chart=_sweep,
         ),
+        Section(
+            "selection_shape",
+            "Selection shape per layer",
+            "At the report's block size: how far each selection spreads over the blocks "
+            "(span in blocks, density = unique / span), how evenly its tokens fill them "
+            "(normalised entropy, Gini), how recent they are (shares within the last 4, 16 "
+            "and 64 blocks, mean distance in blocks), the median decode steps before a "
+            "layer selects a block again, the share of blocks selected at one step only, "
+            "and the run's LRU knee (blocks a per-request cache needs for 90 % of its "
+            "ceiling hits).",
+            max_rows=512,
+        ),
         Section("kv_fetch", "KV reads per tier", empty="The trace recorded no tier columns."),
         Section("per_request", "Per request"),
         Section("per_dataset", "Per dataset"),

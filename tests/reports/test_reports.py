@@ -402,6 +402,20 @@ def test_hbm_says_why_it_moves_no_bytes_and_no_setting_reads_none(root, tmp_path
     assert not any("None" in key + value for key, value in provenance)
 
 
+def test_the_dsa_report_shows_the_selection_shape_of_every_layer(root, tmp_path):
+    html = _render(root, "dsa", tmp_path / "dsa.html")
+    header, rows = next(t for t in _tables(html) if "lru_knee_blocks" in t[0])
+    shown = [
+        (row[0][1] or row[0][0], int(row[1][0]), int(row[-1][0].replace(",", ""))) for row in rows
+    ]
+    assert shown == query_rows(  # the runs' smallest stored block size: 16 (chat)
+        root,
+        "SELECT run_id, layer_id, lru_knee_blocks FROM dsa_shape_layers(16) "
+        "WHERE run_id IN (SELECT run_id FROM runs WHERE kind = 'dsa') ORDER BY ALL",
+    )
+    assert header[:3] == ["run_id", "layer_id", "rows"] and "reuse_steps_p50" in header
+
+
 def test_histograms_fit_their_bins_to_the_data_and_legends_keep_whole_labels(root, tmp_path):
     html = _render(root, "dsa", tmp_path / "dsa.html")
     specs = [

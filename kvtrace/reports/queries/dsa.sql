@@ -132,6 +132,23 @@ SELECT run_id, block_size, 'tokens per touched block', avg(tokens_per_block_mean
 FROM binned GROUP BY ALL
 ORDER BY ALL;
 
+-- @query selection_shape
+-- Per run and layer at the report's block size (dsa_shape_layers; each run read at its
+-- smallest stored size): means over the layer's rows of the block span (blocks), the
+-- density (unique blocks / span), the normalised entropy and the Gini coefficient of the
+-- selected tokens over the touched blocks, the shares of touched blocks within the last
+-- 4, 16 and 64 blocks of the sequence and the distance from the current block (blocks);
+-- the median reuse distance in decode steps (linear), the share of one-shot blocks, and
+-- the run's LRU knee (blocks; a cache per request reaching 90 % of its ceiling hits).
+SELECT run_id, layer_id, rows, block_span_mean AS span, density_mean AS density,
+       entropy_mean AS entropy, gini_mean AS gini, recent_4_mean AS recent_4,
+       recent_16_mean AS recent_16, recent_64_mean AS recent_64,
+       block_distance_mean AS distance, reuse_steps_p50, one_shot_share,
+       lru_knee_blocks
+FROM dsa_shape_layers(getvariable('block_size'))
+WHERE run_id IN (SELECT run_id FROM report_runs)
+ORDER BY run_id, layer_id;
+
 -- @query per_request
 -- Per request: prompt and generated tokens, traced rows, mean unique blocks and
 -- touched-block ratio, mean median offset, prefix hit and cached tokens, latency.
