@@ -19,6 +19,7 @@ from kvtrace.collectors.collect_options import (
     HubDataset,
     RulerVariant,
     Scores,
+    Selection,
     TurnMode,
 )
 from kvtrace.collectors.kv_event_bounds import MAX_MESSAGE_BLOCKS, MAX_MESSAGE_MB, MessageBounds
@@ -271,6 +272,14 @@ def collect_dsa_command(
     seed: Annotated[int, typer.Option(help="Seed of weights, data and sampling.")] = 0,
     layers: Annotated[int, typer.Option(help="dsa-ref layers.")] = 4,
     topk: Annotated[int, typer.Option(help="dsa-ref index top-k.")] = 2048,
+    selection: Annotated[
+        Selection,
+        typer.Option(
+            help="A Hugging Face model's top-k: all-heads (attention summed over heads), or "
+            "per-group: that and one top-k per KV group (its query heads summed), stored "
+            "with the group in dsa_steps.kv_group."
+        ),
+    ] = "all-heads",
     weights: Annotated[Path | None, typer.Option(help="dsa-ref weights (safetensors).")] = None,
     device: Annotated[
         str, typer.Option(help="Torch device the model decodes on: cpu, cuda, cuda:1, mps.")
@@ -292,6 +301,7 @@ def collect_dsa_command(
             tokenizer_file=tokenizer,
             layers=layers,
             topk=topk,
+            selection=selection,
             weights=weights,
             device=device,
             dataset=dataset,

@@ -118,6 +118,7 @@ def collect_dsa(
         model_config=model.config_dict(),
         dataset_variant=dataset_variant,
         collector_config={
+            "selection": model.config_dict().get("selection", "all-heads"),
             "max_new_tokens": max_new_tokens,
             "temperature": temperature,
             "max_prompt_tokens": max_prompt_tokens,
@@ -311,6 +312,7 @@ def replay_arrivals(
         model_config=model.config_dict(),
         dataset_variant=dataset_variant,
         collector_config={
+            "selection": model.config_dict().get("selection", "all-heads"),
             "arrival_trace": True,
             "batch_size": batch_size,
             "time_scale": time_scale,

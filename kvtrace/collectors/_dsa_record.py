@@ -105,6 +105,7 @@ class HostStep:
     scores: np.ndarray | None
     prefill_layers: np.ndarray
     counts: list[list[np.ndarray]]
+    decode_groups: np.ndarray  # the KV group of each decode layer's record, -1: all heads
 
     @property
     def nbytes(self) -> int:
@@ -118,13 +119,15 @@ class StepRecords:
 
     layout: StepLayout
     decode_layers: list[int] = field(default_factory=list)
+    decode_groups: list[int] = field(default_factory=list)
     indices: list[Any] = field(default_factory=list)
     scores: list[Any] = field(default_factory=list)
     prefill_layers: list[int] = field(default_factory=list)
     counts: list[list[Any]] = field(default_factory=list)
 
-    def add(self, layer_id: int, indices: Any, scores: Any) -> None:
-        """One layer's top-k (and scores): decode rows copied, prefill chunks counted."""
+    def add(self, layer_id: int, indices: Any, scores: Any, kv_group: int | None = None) -> None:
+        """One layer's top-k (and scores): decode rows copied, prefill chunks counted
+        (a KV group's selection, ``kv_group`` given, is kept for decode rows only)."""
         ops = _ops_for(indices)
         rows = ops.rows(indices)
         if rows.shape[0] != self.layout.rows:
@@ -134,11 +137,12 @@ class StepRecords:
             )
         if self.layout.decode:
             self.decode_layers.append(layer_id)
+            self.decode_groups.append(-1 if kv_group is None else kv_group)
             self.indices.append(ops.int32(self._decode_rows(ops, rows)))
             self.scores.append(
                 None if scores is None else ops.floats(self._decode_rows(ops, ops.rows(scores)))
             )
-        if self.layout.prefill:
+        if self.layout.prefill and kv_group is None:
             self.prefill_layers.append(layer_id)
             self.counts.append(
                 [
@@ -173,6 +177,7 @@ class StepRecords:
             host[1].reshape(n, d, width) if has_scores else None,
             np.asarray(self.prefill_layers, dtype=np.int64),
             _split(host[2], [c.shape[0] for c in chunks], len(self.layout.prefill)),
+            np.asarray(self.decode_groups, dtype=np.int64),
         )
 
 

@@ -42,6 +42,7 @@ def canonical_columns(
     request_of_row = np.concatenate([p["request"] for p in parts])
     start_of_row = np.concatenate([p["start"] for p in parts])
     layer_of_row = np.concatenate([p["layer"] for p in parts])
+    group_of_row = np.concatenate([p["kv_group"] for p in parts])
     latency = np.concatenate([p["latency"] for p in parts])
     ts_us = np.concatenate([p["ts_us"] for p in parts])
     batch_step = np.concatenate([p["batch_step"] for p in parts])
@@ -64,6 +65,7 @@ def canonical_columns(
             "run_name": pa.array([run_name] * rows),
             "dataset": pa.array([dataset] * rows),
             "layer_id": pa.array(layer_of_row),
+            "kv_group": pa.array(group_of_row, pa.int64(), mask=group_of_row < 0),
             "topk": pa.array([topk] * rows, pa.int64()),
             "prefix_hit": hit,
             "prefix_cached_blocks": pa.array(-(-region // block_size)),
@@ -106,6 +108,7 @@ def step_rows(
     ts_us: float,
     requests: Mapping[int, Any],
     batch_step: int,
+    groups: np.ndarray,
     *,
     full_scores: bool,
 ) -> dict[str, Any]:
@@ -137,6 +140,7 @@ def step_rows(
         "request": np.tile(np.asarray(request_ids, dtype=np.int64), n_layers),
         "start": np.tile(np.asarray(starts, dtype=np.int64), n_layers),
         "layer": np.repeat(layers, batch),
+        "kv_group": np.repeat(groups, batch),
         "latency": np.full(rows, latency_us),
         "ts_us": np.full(rows, ts_us),
         "batch_step": np.full(rows, batch_step, dtype=np.int64),

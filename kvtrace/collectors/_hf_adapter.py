@@ -5,17 +5,26 @@ attention probabilities of the last query, sums them over heads, and records the
 ``index_topk`` positions (with those summed probabilities as scores).  The trace is thus
 the oracle selection: what a sparse indexer would pick if it agreed with full attention.
 Attention weights come from the eager implementation, so the model is loaded with it.
+
+With ``selection="per-group"`` it also records, beside that all-heads row, one top-k per
+KV group (GQA: query head h reads KV head h // (heads / groups), as ``repeat_kv`` does):
+the probabilities of the group's query heads summed, stored with the group in
+``dsa_steps.kv_group``.  A step then stores groups + 1 selections of at most
+``index_topk`` positions per layer.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
+from kvtrace.collectors.collect_options import Selection
 from kvtrace.collectors.dsa_ref import decode_budget, sample_token
 from kvtrace.errors import InputError
+
+SELECTIONS: tuple[str, ...] = get_args(Selection)
 
 
 class HfCausalLM:
@@ -29,7 +38,10 @@ class HfCausalLM:
         max_seq_len: int | None = None,
         seed: int = 0,
         device: torch.device | str = "cpu",
+        selection: Selection = "all-heads",
     ) -> None:
+        if selection not in SELECTIONS:
+            raise InputError(f"--selection takes all-heads or per-group, got {selection!r}")
         try:
             from transformers import AutoModelForCausalLM
         except ImportError:
@@ -50,6 +62,14 @@ class HfCausalLM:
         self.path = Path(path)
         self.name = f"hf:{self.path.name}"
         self.index_topk = index_topk
+        self.selection = selection
+        config = self.model.config
+        self.kv_groups = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        if config.num_attention_heads % self.kv_groups:
+            raise InputError(
+                f"{path}: {config.num_attention_heads} attention heads do not split into "
+                f"{self.kv_groups} KV groups"
+            )
         positions = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.max_seq_len = min(positions, max_seq_len or positions)
 
@@ -61,10 +81,15 @@ class HfCausalLM:
             "architecture": architectures[0] if architectures else None,
             "num_hidden_layers": config.num_hidden_layers,
             "num_attention_heads": config.num_attention_heads,
+            "num_key_value_heads": self.kv_groups,
             "hidden_size": config.hidden_size,
             "index_topk": self.index_topk,
             "max_seq_len": self.max_seq_len,
-            "selection": "attention of the last query summed over heads",
+            "selection": self.selection,
+            "selection_rule": (
+                "attention of the last query summed over heads"
+                + ("; and over each KV group's heads" if self.selection == "per-group" else "")
+            ),
             "device": str(self.device),
         }
 
@@ -107,7 +132,19 @@ class HfCausalLM:
                         output_attentions=True,
                     )
                     for layer_id, weights in enumerate(output.attentions):
-                        summed = weights[0, :, -1, :].sum(dim=0)  # [kv_len]
-                        top = summed.topk(min(self.index_topk, summed.shape[0]))
-                        tracer.record_topk(layer_id, top.indices, top.values)
+                        self._record(tracer, layer_id, weights[0, :, -1, :])
             position += 1
+
+    def _record(self, tracer: Any, layer_id: int, probs: torch.Tensor) -> None:
+        """One layer's selections from the last query's probabilities ``[heads, kv_len]``:
+        the all-heads top-k, and in per-group mode one per KV group."""
+        k = min(self.index_topk, probs.shape[1])
+        top = probs.sum(dim=0).topk(k)
+        tracer.record_topk(layer_id, top.indices, top.values)
+        if self.selection == "per-group":
+            grouped = probs.reshape(self.kv_groups, -1, probs.shape[1]).sum(dim=1)
+            tops = grouped.topk(k, dim=1)  # [groups, k]
+            for group in range(self.kv_groups):
+                tracer.record_topk(
+                    layer_id, tops.indices[group], tops.values[group], kv_group=group
+                )

@@ -10,6 +10,7 @@ DatasetName = Literal["ruler", "sharegpt", "longbench-v2", "burstgpt", "workload
 Scores = Literal["stats", "full"]
 TurnMode = Literal["full", "per_user_turn"]
 RulerVariant = Literal["single", "multikey"]
+Selection = Literal["all-heads", "per-group"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class DsaCollectOptions:
     tokenizer_file: Path | None = None
     layers: int = 4  # dsa-ref only
     topk: int = 2048
+    selection: Selection = "all-heads"  # a Hugging Face model: also one top-k per KV group
     weights: Path | None = None  # dsa-ref safetensors
     device: str = "cpu"  # the torch device the model decodes on: cpu, cuda, cuda:1, mps
     dataset: DatasetName = "ruler"

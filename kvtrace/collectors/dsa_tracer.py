@@ -372,7 +372,9 @@ class DsaTracer:
     def _prompt_lengths(self) -> dict[int, int]:
         return {r: q.prompt_tokens for r, q in self._requests.items()}
 
-    def record_topk(self, layer_id: int, indices: Any, scores: Any = None) -> None:
+    def record_topk(
+        self, layer_id: int, indices: Any, scores: Any = None, *, kv_group: int | None = None
+    ) -> None:
         """The indexer's top-k of one layer for the step's query tokens.
 
         ``indices``: ``[k]`` (one query token), ``[rows, k]`` (a row per query token of
@@ -381,6 +383,8 @@ class DsaTracer:
         are a prefill query's picks after its own position (a masked top-k's).
         ``scores`` (optional) align with ``indices``; they are kept for decode rows.
         Cheap: an int32 copy of the decode rows on their device, no transfer to the host.
+        ``kv_group``: the selection is that of one KV group's query heads (GQA), stored
+        with the group in ``dsa_steps.kv_group`` beside the layer's all-heads row (None).
         """
         step = self._step
         if step is None:
@@ -389,7 +393,7 @@ class DsaTracer:
             return
         if self.sample_rate < 1 and self._rng.random() >= self.sample_rate:
             return
-        step.add(layer_id, indices, scores)
+        step.add(layer_id, indices, scores, kv_group)
 
     def close(self, open_status: str = "unfinished") -> None:
         """Write and commit everything; raise what the background writer hit, if anything.
@@ -444,6 +448,7 @@ class DsaTracer:
                 ts_us,
                 {r: self._requests.get(r) for r in request_ids},
                 batch_step,
+                host.decode_groups,
             )
             size = host.indices.nbytes + (0 if host.scores is None else host.scores.nbytes)
             self._backlog.put(item, size)

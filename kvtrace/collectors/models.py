@@ -25,6 +25,11 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
     device = torch_device(options.device)
     given = TokenizerFile(options.tokenizer_file) if options.tokenizer_file else None
     if options.model == "dsa-ref":
+        if options.selection != "all-heads":
+            raise InputError(
+                "--selection per-group needs a Hugging Face model folder: dsa-ref's indexer "
+                "selects once for all heads"
+            )
         from kvtrace.collectors.dsa_ref import ByteTokenizer, DsaRef, DsaRefConfig
 
         tokenizer: Tokenizer = given or ByteTokenizer()
@@ -48,7 +53,14 @@ def load_model(options: DsaCollectOptions) -> tuple[TracedModel, Tokenizer]:
         if not (folder / "tokenizer.json").is_file():
             raise InputError(f"{folder} has no tokenizer.json; name one with --tokenizer")
         given = TokenizerFile(folder / "tokenizer.json")
-    return HfCausalLM(folder, index_topk=options.topk, seed=options.seed, device=device), given
+    model = HfCausalLM(
+        folder,
+        index_topk=options.topk,
+        seed=options.seed,
+        device=device,
+        selection=options.selection,
+    )
+    return model, given
 
 
 def torch_device(name: str) -> torch.device:

@@ -36,6 +36,9 @@ ARGUMENTS = {
     "timeline_diff": "('a', 'b')",
     "timeline_kernel_sequences": "('aten::')",
     "runs_named": "(['a'])",
+    "dsa_group_density": "(16)",
+    "dsa_group_union": "(16)",
+    "dsa_group_savings": "(16)",
 }
 
 

@@ -3,10 +3,12 @@
 -- Written by ingest and by the collectors.  Rows are sorted by (run_id, request_id,
 -- step_idx, layer_id) within each file and `selected_pos` is ascending and distinct.
 -- The block statistics columns are at the row's own `block_size`; `dsa_blocks(B)`
--- recomputes them at any other block size.
+-- recomputes them at any other block size.  The selections of single KV groups (a
+-- collection with `--selection per-group`) are rows with a kv_group, read through
+-- dsa_group_steps (dsa_groups.sql); dsa_steps holds the all-heads rows.
 
 -- @view dsa_steps
--- The stored DSA top-k selections.
+-- The stored DSA top-k selections (of all heads; per-KV-group rows are in dsa_group_steps).
 -- @column run_id                  the run
 -- @column dataset                 dataset label
 -- @column block_size              block size (tokens) the trace was collected with; block statistics below use it
@@ -47,7 +49,8 @@
 -- @column tokens_per_block_p95    selected positions per touched block, 95th percentile (linear)
 -- @column prefix_blocks           selected blocks inside the request's cached prefix, ascending (NULL without a prefix hit)
 -- @column touched_blocks          the distinct blocks (pos // block_size) of the selection, ascending (NULL in files written before kvtrace stored them)
-CREATE VIEW dsa_steps AS SELECT * FROM _dsa_steps_files;
+CREATE VIEW dsa_steps AS
+SELECT * EXCLUDE (kv_group) FROM _dsa_steps_files WHERE kv_group IS NULL;
 
 -- @view dsa_request_tokens
 -- The token ids of each traced request (prompt, then generated tokens), as the live

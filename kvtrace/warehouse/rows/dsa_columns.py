@@ -30,6 +30,7 @@ CANONICAL_DSA = pa.schema(
         ("request_key", _STR),  # ... or string keys, mapped to dense integers per run
         ("is_decode", pa.bool_()),  # prefill records (false) are skipped
         ("layer_id", _I64),
+        ("kv_group", _I64),  # the KV group whose query heads selected (NULL: all heads)
         ("step_idx", _I64),
         ("seq_len", _I64),  # tokens in the cache when the step selects
         ("batch_step", _I64),  # the tracer's batched step counter

@@ -326,6 +326,7 @@ class DsaWriter:
             "request_id": pa.array(request_id),
             "step_idx": pa.array(step, pa.int32()),
             "layer_id": pa.array(layer, pa.int16()),
+            "kv_group": combined(cols["kv_group"]).cast(pa.int16()),
             "seq_len": pa.array(seq_len, pa.int32()),
             "batch_step": combined(cols["batch_step"]).cast(pa.int64()),
             "ts_us": combined(cols["ts_us"]).cast(pa.float64()),

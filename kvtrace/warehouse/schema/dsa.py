@@ -38,6 +38,7 @@ DSA_STEPS = TableSpec(
             ("request_id", pa.int64()),
             ("step_idx", pa.int32()),
             ("layer_id", pa.int16()),
+            ("kv_group", pa.int16()),  # a KV group's own selection (GQA); NULL: all heads
             ("seq_len", pa.int32()),
             ("batch_step", pa.int64()),
             ("ts_us", pa.float64()),
