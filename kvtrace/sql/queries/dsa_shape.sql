@@ -87,7 +87,7 @@ FROM lists;
 -- one-shot blocks over all its requests (one-shot (request, block) pairs / distinct
 -- (request, block) pairs, dsa_one_shot pooled), and the run's LRU knee (dsa_lru_knee at
 -- its defaults: block granularity, a cache per request, 90 % of the ceiling; the same on
--- every layer of the run).
+-- every layer of the run).  Ordered by run and layer.
 -- @column run_id               the run
 -- @column layer_id             layer
 -- @column block_size           the block size asked for
@@ -122,4 +122,5 @@ WITH shape AS (
 SELECT s.*, r.reuse_steps_p50, r.one_shot_share, k.knee_capacity_blocks AS lru_knee_blocks
 FROM shape AS s
 LEFT JOIN reuse AS r USING (run_id, layer_id)
-LEFT JOIN (SELECT run_id, knee_capacity_blocks FROM dsa_lru_knee(bs)) AS k USING (run_id);
+LEFT JOIN (SELECT run_id, knee_capacity_blocks FROM dsa_lru_knee(bs)) AS k USING (run_id)
+ORDER BY s.run_id, s.layer_id;
