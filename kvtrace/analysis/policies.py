@@ -4,7 +4,7 @@ every check and every simulator's choice of pass is derived.
 A policy runs in up to three simulators:
 
 - the block what-if (`kvtrace.analysis.kv_access`: ``dsa_hit_curve``, ``dsa_reuse``,
-  ``kvtrace whatif``), over a DSA run's access stream, by one of three unit passes
+  ``kvtrace whatif``), over a DSA run's access stream, by one of four unit passes
   (`BlockPass`), with its tiers counted the pass's way;
 - the prefix cache (`kvtrace.analysis.prefix_cache`: ``workload_prefix_hit_curve``,
   ``kvtrace prefix-curve``) under the semantics it serves (``block``: a block pool
@@ -13,9 +13,9 @@ A policy runs in up to three simulators:
 - the replay of an engine's own KV cache (``kv_cache_fidelity``), which runs the prefix
   cache under semantics ``prefix``.
 
-The kernels (`kvtrace.kernels.capacity_sim`, `kvtrace.kernels.prefix_sim`) know no policy
-names: an entry names the kernel function it runs, loaded on first use (numba is not
-imported until a simulation runs).
+The kernels (`kvtrace.kernels.capacity_sim`, `kvtrace.kernels.prefix_sim`,
+`kvtrace.kernels.priority_sim`) know no policy names: an entry names the kernel function
+it runs, loaded on first use (numba is not imported until a simulation runs).
 """
 
 from __future__ import annotations
@@ -33,19 +33,27 @@ __all__ = [
     "CachePolicy",
     "Kernel",
     "PrefixPass",
+    "Priority",
     "block_policies",
     "engine_replay_policies",
     "policy_named",
     "prefix_policies",
 ]
 
-BlockPass = Literal["stack_distance", "pinned_stack", "per_capacity"]
+BlockPass = Literal["stack_distance", "pinned_stack", "per_capacity", "priority"]
 """How the block what-if simulates a unit: ``stack_distance``, one LRU stack-distance pass
 for every capacity (tiers: the exclusive LRU hierarchy read off the distances);
 ``pinned_stack``, the pinned prefix items apart and LRU over the rest; ``per_capacity``,
 the unit's stream gathered and the policy's kernel run once per capacity (tiers: live in
 `kvtrace.kernels.cache_sim.TierCache`, or at the end for a policy that knows the
-future)."""
+future); ``priority``, every capacity simulated at once by
+`kvtrace.kernels.priority_sim` (the policy's `Priority` ranks the items, ties least
+recently used; tiers: the caches at the cumulative capacities, which nest)."""
+
+Priority = Literal["frequency", "score", "window"]
+"""What a ``priority`` pass evicts first: the fewest accesses since the unit's stream
+began (``frequency``), the lowest score at the latest access (``score``), an item outside
+every decoding request's window of recent tokens (``window``)."""
 
 PrefixPass = Literal["stack_distance", "hash_chain", "radix_tree"]
 """How the prefix cache simulates under semantics ``prefix``: ``stack_distance``, one pass
@@ -81,6 +89,7 @@ class CachePolicy:
     capacity_kernel: Kernel | None = None  # (ids, n_items, capacity) -> hit per access
     knows_future: bool = False  # offline: no arrival probes, tiers from its final masks
     engine_replay: bool = False  # kv_cache_fidelity replays an engine's pool with it
+    priority: Priority | None = None  # what a priority pass ranks items by
 
 
 POLICIES: tuple[CachePolicy, ...] = (
@@ -114,6 +123,27 @@ POLICIES: tuple[CachePolicy, ...] = (
         "pin_prefix",
         "each unit's prefix-cache hits pinned from the start, LRU over the rest",
         block_pass="pinned_stack",
+    ),
+    CachePolicy(
+        "sliding_window",
+        "the blocks holding each decoding request's last W tokens stay; LRU over the rest "
+        "(and over the windows' blocks when they alone fill the cache)",
+        block_pass="priority",
+        priority="window",
+    ),
+    CachePolicy(
+        "lfu",
+        "least frequently used: evicts the item with the fewest accesses since the stream "
+        "began, the least recently used of those",
+        block_pass="priority",
+        priority="frequency",
+    ),
+    CachePolicy(
+        "score",
+        "evicts the item whose latest access had the lowest DSA score (the largest score "
+        "of the positions selected in it), the least recently used of those",
+        block_pass="priority",
+        priority="score",
     ),
     CachePolicy(
         "radix_lru",

@@ -11,6 +11,7 @@ from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
     DEFAULT_TPOT_MS,
+    DEFAULT_WINDOW_TOKENS,
     Policy,
 )
 from kvtrace.analysis.policies import prefix_policies
@@ -30,7 +31,14 @@ from kvtrace.cli._options import (
 from kvtrace.cli._output import _busy, _emit, _emit_table, _output_format, _width
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE
 
-WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas"]
+WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas", "packing"]
+WindowTokensOption = Annotated[
+    int,
+    typer.Option(
+        help="Tokens of the sliding window: policy sliding_window keeps the blocks holding "
+        "each decoding request's last N tokens [default: 2048, DeepSeek-V3.2's top-k]."
+    ),
+]
 
 
 @app.command()
@@ -50,9 +58,19 @@ def whatif(
         Policy,
         typer.Option(
             help="lru (exact tiers from stack distances), fifo (simulated tier by tier), "
-            "opt (Belady: the ceiling) or pin_prefix."
+            "opt (Belady: the ceiling), pin_prefix, sliding_window (see --window-tokens), "
+            "lfu (fewest accesses) or score (lowest DSA score at the latest access)."
         ),
     ] = "lru",
+    window_tokens: WindowTokensOption = DEFAULT_WINDOW_TOKENS,
+    subblock: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="Also report the bytes each tier would move if every layer fetched only "
+            "the sub-blocks of this many tokens it touched (repeatable, e.g. 1, 4, 8): "
+            "the packing table."
+        ),
+    ] = None,
     granularity: GranularityOption = "block",
     sharing: SharingOption = "private",
     scope: ScopeOption = None,
@@ -98,7 +116,7 @@ def whatif(
         typer.Option(
             help="What --format csv/json/parquet writes: the tier rows with their run's "
             "figures (combined), or one table: tiers, runs, seconds (per second of the "
-            "stream's time), requests (TTFT saved) or replicas."
+            "stream's time), requests (TTFT saved), replicas or packing (--subblock)."
         ),
     ] = "combined",
     fmt: FormatOption = None,
@@ -141,6 +159,8 @@ def whatif(
         prefill_tok_s=prefill_tok_s,
         cost_run=cost_run,
         replicas=tuple(parse_replicas(replicas or []).items()),
+        window_tokens=window_tokens,
+        subblocks=tuple(subblock or []),
     )
     with _busy("Simulating the tiers"):
         result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
@@ -148,6 +168,7 @@ def whatif(
         orders = sorted(set(result.runs["stream_order"].to_pylist()))
         err.say(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
         shown = [result.tiers, result.runs] + ([result.replicas] if spec.replicas else [])
+        shown += [result.packing] if spec.subblocks else []
         _emit(b"\n".join(render(part, "table", _width(None)) for part in shown), None)
     else:
         _emit_table(result.table(table), chosen, output)
@@ -231,8 +252,11 @@ def hit_curve(
     block_size: BlockSizesOption = None,
     policy: Annotated[
         Policy,
-        typer.Option(help="lru, fifo, opt (Belady: the ceiling) or pin_prefix."),
+        typer.Option(
+            help="lru, fifo, opt (Belady: the ceiling), pin_prefix, sliding_window, lfu or score."
+        ),
     ] = "lru",
+    window_tokens: WindowTokensOption = DEFAULT_WINDOW_TOKENS,
     granularity: GranularityOption = "block",
     sharing: SharingOption = "private",
     scope: ScopeOption = None,
@@ -277,5 +301,5 @@ def hit_curve(
     if sharing == "content":
         check_shareable(con, runs)
     with _busy("Simulating the cache"):
-        table = hit_curve_table(con, specs, policy, capacity or [], runs)
+        table = hit_curve_table(con, specs, policy, capacity or [], runs, window_tokens)
     _emit_table(table, chosen, output)

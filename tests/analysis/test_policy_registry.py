@@ -13,7 +13,15 @@ from kvtrace.errors import InputError, QueryError
 
 
 def test_the_lists_each_simulator_takes():
-    assert policies.block_policies() == ("lru", "opt", "fifo", "pin_prefix")
+    assert policies.block_policies() == (
+        "lru",
+        "opt",
+        "fifo",
+        "pin_prefix",
+        "sliding_window",
+        "lfu",
+        "score",
+    )
     assert policies.prefix_policies() == ("lru", "opt", "fifo", "radix_lru")
     assert policies.engine_replay_policies() == ("lru", "fifo", "radix_lru")
 
@@ -29,10 +37,13 @@ def test_every_entry_has_what_its_passes_need():
             assert (entry.capacity_kernel is not None) == (entry.prefix_pass != "stack_distance")
         assert bool(entry.prefix_semantics) == (entry.prefix_pass is not None)
         assert not entry.engine_replay or "prefix" in entry.prefix_semantics
+        assert (entry.block_pass == "priority") == (entry.priority is not None)
 
 
 def test_errors_name_the_registry_lists():
-    with pytest.raises(QueryError, match="expected one of lru, opt, fifo, pin_prefix"):
+    with pytest.raises(
+        QueryError, match="expected one of lru, opt, fifo, pin_prefix, sliding_window, lfu, score"
+    ):
         check_policy("radix_lru")
     with pytest.raises(QueryError, match="expected one of lru, opt, fifo, radix_lru for"):
         PrefixCurveSpec(policy="pin_prefix").check()

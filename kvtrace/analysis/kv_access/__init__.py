@@ -15,6 +15,7 @@ __all__ = [
     "DEEPSEEK_V32_BYTES_PER_TOKEN",
     "DEFAULT_TIERS",
     "DEFAULT_TPOT_MS",
+    "DEFAULT_WINDOW_TOKENS",
     "GRANULARITIES",
     "SCOPES",
     "SHARINGS",
@@ -28,7 +29,7 @@ Granularity = Literal["block", "layer_block"]
 Scope = Literal["request", "run"]
 # The block what-if's policies as a type for option parsers: the names
 # `kvtrace.analysis.policies.block_policies` lists, in its order (a test holds them equal).
-Policy = Literal["lru", "opt", "fifo", "pin_prefix"]
+Policy = Literal["lru", "opt", "fifo", "pin_prefix", "sliding_window", "lfu", "score"]
 Sharing = Literal["private", "content"]
 
 GRANULARITIES: tuple[Granularity, ...] = ("block", "layer_block")
@@ -40,4 +41,5 @@ SHARINGS: tuple[Sharing, ...] = ("private", "content")
 # the 64-dimensional RoPE key in BF16 (128 bytes).
 DEEPSEEK_V32_BYTES_PER_TOKEN = 656
 DEFAULT_TIERS = ("hbm:4096:3000:0", "host:65536:50:5", "remote:inf:20:30")
+DEFAULT_WINDOW_TOKENS = 2048  # sliding_window: DeepSeek-V3.2's top-k, the tokens a step reads
 DEFAULT_TPOT_MS = 30.0  # decode time per step when a workload's arrivals are replayed

@@ -52,6 +52,17 @@ class RunFigures:
         )
         return result
 
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        """The rows of each what-if table (`kvtrace.analysis.kv_access.whatif.TABLES`)."""
+        return {
+            "tiers": self.tier_rows(),
+            "runs": [self.run_row()],
+            "seconds": self.second_rows(),
+            "requests": self.request_rows(),
+            "replicas": self.replica_rows(),
+            "packing": self.packing_rows(),
+        }
+
     def tier_rows(self) -> list[dict[str, Any]]:
         rows = []
         shared = self.curve.outcome.shared_levels
@@ -109,6 +120,9 @@ class RunFigures:
             "ttft_saved_ms_mean": float(saved.mean()) if len(saved) else None,
             "ttft_saved_ms_p50": _percentiles(saved, (50,))[0],
             "ttft_saved_ms_max": float(saved.max()) if len(saved) else None,
+            "window_tokens": (
+                self.spec.window_tokens if self.spec.policy == "sliding_window" else None
+            ),
         }
 
     def second_rows(self) -> list[dict[str, Any]]:
@@ -194,6 +208,30 @@ class RunFigures:
                     "net_bytes_saved": saved - copy_bytes,
                 }
             )
+        return rows
+
+    def packing_rows(self) -> list[dict[str, Any]]:
+        """Per tier and sub-block size: the bytes of the whole blocks the tier served and
+        of the sub-blocks its accesses touched."""
+        packing = self.curve.outcome.packing
+        if packing is None:
+            return []
+        served = self.curve.outcome.slot_levels.sum(axis=0)
+        rows = []
+        for index, tier in enumerate(self.tiers):
+            whole = int(served[index]) * self.item_bytes
+            for j, size in enumerate(self.spec.subblocks):
+                fetched = int(packing[index, j]) * self.spec.bytes_per_token
+                rows.append(
+                    {
+                        "tier": tier.name,
+                        "subblock_tokens": size,
+                        "accesses_served": int(served[index]),
+                        "bytes_whole_blocks": whole,
+                        "bytes_subblocks": fetched,
+                        "fetched_share": fetched / whole if whole else None,
+                    }
+                )
         return rows
 
 

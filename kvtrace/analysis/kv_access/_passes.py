@@ -9,6 +9,8 @@ the grid and at the named ones), counting each access's tier on the way.
 - `GatheredPass`: the stream gathered, then the policy's kernel run once per capacity;
   tiers live (`kvtrace.kernels.cache_sim.TierCache`, FIFO), or for a policy that knows
   the future, at the end from its masks at the cumulative capacities.
+- `kvtrace.analysis.kv_access._priority.PriorityPass`: every capacity at once, for the
+  policies that rank items by frequency, score or a window of recent tokens.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ the stored ``touched_blocks`` when the block size asked for is a multiple of the
 one (re-binned by division), else from ``selected_pos``.  Only a window is held at once,
 and it reaches the caller as `Chunk` objects of at most about ``CHUNK_ACCESSES`` accesses,
 never split across units.
+
+A reader asked for ``scores`` or ``subblocks`` reads the stored positions (and scores)
+whatever the block size, and gives each access its block's score (the largest of the
+positions its group selected there) or the tokens each sub-block size would fetch
+(`kvtrace.kernels.access_values`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.analysis.kv_access.plan import RunPlan
+from kvtrace.errors import InputError
 from kvtrace.kernels.access_items import stream_items
+from kvtrace.kernels.access_values import access_scores, access_subblock_tokens
 
 WINDOW_ROWS = 512  # stored rows a window reads at most (unless one step has more): with
 # DSA's top-k of 2048 positions a row, a window holds about 1 M values (4-8 MB) per thread
@@ -38,6 +45,9 @@ class Chunk:
     items: np.ndarray  # item id of each access
     slots: np.ndarray  # slot of each access, non-decreasing
     own_first: np.ndarray  # the request's first touch of the item
+    steps: np.ndarray  # the plan's step of each access
+    scores: np.ndarray | None = None  # each access's block score (a reader asked for them)
+    tokens: np.ndarray | None = None  # per access and sub-block size: tokens fetched
 
 
 @dataclass(frozen=True)
@@ -93,11 +103,20 @@ def _cut(rows: np.ndarray, offset: int) -> list[Window]:
 class StreamReader:
     """Reads windows of one run's stream; one per thread (it owns a cursor)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, plan: RunPlan) -> None:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        plan: RunPlan,
+        scores: bool = False,
+        subblocks: tuple[int, ...] = (),
+    ) -> None:
         self.con = con
         self.plan = plan
         spec = plan.spec
-        self._from_touched = spec.block_size % plan.stored_block_size == 0
+        self._scores = scores
+        self._subblocks = np.asarray(subblocks, dtype=np.int64)
+        positions = scores or bool(subblocks)
+        self._from_touched = spec.block_size % plan.stored_block_size == 0 and not positions
         self._step_keys = (plan.step_request << 32) | plan.step_idx
         if spec.scope == "run":
             self._offsets, self._items = plan.block_offsets, plan.block_items
@@ -118,6 +137,7 @@ class StreamReader:
         step_idx = _ints(table, "step_idx")
         step = np.searchsorted(self._step_keys, (request << 32) | step_idx)
         slot = plan.step_slot[step]
+        score_values = self._aligned_scores(table) if self._scores else None
         layer = np.searchsorted(plan.layers, _ints(table, "layer_id"))
         if plan.spec.scope == "run":
             order = np.lexsort((layer, request, slot))
@@ -138,7 +158,7 @@ class StreamReader:
                 self._unit = unit
             size = int(lengths[start:end].sum())
             items = np.empty(size, dtype=np.int64)
-            slots = np.empty(size, dtype=np.int64)
+            steps = np.empty(size, dtype=np.int64)
             first = np.empty(size, dtype=np.bool_)
             n = stream_items(
                 values,
@@ -147,7 +167,7 @@ class StreamReader:
                 group_start[start:end],
                 request,
                 layer,
-                slot,
+                step,
                 divisor,
                 self._widest,
                 not plan.spec.layered,
@@ -156,10 +176,56 @@ class StreamReader:
                 self._items,
                 self._seen,
                 items,
-                slots,
+                steps,
                 first,
             )
-            yield Chunk(unit, items[:n], slots[:n], first[:n])
+            chunk = Chunk(unit, items[:n], plan.step_slot[steps[:n]], first[:n], steps[:n])
+            merge = not plan.spec.layered
+            if score_values is not None:
+                chunk.scores = np.empty(n, dtype=np.float64)
+                access_scores(
+                    values,
+                    score_values,
+                    offsets,
+                    order[start:end],
+                    group_start[start:end],
+                    divisor,
+                    self._widest,
+                    merge,
+                    chunk.scores,
+                )
+            if len(self._subblocks):
+                chunk.tokens = np.empty((n, len(self._subblocks)), dtype=np.int64)
+                access_subblock_tokens(
+                    values,
+                    offsets,
+                    order[start:end],
+                    group_start[start:end],
+                    divisor,
+                    self._widest,
+                    merge,
+                    self._subblocks,
+                    chunk.tokens,
+                )
+            yield chunk
+
+    def _aligned_scores(self, table: pa.Table) -> np.ndarray:
+        """Each stored position's score, laid out like the positions' values."""
+        positions = table.column("blocks").combine_chunks()
+        scores = table.column("scores").combine_chunks()
+        lengths = np.diff(positions.offsets.to_numpy())
+        score_offsets = scores.offsets.to_numpy().astype(np.int64)
+        if scores.null_count or not np.array_equal(np.diff(score_offsets), lengths):
+            raise InputError(_NO_SCORES.format(run=self.plan.run_id))
+        values = np.asarray(scores.values.to_numpy(zero_copy_only=False), dtype=np.float64)
+        offsets = positions.offsets.to_numpy().astype(np.int64)
+        aligned = np.zeros(len(positions.values), dtype=np.float64)
+        shift = np.repeat(score_offsets[:-1] - offsets[:-1], lengths)
+        at = np.arange(int(offsets[0]), int(offsets[-1]), dtype=np.int64)
+        aligned[at] = values[at + shift]
+        if np.isnan(aligned[at]).any():
+            raise InputError(_NO_SCORES.format(run=self.plan.run_id))
+        return aligned
 
     def _rows(self, window: Window) -> tuple[pa.Table, int]:
         """The window's stored rows (request_id, step_idx, layer_id, blocks), and what
@@ -176,8 +242,9 @@ class StreamReader:
     def _query(self, window: Window, column: str) -> pa.Table:
         plan = self.plan
         params = {"run": plan.run_id, "stored": plan.stored_block_size}
+        scores = ", s.scores" if self._scores else ""
         base = (
-            f"SELECT s.request_id, s.step_idx, s.layer_id, s.{column} AS blocks "
+            f"SELECT s.request_id, s.step_idx, s.layer_id, s.{column} AS blocks{scores} "
             "FROM dsa_steps AS s WHERE s.run_id = $run AND s.block_size = $stored"
         )
         if plan.spec.scope == "request":
@@ -210,6 +277,25 @@ class StreamReader:
             f"AND s.step_idx BETWEEN $min_step AND $max_step AND ({each})",
             params=params,
         ).to_arrow_table()
+
+
+_NO_SCORES = (
+    "run {run} has DSA rows without scores (or with scores not aligned with the selected "
+    "positions), so policy score cannot rank its blocks: trace every score with each top-k "
+    "(the tracer's scores='full'), or choose another policy"
+)
+
+
+def check_scores(con: duckdb.DuckDBPyConnection, plan: RunPlan) -> None:
+    """One sentence when a row of the run's stream has no scores aligned with its
+    positions."""
+    ((lacking,),) = con.sql(
+        "SELECT count(*) FROM dsa_steps WHERE run_id = $run AND block_size = $stored "
+        "AND (scores IS NULL OR len(scores) <> len(selected_pos))",
+        params={"run": plan.run_id, "stored": plan.stored_block_size},
+    ).fetchall()
+    if lacking:
+        raise InputError(_NO_SCORES.format(run=plan.run_id))
 
 
 def _step_ranges(

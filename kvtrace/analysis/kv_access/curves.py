@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.analysis._columns import HIT_CURVE
-from kvtrace.analysis.kv_access import Policy
+from kvtrace.analysis.kv_access import DEFAULT_WINDOW_TOKENS, Policy
 from kvtrace.analysis.kv_access._passes import grid
 from kvtrace.analysis.kv_access.plan import RunPlan, StreamSpec, run_plans
 from kvtrace.analysis.kv_access.simulate import RunOutcome, simulate_run
@@ -34,15 +34,19 @@ __all__ = [
 ]
 
 
-def check_policy(policy: str, capacities: Sequence[int] = ()) -> None:
-    """Raise `QueryError` with one sentence for a policy or capacity the what-if cannot
-    take."""
+def check_policy(
+    policy: str, capacities: Sequence[int] = (), window_tokens: int = DEFAULT_WINDOW_TOKENS
+) -> None:
+    """Raise `QueryError` with one sentence for a policy, capacity or window the what-if
+    cannot take."""
     names = block_policies()
     if policy not in names:
         raise QueryError(f"unknown policy {policy!r}; expected one of " + ", ".join(names))
     bad = [c for c in capacities if c is None or c < 1]
     if bad:
         raise QueryError(f"capacities must be at least 1 item, got {bad[0]}")
+    if window_tokens is None or window_tokens < 0:
+        raise QueryError(f"the window must be 0 or more tokens, got {window_tokens}")
 
 
 @dataclass
@@ -79,11 +83,13 @@ def run_curves(
     runs: Sequence[str] | None = None,
     requests: tuple[int, int] | None = None,
     threads: int | None = None,
+    window_tokens: int = DEFAULT_WINDOW_TOKENS,
 ) -> Iterator[RunCurve]:
     """Simulate ``policy`` over the access stream of every run (or of ``runs``), one run
-    at a time (of its request indices ``requests`` only, when given)."""
+    at a time (of its request indices ``requests`` only, when given; ``window_tokens``
+    sizes the sliding window)."""
     spec.check()
-    check_policy(policy, capacities)
+    check_policy(policy, capacities, window_tokens)
     chosen = policy_named(policy)
     if spec.sample < 1 and (chosen.block_pass != "stack_distance" or len(tier_limits)):
         raise QueryError(
@@ -93,7 +99,14 @@ def run_curves(
     limits = np.asarray(tier_limits, dtype=np.int64)
     for plan in run_plans(con, spec, list(runs) if runs is not None else None):
         outcome = simulate_run(
-            con, plan, chosen, named, limits, requests, threads or default_threads()
+            con,
+            plan,
+            chosen,
+            named,
+            limits,
+            requests,
+            threads or default_threads(),
+            window_tokens=window_tokens,
         )
         if outcome.units:
             yield combine(plan, outcome, named)
@@ -146,10 +159,11 @@ def hit_curve_rows(
     policy: Policy,
     capacities: Sequence[int] = (),
     runs: Sequence[str] | None = None,
+    window_tokens: int = DEFAULT_WINDOW_TOKENS,
 ) -> list[dict[str, Any]]:
     """The rows of ``dsa_hit_curve`` (see its documentation), of every run or of ``runs``."""
     rows = []
-    for curve in run_curves(con, spec, policy, capacities, runs=runs):
+    for curve in run_curves(con, spec, policy, capacities, runs=runs, window_tokens=window_tokens):
         base = {
             "run_id": curve.run_id,
             "block_size": spec.block_size,
@@ -181,9 +195,14 @@ def hit_curve_table(
     policy: Policy,
     capacities: Sequence[int] = (),
     runs: Sequence[str] | None = None,
+    window_tokens: int = DEFAULT_WINDOW_TOKENS,
 ) -> pa.Table:
     """The rows of ``dsa_hit_curve`` for each stream of ``specs``, as one table."""
-    rows = [row for spec in specs for row in hit_curve_rows(con, spec, policy, capacities, runs)]
+    rows = [
+        row
+        for spec in specs
+        for row in hit_curve_rows(con, spec, policy, capacities, runs, window_tokens)
+    ]
     if not rows:
         raise InputError("no DSA rows to simulate" + (" in the selected runs" if runs else ""))
     return pa.Table.from_pylist(rows, pa.schema(list(HIT_CURVE)))

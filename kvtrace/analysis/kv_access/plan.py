@@ -21,7 +21,7 @@ per request), before the stream itself (`kvtrace.analysis.kv_access._stream`) is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -38,6 +38,7 @@ from kvtrace.analysis.kv_access import (
 )
 from kvtrace.errors import QueryError
 from kvtrace.kernels.cache_sim import ItemIds
+from kvtrace.kernels.priority_sim import Windows
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -109,6 +110,7 @@ class RunPlan:
     prefix_blocks: np.ndarray  # blocks of each request's cached prefix (pin_prefix)
     step_request: np.ndarray  # request index of each step
     step_idx: np.ndarray
+    step_seq_len: np.ndarray  # tokens of the sequence at each step
     step_rows: np.ndarray  # stored rows of each step (one per traced layer)
     step_slot: np.ndarray
     slot_count: int
@@ -116,6 +118,7 @@ class RunPlan:
     order: str  # what the slots follow
     arrival_slot: np.ndarray  # per request: the slot of its first step
     first_write: np.ndarray  # per block item: the first slot it existed in (scope run)
+    _windows: dict[int, Windows] = field(default_factory=dict)
 
     @property
     def layers_per_item(self) -> int:
@@ -154,6 +157,29 @@ class RunPlan:
             return int(self.prefix_blocks[request]) * self.layers_per_item
         ranks = self.pinned_ranks()
         return int((ranks >= 0).sum())
+
+    def windows(self, tokens: int) -> Windows:
+        """The sliding window of ``tokens`` tokens over the stream: at each step, the
+        blocks holding the sequence's last ``tokens`` tokens (positions max(0, L - W) ..
+        L - 1 for L tokens; none for W = 0), kept until the slot after the request's last
+        step (scope run; a request's cache ends with it at scope request)."""
+        if tokens not in self._windows:
+            size = self.spec.block_size
+            last = (self.step_seq_len - 1) // size
+            first = np.maximum(self.step_seq_len - tokens, 0) // size if tokens else last + 1
+            end = np.full(len(self.requests), -1, dtype=np.int64)
+            np.maximum.at(end, self.step_request, self.step_slot)
+            if self.spec.scope == "run":
+                offsets, items = self.block_offsets, self.block_items
+                release = np.argsort(end, kind="stable")
+            else:  # each request's blocks are its own items 0, 1, ...
+                offsets = np.zeros(len(self.requests), dtype=np.int64)
+                items = np.arange(int(np.diff(self.block_offsets).max(initial=0)), dtype=np.int64)
+                release = np.zeros(0, dtype=np.int64)
+            self._windows[tokens] = Windows(
+                self.step_request, first, last, offsets, items, self.layers_per_item, end, release
+            )
+        return self._windows[tokens]
 
     def prompt_items(self, request: int) -> np.ndarray:
         """Block items of the request's full prompt blocks, in block order."""
@@ -222,6 +248,7 @@ def _plan(
         prefix_blocks=info["prefix_blocks"],
         step_request=step_request.astype(np.int64),
         step_idx=step_idx,
+        step_seq_len=seq_len,
         step_rows=np.asarray(steps["rows"], dtype=np.int64),
         step_slot=slots,
         slot_count=slot_count,

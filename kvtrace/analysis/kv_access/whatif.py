@@ -6,7 +6,9 @@ bandwidth (GB/s, 10^9 bytes per second) and a latency per read (µs); the last t
 unbounded and holds everything (first touches are read from it).  The policy decides
 which tier holds what (`kvtrace.analysis.kv_access.simulate`): LRU is an exclusive
 hierarchy read off the stack distances, FIFO is simulated tier by tier with demotion and
-promotion, OPT is the ceiling read off cumulative capacities.
+promotion, OPT is the ceiling read off cumulative capacities, and sliding_window, lfu
+and score are read off their caches at the cumulative capacities too (they nest, so that
+is the hierarchy in which each tier demotes its lowest block to the next).
 
 Per decode step (of one request for scope ``request``, the run's slot for scope ``run``)
 each tier with anything to read does one batched read: ``latency + bytes / bandwidth``.
@@ -20,6 +22,12 @@ its prompt blocks that others wrote; reading them instead of computing them save
 (``replicas``: tier name -> copies K) keeps K copies, in the tier above, of each block
 that tier read at least K times in the run (a copy pays for itself): the reads of those
 blocks move one tier up, and the copies cost K block transfers each.
+
+Sub-block packing (``subblocks``: sizes b in tokens) asks what each tier would move if
+every layer fetched only the sub-blocks of b tokens it touched in a block it reads (the
+block's tokens cut into sub-blocks from its start, the last one shorter when b does not
+divide the block), the tiers staying what the policy made them: per tier and b, the
+bytes of whole blocks against those of the touched sub-blocks.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from kvtrace.analysis.kv_access import (
     DEEPSEEK_V32_BYTES_PER_TOKEN,
     DEFAULT_TIERS,
     DEFAULT_TPOT_MS,
+    DEFAULT_WINDOW_TOKENS,
     Granularity,
     Policy,
     Scope,
@@ -99,6 +108,7 @@ RUN_ROWS = pa.schema(
         ("ttft_saved_ms_mean", pa.float64()),
         ("ttft_saved_ms_p50", pa.float64()),
         ("ttft_saved_ms_max", pa.float64()),
+        ("window_tokens", pa.int64()),
     ]
 )
 SECOND_ROWS = pa.schema(
@@ -138,7 +148,19 @@ REPLICA_ROWS = pa.schema(
         ("net_bytes_saved", pa.int64()),
     ]
 )
-TABLES = ("tiers", "runs", "seconds", "requests", "replicas")
+PACKING_ROWS = pa.schema(
+    [
+        *SIMULATION_KEYS,
+        ("tier", pa.string()),
+        ("subblock_tokens", pa.int64()),
+        ("accesses_served", pa.int64()),
+        ("bytes_whole_blocks", pa.int64()),
+        ("bytes_subblocks", pa.int64()),
+        ("fetched_share", pa.float64()),
+    ]
+)
+TABLES = ("tiers", "runs", "seconds", "requests", "replicas", "packing")
+_SCHEMAS = (TIER_ROWS, RUN_ROWS, SECOND_ROWS, REQUEST_ROWS, REPLICA_ROWS, PACKING_ROWS)
 
 
 @dataclass(frozen=True)
@@ -215,6 +237,7 @@ class WhatIf:
     seconds: pa.Table
     requests: pa.Table
     replicas: pa.Table
+    packing: pa.Table
 
     def combined(self) -> pa.Table:
         """The tier rows with their run's figures beside them (one table to write out)."""
@@ -240,8 +263,9 @@ class WhatIfSpec:
     """What to simulate: block sizes, tiers (fastest first), policy, granularity, scope,
     sharing, KV bytes per token and layer, the runs by id or name (None: every DSA run),
     the arrivals to replay (a workload run, scope run) at ``tpot_ms`` per step, the
-    prefill cost (``prefill_tok_s``, else the run ``cost_run``'s fitted batch timings)
-    and the replicated tiers (name -> copies)."""
+    prefill cost (``prefill_tok_s``, else the run ``cost_run``'s fitted batch timings),
+    the replicated tiers (name -> copies), the sliding window's tokens and the sub-block
+    sizes (tokens) whose packing is reported."""
 
     block_sizes: tuple[int, ...] = (64,)
     tiers: tuple[Tier, ...] = tuple(Tier.parse(text) for text in DEFAULT_TIERS)
@@ -256,13 +280,18 @@ class WhatIfSpec:
     prefill_tok_s: float | None = None
     cost_run: str | None = None
     replicas: tuple[tuple[str, int], ...] = ()
+    window_tokens: int = DEFAULT_WINDOW_TOKENS
+    subblocks: tuple[int, ...] = ()
 
     def check(self) -> None:
         """One sentence for a setting the what-if cannot use."""
         check_tiers(self.tiers)
         if self.bytes_per_token < 1:
             raise InputError(f"bytes per token must be positive, got {self.bytes_per_token}")
-        check_policy(self.policy)
+        check_policy(self.policy, (), self.window_tokens)
+        small = [b for b in self.subblocks if b < 1]
+        if small:
+            raise InputError(f"a sub-block must be at least 1 token, got {small[0]}")
         for block_size in self.block_sizes:
             self.stream(block_size).check()
         names = [t.name for t in self.tiers]
@@ -344,6 +373,8 @@ class WhatIfAnalysis:
             share.requests,
             default_threads(),
             watched,
+            spec.window_tokens,
+            spec.subblocks,
         )
         if share.requests is None:  # the whole run: merge need not plan it again
             outcome.plan = plan
@@ -429,19 +460,9 @@ def whatif_of_curves(
             "scope": spec.scope,
             "sharing": spec.sharing,
         }
-        figures = RunFigures(curve, spec, block_size, cost)
-        rows["tiers"] += [{**base, **row} for row in figures.tier_rows()]
-        rows["runs"].append({**base, **figures.run_row()})
-        rows["seconds"] += [{**base, **row} for row in figures.second_rows()]
-        rows["requests"] += [{**base, **row} for row in figures.request_rows()]
-        rows["replicas"] += [{**base, **row} for row in figures.replica_rows()]
+        for name, found in RunFigures(curve, spec, block_size, cost).tables().items():
+            rows[name] += [{**base, **row} for row in found]
     if not rows["runs"]:
         raise InputError("no DSA rows to simulate" + (" in the selected runs" if spec.runs else ""))
-    schemas = {
-        "tiers": TIER_ROWS,
-        "runs": RUN_ROWS,
-        "seconds": SECOND_ROWS,
-        "requests": REQUEST_ROWS,
-        "replicas": REPLICA_ROWS,
-    }
+    schemas = dict(zip(TABLES, _SCHEMAS, strict=True))
     return WhatIf(**{name: pa.Table.from_pylist(rows[name], schemas[name]) for name in TABLES})
