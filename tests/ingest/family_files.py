@@ -18,6 +18,7 @@ def family_file(folder: Path, family: str) -> Path:
         "benchmark": ("workload/vllm_bench_example.json", "vllm_bench.json"),
         "timeline": ("kineto_sampled_rank0.json.gz", "rank0.pt.trace.json.gz"),
         "kv-events": ("kv_events/mooncake_lru600_events.jsonl", "events.jsonl"),
+        "numerics": ("numerics/merge_numerics_example.jsonl", "numerics.jsonl"),
     }
     if family in copied:
         source, name = copied[family]
