@@ -1,5 +1,9 @@
 """Tracer overhead: dsa-ref decode untraced, with kvtrace's tracer, and with a naive tracer.
 
+kvtrace's tracer is driven through its public API, as an instrumented engine drives it:
+``kvtrace.trace`` opens it, each step is framed by ``tracer.step`` and every layer
+reports with ``kvtrace.record_topk``.
+
     python benchmarks/bench_tracer.py --layers 8 --prompt 8000 --steps 48 [--device cuda]
                                       [--json PATH]
 
@@ -24,10 +28,9 @@ from pathlib import Path
 
 import torch
 
+import kvtrace
 from kvtrace.collectors.dsa_ref import DsaRef, DsaRefConfig
-from kvtrace.collectors.dsa_tracer import DsaTracer
 from kvtrace.collectors.models import torch_device
-from kvtrace.warehouse import Warehouse
 
 
 class NaiveTracer:
@@ -90,8 +93,9 @@ class NaiveTracer:
 
 
 @torch.inference_mode()
-def decode(model: DsaRef, prompt: list[int], steps: int, tracer) -> float:
-    """Seconds of ``steps`` decode steps after an untimed prefill (greedy, as generate)."""
+def decode(model: DsaRef, prompt: list[int], steps: int, tracer, reporter=None) -> float:
+    """Seconds of ``steps`` decode steps after an untimed prefill (greedy, as generate);
+    each layer's top-k goes to ``reporter.record_topk`` (default: the tracer's own)."""
     cache = model.new_cache(1, len(prompt) + steps + 1)
     logits = model.prefill(prompt, cache)[None]
     rows = torch.tensor([0])
@@ -104,7 +108,9 @@ def decode(model: DsaRef, prompt: list[int], steps: int, tracer) -> float:
             logits = model.decode_step(token, rows, torch.tensor([position]), cache)
         else:
             with tracer.step({0: position}):
-                logits = model.decode_step(token, rows, torch.tensor([position]), cache, tracer)
+                logits = model.decode_step(
+                    token, rows, torch.tensor([position]), cache, reporter or tracer
+                )
         position += 1
     synchronize(model.device)
     return time.perf_counter() - started
@@ -156,14 +162,12 @@ def main() -> None:
     flush = []
     for run in range(args.rounds):  # interleaved: a noisy stretch hits every variant
         times["untraced"].append(decode(model, prompt, args.steps, None))
-        tracer = DsaTracer(
-            Warehouse(work / f"wh{run}", create=True),
-            run_name=f"bench-{run}",
-            dataset="bench",
-            topk=args.topk,
+        tracer = kvtrace.trace(
+            work / f"wh{run}", run_name=f"bench-{run}", dataset="bench", topk=args.topk
         )
         tracer.begin_request(0, prompt)
-        times["kvtrace"].append(decode(model, prompt, args.steps, tracer))
+        # the module's record_topk, as an engine's indexer calls it
+        times["kvtrace"].append(decode(model, prompt, args.steps, tracer, reporter=kvtrace))
         flush.append(closing(tracer))
         if "naive" in tracers:
             naive = NaiveTracer(work / f"naive{run}.jsonl")

@@ -6,7 +6,8 @@ The public API (imported on first use, so ``import kvtrace`` stays light):
 - `Warehouse`: open or create a warehouse, write commits;
 - `trace` (warehouse, run_name=...) -> a `DsaTracer` that traces DSA top-k selections
   of a running engine; `record_topk` (layer, indices, scores) reports one layer's top-k
-  to it from inside the indexer; `DsaTracer`: the tracer itself;
+  to it from inside the indexer; `current_tracer` () -> the open one, if any;
+  `DsaTracer`: the tracer itself;
 - `KvtraceError`: what the library raises, with one sentence for the user.
 """
 
@@ -23,12 +24,13 @@ _LAZY = {
     "DsaTracer": "kvtrace.collectors.dsa_tracer",
     "trace": "kvtrace.collectors.tracing",
     "record_topk": "kvtrace.collectors.tracing",
+    "current_tracer": "kvtrace.collectors.tracing",
 }
 
 if TYPE_CHECKING:
     from kvtrace.analysis import connect
     from kvtrace.collectors.dsa_tracer import DsaTracer
-    from kvtrace.collectors.tracing import record_topk, trace
+    from kvtrace.collectors.tracing import current_tracer, record_topk, trace
     from kvtrace.warehouse import Warehouse
 
 
@@ -46,6 +48,7 @@ __all__ = [
     "Warehouse",
     "__version__",
     "connect",
+    "current_tracer",
     "record_topk",
     "trace",
 ]

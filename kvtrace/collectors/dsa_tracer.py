@@ -11,34 +11,39 @@ The public API (guides: "Instrument your engine", "Python API")::
             kvtrace.record_topk(layer_id, topk_indices, scores)
         tracer.end_request(request_id, new_tokens=n, token_ids=generated)
 
-A record that is sampled out or of an untraced layer costs one attribute check.  Within
-a step the tracer keeps int32 copies of the decode rows on their own device (and folds
-prefill chunks into counts there); at the end of the step it moves everything to the
-host in one transfer (one device synchronisation per step, not per layer) and hands the
-rows to a background thread, which writes them through the same `DsaWriter` that ingest
-uses.  The writer commits every ``commit_every_s`` seconds, so a collector that crashes
-leaves every completed file readable; leaving the ``with`` block, normally or by an
-exception such as Ctrl-C's KeyboardInterrupt, commits every completed step.
+A record sampled out or of an untraced layer costs one check.  A step keeps its records
+on their device (`kvtrace.collectors._dsa_record`), moves them to the host in one
+transfer when it ends, and hands them to a background thread that writes through the
+`DsaWriter` ingest uses and commits every ``commit_every_s`` seconds; leaving the
+``with`` block, even by Ctrl-C's KeyboardInterrupt, commits every completed step.
 """
 
 from __future__ import annotations
 
-import atexit
 import copy
 import os
 import random
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import numpy as np
 
 from kvtrace.collectors._dsa_prefill import PrefillStep, prefill_table
-from kvtrace.collectors._dsa_record import CURRENT, Backlog, HostStep, StepLayout, StepRecords
+from kvtrace.collectors._dsa_record import (
+    CURRENT,
+    Backlog,
+    HostStep,
+    StepLayout,
+    StepRecords,
+    records_of,
+    yield_to_the_model,
+)
 from kvtrace.collectors._dsa_requests import OpenRequest, prefix_hashes
 from kvtrace.collectors._dsa_steps import canonical_columns
 from kvtrace.collectors.kv_tiers import HbmOnly, TierModel
@@ -159,6 +164,7 @@ class DsaTracer:
         self._rng = random.Random(seed)
         self._seen_prefixes: set[str] = set()
         self._requests: dict[int, OpenRequest] = {}
+        self._next_request_id = 0
         self._finished: dict[int, dict[str, Any]] = {}
         self._tokens: list[dict[str, Any]] = []  # dsa_request_tokens rows
         self._answers: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []  # row, spans
@@ -203,7 +209,9 @@ class DsaTracer:
             target=self._write_loop, name="kvtrace-writer", args=(commit_every_s,), daemon=True
         )
         self._writer_thread.start()
-        atexit.register(self._close_at_exit)  # a script that never closes still commits
+        # a script that never closes still commits: before the interpreter's end stops
+        # thread pools (the writer's among them), as atexit handlers would be too late
+        threading._register_atexit(_close_at_exit, weakref.ref(self))  # type: ignore[attr-defined]
 
     @property
     def writer_wait_s(self) -> float:
@@ -212,11 +220,15 @@ class DsaTracer:
 
     # -- requests ------------------------------------------------------------------------
 
-    def begin_request(self, request_id: int, prompt_token_ids: Sequence[int]) -> None:
-        """Open a request; its prompt's prefix hashes decide whether it is a prefix hit:
-        the longest candidate seen before is the cached length; a miss registers all."""
+    def begin_request(self, request_id: int | None, prompt_token_ids: Sequence[int]) -> int:
+        """Open a request and return its id (``None``: one more than any begun before).
+
+        Its prompt's prefix hashes decide whether it is a prefix hit: the longest
+        candidate seen before is the cached length; a miss registers all."""
+        request_id = self._next_request_id if request_id is None else request_id
+        self._next_request_id = max(self._next_request_id, request_id + 1)
         if not self.traced_rank:
-            return
+            return request_id
         hashes = prefix_hashes(prompt_token_ids, self.prefix_tokens)
         cached = max((n for n, key in hashes.items() if key in self._seen_prefixes), default=0)
         if cached == 0:  # a miss registers every candidate (the seed's rule)
@@ -231,6 +243,7 @@ class DsaTracer:
             longest or 0,
             np.asarray(prompt_token_ids, dtype=np.int32),
         )
+        return request_id
 
     def skip_request(self, request_id: int, prompt_tokens: int, reason: str) -> None:
         """Record a request that was not run (e.g. a prompt longer than allowed)."""
@@ -355,7 +368,8 @@ class DsaTracer:
                     "step(start_pos) needs exactly one open request; pass {request_id: start_pos}"
                 )
             positions = {next(iter(self._requests)): positions}
-        layout = StepLayout.of(positions, query_tokens, self._prompt_lengths(), self.prefill)
+        prompts = {r: q.prompt_tokens for r, q in self._requests.items()}
+        layout = StepLayout.of(positions, query_tokens, prompts, self.prefill)
         self._step = StepRecords(layout) if self.enabled and layout.traced else None
         ts_us = self._clock() * 1e6
         started = time.perf_counter()
@@ -368,9 +382,6 @@ class DsaTracer:
         records, self._step = self._step, None
         if records is not None and (records.indices or records.counts):
             self._submit(records.to_host(), latency_us, ts_us)
-
-    def _prompt_lengths(self) -> dict[int, int]:
-        return {r: q.prompt_tokens for r, q in self._requests.items()}
 
     def record_topk(
         self, layer_id: int, indices: Any, scores: Any = None, *, kv_group: int | None = None
@@ -402,7 +413,6 @@ class DsaTracer:
         twice does nothing more."""
         if self in CURRENT:
             CURRENT.remove(self)
-        atexit.unregister(self._close_at_exit)
         thread, self._writer_thread = self._writer_thread, None
         if thread is None:
             return
@@ -412,14 +422,6 @@ class DsaTracer:
         thread.join()
         if self._error is not None:
             raise self._error
-
-    def _close_at_exit(self) -> None:
-        try:
-            self.close("unfinished")
-        except Exception as exc:  # the interpreter is ending: say it in one line
-            print(
-                f"kvtrace: the trace {self.run_name} was not fully written: {exc}", file=sys.stderr
-            )
 
     def __enter__(self) -> DsaTracer:
         return self
@@ -461,7 +463,7 @@ class DsaTracer:
     def _write_loop(self, commit_every_s: float) -> None:
         """Take steps off the backlog in batches (one `DsaWriter.add` per batch, so the
         writer's fixed costs are paid rarely) and commit every ``commit_every_s``."""
-        _yield_to_the_model()
+        yield_to_the_model()
         writer, commit = None, None
         prefill: list[PrefillStep] = []
         request_keys: dict[str, int] = {}
@@ -505,7 +507,7 @@ class DsaTracer:
         if first is _STOP:
             return steps, True
         steps.append(first)
-        records = _records_of(first)
+        records = records_of(first)
         deadline = min(time.monotonic() + BATCH_SECONDS, commit_due)
         while records < BATCH_RECORDS:
             taken, item = self._backlog.get(timeout=deadline - time.monotonic())
@@ -514,7 +516,7 @@ class DsaTracer:
             if item is _STOP:
                 return steps, True
             steps.append(item)
-            records += _records_of(item)
+            records += records_of(item)
         return steps, False
 
     def _new_writer(self, commit: Commit, request_keys: dict[str, int]) -> DsaWriter:
@@ -585,16 +587,12 @@ class DsaTracer:
             yield cols, lines
 
 
-def _yield_to_the_model(niceness: int = 10) -> None:
-    """Lower this thread's scheduling priority (Linux schedules threads one by one), so
-    that on a busy host the writer takes the CPU time the model leaves idle."""
-    if sys.platform.startswith("linux"):
-        with suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-
-
-def _records_of(item: Any) -> int:
-    """(step, layer, request) records of a queued item."""
-    if isinstance(item, PrefillStep):
-        return item.records
-    return int(item[1].shape[0] * item[1].shape[1])
+def _close_at_exit(tracer: weakref.ref[DsaTracer]) -> None:
+    """Close a tracer still open when the interpreter ends; one line if that fails."""
+    alive = tracer()
+    if alive is None:
+        return
+    try:
+        alive.close("unfinished")
+    except Exception as exc:  # the interpreter is ending: say it in one line
+        print(f"kvtrace: the trace {alive.run_name} was not fully written: {exc}", file=sys.stderr)
