@@ -89,20 +89,30 @@ def error_class(
     """The class of a wrong sample (None when the score is 1); see the module's rules."""
     if sample_score >= 1.0:
         return None
-    if prediction is None:
-        return "empty"
-    text = _END_OF_TEXT.sub("", postprocess(prediction)).lower()
-    squeezed = _NOT_ALNUM.sub("", text)
+    squeezed = "" if prediction is None else _letters_and_digits(prediction)
     if not squeezed:
         return "empty"
-    refs = [ref.lower() for ref in references]
-    if refs and all(_NOT_ALNUM.sub("", ref) in squeezed for ref in refs):
+    refs = [_NOT_ALNUM.sub("", ref.lower()) for ref in references]
+    if _all_found(refs, squeezed):
         return "format"
     if is_repetition_loop(squeezed):
         return "repetition_loop"
-    if sample_score > 0 or any(_shares_a_piece(_NOT_ALNUM.sub("", ref), squeezed) for ref in refs):
-        return "partial"
-    return "wrong_value"
+    return "partial" if sample_score > 0 or _holds_a_piece(refs, squeezed) else "wrong_value"
+
+
+def _letters_and_digits(prediction: str) -> str:
+    """The prediction's letters and digits, lowered, end-of-text markers left out."""
+    return _NOT_ALNUM.sub("", _END_OF_TEXT.sub("", postprocess(prediction)).lower())
+
+
+def _all_found(references: list[str], text: str) -> bool:
+    """Whether there are references and ``text`` holds every one."""
+    return bool(references) and all(ref in text for ref in references)
+
+
+def _holds_a_piece(references: list[str], text: str) -> bool:
+    """Whether ``text`` holds a piece of any reference (`_shares_a_piece`)."""
+    return any(_shares_a_piece(ref, text) for ref in references)
 
 
 def is_repetition_loop(text: str) -> bool:
