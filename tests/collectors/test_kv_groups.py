@@ -318,3 +318,32 @@ def test_a_warehouse_written_before_kv_groups_reads_and_takes_group_rows(tmp_pat
     con = connect(Warehouse(str(location)))
     assert con.execute("SELECT count(*) FROM dsa_steps").fetchone() == (48,)
     assert con.execute("SELECT union_blocks FROM dsa_group_union(4)").fetchall() == [(4,)]
+
+
+def test_the_histograms_count_the_all_heads_rows_only(warehouse):
+    rng = random.Random(7)
+    selections = {}
+    for step in range(6, 12):
+        for group in (None, 0, 1):
+            selections[(0, step, 0, group)] = sorted(rng.sample(range(step + 1), 3))
+    tracer = DsaTracer(warehouse, run_name="hand", dataset="unit", topk=3, block_sizes=(B,))
+    tracer.begin_request(0, list(range(6)))
+    for step in range(6, 12):
+        with tracer.step({0: step}):
+            for group in (None, 0, 1):
+                picked = np.array(selections[(0, step, 0, group)])
+                tracer.record_topk(0, picked, kv_group=group)
+    tracer.close()
+    offsets: dict[int, int] = {}
+    fills: dict[int, int] = {}
+    for (_, step, _, group), picked in selections.items():
+        if group is not None:
+            continue
+        for position in picked:
+            offsets[step - position] = offsets.get(step - position, 0) + 1
+        for block in {p // B for p in picked}:
+            tokens = sum(p // B == block for p in picked)
+            fills[tokens] = fills.get(tokens, 0) + 1
+    con = connect(warehouse)
+    assert dict(con.execute('SELECT "offset", n FROM _dsa_offset_hist_files').fetchall()) == offsets
+    assert dict(con.execute("SELECT tokens, n FROM _dsa_fill_hist_files").fetchall()) == fills

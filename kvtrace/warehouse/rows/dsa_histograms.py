@@ -38,10 +38,23 @@ class DsaHistograms:
         seq_len: np.ndarray,
         blocks: block_stats.BlockStats,
     ) -> None:
-        """Count the positions and block fills of a batch of ``dsa_steps`` rows."""
+        """Count the positions and block fills of a batch of ``dsa_steps`` rows: the
+        all-heads rows only, as the ``dsa_steps`` view shows (a KV group's own selection,
+        beside its layer's, would count the layer's positions again)."""
         groups = _RowGroups.of(table)
-        self.offsets.append(_offset_histogram(groups, lists, seq_len))
-        self.fills.append(_histogram(groups, blocks.run_rows, blocks.run_tokens, "tokens"))
+        kept = table["kv_group"].is_null().to_numpy(zero_copy_only=False)
+        if kept.all():
+            self.offsets.append(_offset_histogram(groups, lists, seq_len))
+            self.fills.append(_histogram(groups, blocks.run_rows, blocks.run_tokens, "tokens"))
+            return
+        rows = lists.row_ids()
+        offset = np.repeat(seq_len - 1, lists.lengths) - lists.values
+        of_kept = kept[rows]
+        self.offsets.append(_histogram(groups, rows[of_kept], offset[of_kept], "offset"))
+        runs = kept[blocks.run_rows]
+        self.fills.append(
+            _histogram(groups, blocks.run_rows[runs], blocks.run_tokens[runs], "tokens")
+        )
 
     def fold(self) -> None:
         """Sum the counts gathered so far into one table each (memory stays bounded)."""
