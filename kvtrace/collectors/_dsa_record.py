@@ -13,11 +13,14 @@ are accepted; torch is only imported when a tensor is recorded.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +28,19 @@ import numpy as np
 
 from kvtrace.errors import InputError
 
-__all__ = ["CURRENT", "Backlog", "HostStep", "Part", "StepLayout", "StepRecords"]
+__all__ = [
+    "CURRENT",
+    "Backlog",
+    "HostStep",
+    "Part",
+    "StepLayout",
+    "StepRecords",
+    "records_of",
+    "yield_to_the_model",
+]
 
+BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
+BATCH_RECORDS = 4096
 CURRENT: list[Any] = []
 """The tracer `kvtrace.record_topk` reports to, when one is open (`kvtrace.trace`)."""
 
@@ -159,29 +173,40 @@ class StepRecords:
             return rows[span[0] : span[1]]
         return ops.take(rows, [p.row for p in self.layout.decode])
 
+    def _complete_scores(self) -> list[Any]:
+        """The decode scores, when every decode record came with them (else none)."""
+        return self.scores if all(s is not None for s in self.scores) else []
+
+    def _decode_shaped(self, flat: np.ndarray, width: int) -> np.ndarray | None:
+        """Host values of the decode records as [layers, decode rows, k]."""
+        if not self.indices:
+            return None
+        return flat.reshape(len(self.indices), len(self.layout.decode), width)
+
     def to_host(self) -> HostStep:
         """Everything recorded, moved to the host in one transfer."""
-        has_scores = bool(self.scores) and all(s is not None for s in self.scores)
+        scores = self._complete_scores()
         width = max((x.shape[1] for x in self.indices), default=0)
-        first = self.indices[0] if self.indices else self.counts[0][0]
-        ops = _ops_for(first)
-        indices = [ops.pad(x, width, -1) for x in self.indices]
-        scores = [ops.pad(s, width, 0.0) for s in self.scores] if has_scores else []
+        ops = _ops_for(self.indices[0] if self.indices else self.counts[0][0])
         chunks = [c for layer in self.counts for c in layer]
-        host = ops.to_host(indices, scores, chunks)
-        n, d = len(self.indices), len(self.layout.decode)
+        indices, values, counts = ops.to_host(
+            [ops.pad(x, width, -1) for x in self.indices],
+            [ops.pad(s, width, 0.0) for s in scores],
+            chunks,
+        )
         return HostStep(
             self.layout,
             np.asarray(self.decode_layers, dtype=np.int64),
-            host[0].reshape(n, d, width) if n else None,
-            host[1].reshape(n, d, width) if has_scores else None,
+            self._decode_shaped(indices, width),
+            self._decode_shaped(values, width) if scores else None,
             np.asarray(self.prefill_layers, dtype=np.int64),
-            _split(host[2], [c.shape[0] for c in chunks], len(self.layout.prefill)),
+            _split(counts, [c.shape[0] for c in chunks], len(self.layout.prefill)),
             np.asarray(self.decode_groups, dtype=np.int64),
         )
 
 
 def _split(flat: np.ndarray, sizes: list[int], per_layer: int) -> list[list[np.ndarray]]:
+    """``flat`` cut into ``sizes``, grouped ``per_layer`` pieces at a time."""
     pieces = np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []
     return [list(pieces[i : i + per_layer]) for i in range(0, len(pieces), per_layer or 1)]
 
@@ -341,6 +366,32 @@ class Backlog:
             self._bytes += size
             self._changed.notify_all()
 
+    def batch(self, commit_due: float, stop: Any) -> tuple[list[Any], bool]:
+        """Steps queued within BATCH_SECONDS of the first (or BATCH_RECORDS of them, or
+        until ``commit_due``), and whether ``stop`` came (the tracer was closed)."""
+        steps: list[Any] = []
+        taken, first = self.get(timeout=1.0)
+        if not taken or first is stop:
+            return steps, taken
+        steps.append(first)
+        records = records_of(first)
+        deadline = min(time.monotonic() + BATCH_SECONDS, commit_due)
+        while records < BATCH_RECORDS:
+            taken, item = self.get(timeout=deadline - time.monotonic())
+            if not taken:
+                break
+            if item is stop:
+                return steps, True
+            steps.append(item)
+            records += records_of(item)
+        return steps, False
+
+    def drain_until(self, stop: Any, *, stopped: bool) -> None:
+        """Take and drop items until ``stop`` (unless it already came)."""
+        while not stopped:
+            taken, item = self.get(timeout=1.0)
+            stopped = taken and item is stop
+
     def get(self, timeout: float) -> tuple[bool, Any]:
         """(True, the oldest item), or (False, None) after ``timeout`` seconds."""
         with self._changed:
@@ -350,3 +401,18 @@ class Backlog:
             self._bytes -= size
             self._changed.notify_all()
             return True, item
+
+
+def yield_to_the_model(niceness: int = 10) -> None:
+    """Lower this thread's scheduling priority (Linux schedules threads one by one), so
+    that on a busy host the writer takes the CPU time the model leaves idle."""
+    if sys.platform.startswith("linux"):
+        with suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+
+
+def records_of(item: Any) -> int:
+    """(step, layer, request) records of a queued item."""
+    if isinstance(item, tuple):  # decode: (layers, indices [layers, rows, k], ...)
+        return int(item[1].shape[0] * item[1].shape[1])
+    return int(item.records)

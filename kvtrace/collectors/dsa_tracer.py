@@ -21,7 +21,6 @@ transfer when it ends, and hands them to a background thread that writes through
 from __future__ import annotations
 
 import copy
-import os
 import random
 import sys
 import threading
@@ -29,6 +28,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -41,10 +41,10 @@ from kvtrace.collectors._dsa_record import (
     HostStep,
     StepLayout,
     StepRecords,
-    records_of,
     yield_to_the_model,
 )
 from kvtrace.collectors._dsa_requests import OpenRequest, prefix_hashes
+from kvtrace.collectors._dsa_settings import checked, settings
 from kvtrace.collectors._dsa_steps import canonical_columns
 from kvtrace.collectors.kv_tiers import HbmOnly, TierModel
 from kvtrace.defaults import DEFAULT_PREFIX_KEY_TOKENS
@@ -56,8 +56,6 @@ from kvtrace.warehouse.rows.eval import eval_row
 
 __all__ = ["DsaTracer", "WriterFailed", "prefix_hashes"]
 
-BATCH_SECONDS = 1.0  # the writer thread gathers steps this long before writing them
-BATCH_RECORDS = 4096
 _STOP = object()
 
 
@@ -134,14 +132,7 @@ class DsaTracer:
         backlog_mb: float = 256.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not block_sizes or any(b <= 0 for b in block_sizes):
-            raise InputError("block sizes must be positive")
-        if not 0 < sample_rate <= 1:
-            raise InputError("the sample rate must be in (0, 1]")
-        rank = int(os.environ.get("RANK", 0)) if rank is None else rank
-        world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
-        if not 0 <= rank < world_size:
-            raise InputError(f"rank {rank} is outside a world of size {world_size}")
+        rank, world_size = checked(block_sizes, sample_rate, rank, world_size)
         self.warehouse = warehouse
         self.run_name, self.dataset = run_name, dataset
         # Each collection is a run of its own, and so is each rank of a multi-process one
@@ -183,25 +174,27 @@ class DsaTracer:
             dataset_variant=dataset_variant,
             model=model,
             model_config=dict(model_config) if model_config else None,
-            collector_config={
-                "block_sizes": list(self.block_sizes),
-                "topk": topk,
-                "sample_rate": sample_rate,
-                "layers": sorted(self.layers or []) or None,
-                "scores": scores,
-                "phase": "all" if prefill else "decode",
-                "prefix_tokens": prefix_tokens,
-                "seed": seed,
-                "all_ranks": all_ranks,
-                **(collector_config or {}),
-            },
+            collector_config=settings(
+                block_sizes=list(self.block_sizes),
+                topk=topk,
+                sample_rate=sample_rate,
+                layers=sorted(self.layers) if self.layers else None,
+                scores=scores,
+                phase="all" if prefill else "decode",
+                prefix_tokens=prefix_tokens,
+                seed=seed,
+                all_ranks=all_ranks,
+                more=collector_config,
+            ),
             rank=rank,
             world_size=world_size,
             started_at=datetime.now(timezone.utc),
         )
         self._writer_thread: threading.Thread | None = None
-        if not self.traced_rank:
-            return
+        if self.traced_rank:
+            self._start_writer(commit_every_s)
+
+    def _start_writer(self, commit_every_s: float) -> None:
         # loading compiled kernels holds the GIL (a second on a slow host): here, before
         # decoding, not at the writer's first batch, where it would stall the model
         load_kernels()
@@ -362,15 +355,7 @@ class DsaTracer:
             return
         if self._error is not None:
             raise WriterFailed(f"the trace writer stopped: {self._error}") from self._error
-        if isinstance(positions, int):
-            if len(self._requests) != 1:
-                raise InputError(
-                    "step(start_pos) needs exactly one open request; pass {request_id: start_pos}"
-                )
-            positions = {next(iter(self._requests)): positions}
-        prompts = {r: q.prompt_tokens for r, q in self._requests.items()}
-        layout = StepLayout.of(positions, query_tokens, prompts, self.prefill)
-        self._step = StepRecords(layout) if self.enabled and layout.traced else None
+        self._step = self._new_step(positions, query_tokens)
         ts_us = self._clock() * 1e6
         started = time.perf_counter()
         try:
@@ -382,6 +367,20 @@ class DsaTracer:
         records, self._step = self._step, None
         if records is not None and (records.indices or records.counts):
             self._submit(records.to_host(), latency_us, ts_us)
+
+    def _new_step(
+        self, positions: Mapping[int, int | tuple[int, int]] | int, query_tokens: int
+    ) -> StepRecords | None:
+        """The records of a step about to run, or None when nothing of it is traced."""
+        if isinstance(positions, int):
+            if len(self._requests) != 1:
+                raise InputError(
+                    "step(start_pos) needs exactly one open request; pass {request_id: start_pos}"
+                )
+            positions = {next(iter(self._requests)): positions}
+        prompts = {r: q.prompt_tokens for r, q in self._requests.items()}
+        layout = StepLayout.of(positions, query_tokens, prompts, self.prefill)
+        return StepRecords(layout) if self.enabled and layout.traced else None
 
     def record_topk(
         self, layer_id: int, indices: Any, scores: Any = None, *, kv_group: int | None = None
@@ -464,60 +463,39 @@ class DsaTracer:
         """Take steps off the backlog in batches (one `DsaWriter.add` per batch, so the
         writer's fixed costs are paid rarely) and commit every ``commit_every_s``."""
         yield_to_the_model()
-        writer, commit = None, None
-        prefill: list[PrefillStep] = []
-        request_keys: dict[str, int] = {}
-        last_commit = time.monotonic()
-        stop = False
+        pending = _Pending()
+        last_commit, stop = time.monotonic(), False
         try:
-            while True:
-                steps, stop = self._next_batch(last_commit + commit_every_s)
-                decode = [step for step in steps if isinstance(step, tuple)]
-                prefill.extend(step for step in steps if isinstance(step, PrefillStep))
-                if steps and commit is None:
-                    commit = self.warehouse.begin(self.run_id, operation="collect")
-                if decode and commit is not None:
-                    writer = writer or self._new_writer(commit, request_keys)
-                    for cols, lines in self._canonical(decode):
-                        writer.add(cols, lines, self._raw_of)
-                due = time.monotonic() - last_commit >= commit_every_s
-                if commit is not None and (stop or due):
-                    self._commit(writer, commit, prefill)
-                    writer, commit, prefill, last_commit = None, None, [], time.monotonic()
-                if stop:
-                    if self._finished or self._answers or self._tokens:
-                        begun = self.warehouse.begin(self.run_id, operation="collect")
-                        self._commit(None, begun, [])
-                    return
+            while not stop:
+                steps, stop = self._backlog.batch(last_commit + commit_every_s, _STOP)
+                self._take(steps, pending)
+                due = stop or time.monotonic() - last_commit >= commit_every_s
+                if pending.commit is not None and due:
+                    self._commit(pending)
+                    pending, last_commit = _Pending(pending.request_keys), time.monotonic()
+            if self._finished or self._answers or self._tokens:  # requests after the steps
+                self._commit(
+                    _Pending(commit=self.warehouse.begin(self.run_id, operation="collect"))
+                )
         except BaseException as exc:  # surfaced by the next step and by close()
             self._error = exc
-            if commit is not None:
-                self.warehouse.abort(commit)
-            while not stop:  # take what the model still submits, up to close()
-                taken, item = self._backlog.get(timeout=1.0)
-                stop = taken and item is _STOP
+            if pending.commit is not None:
+                self.warehouse.abort(pending.commit)
+            self._backlog.drain_until(_STOP, stopped=stop)  # what the model still submits
 
-    def _next_batch(self, commit_due: float) -> tuple[list[Any], bool]:
-        """Steps queued within BATCH_SECONDS of the first (or BATCH_RECORDS, or until a
-        commit is due), and whether the tracer was closed."""
-        steps: list[Any] = []
-        taken, first = self._backlog.get(timeout=1.0)
-        if not taken:
-            return steps, False
-        if first is _STOP:
-            return steps, True
-        steps.append(first)
-        records = records_of(first)
-        deadline = min(time.monotonic() + BATCH_SECONDS, commit_due)
-        while records < BATCH_RECORDS:
-            taken, item = self._backlog.get(timeout=deadline - time.monotonic())
-            if not taken:
-                break
-            if item is _STOP:
-                return steps, True
-            steps.append(item)
-            records += records_of(item)
-        return steps, False
+    def _take(self, steps: list[Any], pending: _Pending) -> None:
+        """Add a batch of steps to the pending commit (begun with the first steps)."""
+        if not steps:
+            return
+        if pending.commit is None:
+            pending.commit = self.warehouse.begin(self.run_id, operation="collect")
+        pending.prefill.extend(step for step in steps if isinstance(step, PrefillStep))
+        decode = [step for step in steps if isinstance(step, tuple)]
+        if decode:
+            if pending.writer is None:
+                pending.writer = self._new_writer(pending.commit, pending.request_keys)
+            for cols, lines in self._canonical(decode):
+                pending.writer.add(cols, lines, self._raw_of)
 
     def _new_writer(self, commit: Commit, request_keys: dict[str, int]) -> DsaWriter:
         return DsaWriter(
@@ -530,38 +508,41 @@ class DsaTracer:
             request_ids=request_keys,
         )
 
-    def _commit(self, writer: DsaWriter | None, commit: Commit, prefill: list[PrefillStep]) -> None:
-        result = writer.finish() if writer is not None else None
-        if prefill:
-            table = prefill_table(prefill, run_id=self.run_id, dataset=self.dataset, topk=self.topk)
+    def _commit(self, pending: _Pending) -> None:
+        """Write what ``pending`` gathered and the requests closed since, and commit."""
+        commit = pending.commit
+        assert commit is not None
+        result = pending.writer.finish() if pending.writer is not None else None
+        if result is not None and result.rejected:
+            rejected = quarantine_rows(self.run_id, "collect", None, result.rejected)
+            self.warehouse.write_rows(commit, "quarantine", rejected)
+        if pending.prefill:
+            table = prefill_table(
+                pending.prefill, run_id=self.run_id, dataset=self.dataset, topk=self.topk
+            )
             self.warehouse.write(commit, "dsa_prefill", table)
+        self._write_requests(commit)
+        if not self._run_written:
+            self.warehouse.write_rows(commit, "runs", [self._run_row])
+            self._run_written = True
+        self.warehouse.commit(commit)
+
+    def _write_requests(self, commit: Commit) -> None:
+        """The requests closed, their token ids and answers, since the last commit."""
         finished, self._finished = self._finished, {}
         tokens, self._tokens = self._tokens, []
         answers, self._answers = self._answers, []
         if answers:
             self.warehouse.write_rows(commit, "eval_samples", [row for row, _ in answers])
-            self.warehouse.write_rows(
-                commit, "needle_spans", [span for _, spans in answers for span in spans]
-            )
+            spans = [span for _, spans in answers for span in spans]
+            self.warehouse.write_rows(commit, "needle_spans", spans)
         if finished:
-            self.warehouse.write_rows(
-                commit,
-                "requests",
-                [
-                    {"run_id": self.run_id, "dataset": self.dataset, **row}
-                    for row in finished.values()
-                ],
-            )
+            rows = [
+                {"run_id": self.run_id, "dataset": self.dataset, **r} for r in finished.values()
+            ]
+            self.warehouse.write_rows(commit, "requests", rows)
         if tokens:
             self.warehouse.write_rows(commit, "dsa_request_tokens", tokens)
-        if result is not None and result.rejected:
-            self.warehouse.write_rows(
-                commit, "quarantine", quarantine_rows(self.run_id, "collect", None, result.rejected)
-            )
-        if not self._run_written:
-            self.warehouse.write_rows(commit, "runs", [self._run_row])
-            self._run_written = True
-        self.warehouse.commit(commit)
 
     def _raw_of(self, record_no: int) -> str:
         return f"live record {record_no}"
@@ -585,6 +566,16 @@ class DsaTracer:
                 lines = np.arange(self._record_no, self._record_no + rows, dtype=np.int64)
                 self._record_no += rows
             yield cols, lines
+
+
+@dataclass
+class _Pending:
+    """What the writer thread has gathered for its next commit."""
+
+    request_keys: dict[str, int] = field(default_factory=dict)
+    commit: Commit | None = None
+    writer: DsaWriter | None = None
+    prefill: list[PrefillStep] = field(default_factory=list)
 
 
 def _close_at_exit(tracer: weakref.ref[DsaTracer]) -> None:

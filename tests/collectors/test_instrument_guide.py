@@ -106,19 +106,17 @@ def _expected(selections, prompt_lens):
     }
 
 
-def test_the_guide_s_lines_trace_the_stand_in_s_selections(tmp_path):
+def _run_patched_standin(tmp_path, prompts):
+    """Run the stand-in with the guide's lines; its completions and selections."""
     demo = tmp_path / "inference"
     demo.mkdir()
     patches = guide_patches()
     for name, local in FILES.items():
         source = (STANDIN / local).read_text()
         (demo / local).write_text(patched(source, [p for p in patches if p[0] == name]))
-    rng = np.random.default_rng(5)
-    prompts = [rng.integers(0, 97, size=n).tolist() for n in (9, 12, 15)]
     (tmp_path / "prompts.json").write_text(json.dumps(prompts))
     (demo / "driver.py").write_text(DRIVER)
-    location = tmp_path / "wh"
-    env = {**os.environ, "KVTRACE_WAREHOUSE": str(location), "KVTRACE_RUN": "standin"}
+    env = {**os.environ, "KVTRACE_WAREHOUSE": str(tmp_path / "wh"), "KVTRACE_RUN": "standin"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "driver.py", str(tmp_path / "prompts.json"), "6", "selections.pkl"],
@@ -129,8 +127,16 @@ def test_the_guide_s_lines_trace_the_stand_in_s_selections(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    completions = json.loads(done.stdout.splitlines()[-1])
     selections = pickle.loads((demo / "selections.pkl").read_bytes())
+    shutil.rmtree(demo)
+    return json.loads(done.stdout.splitlines()[-1]), selections
+
+
+def test_the_guide_s_lines_trace_the_stand_in_s_selections(tmp_path):
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, 97, size=n).tolist() for n in (9, 12, 15)]
+    completions, selections = _run_patched_standin(tmp_path, prompts)
+    location = tmp_path / "wh"
     decode, chunks = _expected(selections, [len(p) for p in prompts])
     con = connect(Warehouse(str(location)))
     rows = con.execute(
@@ -152,4 +158,3 @@ def test_the_guide_s_lines_trace_the_stand_in_s_selections(tmp_path):
     assert con.execute("SELECT run_name, rank, world_size FROM runs").fetchall() == [
         ("standin", 0, 1)
     ]
-    shutil.rmtree(demo)

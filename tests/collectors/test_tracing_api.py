@@ -87,13 +87,33 @@ def _topk_row(rng, candidates, k):
     return row
 
 
+def _step_parts(prompts, done, chunk):
+    """Each request's (start, tokens) in the next step: a chunk of its prompt, or decode."""
+    return {
+        request: (done[request], max(min(chunk, prompt - done[request]), 0) or 1)
+        for request, prompt in prompts.items()
+    }
+
+
+def _step_picks(rng, parts, prompts, k, selected, layer):
+    """The step's top-k rows for one layer, noted in ``selected`` by query position."""
+    picks = np.full((sum(tokens for _, tokens in parts.values()), k), -1)
+    row = 0
+    for request, (start, tokens) in parts.items():
+        beyond = 4 if start < prompts[request] else 0  # a masked top-k's picks past the query
+        for i in range(tokens):
+            picks[row + i] = _topk_row(rng, start + i + 1 + beyond, k)
+            selected[(request, start, layer, start + i)] = picks[row + i]
+        row += tokens
+    return picks
+
+
 def _prefill_run(warehouse, run_name, *, prefill, seed=0):
     """Chunked prefill of three requests mixed with decode steps; the masked top-k picks
     positions after a query's own (as a causal mask over a full top-k does), and -1 pads.
-    Returns what each (request, chunk start, layer) query row selected."""
+    Returns what each (request, chunk start, layer, query position) row selected."""
     rng = np.random.default_rng(seed)
     prompts = {0: 21, 1: 9, 2: 14}
-    chunk, k, layers = 6, 5, 3
     done = dict.fromkeys(prompts, 0)  # positions computed so far
     selected = {}
     with kvtrace.trace(
@@ -102,25 +122,42 @@ def _prefill_run(warehouse, run_name, *, prefill, seed=0):
         for request, prompt in prompts.items():
             tracer.begin_request(request, list(range(100 * request, 100 * request + prompt)))
         for _ in range(8):
-            parts = {}
-            for request, prompt in prompts.items():
-                tokens = max(min(chunk, prompt - done[request]), 0) or 1  # a chunk, or decode
-                parts[request] = (done[request], tokens)
-            rows = sum(tokens for _, tokens in parts.values())
+            parts = _step_parts(prompts, done, chunk=6)
             with tracer.step(parts):
-                for layer in range(layers):
-                    picks = np.full((rows, k), -1)
-                    row = 0
-                    for request, (start, tokens) in parts.items():
-                        beyond = 4 if start < prompts[request] else 0  # masked picks
-                        for i in range(tokens):
-                            picks[row + i] = _topk_row(rng, start + i + 1 + beyond, k)
-                            selected[(request, start, layer, start + i)] = picks[row + i]
-                        row += tokens
+                for layer in range(3):
+                    picks = _step_picks(rng, parts, prompts, 5, selected, layer)
                     kvtrace.record_topk(layer, torch.from_numpy(picks))
-            for request, (start, tokens) in parts.items():
-                done[request] = start + tokens
+            done = {request: start + tokens for request, (start, tokens) in parts.items()}
     return prompts, selected
+
+
+def _brute_force(prompts, selected):
+    """Decode rows, and per prefill chunk its end and how often each position was picked
+    by its queries (0 <= pos <= the query's own position)."""
+    chunks: dict[tuple[int, int, int], dict[int, int]] = {}
+    ends: dict[tuple[int, int, int], int] = {}
+    decode = {}
+    for (request, start, layer, query), picks in selected.items():
+        if start >= prompts[request]:  # a decode step (one token past the prompt)
+            decode[(request, start, layer)] = sorted({int(p) for p in picks if p >= 0})
+            continue
+        counts = chunks.setdefault((request, start, layer), {})
+        for p in (int(p) for p in picks if 0 <= p <= query):
+            counts[p] = counts.get(p, 0) + 1
+        ends[(request, start, layer)] = max(ends.get((request, start, layer), 0), query + 1)
+    return decode, chunks, ends
+
+
+def _blocks_expected(chunks, ends, block_size):
+    return {
+        (r, s, layer): (
+            ends[(r, s, layer)] - s,
+            sum(counts.values()),
+            len({p // block_size for p in counts}),
+            -(-ends[(r, s, layer)] // block_size),
+        )
+        for (r, s, layer), counts in chunks.items()
+    }
 
 
 def test_prefill_chunks_hold_each_query_s_picks_and_decode_is_unchanged(tmp_path):
@@ -128,19 +165,7 @@ def test_prefill_chunks_hold_each_query_s_picks_and_decode_is_unchanged(tmp_path
     prompts, selected = _prefill_run(location, "with", prefill=True)
     _prefill_run(location, "without", prefill=False)
     con = connect(Warehouse(location))
-    # brute force: every query row's picks that are real (0 <= pos <= the query's own)
-    chunks: dict[tuple[int, int, int], dict[int, int]] = {}
-    ends: dict[tuple[int, int, int], int] = {}
-    decode = {}
-    for (request, start, layer, query), picks in selected.items():
-        real = [int(p) for p in picks if 0 <= p <= query]
-        if start >= prompts[request]:  # a decode step (one token past the prompt)
-            decode[(request, start, layer)] = sorted(set(int(p) for p in picks if p >= 0))
-            continue
-        counts = chunks.setdefault((request, start, layer), {})
-        for p in real:
-            counts[p] = counts.get(p, 0) + 1
-        ends[(request, start, layer)] = max(ends.get((request, start, layer), 0), query + 1)
+    decode, chunks, ends = _brute_force(prompts, selected)
     got = con.execute(
         "SELECT request_id, query_start, layer_id, query_end, selected_pos, select_count "
         "FROM dsa_prefill"
@@ -156,16 +181,8 @@ def test_prefill_chunks_hold_each_query_s_picks_and_decode_is_unchanged(tmp_path
             "total_blocks_in_use FROM dsa_prefill_blocks(?)",
             [block_size],
         ).fetchall()
-        expected = {
-            (r, s, layer): (
-                ends[(r, s, layer)] - s,
-                sum(counts.values()),
-                len({p // block_size for p in counts}),
-                -(-ends[(r, s, layer)] // block_size),
-            )
-            for (r, s, layer), counts in chunks.items()
-        }
-        assert {(r, s, layer): tuple(rest) for r, s, layer, *rest in blocks} == expected
+        got_blocks = {(r, s, layer): tuple(rest) for r, s, layer, *rest in blocks}
+        assert got_blocks == _blocks_expected(chunks, ends, block_size)
 
 
 def test_only_rank_zero_traces_unless_every_rank_is_asked_for(warehouse):
@@ -178,47 +195,57 @@ def test_only_rank_zero_traces_unless_every_rank_is_asked_for(warehouse):
     assert connect(warehouse).execute("SELECT count(*) FROM runs").fetchone() == (0,)
 
 
-def test_disagreeing_ranks_are_reported_row_by_row(warehouse):
-    rng = np.random.default_rng(7)
-    picks = {}
+def _trace_rank(warehouse, rank, picks, changed, dropped):
+    """Rank ``rank`` of two traces ``picks``; rank 1 selects otherwise at ``changed`` and
+    records nothing at ``dropped``.  Returns what it recorded."""
+    recorded = {}
+    tracer = kvtrace.DsaTracer(
+        warehouse, run_name="tp2", dataset="unit", rank=rank, world_size=2, all_ranks=True
+    )
     for request in range(2):
+        tracer.begin_request(request, list(range(30)))
         for step in range(30, 34):
-            for layer in range(3):
-                picks[(request, step, layer)] = rng.choice(step + 1, 6, replace=False)
-    changed = {(0, 31, 2), (1, 33, 0)}  # rank 1 selects otherwise here
-    dropped = {(1, 32, 1)}  # rank 1 never records this layer
-    selections = {}
-    for rank in (0, 1):
-        tracer = kvtrace.DsaTracer(
-            warehouse, run_name="tp2", dataset="unit", rank=rank, world_size=2, all_ranks=True
-        )
-        for request in range(2):
-            tracer.begin_request(request, list(range(30)))
-            for step in range(30, 34):
-                with tracer.step({request: step}):
-                    for layer in range(3):
-                        key = (request, step, layer)
-                        chosen = picks[key].copy()
-                        if rank == 1 and key in changed:
-                            chosen[0] = min(set(range(step + 1)) - set(chosen.tolist()))
-                        if rank == 1 and key in dropped:
-                            continue
-                        selections[(rank, *key)] = sorted(set(chosen.tolist()))
-                        tracer.record_topk(layer, chosen)
-            tracer.end_request(request)
-        tracer.close()
-    # brute force: rank 0 holds every row, so it is the reference everywhere
+            with tracer.step({request: step}):
+                for layer in range(3):
+                    key = (request, step, layer)
+                    chosen = picks[key].copy()
+                    if rank == 1 and key in changed:
+                        chosen[0] = min(set(range(step + 1)) - set(chosen.tolist()))
+                    if rank == 1 and key in dropped:
+                        continue
+                    recorded[key] = sorted(set(chosen.tolist()))
+                    tracer.record_topk(layer, chosen)
+        tracer.end_request(request)
+    tracer.close()
+    return recorded
+
+
+def _disagreements(picks, zero, one):
+    """Brute force: rank 0 holds every row, so it is the reference everywhere."""
     expected = {}
     for key in picks:
-        missing = [] if (1, *key) in selections else [1]
-        differs = [1] if not missing and selections[(1, *key)] != selections[(0, *key)] else []
+        missing = [] if key in one else [1]
+        differs = [1] if not missing and one[key] != zero[key] else []
         if missing or differs:
             expected[key] = ([0, 1], 0, missing, differs)
+    return expected
+
+
+def test_disagreeing_ranks_are_reported_row_by_row(warehouse):
+    rng = np.random.default_rng(7)
+    picks = {
+        (request, step, layer): rng.choice(step + 1, 6, replace=False)
+        for request in range(2)
+        for step in range(30, 34)
+        for layer in range(3)
+    }
+    changed = {(0, 31, 2), (1, 33, 0)}
+    dropped = {(1, 32, 1)}
+    zero, one = (_trace_rank(warehouse, rank, picks, changed, dropped) for rank in (0, 1))
+    expected = _disagreements(picks, zero, one)
     con = connect(warehouse)
-    assert con.execute("SELECT rank, world_size FROM runs ORDER BY rank").fetchall() == [
-        (0, 2),
-        (1, 2),
-    ]
+    ranks = con.execute("SELECT rank, world_size FROM runs ORDER BY rank").fetchall()
+    assert ranks == [(0, 2), (1, 2)]
     got = con.execute("FROM dsa_rank_disagreements").fetchall()
     assert {(r, s, layer): tuple(rest) for _, r, s, layer, *rest in got} == expected
     assert len(expected) == 3  # whatever the draw, the two changes and the drop
