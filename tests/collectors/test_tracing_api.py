@@ -330,3 +330,22 @@ def test_the_prefill_view_s_worked_example(warehouse):
     assert row == (4, 6, 9, 2.25, 2, 3, 0.667, 4.5)
     with pytest.raises(Exception, match="block size must be a positive number"):
         con.execute("FROM dsa_prefill_blocks(0)").fetchall()
+
+
+def test_layers_of_one_step_may_ask_for_different_k(warehouse):
+    with kvtrace.trace(warehouse, run_name="widths", scores="full") as tracer:
+        first = tracer.begin_request(None, list(range(10)))
+        second = tracer.begin_request(None, list(range(12)))
+        assert (first, second) == (0, 1)
+        with tracer.step({first: 10, second: 12}):
+            kvtrace.record_topk(0, torch.tensor([[1, 5, 10], [0, 12, -1]]), torch.ones(2, 3))
+            kvtrace.record_topk(1, torch.tensor([[9, 8, 7, 6, 5], [4, 3, 2, 1, 0]]))
+    rows = connect(warehouse).execute(
+        "SELECT request_id, layer_id, selected_pos, scores FROM dsa_steps ORDER BY 1, 2"
+    )
+    assert rows.fetchall() == [
+        (0, 0, [1, 5, 10], None),
+        (0, 1, [5, 6, 7, 8, 9], None),
+        (1, 0, [0, 12], None),
+        (1, 1, [0, 1, 2, 3, 4], None),
+    ]
