@@ -57,11 +57,16 @@ def canonical_columns(
     for block_size in block_sizes:
         distinct = block_stats.touched_blocks(lists, block_size)
         touched = np.split(distinct.values.astype(np.int64), distinct.offsets[1:-1])
+        heads = group_of_row < 0  # a KV group's own selection reads no tier
         fetched = tiers[block_size].fetch(
-            batch_step, request_of_row, layer_of_row, touched, block_size
+            batch_step[heads],
+            request_of_row[heads],
+            layer_of_row[heads],
+            [blocks for blocks, kept in zip(touched, heads, strict=True) if kept],
+            block_size,
         )
         yield {
-            **tier_columns(fetched),
+            **tier_columns(fetched, heads),
             "run_name": pa.array([run_name] * rows),
             "dataset": pa.array([dataset] * rows),
             "layer_id": pa.array(layer_of_row),
@@ -83,19 +88,31 @@ def canonical_columns(
         }
 
 
-def tier_columns(fetched: dict[str, TierFetch]) -> dict[str, pa.Array]:
+def tier_columns(fetched: dict[str, TierFetch], kept: np.ndarray) -> dict[str, pa.Array]:
+    """The tier model's reads of the ``kept`` rows (the all-heads rows); the other rows'
+    tier columns are NULL."""
     columns: dict[str, pa.Array] = {}
+    missing = pa.array(~kept)
     for tier, fetch in fetched.items():
-        counts = np.array([len(h) for h in fetch.hit_blocks], dtype=np.int64)
-        values = np.concatenate(fetch.hit_blocks) if len(counts) else np.zeros(0, np.int64)
+        counts = np.zeros(len(kept), np.int64)
+        counts[kept] = [len(h) for h in fetch.hit_blocks]
+        values = np.concatenate(fetch.hit_blocks) if fetch.hit_blocks else np.zeros(0, np.int64)
         columns[f"{tier}_hit_blocks"] = pa.ListArray.from_arrays(
             pa.array(np.concatenate(([0], np.cumsum(counts))).astype(np.int32)),
             pa.array(values, pa.int64()),
+            mask=missing,
         )
-        columns[f"{tier}_bytes_read"] = pa.array(fetch.bytes_read, pa.int64())
-        columns[f"{tier}_read_ops"] = pa.array(fetch.read_ops, pa.int64())
-        columns[f"{tier}_latency_us"] = pa.array(fetch.latency_us, pa.float64(), from_pandas=True)
+        columns[f"{tier}_bytes_read"] = _spread(fetch.bytes_read, kept, pa.int64())
+        columns[f"{tier}_read_ops"] = _spread(fetch.read_ops, kept, pa.int64())
+        columns[f"{tier}_latency_us"] = _spread(fetch.latency_us, kept, pa.float64())
     return columns
+
+
+def _spread(values: Any, kept: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """``values`` of the kept rows at their places, NULL elsewhere (and where NaN)."""
+    spread = np.full(len(kept), np.nan)
+    spread[kept] = np.asarray(values, np.float64)
+    return pa.array(spread, from_pandas=True).cast(kind)
 
 
 def step_rows(

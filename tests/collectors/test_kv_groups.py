@@ -347,3 +347,42 @@ def test_the_histograms_count_the_all_heads_rows_only(warehouse):
     con = connect(warehouse)
     assert dict(con.execute('SELECT "offset", n FROM _dsa_offset_hist_files').fetchall()) == offsets
     assert dict(con.execute("SELECT tokens, n FROM _dsa_fill_hist_files").fetchall()) == fills
+
+
+def test_group_rows_leave_the_tier_model_as_the_all_heads_rows_alone_would(tmp_path):
+    from kvtrace.collectors.kv_tiers import LruTiers
+
+    rng = random.Random(11)
+    selections = {
+        (step, group): sorted(rng.sample(range(step + 1), 3))
+        for step in range(6, 16)
+        for group in (None, 0, 1)
+    }
+    columns = "hbm_blocks, local_pool_blocks, remote_pool_blocks, hbm_bytes_read"
+
+    def traced(name: str, groups: tuple) -> list[tuple]:
+        warehouse = Warehouse(str(tmp_path / name), create=True)
+        tiers = LruTiers(2, 2, bytes_per_token=2)
+        tracer = DsaTracer(
+            warehouse, run_name=name, dataset="unit", topk=3, block_sizes=(B,), tier_model=tiers
+        )
+        tracer.begin_request(0, list(range(6)))
+        for step in range(6, 16):
+            with tracer.step({0: step}):
+                for group in groups:
+                    picked = np.array(selections[(step, group)])
+                    tracer.record_topk(0, picked, kv_group=group)
+        tracer.close()
+        return (
+            connect(warehouse)
+            .execute(
+                f"SELECT kv_group, {columns} FROM _dsa_steps_files ORDER BY step_idx, kv_group"
+            )
+            .fetchall()
+        )
+
+    alone = traced("alone", (None,))
+    grouped = traced("grouped", (None, 0, 1))
+    assert [row for row in grouped if row[0] is None] == alone
+    assert {row[1:] for row in grouped if row[0] is not None} == {(None,) * 4}
+    assert {row[3] for row in alone} != {0}  # the model sent blocks to the remote pool
