@@ -39,11 +39,13 @@ def trace(
     return tracer
 
 
-def record_topk(layer_id: int, indices: Any, scores: Any = None) -> None:
-    """Report one layer's top-k to the open trace (`DsaTracer.record_topk`); a no-op
-    when no trace is open or no step is running."""
+def record_topk(
+    layer_id: int, indices: Any, scores: Any = None, *, kv_group: int | None = None
+) -> None:
+    """Report one layer's top-k (or, with ``kv_group``, one KV group's) to the open trace
+    (`DsaTracer.record_topk`); a no-op when no trace is open or no step is running."""
     if CURRENT:
-        CURRENT[0].record_topk(layer_id, indices, scores)
+        CURRENT[0].record_topk(layer_id, indices, scores, kv_group=kv_group)
 
 
 def current_tracer() -> DsaTracer | None:

@@ -48,9 +48,14 @@ def test_record_topk_reports_to_the_open_trace_only(warehouse):
         kvtrace.record_topk(0, np.arange(3))  # outside a step: ignored
         with tracer.step(3):
             kvtrace.record_topk(0, np.array([2, 0, 3]))
+            kvtrace.record_topk(0, np.array([1]), kv_group=1)
         tracer.end_request(0, new_tokens=1)
     kvtrace.record_topk(0, np.arange(4))  # closed: nothing happens
-    assert _decode_rows(connect(warehouse)) == {(0, 3, 0): [0, 2, 3]}
+    con = connect(warehouse)
+    assert _decode_rows(con) == {(0, 3, 0): [0, 2, 3]}
+    assert con.execute("SELECT kv_group, selected_pos FROM dsa_group_steps").fetchall() == [
+        (1, [1])
+    ]
 
 
 def test_a_folder_is_created_and_batched_torch_rows_map_to_the_step_requests(tmp_path):
