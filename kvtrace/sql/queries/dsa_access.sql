@@ -305,8 +305,15 @@ FROM (SELECT unnest(kvtrace_reuse(bs, granularity, scope, sharing), recursive :=
 -- @macro dsa_hit_curve(bs, policy, granularity, scope, capacities, sharing, sample)
 -- Per run: hits of a cache of each capacity under a policy: 'lru' (the default; every
 -- capacity from one stack-distance pass), 'opt' (Belady: the ceiling no online policy
--- beats), 'fifo', or 'pin_prefix' (the prefix regions of prefix-cache hits pinned, LRU
--- for the rest; in a shared pool each shared block is pinned once).  Capacities: 1, 2,
+-- that fetches on demand beats), 'fifo', 'pin_prefix' (the prefix regions of
+-- prefix-cache hits pinned before they are read, so it can beat 'opt'; LRU for the
+-- rest; in a shared pool each shared block is pinned once),
+-- 'sliding_window' (the blocks of an active request's last 2,048 tokens kept above the
+-- rest, LRU among equals; `kvtrace whatif --window-tokens` sets the window), 'lfu'
+-- (fewest accesses since the stream began evicted first) or 'score' (the lowest
+-- largest selected-position score at the latest read evicted first; needs stored
+-- scores).  The last three rank their blocks whatever the capacity, so every capacity
+-- comes from one pass.  Capacities: 1, 2,
 -- 4, ... up to the first power of two at or above the largest working set (distinct
 -- items of a unit), plus those listed in `capacities`.  A hit on a request's first touch
 -- of an item another request brought in is also counted as a shared hit.
@@ -321,7 +328,7 @@ FROM (SELECT unnest(kvtrace_reuse(bs, granularity, scope, sharing), recursive :=
 --                             sample := 0.01)
 -- @column run_id           the run
 -- @column block_size       the block size asked for
--- @column policy           lru, opt, fifo or pin_prefix
+-- @column policy           lru, opt, fifo, pin_prefix, sliding_window, lfu or score
 -- @column granularity      block or layer_block
 -- @column scope            request or run
 -- @column sharing          private or content
