@@ -88,3 +88,21 @@ def tiered_levels(stream: list, capacities: list[int], policy: str) -> list[int]
                 if k + 1 < len(tiers):
                     tiers[k + 1].append(oldest)
     return levels
+
+
+def evicting(stream: list, capacity: int, rank) -> list[bool]:
+    """A demand cache of ``capacity`` items that, full, evicts the cached item of lowest
+    ``rank(item, time)`` evaluated at the miss; ``rank`` sees the accesses before it."""
+    cache: set = set()
+    hits = []
+    for time, item in enumerate(stream):
+        if item in cache:
+            hits.append(True)
+            continue
+        hits.append(False)
+        if capacity == 0:
+            continue
+        if len(cache) == capacity:
+            cache.remove(min(cache, key=lambda other: rank(other, time)))
+        cache.add(item)
+    return hits

@@ -110,23 +110,6 @@ def _name(request: int, block: int, block_size: int, sharing: str) -> tuple:
     )
 
 
-def _evicting(items: list, capacity: int, rank) -> list[bool]:
-    """A demand cache that, full, evicts its item of lowest ``rank(item, now)``."""
-    cache: set = set()
-    hits = []
-    for now, item in enumerate(items):
-        if item in cache:
-            hits.append(True)
-            continue
-        hits.append(False)
-        if capacity == 0:
-            continue
-        if len(cache) == capacity:
-            cache.remove(min(cache, key=lambda other: rank(other, now)))
-        cache.add(item)
-    return hits
-
-
 def _latest(items: list, item, now: int) -> int:
     return max(t for t in range(now) if items[t] == item)
 
@@ -136,7 +119,7 @@ def _brute(policy: str, stream: list[dict], capacity: int, block_size: int, gran
     """Each policy by its definition, one unit's stream (a request, or the pool)."""
     items = [access["item"] for access in stream]
     if policy == "lfu":
-        return _evicting(
+        return cache_models.evicting(
             items, capacity, lambda y, now: (items[:now].count(y), _latest(items, y, now))
         )
     if policy == "score":
@@ -145,7 +128,7 @@ def _brute(policy: str, stream: list[dict], capacity: int, block_size: int, gran
             at = _latest(items, y, now)
             return stream[at]["score"], at
 
-        return _evicting(items, capacity, by_score)
+        return cache_models.evicting(items, capacity, by_score)
 
     def windowed(y, now):
         newest = {}  # each request's latest step so far (all end at the last step)
@@ -161,7 +144,7 @@ def _brute(policy: str, stream: list[dict], capacity: int, block_size: int, gran
                     kept.add((layer, _name(request, block, block_size, sharing)))
         return y in kept, _latest(items, y, now)
 
-    return _evicting(items, capacity, windowed)
+    return cache_models.evicting(items, capacity, windowed)
 
 
 POOLS = [("request", "private"), ("run", "private"), ("run", "content")]

@@ -20,31 +20,13 @@ from kvtrace.kernels.priority_sim import (
 from tests import cache_models
 
 
-def evicting(stream: list[int], capacity: int, rank) -> list[bool]:
-    """A demand cache of ``capacity`` items that, full, evicts the cached item of lowest
-    ``rank(item, time)`` evaluated at the miss; ``rank`` sees the accesses before it."""
-    cache: set[int] = set()
-    hits = []
-    for time, item in enumerate(stream):
-        if item in cache:
-            hits.append(True)
-            continue
-        hits.append(False)
-        if capacity == 0:
-            continue
-        if len(cache) == capacity:
-            cache.remove(min(cache, key=lambda other: rank(other, time)))
-        cache.add(item)
-    return hits
-
-
 def latest(stream: list[int], item: int, time: int) -> int:
     return max(t for t in range(time) if stream[t] == item)
 
 
 def lfu(stream: list[int], capacity: int) -> list[bool]:
     """Fewest accesses since the start of the stream, then least recently used."""
-    return evicting(
+    return cache_models.evicting(
         stream,
         capacity,
         lambda y, now: (stream[:now].count(y), latest(stream, y, now)),
@@ -58,7 +40,7 @@ def lowest_score(stream: list[int], scores: list[float], capacity: int) -> list[
         at = latest(stream, y, now)
         return scores[at], at
 
-    return evicting(stream, capacity, rank)
+    return cache_models.evicting(stream, capacity, rank)
 
 
 def windowed(
@@ -84,7 +66,9 @@ def windowed(
                     return True
         return False
 
-    return evicting(stream, capacity, lambda y, now: (protected(y, now), latest(stream, y, now)))
+    return cache_models.evicting(
+        stream, capacity, lambda y, now: (protected(y, now), latest(stream, y, now))
+    )
 
 
 def all_capacities(caches: PriorityCaches, levels: np.ndarray, capacities: list[int]):
