@@ -38,6 +38,7 @@ TABLE_NAMES: tuple[str, ...] = (
     "timeline_events",
     "kv_events",
     "kv_event_blocks",
+    "engine_metrics",
 )
 """Every table's name, in the order of `kvtrace.warehouse.schema.tables.TABLES` (a test
 holds the two together)."""

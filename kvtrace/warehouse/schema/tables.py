@@ -14,6 +14,7 @@ from kvtrace.warehouse.schema.dsa import (
     DSA_STEPS,
 )
 from kvtrace.warehouse.schema.dsa_prefill import DSA_PREFILL
+from kvtrace.warehouse.schema.engine_metrics import ENGINE_METRICS
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, MERGE_NUMERICS, NEEDLE_SPANS
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
@@ -50,6 +51,7 @@ TABLES: dict[str, TableSpec] = {
         TIMELINE_EVENTS,
         KV_EVENTS,
         KV_EVENT_BLOCKS,
+        ENGINE_METRICS,
     )
 }
 
