@@ -47,7 +47,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.sink import REPEATED, FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
-from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
+from kvtrace.warehouse.schema.timeline import TIMELINE_COUNTERS, TIMELINE_EVENTS
 
 BLOCK_BYTES = 1 << 20
 BATCH_EVENTS = 50_000
@@ -474,7 +474,7 @@ class TimelineFamily:
 
     name = "timeline"
     reads = "Kineto profiler traces (traceEvents)"
-    tables = (TIMELINE_EVENTS.name,)
+    tables = (TIMELINE_EVENTS.name, TIMELINE_COUNTERS.name)
     reads_only_record_keys = True
 
     def recognise(self, probe: Probe) -> str | None:

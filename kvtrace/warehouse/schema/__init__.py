@@ -36,6 +36,7 @@ TABLE_NAMES: tuple[str, ...] = (
     "benchmark_summaries",
     "batch_metrics",
     "timeline_events",
+    "timeline_counters",
     "kv_events",
     "kv_event_blocks",
     "engine_metrics",

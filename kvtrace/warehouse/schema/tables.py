@@ -18,7 +18,7 @@ from kvtrace.warehouse.schema.engine_metrics import ENGINE_METRICS
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, MERGE_NUMERICS, NEEDLE_SPANS
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
-from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
+from kvtrace.warehouse.schema.timeline import TIMELINE_COUNTERS, TIMELINE_EVENTS
 from kvtrace.warehouse.schema.workload import (
     BATCH_METRICS,
     BENCHMARK_SUMMARIES,
@@ -49,6 +49,7 @@ TABLES: dict[str, TableSpec] = {
         BENCHMARK_SUMMARIES,
         BATCH_METRICS,
         TIMELINE_EVENTS,
+        TIMELINE_COUNTERS,
         KV_EVENTS,
         KV_EVENT_BLOCKS,
         ENGINE_METRICS,
