@@ -1,0 +1,25 @@
+-- Engines' own Prometheus metrics (`kvtrace collect metrics`, or saved scrapes read by
+-- `kvtrace ingest`): every sample of every scrape, one row each.
+--
+-- A row is one sample as the engine exposed it: its name (`metric`, e.g.
+-- vllm:prefix_cache_hits_total or vllm:e2e_request_latency_seconds_bucket), the family
+-- it belongs to (`family`, e.g. vllm:prefix_cache_hits), its labels as JSON text with
+-- sorted keys (`labels->>'le'` reads one), its value and the family's type.  A value
+-- that is not a finite number (NaN, +Inf, -Inf) is NULL.  Every live scrape also gives
+-- the series Prometheus adds to each scrape: `up` (1 when the scrape succeeded, else
+-- 0), `scrape_duration_seconds`, `scrape_samples_scraped`, and on failure
+-- `kvtrace_scrape_error` with the reason in its `error` label.
+
+-- @view engine_metrics
+-- One row per scraped Prometheus sample.
+-- @column run_id      the run
+-- @column experiment  experiment label (NULL when none was given)
+-- @column worker_id   the endpoint's NAME (--endpoint NAME=URL), or the saved scrape's worker
+-- @column ts          when the scrape was taken (UTC), or the sample's own timestamp
+-- @column t_s         seconds since the run's first scrape
+-- @column metric      the sample's name as exposed (counters end in _total)
+-- @column family      the metric family's name
+-- @column labels      the sample's labels, JSON object text with sorted keys ("{}": none)
+-- @column value       the sample's value (NULL when not a finite number)
+-- @column type        counter, gauge, histogram, summary, info, stateset, gaugehistogram or unknown
+CREATE VIEW engine_metrics AS SELECT * FROM _engine_metrics_files;
