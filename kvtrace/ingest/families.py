@@ -23,6 +23,7 @@ from importlib.metadata import EntryPoint, entry_points
 from kvtrace.errors import InputError
 from kvtrace.ingest.family import Family, IngestOptions
 from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.readers.counters import COUNTERS
 from kvtrace.ingest.readers.dsa import DSA
 from kvtrace.ingest.readers.eval_preds import EVAL
 from kvtrace.ingest.readers.kineto import TIMELINE
@@ -42,6 +43,7 @@ BUILT_IN: tuple[Family, ...] = (
     REQUESTS,
     EVAL,
     NUMERICS,
+    COUNTERS,
     WORKLOAD,
     DSA,
     RUN_SUMMARY,

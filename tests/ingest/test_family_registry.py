@@ -15,6 +15,9 @@ from kvtrace.warehouse.schema import TABLE_NAMES
 
 BOOKKEEPING_TABLES = {"runs", "quarantine", "ingest_checks"}  # written by every commit
 COLLECTOR_TABLES = {"needle_spans", "dsa_prefill"}  # written only by the live DSA tracer
+# tables two families fill: a profiler's own counter events, and the named counters a
+# program writes beside its trace
+SHARED_TABLES = {"timeline_counters": ["timeline", "counters"]}
 
 
 def test_every_table_is_claimed_by_exactly_one_family_or_is_bookkeeping():
@@ -23,7 +26,7 @@ def test_every_table_is_claimed_by_exactly_one_family_or_is_bookkeeping():
         for table in family.tables:
             claims.setdefault(table, []).append(family.name)
     assert set(claims) <= set(TABLE_NAMES), "a family names a table the schema lacks"
-    assert {table: names for table, names in claims.items() if len(names) > 1} == {}
+    assert {table: names for table, names in claims.items() if len(names) > 1} == SHARED_TABLES
     unclaimed = set(TABLE_NAMES) - set(claims) - BOOKKEEPING_TABLES - COLLECTOR_TABLES
     assert unclaimed == set(), "a table no family fills: name it in its family's tables"
     assert not set(claims) & (BOOKKEEPING_TABLES | COLLECTOR_TABLES)
@@ -38,7 +41,7 @@ def test_each_family_is_a_family_with_a_unique_name_and_a_phrase():
 def test_the_kind_help_lists_every_family():
     assert kind_help() == (
         "Read every file as timeline, benchmark, kv-events, pool, requests, eval, "
-        "numerics, workload, dsa or summary (default: told by each file's content)."
+        "numerics, counters, workload, dsa or summary (default: told by each file's content)."
     )
 
 
@@ -58,6 +61,7 @@ def test_the_sentence_for_an_unknown_file_lists_what_each_family_reads(tmp_path)
         "Vidur), KV-cache event batches (BlockStored, BlockRemoved), pool snapshots "
         "(worker_id, held_tokens), request metrics (execution_mode, latency_s), RULER "
         "predictions (pred, outputs), merge numerics (chunks, lse_max_diff, out_max_diff), "
+        "named counters (ts_us, name, value), "
         "arrival traces (Mooncake JSONL; Azure, BurstGPT, "
         "Splitwise CSV), DSA records (selected_token_pos) and serving run summaries "
         "(*_summary.json); --kind forces one"

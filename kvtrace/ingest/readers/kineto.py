@@ -14,6 +14,14 @@ view, so the file is read once.  The trace's ``distributedInfo`` gives the rank 
 to ``runs`` with the schema version (Kineto writes these keys before the events; a rank
 given only after them is missing from the rows).
 
+Counter events (``"ph": "C"``, ``args`` = ``{series: value, ...}``, as Kineto's
+``ChromeTraceLogger::writeCounterEvent`` writes them) become ``timeline_counters`` rows,
+one per series, on the same clock and rank as the complete events: the counter is the
+event's name, the series the key inside ``args`` (Kineto's hardware counters write one
+series named ``""``).  A series whose value is not a number goes to the quarantine, the
+event's other series are kept.  The trace's ``baseTimeNanoseconds`` (the Unix time its
+``ts`` values count from, newer Kineto versions) goes to ``runs`` with the schema version.
+
 Memory stays bounded: the file (plain or gzip) is read in 1 MB blocks; the events of the
 ``traceEvents`` array up to a block's last event boundary are decoded in one call into
 `Event` structs that hold only the fields the table keeps (msgspec skips the rest
@@ -45,6 +53,16 @@ from kvtrace.ingest._repeats import Repeats
 from kvtrace.ingest._values import EXACT_LIMIT, BadValue, finite_number, whole_number
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.readers._counter_rows import (
+    DIGESTED as COUNTER_DIGESTED,
+)
+from kvtrace.ingest.readers._counter_rows import (
+    NO_LABELS,
+    CounterRow,
+    counter_table,
+    counter_time,
+    counter_value,
+)
 from kvtrace.ingest.sink import REPEATED, FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_COUNTERS, TIMELINE_EVENTS
@@ -91,8 +109,26 @@ class Event(msgspec.Struct, gc=False):
     args: EventArgs | None = None
 
 
+class CounterArgs(msgspec.Struct, gc=False):
+    """An event's phase and its ``args`` undecoded: a run holding counter events is
+    read a second time as these, and only the counter events' ``args`` are decoded."""
+
+    ph: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+@dataclass(frozen=True, slots=True)
+class CounterEvent:
+    """A counter event (``"ph": "C"``): its other fields as an `Event`, its ``args``
+    (``{series: value}``) as decoded."""
+
+    event: Event
+    args: Any
+
+
 _NO_ARGS = EventArgs()
 _EVENT_RUN = msgspec.json.Decoder(list[Event])
+_COUNTER_ARGS_RUN = msgspec.json.Decoder(list[CounterArgs])
 _INT_ARGS = (
     "stream",
     "device",
@@ -128,8 +164,17 @@ class KinetoReader:
     path: Path
     rejected: list[BadLine] = field(default_factory=list)
     header: KinetoHeader = field(default_factory=KinetoHeader)
-    repeated: int = 0  # events left out as exact repeats of earlier ones
+    repeated: int = 0  # events (and counter values) left out as exact repeats
     _seen: Repeats = field(default_factory=Repeats, repr=False)
+    _counters_seen: Repeats = field(default_factory=Repeats, repr=False)
+    _counters: list[pa.Table] = field(default_factory=list, repr=False)
+
+    def take_counters(self) -> list[pa.Table]:
+        """The ``timeline_counters`` batches read since the last call; call it after
+        each batch `batches` yields and once after the last (those read after the last
+        batch carry the rank the whole header gives)."""
+        taken, self._counters = self._counters, []
+        return taken
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
         """Batches of about `BATCH_EVENTS` rows; each run of decoded events becomes
@@ -149,6 +194,12 @@ class KinetoReader:
                     for i, event in enumerate(run, index)
                     if event is TOO_DEEP
                 ]
+                counters = [
+                    (i, event) for i, event in enumerate(run, index) if type(event) is CounterEvent
+                ]
+                if counters:
+                    self._read_header(others)
+                    self._keep_counters(counters)
             index += len(run)
             del run
             if kept:
@@ -158,8 +209,52 @@ class KinetoReader:
                 yield self._first_only(pa.concat_tables(pending))
                 pending, held = [], 0
         self._read_header(others)
+        self._counters = [self._with_rank(table) for table in self._counters]
         if pending:
             yield self._with_rank(self._first_only(pa.concat_tables(pending)))
+
+    def _keep_counters(self, counters: list[tuple[int, CounterEvent]]) -> None:
+        """The counter events' values as one ``timeline_counters`` batch, less exact
+        repeats; series that are not numbers go to ``rejected``."""
+        rows: list[CounterRow] = []
+        for index, counter in counters:
+            rows += self._counter_rows(index, counter)
+        if not rows:
+            return
+        table = counter_table(rows, self.header.rank, "kineto")
+        first = self._counters_seen.first_seen([table[c] for c in COUNTER_DIGESTED])
+        if not first.all():
+            self.repeated += int(np.count_nonzero(~first))
+            table = table.filter(pa.array(first))
+        self._counters.append(table)
+
+    def _counter_rows(self, index: int, counter: CounterEvent) -> list[CounterRow]:
+        """One row per numeric series of a counter event."""
+        event, args = counter.event, counter.args
+        raw = _counter_raw(event, args)
+        try:
+            ts = counter_time("ts", event.ts)
+        except BadValue as exc:
+            self.rejected.append(BadLine(index + 1, f"a C event needs a numeric ts: {exc}", raw))
+            return []
+        if type(args) is not dict or not args:
+            self.rejected.append(
+                BadLine(index + 1, "a C event needs args that map series to numbers", raw)
+            )
+            return []
+        rows, bad = [], []
+        for series, value in args.items():
+            try:
+                number = counter_value(f"args.{series}", value)
+            except BadValue as exc:
+                bad.append(str(exc))
+                continue
+            pid = None if event.pid is None else str(event.pid)
+            rows.append(CounterRow(index, pid, str(event.name), series, NO_LABELS, ts, number))
+        if bad:
+            reason = f"a C event's series must be numbers: {'; '.join(bad)}"
+            self.rejected.append(BadLine(index + 1, reason[:500], raw))
+        return rows
 
     def _first_only(self, rows: pa.Table) -> pa.Table:
         """``rows`` (with the events' ids beside them) less exact repeats of events
@@ -240,9 +335,11 @@ class KinetoReader:
         info = others.get("distributedInfo")
         info = info if isinstance(info, dict) else {}
         self.header.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
+        base = others.get("baseTimeNanoseconds")
         self.header.run_config = {
             "schema_version": others.get("schemaVersion"),
             "distributed_info": info,
+            **({"base_time_ns": base} if type(base) is int else {}),
             **(
                 {"device_properties": others["deviceProperties"]}
                 if "deviceProperties" in others
@@ -356,6 +453,26 @@ def _event_runs(
             yield run if run is not None else [_event_of(value())]
 
 
+def _with_counter_args(run: list[Any], text: str) -> list[Any]:
+    """``run`` (decoded from ``text``) with each counter event as a `CounterEvent`."""
+    try:
+        views = _COUNTER_ARGS_RUN.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return run  # the caller decodes this run again event by event
+    return [
+        CounterEvent(event, _decoded(view.args)) if event.ph == "C" else event
+        for event, view in zip(run, views, strict=True)
+    ]
+
+
+def _decoded(raw: msgspec.Raw) -> Any:
+    """A counter event's args as JSON values (`TOO_DEEP` where nested too deeply)."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return TOO_DEEP
+
+
 def _event_of(value: object) -> object:
     """A value decoded on its own as an `Event` where it is an object (its ``args`` left
     out where they are not one); anything else as it is."""
@@ -363,6 +480,8 @@ def _event_of(value: object) -> object:
         return value
     args = value.get("args")
     fields = {f: value[f] for f in Event.__struct_fields__ if f in value and f != "args"}
+    if value.get("ph") == "C":
+        return CounterEvent(Event(**fields), args)
     known = {f.encode_name: f.name for f in msgspec.structs.fields(EventArgs)}
     return Event(
         **fields,
@@ -384,10 +503,16 @@ def _whole_events(buffer: str, at: int) -> tuple[list[Any] | None, int]:
     last = found[-1] if found else None
     if last is None or last.start() <= at:
         return None, at
+    text = "[" + buffer[at : last.start() + 1] + "]"
     try:
-        return _EVENT_RUN.decode("[" + buffer[at : last.start() + 1] + "]"), last.start() + 1
+        run = _EVENT_RUN.decode(text)
     except (msgspec.DecodeError, RecursionError):
         return None, at
+    if '"C"' in text and any(event.ph == "C" for event in run):
+        run = _with_counter_args(run, text)
+        if not any(type(event) is CounterEvent for event in run):
+            return None, at
+    return run, last.start() + 1
 
 
 _INT_GETTERS = tuple((key, operator.attrgetter(key)) for key in _INT_ARGS)
@@ -469,8 +594,16 @@ def _raw(event: Event) -> str:
     return msgspec.json.encode(event).decode()[:2000]
 
 
+def _counter_raw(event: Event, args: Any) -> str:
+    """A counter event as JSON, for the quarantine."""
+    fields = {f: getattr(event, f) for f in ("ph", "cat", "name", "pid", "tid", "ts")}
+    shown = "(nested too deeply)" if args is TOO_DEEP else args
+    return json.dumps({**fields, "args": shown}, default=str)[:2000]
+
+
 class TimelineFamily:
-    """PyTorch profiler (Kineto) traces, one rank each, into ``timeline_events``."""
+    """PyTorch profiler (Kineto) traces, one rank each, into ``timeline_events`` and
+    (their counter events) ``timeline_counters``."""
 
     name = "timeline"
     reads = "Kineto profiler traces (traceEvents)"
@@ -495,11 +628,15 @@ class TimelineFamily:
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
         reader = KinetoReader(probe.path)
-        events = sink.open_file("timeline_events")
+        events = sink.open_file(TIMELINE_EVENTS.name)
+        counters = sink.open_file(TIMELINE_COUNTERS.name)
         rows = 0
         for batch in reader.batches(None if is_gzip(probe.path) else advance):
             rows += events.append(batch)
+            rows += sum(counters.append(table) for table in reader.take_counters())
+        rows += sum(counters.append(table) for table in reader.take_counters())
         events.close()
+        counters.close()
         header = reader.header
         return FileRows(
             "timeline",
