@@ -19,6 +19,29 @@
   output token after the first, so it fills the TPOT columns; AIPerf's "inter chunk
   latency" fills the ITL ones.
 
+Cached prompt tokens, where the tool records them:
+
+- SGLang's ``--cache-report`` adds a ``cache_report`` object to the line
+  (``total_prompt_tokens``, ``total_cached_tokens``, ``cache_hit_rate_pct``,
+  ``device_cached_tokens``, ``host_cached_tokens``, ``storage_cached_tokens``,
+  ``storage_backend``) and, with ``--output-details``, the per-request lists
+  ``cached_tokens`` and ``cached_tokens_details`` (the server's ``meta_info`` split by
+  tier: ``{"device", "host"}``, ``"storage"`` and ``"storage_backend"`` only when the
+  server has an L3 storage backend; null when nothing was cached).  Field names from
+  sglang 0.5.23 (PyPI), ``sglang/benchmark/serving.py`` (``RequestFuncOutput``, the
+  ``cache_report`` and ``result_details`` it writes) and
+  ``sglang/srt/managers/scheduler_components/output_streamer.py``
+  (``get_cached_tokens_details``).  A tier the server did not name is NULL; a request
+  with nothing cached has 0 on the device and host tiers.
+- AIPerf (0.13.0 on PyPI, ``aiperf/metrics/types/usage_cache_metrics.py`` and
+  ``usage_total_metrics.py``): the export's ``total_usage_prompt_cache_read_tokens``
+  and ``overall_usage_prompt_cache_read_pct`` (cache reads over the prompt tokens the
+  server reported), from the servers' ``usage.prompt_tokens_details.cached_tokens``; no
+  split by tier.
+- vLLM's ``vllm bench serve`` (0.33.0, ``vllm/benchmarks/serve.py``) and GenAI-Perf
+  (perf_analyzer at commit 263c5f6e, ``genai-perf/genai_perf``) record no cached
+  tokens: their cache columns stay NULL.
+
 Summary rows go to ``benchmark_summaries`` in the column names of
 ``serving_benchmark_table``; per-request rows to ``request_timings``.  A line whose
 summary is not numbers goes to the quarantine whole; a line whose details are not
@@ -41,11 +64,13 @@ from kvtrace.ingest._values import (
     whole_number,
 )
 from kvtrace.warehouse.rows.rejects import BadLine
+from kvtrace.warehouse.schema.workload import CACHE_TIERS
 
 STATISTICS = {"mean": "avg", "median": "p50", "std": "std", "p90": "p90", "p99": "p99"}
 SGLANG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency"}
 VLLM_METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM's key names are the table's
 SGLANG_DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+SGLANG_CACHE_DETAILS = ("cached_tokens", "cached_tokens_details")  # with --cache-report
 # The metrics of AIPerf's and GenAI-Perf's JSON exports, by kvtrace's names: each
 # export's current name first, then the names earlier versions gave it
 EXPORT_METRICS = {
@@ -164,7 +189,12 @@ def _sglang_summary(record: dict[str, Any], level: int) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "load_level": level,
         "tool": "sglang",
-        "request_rate": math.inf if rate == math.inf else _printed(record, "request_rate"),
+        # "trace": the requests replayed at their trace's timestamps, no one rate
+        "request_rate": math.inf
+        if rate == math.inf
+        else None
+        if rate == "trace"
+        else _printed(record, "request_rate"),
         "max_concurrency": _printed_count(record, "max_concurrency"),
         "completed": _printed_count(record, "completed"),
         "duration_s": _printed(record, "duration"),
@@ -178,7 +208,33 @@ def _sglang_summary(record: dict[str, Any], level: int) -> dict[str, Any]:
     for metric, name in SGLANG_METRICS.items():
         for statistic in STATISTICS:
             summary[f"{statistic}_{metric}_ms"] = _printed(record, f"{statistic}_{name}_ms")
-    return summary
+    return summary | _sglang_cache_report(record.get("cache_report"))
+
+
+def _sglang_cache_report(report: object) -> dict[str, Any]:
+    """The cache columns of a line written with ``--cache-report``: the cached tokens
+    SGLang counted over its successful requests, in all and per tier, and each over
+    their prompt tokens (``total_prompt_tokens``)."""
+    if report is None:
+        return {}
+    if not isinstance(report, dict):
+        raise ValueError("cache_report must be an object")
+    prompt = _printed_count(report, "total_prompt_tokens")
+    cached = _printed_count(report, "total_cached_tokens")
+    columns: dict[str, Any] = {
+        "total_cached_tokens": cached,
+        "prefix_hit_rate": _share(cached, prompt),
+    }
+    for tier in CACHE_TIERS:
+        tokens = _printed_count(report, f"{tier}_cached_tokens")
+        columns[f"{tier}_cached_tokens"] = tokens
+        columns[f"{tier}_hit_rate"] = _share(tokens, prompt)
+    return columns
+
+
+def _share(part: int | None, whole: int | None) -> float | None:
+    """``part / whole``, None when either is unknown or there is no whole."""
+    return None if part is None or not whole else part / whole
 
 
 def _sglang_requests(record: dict[str, Any], level: int) -> list[dict[str, Any]]:
@@ -190,6 +246,7 @@ def _sglang_requests(record: dict[str, Any], level: int) -> list[dict[str, Any]]
         if not isinstance(value, list) or len(value) != count:
             raise ValueError(f"{key} must be a list of one value per request ({count}, like ttfts)")
         lists[key] = value
+    cache = _sglang_cache_lists(record, count)
     rows = []
     for i in range(count):
         error = lists["errors"][i] or None
@@ -212,9 +269,49 @@ def _sglang_requests(record: dict[str, Any], level: int) -> list[dict[str, Any]]
                 "tpot_s": time_per_output_token(ttft, e2e, output_tokens),
                 "e2e_s": e2e,
                 "error": None if error is None else str(error),
+                **({} if cache is None else _cached_by_tier(cache[0][i], cache[1][i], i)),
             }
         )
     return rows
+
+
+def _sglang_cache_lists(record: dict[str, Any], count: int) -> tuple[list[Any], list[Any]] | None:
+    """The per-request ``cached_tokens`` and ``cached_tokens_details`` of a line written
+    with ``--cache-report --output-details`` (details all null when absent), else None."""
+    cached, details = record.get("cached_tokens"), record.get("cached_tokens_details")
+    if cached is None:
+        return None
+    for key, value in zip(SGLANG_CACHE_DETAILS, (cached, details), strict=True):
+        if value is not None and (not isinstance(value, list) or len(value) != count):
+            raise ValueError(f"{key} must be a list of one value per request ({count}, like ttfts)")
+    return cached, details if details is not None else [None] * count
+
+
+def _cached_by_tier(cached: object, details: object, i: int) -> dict[str, int | None]:
+    """Request ``i``'s cached tokens and their tiers, as SGLang's server reports them:
+    its details name ``device`` and ``host`` (0 when left out) and ``storage`` only with
+    a storage backend; no details and nothing cached is 0 on the device and host; no
+    details for cached tokens leaves the tiers unknown."""
+    tokens = whole_number(f"cached_tokens[{i}]", cached)
+    if details is None:
+        known = 0 if tokens == 0 else None
+        return {
+            "cached_tokens": tokens,
+            "device_cached_tokens": known,
+            "host_cached_tokens": known,
+            "storage_cached_tokens": None,
+        }
+    if not isinstance(details, dict):
+        raise ValueError(f"cached_tokens_details[{i}] must be an object or null")
+    row: dict[str, int | None] = {"cached_tokens": tokens}
+    for tier in CACHE_TIERS:
+        value = details.get(tier)
+        row[f"{tier}_cached_tokens"] = (
+            None
+            if value is None and tier == "storage"
+            else whole_number(f"cached_tokens_details[{i}].{tier}", value or 0)
+        )
+    return row
 
 
 def time_per_output_token(
@@ -288,6 +385,12 @@ def _export_summary(document: dict[str, Any], fmt: str) -> tuple[dict[str, Any],
         name = next((name for name in names if name in metrics), names[0])
         for statistic, key in STATISTICS.items():
             summary[f"{statistic}_{metric}_ms"] = milliseconds(name, key)
+    cached = total("total_usage_prompt_cache_read_tokens")  # AIPerf's; no tiers
+    percent = number("overall_usage_prompt_cache_read_pct")
+    summary["total_cached_tokens"] = cached
+    summary["prefix_hit_rate"] = (
+        _share(cached, total("total_usage_prompt_tokens")) if percent is None else percent / 100
+    )
     return summary, {k: v for k, v in settings.items() if v is not None}
 
 

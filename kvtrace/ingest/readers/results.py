@@ -14,13 +14,17 @@
   successful has received a chunk.  ``start_times`` (the client's monotonic clock) become
   arrivals from the first.  The statistics vLLM printed go to ``benchmark_summaries``
   (`kvtrace.ingest.readers._bench_summaries.read_vllm_summary`); a file without
-  ``--save-detailed`` holds only those.  Origin ``measured``.
+  ``--save-detailed`` holds only those.  It records no cached tokens (vLLM 0.33.0's
+  ``RequestFuncOutput`` in ``vllm/benchmarks/lib/endpoint_request_func.py`` keeps none
+  of the ``usage.prompt_tokens_details`` the server sends).  Origin ``measured``.
 - ``aiperf``: AIPerf's per-request export (``profile_export.jsonl``): ``metadata``
   (``request_start_ns`` becomes the arrival; ``timestamp_ns`` in AIPerf 0.1),
   ``metrics`` (each ``{value, unit}``: ``time_to_first_token`` (``ttft`` in AIPerf 0.1),
   ``inter_token_latency`` as the time per output token, ``inter_chunk_latency`` as the
   inter-token list, ``request_latency``, ``input_sequence_length``,
-  ``output_sequence_length``) and ``error``.  Origin ``measured``.
+  ``output_sequence_length``, and ``usage_prompt_cache_read_tokens`` as the cached
+  tokens: the server's ``usage.prompt_tokens_details.cached_tokens``, AIPerf 0.13's
+  ``aiperf/metrics/types/usage_cache_metrics.py``) and ``error``.  Origin ``measured``.
 - ``vidur_requests``: Vidur's ``request_metrics.csv``: ``prefill_e2e_time`` (TTFT),
   ``decode_time_execution_plus_preemption_normalized`` (time per output token),
   ``request_e2e_time``, ``request_scheduling_delay``, ``request_num_restarts``, the
@@ -371,6 +375,7 @@ def _aiperf_row(record: object, index: int) -> tuple[dict[str, Any], int | None]
         "tpot_s": value("inter_token_latency"),
         "e2e_s": value("request_latency"),
         "error": message,
+        "cached_tokens": _count(metrics, "usage_prompt_cache_read_tokens"),
     }, start
 
 

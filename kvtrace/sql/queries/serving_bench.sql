@@ -40,7 +40,24 @@
 --     compares them: the value in seconds against the SLO / 1000; a request with one
 --     output token has TPOT 0, as vLLM counts it) per second of the duration;
 --   prefix_hit_rate: cached prompt tokens over the prompt tokens of completed requests,
---     where the run recorded them (replayed serving requests, collected DSA runs).
+--     where the run recorded them: SGLang's bench_serving with --cache-report (its
+--     cache_report, and per request with --output-details), AIPerf's usage cache reads
+--     (profile_export_aiperf.json's overall_usage_prompt_cache_read_pct, over the prompt
+--     tokens the server reported; per record usage_prompt_cache_read_tokens, over the
+--     record's input_sequence_length), replayed serving requests and collected DSA
+--     runs.  vLLM's `vllm bench serve` and GenAI-Perf record no cached tokens: NULL;
+--   device_hit_rate, host_hit_rate, storage_hit_rate: the same for the tokens each tier
+--     held (SGLang's cached_tokens_details: GPU memory, host memory, the L3 storage
+--     backend), over the same prompt tokens, so the three add up to prefix_hit_rate; NULL
+--     where no request names the tier (storage without a storage backend; every tier
+--     for tools that give no split).  A request with nothing cached counts 0 on the
+--     device and host tiers, as SGLang counts it.
+--
+-- Worked example of the cache columns: an SGLang load level of three completed requests
+-- of 1,000 prompt tokens each, cached 600 (device 600, host 0), 300 (device 100, host
+-- 200) and 0 (no details: nothing cached): total_cached_tokens 900, prefix_hit_rate
+-- 900 / 3,000 = 0.30, device_hit_rate 700 / 3,000 = 0.2333, host_hit_rate 200 / 3,000 =
+-- 0.0667, storage_hit_rate NULL (no storage backend named).
 --
 -- Worked example: two completed requests over a 2 s benchmark, (ttft 0.1 s, e2e 0.5 s,
 -- 5 output tokens, ITL [0.1, 0.1, 0.1, 0.1]) and (ttft 0.3 s, e2e 0.3 s, 1 output
@@ -75,9 +92,12 @@ WITH requests AS (
            count(*) FILTER (WHERE NOT ok) AS failed,
            coalesce(sum(input_tokens) FILTER (WHERE ok), 0)::BIGINT AS total_input_tokens,
            coalesce(sum(output_tokens) FILTER (WHERE ok), 0)::BIGINT AS total_output_tokens,
-           sum(cached_tokens) FILTER (WHERE ok)
-               / nullif(sum(input_tokens) FILTER (WHERE ok AND cached_tokens IS NOT NULL), 0)
-               AS prefix_hit_rate,
+           sum(cached_tokens) FILTER (WHERE ok) AS total_cached_tokens,
+           sum(device_cached_tokens) FILTER (WHERE ok) AS device_cached_tokens,
+           sum(host_cached_tokens) FILTER (WHERE ok) AS host_cached_tokens,
+           sum(storage_cached_tokens) FILTER (WHERE ok) AS storage_cached_tokens,
+           nullif(sum(input_tokens) FILTER (WHERE ok AND cached_tokens IS NOT NULL), 0)
+               AS _cache_prompt_tokens,
            count(*) FILTER (
                WHERE ok
                AND (ttft_slo_ms IS NULL OR ttft_s <= ttft_slo_ms::DOUBLE / 1000)
@@ -101,7 +121,12 @@ WITH requests AS (
            quantile_cont(e2e_s, 0.99) FILTER (WHERE ok) * 1e3 AS p99_e2el_ms
     FROM requests GROUP BY run_id, load_level
 )
-SELECT c.*, s.duration_s, i.* EXCLUDE (run_id, load_level)
+SELECT c.* EXCLUDE (_cache_prompt_tokens),
+       c.total_cached_tokens / c._cache_prompt_tokens AS prefix_hit_rate,
+       c.device_cached_tokens / c._cache_prompt_tokens AS device_hit_rate,
+       c.host_cached_tokens / c._cache_prompt_tokens AS host_hit_rate,
+       c.storage_cached_tokens / c._cache_prompt_tokens AS storage_hit_rate,
+       s.duration_s, i.* EXCLUDE (run_id, load_level)
 FROM counted AS c
 JOIN spans AS s USING (run_id, load_level)
 LEFT JOIN itl AS i USING (run_id, load_level);
@@ -146,6 +171,13 @@ LEFT JOIN itl AS i USING (run_id, load_level);
 -- @column p90_e2el_ms                90th percentile
 -- @column p99_e2el_ms                99th percentile
 -- @column prefix_hit_rate            cached prompt tokens / prompt tokens, where recorded
+-- @column device_hit_rate            tokens the GPU's cache held / prompt tokens (SGLang)
+-- @column host_hit_rate              tokens the host-memory tier held / prompt tokens (SGLang)
+-- @column storage_hit_rate           tokens the L3 storage backend held / prompt tokens (SGLang)
+-- @column total_cached_tokens        cached prompt tokens of completed requests, where recorded
+-- @column device_cached_tokens       of them, held by the GPU's cache (SGLang)
+-- @column host_cached_tokens         of them, held by the host-memory tier (SGLang)
+-- @column storage_cached_tokens      of them, held by the L3 storage backend (SGLang)
 CREATE MACRO serving_benchmark_table(ttft_slo_ms := NULL, tpot_slo_ms := NULL,
                                      e2e_slo_ms := NULL) AS TABLE
 WITH c AS (
@@ -156,7 +188,16 @@ WITH c AS (
     SELECT coalesce(c.run_id, t.run_id) AS run_id,
            coalesce(c.load_level, t.load_level) AS load_level,
            c.run_id IS NOT NULL AS has_requests, t.run_id IS NOT NULL AS has_summary,
-           c.origin, c.good, c.prefix_hit_rate,
+           c.origin, c.good,
+           coalesce(t.prefix_hit_rate, c.prefix_hit_rate) AS prefix_hit_rate,
+           coalesce(t.device_hit_rate, c.device_hit_rate) AS device_hit_rate,
+           coalesce(t.host_hit_rate, c.host_hit_rate) AS host_hit_rate,
+           coalesce(t.storage_hit_rate, c.storage_hit_rate) AS storage_hit_rate,
+           coalesce(t.total_cached_tokens, c.total_cached_tokens) AS total_cached_tokens,
+           coalesce(t.device_cached_tokens, c.device_cached_tokens) AS device_cached_tokens,
+           coalesce(t.host_cached_tokens, c.host_cached_tokens) AS host_cached_tokens,
+           coalesce(t.storage_cached_tokens, c.storage_cached_tokens)
+               AS storage_cached_tokens,
            coalesce(t.completed, c.completed) AS completed,
            coalesce(t.failed, c.failed) AS failed,
            coalesce(t.duration_s, c.duration_s) AS duration_s,
@@ -207,10 +248,15 @@ SELECT j.run_id, j.load_level, coalesce(j.origin, 'measured') AS origin,
                 (j.total_input_tokens + j.total_output_tokens) / j.duration_s)
            AS total_token_throughput,
        j.* EXCLUDE (run_id, load_level, has_requests, has_summary, origin, good,
-                    prefix_hit_rate, completed, failed, duration_s, total_input_tokens,
-                    total_output_tokens, request_rate, max_concurrency, request_throughput,
-                    input_throughput, output_throughput, total_token_throughput),
-       j.prefix_hit_rate
+                    prefix_hit_rate, device_hit_rate, host_hit_rate, storage_hit_rate,
+                    total_cached_tokens, device_cached_tokens, host_cached_tokens,
+                    storage_cached_tokens, completed, failed, duration_s,
+                    total_input_tokens, total_output_tokens, request_rate, max_concurrency,
+                    request_throughput, input_throughput, output_throughput,
+                    total_token_throughput),
+       j.prefix_hit_rate, j.device_hit_rate, j.host_hit_rate, j.storage_hit_rate,
+       j.total_cached_tokens, j.device_cached_tokens, j.host_cached_tokens,
+       j.storage_cached_tokens
 FROM joined AS j
 LEFT JOIN runs AS r USING (run_id)
 ORDER BY j.run_id, j.load_level;

@@ -36,6 +36,14 @@
 -- @column scheduling_delay_s  time from arrival to first scheduling (simulators)
 -- @column preemptions         restarts of the request (simulators)
 -- @column error               the error of a failed request, else NULL
+-- @column cached_tokens        prompt tokens the server found cached, where the tool
+--                              recorded them (SGLang --cache-report, AIPerf's
+--                              usage_prompt_cache_read_tokens), else NULL
+-- @column device_cached_tokens of them, tokens the GPU's cache held (SGLang's
+--                              cached_tokens_details), else NULL
+-- @column host_cached_tokens   of them, tokens the host-memory tier held (SGLang)
+-- @column storage_cached_tokens of them, tokens the L3 storage backend held (SGLang,
+--                              with a storage backend)
 CREATE VIEW request_timings AS
 SELECT * EXCLUDE (_row) REPLACE (coalesce(load_level, 0) AS load_level)
 FROM (
@@ -85,6 +93,16 @@ WHERE _row = 1;
 -- @column std_e2el_ms             standard deviation
 -- @column p90_e2el_ms             90th percentile
 -- @column p99_e2el_ms             99th percentile
+-- @column total_cached_tokens     cached prompt tokens the tool counted (SGLang
+--                                 --cache-report, AIPerf), else NULL
+-- @column device_cached_tokens    of them, held by the GPU's cache (SGLang)
+-- @column host_cached_tokens      of them, held by the host-memory tier (SGLang)
+-- @column storage_cached_tokens   of them, held by the L3 storage backend (SGLang)
+-- @column prefix_hit_rate         cached prompt tokens / the prompt tokens the tool
+--                                 counted them against
+-- @column device_hit_rate         device-tier cached tokens / those prompt tokens
+-- @column host_hit_rate           host-tier cached tokens / those prompt tokens
+-- @column storage_hit_rate        storage-tier cached tokens / those prompt tokens
 CREATE VIEW benchmark_summaries AS
 SELECT * EXCLUDE (_row)
 FROM (
@@ -113,18 +131,21 @@ ON ttft, tpot, e2e INTO NAME metric VALUE seconds;
 
 -- @view _serving_requests
 -- Every request of every run that recorded requests, in one shape: benchmark and
--- simulator results, replayed serving requests and the requests of collected DSA runs.
+-- simulator results, replayed serving requests and the requests of collected DSA runs,
+-- with their cached prompt tokens where recorded (by tier: benchmark results only).
 CREATE VIEW _serving_requests AS
 SELECT run_id, load_level, origin, arrival_s, input_tokens, output_tokens, itl_s,
-       error IS NULL AS ok, ttft_s, e2e_s, NULL::BIGINT AS cached_tokens
+       error IS NULL AS ok, ttft_s, e2e_s, cached_tokens, device_cached_tokens,
+       host_cached_tokens, storage_cached_tokens
 FROM request_timings
 UNION ALL
 SELECT run_id, 0, 'measured', arrival_s, input_tokens, output_tokens, NULL, NOT is_error,
-       ttft_s, latency_s, cached_tokens
+       ttft_s, latency_s, cached_tokens, NULL, NULL, NULL
 FROM request_metrics
 UNION ALL
 SELECT run_id, 0, 'measured', arrival_s, prompt_tokens, new_tokens, NULL,
-       status IS DISTINCT FROM 'error', NULL, latency_ms / 1e3, prefix_cached_tokens
+       status IS DISTINCT FROM 'error', NULL, latency_ms / 1e3, prefix_cached_tokens,
+       NULL, NULL, NULL
 FROM requests
 WHERE latency_ms IS NOT NULL;
 

@@ -6,7 +6,17 @@ import pyarrow as pa
 
 from kvtrace.warehouse.schema.core import TableSpec
 
-__all__ = ["BATCH_METRICS", "BENCHMARK_SUMMARIES", "REQUEST_TIMINGS", "WORKLOAD_REQUESTS"]
+__all__ = [
+    "BATCH_METRICS",
+    "BENCHMARK_SUMMARIES",
+    "CACHE_TIERS",
+    "REQUEST_TIMINGS",
+    "WORKLOAD_REQUESTS",
+]
+
+# The tiers a serving engine reports its prefix-cache hits by: SGLang's
+# cached_tokens_details (GPU memory, host memory, the L3 storage backend)
+CACHE_TIERS = ("device", "host", "storage")
 
 WORKLOAD_REQUESTS = TableSpec(
     "workload_requests",
@@ -51,6 +61,12 @@ REQUEST_TIMINGS = TableSpec(
             ("scheduling_delay_s", pa.float64()),
             ("preemptions", pa.int64()),
             ("error", pa.string()),
+            # prompt tokens the server found cached, where the tool recorded them (SGLang
+            # with --cache-report, AIPerf's usage_prompt_cache_read_tokens), and SGLang's
+            # split of them by the tier that held them (cached_tokens_details); NULL where
+            # the file does not say.  Files before these columns read them as NULL.
+            ("cached_tokens", pa.int64()),
+            *((f"{tier}_cached_tokens", pa.int64()) for tier in CACHE_TIERS),
         ]
     ),
     partition_by=("run_id",),
@@ -82,6 +98,13 @@ BENCHMARK_SUMMARIES = TableSpec(
                 for metric in ("ttft", "tpot", "itl", "e2el")
                 for statistic in _STATISTICS
             ),
+            # the cached prompt tokens the tool counted (SGLang's cache_report, AIPerf's
+            # total_usage_prompt_cache_read_tokens), per tier where it splits them, and
+            # each over the prompt tokens it counted them against
+            ("total_cached_tokens", pa.int64()),
+            *((f"{tier}_cached_tokens", pa.int64()) for tier in CACHE_TIERS),
+            ("prefix_hit_rate", pa.float64()),
+            *((f"{tier}_hit_rate", pa.float64()) for tier in CACHE_TIERS),
         ]
     ),
     partition_by=("run_id",),
