@@ -28,6 +28,7 @@ from kvtrace.ingest.readers.dsa import DSA
 from kvtrace.ingest.readers.eval_preds import EVAL
 from kvtrace.ingest.readers.kineto import TIMELINE
 from kvtrace.ingest.readers.kv_events import KV_EVENTS_FAMILY
+from kvtrace.ingest.readers.nsys import NSYS, not_an_export
 from kvtrace.ingest.readers.numerics import NUMERICS
 from kvtrace.ingest.readers.results import BENCHMARK
 from kvtrace.ingest.readers.run_summary import RUN_SUMMARY
@@ -37,6 +38,7 @@ from kvtrace.warehouse.schema import TABLE_NAMES
 
 BUILT_IN: tuple[Family, ...] = (
     TIMELINE,
+    NSYS,
     BENCHMARK,
     KV_EVENTS_FAMILY,
     POOL,
@@ -157,6 +159,8 @@ def choose(probe: Probe, options: IngestOptions) -> tuple[Family, str] | None:
 def unknown(probe: Probe) -> InputError:
     """The error for a file that no family reads, saying what kvtrace looked for."""
     path = probe.path
+    if (not_nsys := not_an_export(probe)) is not None:
+        return not_nsys
     if not probe.is_json_document and probe.csv_header and len(probe.csv_header) > 1:
         header = ", ".join(probe.csv_header[:8])
         return InputError(

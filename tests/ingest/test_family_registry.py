@@ -16,8 +16,11 @@ from kvtrace.warehouse.schema import TABLE_NAMES
 BOOKKEEPING_TABLES = {"runs", "quarantine", "ingest_checks"}  # written by every commit
 COLLECTOR_TABLES = {"needle_spans", "dsa_prefill"}  # written only by the live DSA tracer
 # tables two families fill: a profiler's own counter events, and the named counters a
-# program writes beside its trace
-SHARED_TABLES = {"timeline_counters": ["timeline", "counters"]}
+# program writes beside its trace; a profiler's events, from Kineto and from Nsight Systems
+SHARED_TABLES = {
+    "timeline_events": ["timeline", "nsys"],
+    "timeline_counters": ["timeline", "counters"],
+}
 
 
 def test_every_table_is_claimed_by_exactly_one_family_or_is_bookkeeping():
@@ -40,7 +43,7 @@ def test_each_family_is_a_family_with_a_unique_name_and_a_phrase():
 
 def test_the_kind_help_lists_every_family():
     assert kind_help() == (
-        "Read every file as timeline, benchmark, kv-events, pool, requests, eval, "
+        "Read every file as timeline, nsys, benchmark, kv-events, pool, requests, eval, "
         "numerics, counters, workload, dsa or summary (default: told by each file's content)."
     )
 
@@ -57,7 +60,8 @@ def test_the_sentence_for_an_unknown_file_lists_what_each_family_reads(tmp_path)
     message = str(unknown(Probe.of(SourceFile(path))))
     assert message == (
         f"{path} is not a trace kvtrace knows: kvtrace reads Kineto profiler traces "
-        "(traceEvents), benchmark results (vLLM, SGLang bench_serving, AIPerf, GenAI-Perf, "
+        "(traceEvents), Nsight Systems SQLite exports (nsys export --type sqlite), "
+        "benchmark results (vLLM, SGLang bench_serving, AIPerf, GenAI-Perf, "
         "Vidur), KV-cache event batches (BlockStored, BlockRemoved), pool snapshots "
         "(worker_id, held_tokens), request metrics (execution_mode, latency_s), RULER "
         "predictions (pred, outputs), merge numerics (chunks, lse_max_diff, out_max_diff), "

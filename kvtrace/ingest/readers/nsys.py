@@ -1,0 +1,326 @@
+"""Read Nsight Systems SQLite exports (``nsys export --type sqlite``) into
+``timeline_events``, as the PyTorch profiler (Kineto) would have written the same events,
+so that every timeline view reads them as it reads a Kineto trace.
+
+What becomes a row (`kvtrace.ingest.readers._nsys_export` reads the tables):
+
+* CUDA kernels (``CUPTI_ACTIVITY_KIND_KERNEL``): category ``kernel``, the demangled name,
+  device, stream and correlation id; pid is the device and tid the stream, as Kineto
+  writes GPU events.
+* copies (``CUPTI_ACTIVITY_KIND_MEMCPY``): ``gpu_memcpy`` named as Kineto names them
+  (``Memcpy HtoD (Pinned -> Device)``), the copy kind (``HtoD``, ``DtoH``, ``DtoD``,
+  ``PtoP``, ...; a unified-memory migration takes its direction, an unknown kind none),
+  bytes, and the bandwidth Kineto gives (bytes per nanosecond: GB/s).
+* memsets (``CUPTI_ACTIVITY_KIND_MEMSET``): ``gpu_memset``, ``Memset (Device)``, bytes.
+* CUDA API calls (``CUPTI_ACTIVITY_KIND_RUNTIME``): ``cuda_runtime`` (``cuda*``) or
+  ``cuda_driver`` (``cu*``), named without the ``_vNNNN`` version suffix nsys keeps and
+  Kineto drops (``cudaLaunchKernel_v7000`` is ``cudaLaunchKernel``), with the
+  correlation id that links a launch to its kernel; pid and tid the calling thread's.
+* synchronisation (``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION``): ``cuda_sync``, ``Event
+  Sync``, ``Stream Wait Event``, ``Stream Sync`` or ``Context Sync``; an event or
+  context sync on stream -1, as Kineto puts them.  The stream a wait waits on is not in
+  these tables (``wait_on_stream`` stays NULL).
+* NVTX push/pop and start/end ranges (``NVTX_EVENTS``): ``user_annotation`` events named
+  by their text, on the thread that opened them; a range named ``ProfilerStep#N`` is an
+  iteration, as in a Kineto trace.  Marks (instants) and ranges that never ended are
+  counted as left out.
+
+Times: ``ts_us`` is the export's start time (nanoseconds since the start of the capture
+session) divided by 1000, ``dur_us`` (end - start) / 1000, so microseconds on the
+session's clock, exact to the nanosecond; the session's start as UTC nanoseconds since
+the epoch goes to the run's settings (``session_start_utc_ns``) to place it in wall time.
+An event's place (``event_idx``) is its place in the export's events sorted by start
+(ties: ranges, calls, kernels, copies, memsets, syncs, then row id).  A row whose start
+or end is not an integer, or that ends before it starts, goes to the quarantine.
+
+Ranks: an export holds the processes nsys traced.  Where one process ran GPU work, the
+rank is the number after ``rank`` in the file's name (``rank3.sqlite``,
+``trace_rank_3.sqlite``; as ``nsys profile -o rank%q{RANK}`` names them), else none,
+like a Kineto trace without ``distributedInfo``.  Where several did, each such process is
+a rank of its own, numbered in process id order (a note says which is which), so the
+views never merge two processes' streams.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from kvtrace.errors import InputError
+from kvtrace.ingest._lines import is_gzip
+from kvtrace.ingest.family import Advance, FileRows, IngestOptions
+from kvtrace.ingest.probe import Probe
+from kvtrace.ingest.readers import _nsys_export as export
+from kvtrace.ingest.sink import FileSink
+from kvtrace.warehouse.rows.rejects import BadLine
+from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
+
+BATCH_ROWS = 50_000
+NVTX_MARK = "NVTX mark (an instant, not a range)"
+NVTX_UNENDED = "NVTX range that never ended"
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_API_VERSION = re.compile(r"_v\d{4,}$")  # CUDA's version suffix; a driver API's _v2 stays
+_COPY_DIRECTION = re.compile(r"([A-Z])TO([A-Z])")
+_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+_STREAMLESS_SYNCS = (1, 4)  # CUPTI gives no stream for event and context syncs
+_NO_STREAM = (-1, 0xFFFFFFFF)  # CUPTI's "not applicable" stream, signed or not
+_NVTX, _RUNTIME, _KERNEL, _COPY, _MEMSET, _SYNC = range(len(export.SOURCES))
+
+
+def rank_in_name(path: Path) -> int | None:
+    """The rank a file's name gives (the last ``rank<N>``, ``rank_<N>`` or ``rank-<N>``)."""
+    found = _RANK_IN_NAME.findall(path.name)
+    return int(found[-1]) if found else None
+
+
+def copy_kind(symbol: str | None) -> str | None:
+    """Kineto's name of a copy kind from nsys's symbol: ``CUDA_MEMCPY_KIND_HTOD`` is
+    ``HtoD``, ``CUDA_MEMCPY_KIND_UVM_DTOH`` ``DtoH``; None for an unknown kind."""
+    body = (symbol or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_")
+    match = _COPY_DIRECTION.fullmatch(body)
+    return f"{match[1]}to{match[2]}" if match else None
+
+
+def api_name(name: str) -> str:
+    """A CUDA API function's name as Kineto writes it: without a ``_vNNNN`` suffix."""
+    return _API_VERSION.sub("", name)
+
+
+def not_an_export(probe: Probe) -> InputError | None:
+    """The error for an SQLite database that is not a readable Nsight Systems export;
+    None for an export, or a file that is no SQLite database."""
+    if not export.is_sqlite(probe.head):
+        return None
+    if is_gzip(probe.path):
+        return InputError(
+            f"{probe.path} is a gzip-compressed SQLite database: decompress it (gunzip) "
+            "before ingesting it"
+        )
+    try:
+        connection = export.open_database(probe.path)
+    except InputError as exc:
+        return exc
+    try:
+        columns = export.table_columns(connection, probe.path)
+    except InputError as exc:
+        return exc
+    finally:
+        connection.close()
+    if export.is_export(columns):
+        return None
+    return InputError(
+        f"{probe.path} is an SQLite database but not an Nsight Systems export: it has "
+        "none of the tables nsys writes (StringIds beside CUPTI_ACTIVITY_KIND_*, "
+        "NVTX_EVENTS or TARGET_INFO_*); kvtrace reads what 'nsys export --type sqlite' writes"
+    )
+
+
+@dataclass
+class NsysReader:
+    """Stream an export's events as Arrow batches; ``rejected``, ``skipped``, ``rank``,
+    ``world_size``, ``config`` and ``notes`` are filled in as it is read."""
+
+    path: Path
+    rejected: list[BadLine] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    rank: int | None = None  # every row's rank, where one process ran GPU work
+    world_size: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _ranks: dict[int, int] = field(default_factory=dict)  # process id -> rank, if several
+
+    def batches(self, progress: Advance | None = None) -> Iterator[pa.Table]:
+        """Batches of up to `BATCH_ROWS` events, in start order."""
+        connection = export.open_database(self.path)
+        try:
+            yield from self._read(connection, progress)
+        except sqlite3.Error as exc:
+            raise InputError(f"{self.path}: the export cannot be read: {exc}") from None
+        finally:
+            connection.close()
+
+    def _read(self, connection: sqlite3.Connection, progress: Advance | None) -> Iterator[pa.Table]:
+        columns = export.table_columns(connection, self.path)
+        if not export.is_export(columns):
+            raise InputError(f"{self.path} is not an Nsight Systems SQLite export")
+        enums = export.enumerations(connection, columns)
+        self._find_ranks(export.gpu_processes(connection, columns))
+        self.config = {"format": "nsys", **export.session_facts(connection, columns)}
+        if self._ranks:
+            self.config["ranks_by_process"] = {str(pid): r for pid, r in self._ranks.items()}
+        marks, unended = export.nvtx_left_out(connection, columns, enums)
+        self.skipped.update({k: n for k, n in ((NVTX_MARK, marks), (NVTX_UNENDED, unended)) if n})
+        query = export.events_query(columns, enums)
+        if query is None:
+            return
+        total = max(export.count_rows(connection, columns), 1)
+        size = self.path.stat().st_size
+        index = 0
+        for rows in export.fetch_runs(connection.execute(query), BATCH_ROWS):
+            yield self._table(rows, index, enums)
+            index += len(rows)
+            if progress is not None:
+                progress(min(size, size * index // total))
+
+    def _find_ranks(self, processes: list[int]) -> None:
+        """Each process its rank when several ran GPU work; else the file name's rank."""
+        if len(processes) <= 1:
+            self.rank = rank_in_name(self.path)
+            return
+        self._ranks = {pid: rank for rank, pid in enumerate(processes)}
+        self.world_size = len(processes)
+        self.notes.append(
+            f"the export holds the GPU work of {len(processes)} processes, each stored as a "
+            "rank in process id order: "
+            + ", ".join(f"process {pid} as rank {rank}" for pid, rank in self._ranks.items())
+        )
+
+    def _table(
+        self, rows: list[tuple[Any, ...]], first: int, enums: export.Enumerations
+    ) -> pa.Table:
+        """One batch of rows as `TIMELINE_EVENTS` columns (bad rows to ``rejected``)."""
+        out: dict[str, list[Any]] = {name: [] for name in TIMELINE_EVENTS.schema.names}
+        for index, row in enumerate(rows, first):
+            event = self._event(row, enums)
+            if event is None:
+                self.rejected.append(BadLine(index + 1, _bad_times(row), _raw(row)))
+                continue
+            event["event_idx"] = index
+            for name, values in out.items():
+                values.append(event.get(name))
+        return pa.table(out, schema=TIMELINE_EVENTS.schema)
+
+    def _event(self, row: tuple[Any, ...], enums: export.Enumerations) -> dict[str, Any] | None:
+        """One row's columns, or None when its times cannot be used."""
+        source, _, start, end, global_id, device, stream, correlation, name = row[:9]
+        if type(start) is not int or type(end) is not int or end < start:
+            return None
+        gid = _integer(global_id)
+        pid = export.process_id(gid) if gid is not None else None
+        event: dict[str, Any] = {
+            "rank": self._ranks.get(pid, None) if self._ranks else self.rank,
+            "ts_us": start / 1000,
+            "dur_us": (end - start) / 1000,
+            "correlation": _integer(correlation),
+            "name": name if isinstance(name, str) else "",
+        }
+        if source in (_NVTX, _RUNTIME):
+            event["pid"] = str(pid) if pid is not None else None
+            event["tid"] = str(export.thread_id(gid)) if gid is not None else None
+            if source == _NVTX:
+                event["category"] = "user_annotation"
+            else:
+                event["name"] = api_name(event["name"])
+                is_runtime = event["name"].startswith("cuda")
+                event["category"] = "cuda_runtime" if is_runtime else "cuda_driver"
+            return event
+        event["device"] = _integer(device)
+        event["stream"] = _stream(stream, row, source)
+        event["pid"] = str(event["device"]) if event["device"] is not None else None
+        event["tid"] = str(event["stream"]) if event["stream"] is not None else None
+        event.update(_gpu_columns(source, row, enums, end - start))
+        return event
+
+
+def _gpu_columns(
+    source: int, row: tuple[Any, ...], enums: export.Enumerations, dur_ns: int
+) -> dict[str, Any]:
+    """The category, name and copy columns of a GPU event."""
+    kind_id, src, dst, count, subtype = (_integer(value) for value in row[9:14])
+    if source == _KERNEL:
+        return {"category": "kernel"}
+    if source == _SYNC:
+        return {"category": "cuda_sync", "name": _SYNC_NAMES.get(subtype or 0, "Unknown Sync")}
+    bandwidth = count / dur_ns if count is not None and dur_ns > 0 else None
+    columns = {"bytes": count, "memory_bw_gbps": bandwidth}
+    if source == _MEMSET:
+        memory = enums.memory_kinds.get(subtype, "Unknown") if subtype is not None else "Unknown"
+        return {**columns, "category": "gpu_memset", "name": f"Memset ({memory})"}
+    kind = copy_kind(enums.copy_kinds.get(kind_id)) if kind_id is not None else None
+    source_memory = enums.memory_kinds.get(src, "Unknown") if src is not None else "Unknown"
+    target_memory = enums.memory_kinds.get(dst, "Unknown") if dst is not None else "Unknown"
+    name = f"Memcpy {kind or '<unknown>'} ({source_memory} -> {target_memory})"
+    return {**columns, "category": "gpu_memcpy", "name": name, "copy_kind": kind}
+
+
+def _stream(value: Any, row: tuple[Any, ...], source: int) -> int | None:
+    """A GPU event's stream as Kineto writes it: -1 where none applies."""
+    stream = _integer(value)
+    no_stream = source == _SYNC and _integer(row[13]) in _STREAMLESS_SYNCS
+    return -1 if no_stream or stream in _NO_STREAM else stream
+
+
+def _integer(value: Any) -> int | None:
+    """An SQLite integer as it is; anything else (NULL, text, a real) as None."""
+    return value if type(value) is int else None
+
+
+def _bad_times(row: tuple[Any, ...]) -> str:
+    table = export.SOURCES[row[0]]
+    return f"a {table} row needs integer start and end, end >= start (row id {row[1]})"
+
+
+def _raw(row: tuple[Any, ...]) -> str:
+    """The row's values as JSON, for the quarantine."""
+    values = dict(zip(export.COLUMNS, row, strict=True))
+    values["source"] = export.SOURCES[row[0]]
+    return json.dumps(values, default=repr)[:2000]
+
+
+class NsysFamily:
+    """Nsight Systems SQLite exports into ``timeline_events``."""
+
+    name = "nsys"
+    reads = "Nsight Systems SQLite exports (nsys export --type sqlite)"
+    tables = (TIMELINE_EVENTS.name,)
+    reads_only_record_keys = True
+
+    def recognise(self, probe: Probe) -> str | None:
+        if not export.is_sqlite(probe.head):
+            return None
+        return "nsys" if not_an_export(probe) is None else None
+
+    def forced_format(self, probe: Probe) -> str:
+        if (problem := not_an_export(probe)) is not None:
+            raise problem
+        if not export.is_sqlite(probe.head):
+            raise InputError(
+                f"{probe.path} is not an Nsight Systems export: not an SQLite database"
+            )
+        return "nsys"
+
+    def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
+        return options.run_name or probe.source.default_run_name()
+
+    def read(
+        self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
+    ) -> FileRows:
+        reader = NsysReader(probe.path)
+        events = sink.open_file(TIMELINE_EVENTS.name)
+        rows = 0
+        for batch in reader.batches(advance):
+            rows += events.append(batch)
+        events.close()
+        return FileRows(
+            "timeline",
+            rows=rows,
+            rejected=reader.rejected,
+            skipped=reader.skipped,
+            config=reader.config,
+            rank=reader.rank,
+            world_size=reader.world_size,
+            notes=reader.notes,
+        )
+
+
+NSYS = NsysFamily()
+
+__all__ = ["NSYS", "NsysReader", "api_name", "copy_kind", "not_an_export", "rank_in_name"]

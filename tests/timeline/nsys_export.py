@@ -1,0 +1,217 @@
+"""Build small Nsight Systems SQLite exports for the tests, with the schema nsys documents.
+
+The tables, their column names and types, and the enumeration rows are those of NVIDIA's
+"SQLite Schema Reference" (Nsight Systems User Guide; export schema 3.16.1, Nsight
+Systems 2024.6.2, https://docs.nvidia.com/nsight-systems/UserGuide/index.html), limited
+to the tables kvtrace reads and the ones that say what the export is.  Times are
+nanoseconds since the capture session's start; threads and processes are serialized as
+the reference's "Serialized process and thread identifiers" recipe decodes them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT);
+CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
+    shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER,
+    cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL,
+    gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL,
+    blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL,
+    dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL,
+    localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL,
+    sharedMemoryExecuted INTEGER, graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL,
+    copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER,
+    srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER,
+    migrationCause INTEGER, graphNodeId INTEGER, virtualAddress INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, value INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,
+    globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
+    returnValue INTEGER NOT NULL, callchainId INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL,
+    eventId INTEGER NOT NULL);
+CREATE TABLE NVTX_EVENTS (
+    start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER,
+    category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER,
+    textId INTEGER, domainId INTEGER, uint64Value INTEGER, int64Value INTEGER,
+    doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, floatValue REAL,
+    jsonTextId INTEGER, jsonText TEXT, binaryData TEXT);
+CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);
+CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);
+CREATE TABLE ENUM_CUPTI_SYNC_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);
+CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);
+"""
+COPY_KINDS = [
+    (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
+    (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"),
+    (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"),
+    (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"),
+    (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer"),
+    (11, "CUDA_MEMCPY_KIND_UVM_HTOD", "Unified Host-to-Device"),
+]
+MEMORY_KINDS = [
+    (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"),
+    (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
+    (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"),
+    (4, "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"),
+    (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"),
+]
+SYNC_TYPES = [
+    (1, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE", "Event sync"),
+    (2, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT", "Stream wait sync"),
+    (3, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE", "Stream sync"),
+    (4, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE", "Context sync"),
+]
+EVENT_TYPES = [
+    (34, "NvtxMark", "NvtxMark"),
+    (59, "NvtxPushPopRange", "NvtxPushPopRange"),
+    (60, "NvtxStartEndRange", "NvtxStartEndRange"),
+]
+COPY = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "PtoP": 10, "UVM HtoD": 11}
+MEMORY = {"Pageable": 0, "Pinned": 1, "Device": 2, "Managed": 4}
+PUSH_POP, START_END, MARK = 59, 60, 34
+NO_STREAM = 0xFFFFFFFF  # CUPTI's "not applicable" stream id
+# bits above the process id (48 and up) hold the machine's id, which the decode masks off
+_MACHINE = 1 << 48
+
+
+def global_tid(pid: int, tid: int) -> int:
+    """A serialized thread id: the process id in bits 24-47, the thread id in bits 0-23."""
+    return _MACHINE | pid << 24 | tid
+
+
+def global_pid(pid: int) -> int:
+    """A serialized process id."""
+    return _MACHINE | pid << 24
+
+
+@dataclass
+class NsysExport:
+    """The rows of one export, added event by event, written with `write`."""
+
+    pid: int = 4242  # the traced process, and its main thread's id
+    session_start_utc_ns: int = 1_700_000_000_000_000_000
+    strings: dict[str, int] = field(default_factory=dict)
+    rows: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
+
+    def string(self, text: str) -> int:
+        """The StringIds id of ``text``."""
+        return self.strings.setdefault(text, len(self.strings) + 1)
+
+    def _add(self, table: str, *values: object) -> None:
+        self.rows.setdefault(table, []).append(values)
+
+    def runtime(
+        self, name: str, start: int, end: int, correlation: int, pid: int | None = None
+    ) -> None:
+        """A CUDA runtime or driver API call on the process's main thread."""
+        pid = pid or self.pid
+        self._add(
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            start, end, 0, global_tid(pid, pid), correlation, self.string(name), 0, None,
+        )  # fmt: skip
+
+    def kernel(
+        self, name: str, start: object, end: object, stream: int, correlation: int,
+        device: int = 0, pid: int | None = None,
+    ) -> None:  # fmt: skip
+        """A kernel (its demangled name; the short name is what precedes ``<`` or ``(``)."""
+        short = name.split("(")[0].split("<")[0].split()[-1]
+        self._add(
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            start, end, device, 1, None, stream, correlation, global_pid(pid or self.pid),
+            self.string(name), self.string(short), None, 0, 0, 32, 1, 1, 1, 128, 1, 1, 0, 0,
+            0, 0, correlation, 0, None, None,
+        )  # fmt: skip
+
+    def memcpy(
+        self, kind: str, source: str, target: str, start: int, end: int, stream: int,
+        correlation: int, count: int, device: int = 0,
+    ) -> None:  # fmt: skip
+        """A copy of ``count`` bytes."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            start, end, device, 1, None, stream, correlation, global_pid(self.pid), count,
+            COPY[kind], None, MEMORY[source], MEMORY[target], device, 1, device, 1, None,
+            None, None,
+        )  # fmt: skip
+
+    def memset(
+        self, memory: str, start: int, end: int, stream: int, correlation: int, count: int
+    ) -> None:
+        """A memset of ``count`` bytes."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            start, end, 0, 1, None, stream, correlation, global_pid(self.pid), 0, count,
+            None, MEMORY[memory],
+        )  # fmt: skip
+
+    def sync(self, sync_type: int, start: int, end: int, stream: int, correlation: int) -> None:
+        """A synchronisation (`SYNC_TYPES`)."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+            start, end, 0, 1, None, stream, correlation, global_pid(self.pid), sync_type, 1,
+        )  # fmt: skip
+
+    def nvtx(
+        self, text: str, start: int, end: int | None, event_type: int = PUSH_POP,
+        registered: bool = False,
+    ) -> None:  # fmt: skip
+        """An NVTX range (or mark) on the main thread; a registered string goes through
+        StringIds (``textId``), another is the row's ``text``."""
+        text_id = self.string(text) if registered else None
+        self._add(
+            "NVTX_EVENTS",
+            start, end, event_type, None, None, None, None if registered else text,
+            global_tid(self.pid, self.pid), None, text_id, None, None, None, None, None,
+            None, None, None, None, None,
+        )  # fmt: skip
+
+    def write(self, path: Path) -> Path:
+        """The export as an SQLite database at ``path``."""
+        with sqlite3.connect(path) as db:
+            db.executescript(SCHEMA)
+            db.executemany(
+                "INSERT INTO StringIds VALUES (?, ?)",
+                [(id_, text) for text, id_ in self.strings.items()],
+            )
+            db.execute(
+                "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)",
+                (self.session_start_utc_ns, "2023-11-14T22:13:20Z", "2023-11-14T22:13:20"),
+            )
+            db.executemany(
+                "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+                [("EXPORT_PRODUCT_VERSION", "2024.6.2.225"), ("EXPORT_SCHEMA_VERSION", "3.16.1")],
+            )
+            for table, enum in (
+                ("ENUM_CUDA_MEMCPY_OPER", COPY_KINDS),
+                ("ENUM_CUDA_MEM_KIND", MEMORY_KINDS),
+                ("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPES),
+                ("ENUM_NSYS_EVENT_TYPE", EVENT_TYPES),
+            ):
+                db.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", enum)
+            for table, rows in self.rows.items():
+                marks = ", ".join("?" * len(rows[0]))
+                db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+        db.close()
+        return path
