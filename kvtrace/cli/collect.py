@@ -101,6 +101,89 @@ def collect_pool(
     )
 
 
+@collect_app.command("metrics")
+def collect_metrics(
+    endpoint: Annotated[
+        list[str],
+        typer.Option(
+            metavar="[NAME=]URL",
+            help="A Prometheus text endpoint to scrape (vLLM, SGLang, LMCache: "
+            "http://HOST:PORT/metrics); NAME becomes worker_id. Repeat for each worker.",
+        ),
+    ],
+    interval: Annotated[
+        float, typer.Option(min=0.001, help="Seconds between scrapes of every endpoint.")
+    ] = 1.0,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Per-scrape timeout in seconds (default: half the interval, at most 5)."),
+    ] = None,
+    run_name: Annotated[
+        str | None, typer.Option("--run-name", "--run", help="Run name (default: metrics-<time>).")
+    ] = None,
+    experiment: Annotated[str | None, typer.Option(help="Experiment label.")] = None,
+    commit_every: Annotated[
+        float, typer.Option(min=0.001, help="Seconds between commits of the scraped rows.")
+    ] = 10.0,
+    batch_rows: Annotated[
+        int, typer.Option(min=1, help="Commit sooner when this many rows wait.")
+    ] = 100_000,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write every scrape to this new JSONL file ({\"t\", \"worker\", "
+            "\"body\"} a line), which kvtrace ingest reads back."
+        ),
+    ] = None,
+) -> None:
+    """Scrape Prometheus endpoints into engine_metrics: every sample of every scrape,
+    committed in batches.
+
+    A slow, failing or garbled endpoint gives up = 0 and a kvtrace_scrape_error row, and
+    scraping goes on; Ctrl-C or SIGTERM stops after writing what was scraped.
+
+    Example: kvtrace collect metrics --endpoint gpu0=http://127.0.0.1:8000/metrics
+    --run bench-1 --duration 600
+    """
+    from kvtrace.collectors.metrics_scraper import Endpoint, ScrapeSpec, scrape_metrics
+
+    targets = [Endpoint.parse(text) for text in endpoint]
+    warehouse = _open(create=True)
+
+    def show(report) -> None:
+        _status_line(
+            f"{report.scrapes:,} scrapes, {report.failed:,} failed, {report.rows:,} rows "
+            f"written in {report.commits:,} commits"
+        )
+
+    report = _until_stopped(
+        lambda stop: scrape_metrics(
+            warehouse,
+            targets,
+            ScrapeSpec(
+                interval_s=interval,
+                duration_s=duration,
+                timeout_s=timeout,
+                run_name=run_name,
+                experiment=experiment,
+                commit_every_s=commit_every,
+                batch_rows=batch_rows,
+                save=save,
+            ),
+            on_batch=show,
+            stop=stop,
+        )
+    )
+    out.say(
+        f"scraped {len(targets)} endpoint(s): {report.scrapes:,} scrapes, {report.failed:,} "
+        f"failed, {report.rows:,} rows in {report.commits:,} commits into run {report.run_id}"
+    )
+
+
 @collect_app.command("kv-events")
 def collect_kv_events_command(
     endpoint: Annotated[

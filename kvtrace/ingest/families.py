@@ -30,6 +30,7 @@ from kvtrace.ingest.readers.kineto import TIMELINE
 from kvtrace.ingest.readers.kv_events import KV_EVENTS_FAMILY
 from kvtrace.ingest.readers.nsys import NSYS, not_an_export
 from kvtrace.ingest.readers.numerics import NUMERICS
+from kvtrace.ingest.readers.prometheus import PROMETHEUS
 from kvtrace.ingest.readers.results import BENCHMARK
 from kvtrace.ingest.readers.run_summary import RUN_SUMMARY
 from kvtrace.ingest.readers.serving import POOL, REQUESTS
@@ -41,6 +42,7 @@ BUILT_IN: tuple[Family, ...] = (
     NSYS,
     BENCHMARK,
     KV_EVENTS_FAMILY,
+    PROMETHEUS,
     POOL,
     REQUESTS,
     EVAL,

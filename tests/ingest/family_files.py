@@ -19,6 +19,7 @@ def family_file(folder: Path, family: str) -> Path:
         "timeline": ("kineto_sampled_rank0.json.gz", "rank0.pt.trace.json.gz"),
         "kv-events": ("kv_events/mooncake_lru600_events.jsonl", "events.jsonl"),
         "numerics": ("numerics/merge_numerics_example.jsonl", "numerics.jsonl"),
+        "metrics": ("prometheus/exposition_formats_example.prom", "gpu0.prom"),
     }
     if family in copied:
         source, name = copied[family]

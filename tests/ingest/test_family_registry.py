@@ -43,7 +43,7 @@ def test_each_family_is_a_family_with_a_unique_name_and_a_phrase():
 
 def test_the_kind_help_lists_every_family():
     assert kind_help() == (
-        "Read every file as timeline, nsys, benchmark, kv-events, pool, requests, eval, "
+        "Read every file as timeline, nsys, benchmark, kv-events, metrics, pool, requests, eval, "
         "numerics, counters, workload, dsa or summary (default: told by each file's content)."
     )
 
@@ -62,7 +62,8 @@ def test_the_sentence_for_an_unknown_file_lists_what_each_family_reads(tmp_path)
         f"{path} is not a trace kvtrace knows: kvtrace reads Kineto profiler traces "
         "(traceEvents), Nsight Systems SQLite exports (nsys export --type sqlite), "
         "benchmark results (vLLM, SGLang bench_serving, AIPerf, GenAI-Perf, "
-        "Vidur), KV-cache event batches (BlockStored, BlockRemoved), pool snapshots "
+        "Vidur), KV-cache event batches (BlockStored, BlockRemoved), Prometheus scrapes "
+        "(# HELP / # TYPE text, or JSONL of t, worker, body), pool snapshots "
         "(worker_id, held_tokens), request metrics (execution_mode, latency_s), RULER "
         "predictions (pred, outputs), merge numerics (chunks, lse_max_diff, out_max_diff), "
         "named counters (ts_us, name, value), "
