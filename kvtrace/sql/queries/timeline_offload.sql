@@ -1,6 +1,6 @@
 -- An offloader's counters on the profiler's clock: counter values beside the GPU's busy
 -- and idle time, idle time spent waiting on a copy, and thrash (a block evicted and
--- loaded again soon after).
+-- loaded again soon after) from counters.
 --
 -- timeline_counters holds Kineto's counter events ("ph": "C", one row per series) and
 -- the named counters a program writes beside its trace (JSONL: ts_us, name, value,
@@ -28,12 +28,12 @@
 -- at 85 starts at 155.  Stream 7 is idle [100, 155) = 55 us, of which [100, 150) = 50
 -- us waiting on the copy: a share of 50 / 55.
 --
--- Worked example (kv_thrash(1.0)): a worker stores block a at 0 s, removes it at 2 s
--- and stores it again at 2.4 s; it removes b at 3 s and stores b again at 5 s.  Two
--- removals, both reloaded, one within 1 s: thrash share 0.5.
+-- Worked example (timeline_counter_thrash): kv_evict {"block": 1} at 100 us, kv_load
+-- {"block": 2} at 150 and {"block": 1} at 400; kv_evict {"block": 3} at 600, never
+-- loaded again.  Two evictions, one reloaded after 300 us: thrashed within a window of
+-- 1,000 us; thrash share 1 / 2.  (Thrash from KV events: kv_thrash.)
 --
 -- @requires timeline.sql
--- @requires kv_events.sql
 
 -- @view timeline_counters
 -- One row per counter value on a profiler's clock.
@@ -124,7 +124,8 @@ LEFT JOIN windows AS b ON c.run_id = b.run_id AND c.rank = b.rank AND c.w = b.w
 ORDER BY c.run_id, c.rank, c.counter, c.series, c.labels, c.pid, window_start_us;
 
 -- @view timeline_counter_windows
--- `timeline_counter_windows(1000)`: windows of a millisecond.
+-- timeline_counter_windows() with windows of a millisecond.
+-- @columns_of timeline_counter_windows
 CREATE VIEW timeline_counter_windows AS
 FROM timeline_counter_windows(1000);
 
@@ -207,42 +208,12 @@ LEFT JOIN waiting AS w USING (run_id, rank, iteration, stream, s)
 GROUP BY i.run_id, i.rank, i.iteration, i.stream
 ORDER BY i.run_id, i.rank, i.iteration, i.stream;
 
--- @macro kv_thrash(window_s)
--- Per worker and medium, from KV-cache events: blocks the pool removed, how many it
--- stored again later, and how many within window_s seconds of their removal (thrash:
--- the pool evicted a block it soon needed again).  An engine that publishes no removals
--- for a medium (LMCache's host tier) shows none here.
--- @column run_id           the run
--- @column worker           the engine
--- @column medium           where the blocks live, when sent
--- @column removed          blocks removed
--- @column reloaded         removed blocks stored again later
--- @column thrashed         ... within window_s seconds
--- @column thrash_share     thrashed / removed
--- @column blocks_thrashed  distinct blocks thrashed
--- @column median_reload_s  median time from removal to the next store, of those reloaded
-CREATE MACRO kv_thrash(window_s := 1.0) AS TABLE
-SELECT run_id, worker, medium,
-       count(*) FILTER (WHERE kind = 'removed') AS removed,
-       count(*) FILTER (WHERE kind = 'stored' AND previous_kind = 'removed') AS reloaded,
-       count(*) FILTER (
-           WHERE kind = 'stored' AND previous_kind = 'removed' AND since_previous_s <= window_s
-       ) AS thrashed,
-       thrashed / nullif(removed, 0) AS thrash_share,
-       count(DISTINCT block_hash) FILTER (
-           WHERE kind = 'stored' AND previous_kind = 'removed' AND since_previous_s <= window_s
-       ) AS blocks_thrashed,
-       median(since_previous_s) FILTER (WHERE kind = 'stored' AND previous_kind = 'removed')
-           AS median_reload_s
-FROM _kv_block_events
-GROUP BY run_id, worker, medium
-ORDER BY run_id, worker, medium;
-
 -- @macro timeline_counter_thrash(evicted, loaded, window_us)
--- Thrash from named counters: an offloader that writes one value of counter `evicted`
--- per eviction and one of `loaded` per load, naming the block in the labels (e.g.
--- {"layer": 3, "block": 17}), gives per rank the evictions, those whose block (same
--- labels) was loaded again later, and those loaded again within window_us.
+-- Thrash from named counters: an offloader that writes one value of counter evicted
+-- (default kv_evict) per eviction and one of loaded (default kv_load) per load, naming
+-- the block in the labels (e.g. {"layer": 3, "block": 17}), gives per rank the
+-- evictions, those whose block (same labels) was loaded again later, and those loaded
+-- again within window_us (default a second).
 -- @column run_id          the run
 -- @column rank            the rank (-1 when unknown)
 -- @column evictions       values of the evicted counter
@@ -250,7 +221,9 @@ ORDER BY run_id, worker, medium;
 -- @column thrashed        ... within window_us
 -- @column thrash_share    thrashed / evictions
 -- @column median_reload_us  median time from eviction to the next load, of those reloaded
-CREATE MACRO timeline_counter_thrash(evicted, loaded, window_us := 1000000) AS TABLE
+CREATE MACRO timeline_counter_thrash(
+    evicted := 'kv_evict', loaded := 'kv_load', window_us := 1000000
+) AS TABLE
 WITH evictions AS (
     SELECT run_id, coalesce(rank, -1) AS rank, labels, ts_us, event_idx
     FROM timeline_counters
