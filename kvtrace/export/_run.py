@@ -1,0 +1,62 @@
+"""One run's part of an export: its connection, its rows batch by batch, its tracks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from kvtrace.export._queries import load_queries
+from kvtrace.export.trace_json import TraceWriter
+
+BATCH_ROWS = 65_536  # rows turned into events at a time: what bounds the memory
+
+
+def query_rows(
+    con: duckdb.DuckDBPyConnection, query: str, run_id: str
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of the export's named query for a run, a batch of tuples at a time."""
+    sql = load_queries("perfetto")[query]
+    for batch in con.sql(sql, params={"run": run_id}).to_arrow_reader(BATCH_ROWS):
+        yield list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+
+
+def all_query_rows(
+    con: duckdb.DuckDBPyConnection, query: str, run_id: str
+) -> list[tuple[Any, ...]]:
+    """The rows of a query that gives few (a run's processes, block sizes)."""
+    return [row for rows in query_rows(con, query, run_id) for row in rows]
+
+
+@dataclass
+class RunExport:
+    """What a source's writer needs of its run: the rows of the export's queries for
+    it, the trace being written, the DSA block size drawn, the pids of its profiler
+    processes (by rank and stored pid) and the notes for the user."""
+
+    con: duckdb.DuckDBPyConnection
+    run_id: str
+    run_name: str
+    writer: TraceWriter
+    dsa_block_size: int | None = None
+    profiler_pids: dict[tuple[Any, str], int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def rows(self, query: str) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of the named query for this run, a batch of tuples at a time."""
+        return query_rows(self.con, query, self.run_id)
+
+    def all_rows(self, query: str) -> list[tuple[Any, ...]]:
+        """The rows of a query that gives few."""
+        return all_query_rows(self.con, query, self.run_id)
+
+    def process(self, part: str, *key: object) -> int:
+        """The pid of this run's process ``part`` (its name after the run's)."""
+        return self.writer.process((self.run_id, part, *key), f"{self.run_name} · {part}")
+
+
+def seconds_to_us(seconds: float) -> float:
+    """A wall-clock time in seconds from the run's start as the format's microseconds."""
+    return seconds * 1e6
