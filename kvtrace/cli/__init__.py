@@ -38,6 +38,7 @@ COMMAND_MODULES = {  # command or group -> its module; the order of kvtrace --he
     "demo": "demo",
     "samples": "demo",
     "report": "report",
+    "export": "export",
     "collect": "collect",
 }
 
