@@ -206,7 +206,7 @@ class NsysReader:
         gid = _integer(global_id)
         pid = export.process_id(gid) if gid is not None else None
         event: dict[str, Any] = {
-            "rank": self._ranks.get(pid, None) if self._ranks else self.rank,
+            "rank": self._ranks.get(pid) if self._ranks and pid is not None else self.rank,
             "ts_us": start / 1000,
             "dur_us": (end - start) / 1000,
             "correlation": _integer(correlation),
