@@ -63,8 +63,9 @@ def test_every_public_object_documents_exactly_its_columns(warehouse):
 
 
 def _used_files(text: str, creator: dict[str, str], own: str) -> set[str]:
-    """The files whose objects a file's SQL (comments left out) names."""
-    words = set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", text)))
+    """The files whose objects a file's SQL (comments and string literals left out) names."""
+    code = re.sub(r"'(?:[^']|'')*'", "", re.sub(r"--[^\n]*", "", text))
+    words = set(re.findall(r"\w+", code))
     return {creator[name] for name in words & set(creator) if creator[name] != own}
 
 
