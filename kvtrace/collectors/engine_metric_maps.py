@@ -28,9 +28,9 @@ does a division by zero), the first rule that gives a value winning, truncated o
 rounded to an integer.  The same rules build the ``engine_pool_snapshots`` view and the
 rows ``kvtrace collect pool`` writes from a ``/metrics`` endpoint.
 
-``python -m kvtrace.collectors.engine_metric_maps`` writes the generated parts of
-``kvtrace/sql/queries/serving_counters.sql`` again; a test holds them equal to this
-module.
+``python -m kvtrace.collectors.engine_metric_maps`` writes
+``kvtrace/sql/queries/engine_metric_maps.sql`` (the ``engine_metric_map`` and
+``engine_pool_snapshots`` views) again; a test holds it equal to this module.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ __all__ = [
     "evaluate",
     "generated_sql",
     "metrics_of",
-    "with_generated",
+    "sql_file",
 ]
 
 Engine = Literal["vllm", "sglang", "lmcache"]
@@ -390,10 +390,6 @@ def _quote(value: str | None) -> str:
     return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
 
 
-MAP_BEGIN = "-- >>> engine_metric_map, generated from kvtrace/collectors/engine_metric_maps.py"
-MAP_END = "-- <<< end of engine_metric_map"
-POOL_BEGIN = "-- >>> engine_pool_snapshots, generated from kvtrace/collectors/engine_metric_maps.py"
-POOL_END = "-- <<< end of engine_pool_snapshots"
 _MAP_COLUMNS = (
     "engine",
     "family",
@@ -406,6 +402,23 @@ _MAP_COLUMNS = (
     "value_label",
     "meaning",
 )
+_HEADER = """\
+-- The serving engines' metrics that kvtrace maps, and the pool columns they give.
+--
+-- Generated from kvtrace/collectors/engine_metric_maps.py: do not edit by hand
+-- ('python -m kvtrace.collectors.engine_metric_maps' writes this file again, and a test
+-- holds the two equal).  serving_counters.sql reads the map.
+--
+-- engine_pool_snapshots combines each quantity's series at a scrape as the map says (sum,
+-- mean or max over their labels) and evaluates the pool rules over them: the first rule of
+-- the engine that gives a value fills the column, truncated or rounded (half to even) to
+-- an integer for token and request counts; a rule over a quantity the scrape lacks, or
+-- dividing by 0, gives none.  Worked example: a vLLM scrape with cache_config_info
+-- {num_gpu_blocks="2048", block_size="16"} and kv_cache_usage_perc 0.25 gives
+-- capacity_tokens 2048 x 16 = 32,768 and available_tokens 32,768 x (1 - 0.25) = 24,576.
+
+-- @requires engine_metrics.sql
+"""
 
 
 def _map_sql() -> str:
@@ -431,8 +444,6 @@ def _map_sql() -> str:
     )
     return "\n".join(
         [
-            MAP_BEGIN,
-            "",
             "-- @view engine_metric_map",
             "-- Which engine metric gives which kvtrace quantity",
             "-- (kvtrace/collectors/engine_metric_maps.py).",
@@ -448,75 +459,11 @@ def _map_sql() -> str:
             "-- @column meaning      what it counts",
             "CREATE VIEW engine_metric_map AS",
             f"SELECT * FROM (VALUES\n{rows}\n) AS m({', '.join(_MAP_COLUMNS)});",
-            "",
-            MAP_END,
         ]
     )
 
 
-def _pool_sql() -> str:
-    from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS
-
-    names = sorted(
-        {
-            node.id
-            for rule in POOL_RULES
-            for node in ast.walk(_tree(rule.expression))
-            if isinstance(node, ast.Name)
-        }
-    )
-    int_columns = {f.name for f in POOL_SNAPSHOTS.schema if str(f.type) == "int64"}
-    pivot = ",\n".join(
-        f"        max(value) FILTER (WHERE quantity = '{name}') AS \"{name}\"" for name in names
-    )
-    columns = []
-    for field in POOL_SNAPSHOTS.schema:
-        rules = [r for r in POOL_RULES if r.column == field.name]
-        if field.name in ("run_id", "experiment", "worker_id", "t_s", "ts"):
-            columns.append(f"    q.{field.name}")
-            continue
-        cases = []
-        for rule in rules:
-            value = _sql_expression(rule.expression)
-            if field.name in int_columns:
-                value = f"round_even({value}, 0)" if rule.rounding == "round" else f"trunc({value})"
-            cases.append(f"CASE WHEN q.engine = '{rule.engine}' THEN {value} END")
-        if not cases:
-            continue
-        cast = "BIGINT" if field.name in int_columns else "DOUBLE"
-        joined = ",\n        ".join(cases)
-        columns.append(f"    CAST(coalesce(\n        {joined}\n    ) AS {cast}) AS {field.name}")
-    documented = [c.strip().split(" AS ")[-1].removeprefix("q.") for c in columns]
-    docs = [f"-- @column {name:<22} {_POOL_DOCS[name]}" for name in documented]
-    return "\n".join(
-        [
-            POOL_BEGIN,
-            "",
-            "-- @view engine_pool_snapshots",
-            "-- pool_snapshots' columns from the engines' own metrics: one row per (run, worker,",
-            "-- engine, scrape) where the engine exposes a mapped quantity.  The rules are",
-            "-- engine_metric_maps.POOL_RULES (the guide lists them); a column no rule of the",
-            "-- engine fills is NULL, never 0.",
-            "@@DOCS@@",
-            "CREATE VIEW engine_pool_snapshots AS",
-            "WITH q AS (",
-            "    SELECT run_id, experiment, worker_id, engine, t_s, ts,",
-            pivot,
-            "    FROM serving_counters",
-            "    WHERE part IS NULL",
-            "    GROUP BY ALL",
-            ")",
-            "SELECT q.engine,",
-            ",\n".join(columns),
-            "FROM q;",
-            "",
-            POOL_END,
-        ]
-    ).replace(
-        "@@DOCS@@", "\n".join(["-- @column engine                 vllm, sglang or lmcache", *docs])
-    )
-
-
+_KEYS = ("run_id", "experiment", "worker_id", "t_s", "ts")
 _POOL_DOCS = {
     "run_id": "the run",
     "experiment": "experiment label",
@@ -532,26 +479,93 @@ _POOL_DOCS = {
 }
 
 
-def generated_sql() -> dict[str, str]:
-    """The generated parts of ``serving_counters.sql``, by their opening marker."""
-    return {MAP_BEGIN: _map_sql(), POOL_BEGIN: _pool_sql()}
+def _pool_column(column: str, integer: bool) -> str | None:
+    """The select-list entry of one pool column: its engines' rules, first value wins."""
+    cases = []
+    for rule in (r for r in POOL_RULES if r.column == column):
+        value = _sql_expression(rule.expression)
+        if integer:
+            value = f"round_even({value}, 0)" if rule.rounding == "round" else f"trunc({value})"
+        cases.append(f"CASE WHEN engine = '{rule.engine}' THEN {value} END")
+    if not cases:
+        return None
+    joined = ",\n        ".join(cases)
+    kind = "BIGINT" if integer else "DOUBLE"
+    return f"    CAST(coalesce(\n        {joined}\n    ) AS {kind}) AS {column}"
 
 
-def with_generated(text: str) -> str:
-    """``text`` (the file) with its generated parts replaced."""
-    for begin, end in ((MAP_BEGIN, MAP_END), (POOL_BEGIN, POOL_END)):
-        start, stop = text.index(begin), text.index(end) + len(end)
-        text = text[:start] + generated_sql()[begin] + text[stop:]
-    return text
+def _pool_sql() -> str:
+    from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS
+
+    names = sorted(
+        {
+            node.id
+            for rule in POOL_RULES
+            for node in ast.walk(_tree(rule.expression))
+            if isinstance(node, ast.Name)
+        }
+    )
+    pivot = ",\n".join(
+        f"        max(value) FILTER (WHERE quantity = '{name}') AS \"{name}\"" for name in names
+    )
+    columns, documented = [], [*_KEYS[:3], "engine", *_KEYS[3:]]
+    for field in POOL_SNAPSHOTS.schema:
+        if field.name not in _KEYS:
+            entry = _pool_column(field.name, str(field.type) == "int64")
+            if entry:
+                columns.append(entry)
+                documented.append(field.name)
+    docs = [
+        f"-- @column {name:<22} {_POOL_DOCS.get(name, 'vllm, sglang or lmcache')}"
+        for name in documented
+    ]
+    quoted = ", ".join(f"'{name}'" for name in names)
+    return "\n".join(
+        [
+            "-- @view engine_pool_snapshots",
+            "-- pool_snapshots' columns from the engines' own metrics: one row per (run, worker,",
+            "-- engine, scrape) that holds a quantity a pool rule reads.  The rules are",
+            "-- engine_metric_maps.POOL_RULES (the guide lists them); a column no rule of the",
+            "-- engine fills is NULL, never 0.",
+            *docs,
+            "CREATE VIEW engine_pool_snapshots AS",
+            "WITH series AS (",
+            "    SELECT e.run_id, e.experiment, e.worker_id, e.ts, e.t_s, m.engine, m.quantity,",
+            "           m.combine, CASE WHEN m.value_label IS NULL THEN e.value",
+            "               ELSE TRY_CAST(e.labels->>m.value_label AS DOUBLE) END AS value",
+            "    FROM engine_metrics AS e JOIN engine_metric_map AS m ON e.metric = m.sample",
+            f"    WHERE m.quantity IN ({quoted})",
+            "), combined AS (",
+            "    SELECT run_id, any_value(experiment) AS experiment, worker_id, ts,",
+            "           min(t_s) AS t_s, engine, quantity,",
+            "           CASE any_value(combine) WHEN 'mean' THEN avg(value)",
+            "               WHEN 'max' THEN max(value) ELSE sum(value) END AS value",
+            "    FROM series GROUP BY run_id, worker_id, ts, engine, quantity",
+            "), quantities AS (",
+            "    SELECT run_id, any_value(experiment) AS experiment, worker_id, engine,",
+            "           min(t_s) AS t_s, ts,",
+            pivot,
+            "    FROM combined GROUP BY run_id, worker_id, engine, ts",
+            ")",
+            "SELECT run_id, experiment, worker_id, engine, t_s, ts,",
+            ",\n".join(columns),
+            "FROM quantities",
+            "ORDER BY run_id, worker_id, engine, ts;",
+        ]
+    )
+
+
+def generated_sql() -> str:
+    """The text of ``engine_metric_maps.sql``."""
+    return f"{_HEADER}\n{_map_sql()}\n\n{_pool_sql()}\n"
 
 
 def sql_file() -> Path:
-    """Where ``serving_counters.sql`` lives in the source tree (beside, not imported: the
-    collectors never import the SQL library)."""
-    return Path(__file__).resolve().parents[1] / "sql" / "queries" / "serving_counters.sql"
+    """Where ``engine_metric_maps.sql`` lives in the source tree (found beside this package,
+    not imported: the collectors never import the SQL library)."""
+    return Path(__file__).resolve().parents[1] / "sql" / "queries" / "engine_metric_maps.sql"
 
 
 if __name__ == "__main__":  # python -m kvtrace.collectors.engine_metric_maps
-    path = sql_file()
-    path.write_text(with_generated(path.read_text()))
-    sys.stdout.write(f"wrote {path}\n")
+    sql_file().write_text(generated_sql())
+    sys.stdout.write(f"wrote {sql_file()}\n")
