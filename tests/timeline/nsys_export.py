@@ -11,6 +11,7 @@ the reference's "Serialized process and thread identifiers" recipe decodes them.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,9 @@ EVENT_TYPES = [
 COPY = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "PtoP": 10, "UVM HtoD": 11}
 MEMORY = {"Pageable": 0, "Pinned": 1, "Device": 2, "Managed": 4}
 PUSH_POP, START_END, MARK = 59, 60, 34
+CONTEXT_SYNC = 4  # SYNC_TYPES
+GEMM = "void gemm_kernel<float>(float*, float const*, int)"
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NO_STREAM = 0xFFFFFFFF  # CUPTI's "not applicable" stream id
 # bits above the process id (48 and up) hold the machine's id, which the decode masks off
 _MACHINE = 1 << 48
@@ -215,3 +219,35 @@ class NsysExport:
                 db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
         db.close()
         return path
+
+
+def example() -> NsysExport:
+    """The export the tests and the timelines guide use: one process (4242) on device 0,
+    times in ns.  In start order (ties: ranges, calls, kernels, copies, memsets, syncs),
+    the rows that become events 0 to 16; then three rows that become none."""
+    x = NsysExport()
+    x.nvtx("ProfilerStep#1", 1_000, 101_000)  # 0: the iteration, [1, 101) us
+    x.nvtx("decode", 2_000, 90_000, event_type=START_END, registered=True)  # 1
+    x.runtime("cuModuleGetFunction", 3_000, 3_500, 8)  # 2: a driver call
+    x.runtime("cudaLaunchKernel_v7000", 5_000, 8_000, 1)  # 3
+    x.runtime("cudaMemcpyAsync_v3020", 9_000, 12_500, 2)  # 4
+    x.kernel(GEMM, 10_000, 40_000, stream=7, correlation=1)  # 5: [10, 40) us
+    x.memcpy("HtoD", "Pinned", "Device", 30_000, 60_000, 20, 2, 3_000_000)  # 6: [30, 60)
+    x.runtime("cudaLaunchKernel_v7000", 45_000, 47_250, 3)  # 7
+    x.runtime("cudaMemsetAsync_v3020", 48_000, 49_000, 4)  # 8
+    x.kernel(GEMM, 50_000, 70_000, stream=7, correlation=3)  # 9: [50, 70)
+    x.runtime("cudaLaunchKernel_v7000", 60_000, 61_000, 5)  # 10
+    x.kernel(NCCL, 62_000, 80_000, stream=30, correlation=5)  # 11: [62, 80)
+    x.memset("Device", 71_500, 72_500, 7, 4, 4096)  # 12: [71.5, 72.5)
+    x.runtime("cudaMemcpyAsync_v3020", 75_000, 76_000, 6)  # 13
+    x.memcpy("DtoH", "Device", "Pageable", 80_000, 90_500, 20, 6, 1000)  # 14: [80, 90.5)
+    x.runtime("cudaDeviceSynchronize_v3020", 91_000, 99_000, 7)  # 15
+    x.sync(CONTEXT_SYNC, 91_200, 98_800, NO_STREAM, 7)  # 16
+    x.nvtx("tick", 3_000, None, event_type=MARK)  # an instant: left out
+    x.nvtx("never closed", 95_000, None)  # a range that never ended: left out
+    x.kernel("broken", 100_000, 99_000, stream=7, correlation=9)  # ends first: quarantined
+    return x
+
+
+if __name__ == "__main__":  # python -m tests.timeline.nsys_export OUT.sqlite
+    example().write(Path(sys.argv[1]))

@@ -23,42 +23,12 @@ from kvtrace.ingest.readers.nsys import api_name, copy_kind, rank_in_name
 from kvtrace.warehouse import Warehouse
 from tests.conftest import run_kvtrace, warehouse_at
 from tests.timeline.events import kineto_event
-from tests.timeline.nsys_export import MARK, NO_STREAM, START_END, NsysExport
-
-GEMM = "void gemm_kernel<float>(float*, float const*, int)"
-NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-CONTEXT_SYNC = 4  # ENUM_CUPTI_SYNC_TYPE
-
-
-def _export() -> NsysExport:
-    """One process (4242) on device 0; times in ns.  In start order (ties: ranges, calls,
-    kernels, copies, memsets, syncs), the rows that become events 0 to 16."""
-    x = NsysExport()
-    x.nvtx("ProfilerStep#1", 1_000, 101_000)  # 0: the iteration, [1, 101) us
-    x.nvtx("decode", 2_000, 90_000, event_type=START_END, registered=True)  # 1
-    x.runtime("cuModuleGetFunction", 3_000, 3_500, 8)  # 2: a driver call
-    x.runtime("cudaLaunchKernel_v7000", 5_000, 8_000, 1)  # 3
-    x.runtime("cudaMemcpyAsync_v3020", 9_000, 12_500, 2)  # 4
-    x.kernel(GEMM, 10_000, 40_000, stream=7, correlation=1)  # 5: [10, 40) us
-    x.memcpy("HtoD", "Pinned", "Device", 30_000, 60_000, 20, 2, 3_000_000)  # 6: [30, 60)
-    x.runtime("cudaLaunchKernel_v7000", 45_000, 47_250, 3)  # 7
-    x.runtime("cudaMemsetAsync_v3020", 48_000, 49_000, 4)  # 8
-    x.kernel(GEMM, 50_000, 70_000, stream=7, correlation=3)  # 9: [50, 70)
-    x.runtime("cudaLaunchKernel_v7000", 60_000, 61_000, 5)  # 10
-    x.kernel(NCCL, 62_000, 80_000, stream=30, correlation=5)  # 11: [62, 80)
-    x.memset("Device", 71_500, 72_500, 7, 4, 4096)  # 12: [71.5, 72.5)
-    x.runtime("cudaMemcpyAsync_v3020", 75_000, 76_000, 6)  # 13
-    x.memcpy("DtoH", "Device", "Pageable", 80_000, 90_500, 20, 6, 1000)  # 14: [80, 90.5)
-    x.runtime("cudaDeviceSynchronize_v3020", 91_000, 99_000, 7)  # 15
-    x.sync(CONTEXT_SYNC, 91_200, 98_800, NO_STREAM, 7)  # 16
-    x.nvtx("tick", 3_000, None, event_type=MARK)  # an instant: left out
-    x.nvtx("never closed", 95_000, None)  # a range that never ended: left out
-    x.kernel("broken", 100_000, 99_000, stream=7, correlation=9)  # ends first: quarantined
-    return x
+from tests.timeline.nsys_export import GEMM, NCCL, NsysExport, example
 
 
 def _kineto_trace(path: Path) -> Path:
-    """The same events as PyTorch's profiler writes them, rank 2, in the same order."""
+    """The events of `example` as PyTorch's profiler writes them, rank 2, in the same
+    order."""
 
     def call(category: str, name: str, ts: float, dur: float, correlation: int) -> dict:
         event = kineto_event(category, name, ts, dur, correlation=correlation)
@@ -103,7 +73,7 @@ def both(tmp_path):
     """A warehouse holding the export (run "nsys") and the Kineto trace (run "kineto")."""
     (tmp_path / "nsys").mkdir()
     (tmp_path / "kineto").mkdir()
-    export = _export().write(tmp_path / "nsys" / "worker_rank2.sqlite")
+    export = example().write(tmp_path / "nsys" / "worker_rank2.sqlite")
     trace = _kineto_trace(tmp_path / "kineto" / "worker.pt.trace.json")
     warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
     report = ingest(warehouse, [str(export)])
@@ -363,7 +333,7 @@ def test_another_sqlite_database_is_one_sentence(tmp_path):
 
 
 def test_a_damaged_export_and_a_forced_kind_are_one_sentence(tmp_path):
-    export = _export().write(tmp_path / "report.sqlite")
+    export = example().write(tmp_path / "report.sqlite")
     damaged = tmp_path / "damaged.sqlite"
     damaged.write_bytes(export.read_bytes()[:100] + b"\x00" * 4000)
     status, said = _sentence(tmp_path, str(damaged))
