@@ -146,7 +146,7 @@ def test_collect_pool_reads_vllm_and_lmcache_metrics(server):
     assert _polled(f"{server}/vllm/metrics") == VLLM_ROW
     assert _polled(f"{server}/lmcache/metrics") == (None,) * 5 + (LMCACHE_GB, None)
     both = _polled(f"{server}/both/metrics")
-    assert both == VLLM_ROW[:5] + (LMCACHE_GB, None)
+    assert both == (*VLLM_ROW[:5], LMCACHE_GB, None)
 
 
 def test_sglangs_exposition_gives_todays_columns(server):
