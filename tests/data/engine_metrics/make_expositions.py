@@ -209,8 +209,10 @@ def exposition_of_lmcache(source: Path) -> str:
             values[field.name] = [0.01 * (index + 1), 0.02 * (index + 1)]
         elif typing.get_origin(hint) is dict:
             values[field.name] = {}
+        elif hint is float:  # the rates
+            values[field.name] = 0.25
         else:
-            values[field.name] = hint(100 * (index + 1)) if hint in (int, float) else None
+            values[field.name] = 100 * (index + 1) if hint is int else None
     logger.log_prometheus(observability.LMCacheStats(**values))
     return prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
 
