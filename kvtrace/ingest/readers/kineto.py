@@ -453,12 +453,13 @@ def _event_runs(
             yield run if run is not None else [_event_of(value())]
 
 
-def _with_counter_args(run: list[Any], text: str) -> list[Any]:
-    """``run`` (decoded from ``text``) with each counter event as a `CounterEvent`."""
+def _with_counter_args(run: list[Any], text: str) -> list[Any] | None:
+    """``run`` (decoded from ``text``) with each counter event as a `CounterEvent`;
+    None where ``text`` cannot be decoded so (then it is read event by event)."""
     try:
         views = _COUNTER_ARGS_RUN.decode(text)
     except (msgspec.DecodeError, RecursionError):
-        return run  # the caller decodes this run again event by event
+        return None
     return [
         CounterEvent(event, _decoded(view.args)) if event.ph == "C" else event
         for event, view in zip(run, views, strict=True)
@@ -505,13 +506,12 @@ def _whole_events(buffer: str, at: int) -> tuple[list[Any] | None, int]:
         return None, at
     text = "[" + buffer[at : last.start() + 1] + "]"
     try:
-        run = _EVENT_RUN.decode(text)
+        run: list[Any] = _EVENT_RUN.decode(text)
     except (msgspec.DecodeError, RecursionError):
         return None, at
     if '"C"' in text and any(event.ph == "C" for event in run):
-        run = _with_counter_args(run, text)
-        if not any(type(event) is CounterEvent for event in run):
-            return None, at
+        counted = _with_counter_args(run, text)
+        return (counted, last.start() + 1) if counted is not None else (None, at)
     return run, last.start() + 1
 
 
