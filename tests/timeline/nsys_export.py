@@ -114,7 +114,8 @@ class NsysExport:
     """The rows of one export, added event by event, written with `write`."""
 
     pid: int = 4242  # the traced process, and its main thread's id
-    session_start_utc_ns: int = 1_700_000_000_000_000_000
+    # one second after a base time of Kineto's clock (215 periods of 7,889,238 s)
+    session_start_utc_ns: int = 215 * 7_889_238 * 10**9 + 10**9
     strings: dict[str, int] = field(default_factory=dict)
     rows: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
 
@@ -192,7 +193,8 @@ class NsysExport:
         )  # fmt: skip
 
     def write(self, path: Path) -> Path:
-        """The export as an SQLite database at ``path``."""
+        """The export as an SQLite database at ``path`` (replacing a file there)."""
+        path.unlink(missing_ok=True)
         with sqlite3.connect(path) as db:
             db.executescript(SCHEMA)
             db.executemany(
@@ -201,7 +203,7 @@ class NsysExport:
             )
             db.execute(
                 "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)",
-                (self.session_start_utc_ns, "2023-11-14T22:13:20Z", "2023-11-14T22:13:20"),
+                (self.session_start_utc_ns, "2023-10-01T18:49:31Z", "2023-10-01T18:49:31"),
             )
             db.executemany(
                 "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",

@@ -30,6 +30,9 @@ def _kineto_trace(path: Path) -> Path:
     """The events of `example` as PyTorch's profiler writes them, rank 2, in the same
     order."""
 
+    def annotation(name: str, ts: float, dur: float) -> dict:
+        return {**kineto_event("user_annotation", name, ts, dur), "pid": 4242, "tid": 4242}
+
     def call(category: str, name: str, ts: float, dur: float, correlation: int) -> dict:
         event = kineto_event(category, name, ts, dur, correlation=correlation)
         return {**event, "pid": 4242, "tid": 4242}
@@ -44,26 +47,28 @@ def _kineto_trace(path: Path) -> Path:
         return gpu("gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset", name, ts, dur,
                    stream, **args)  # fmt: skip
 
+    # ts: Unix time less Kineto's base time, in us; the session began 1 s after the base
     events = [
-        {**kineto_event("user_annotation", "ProfilerStep#1", 1.0, 100.0), "pid": 4242, "tid": 4242},
-        {**kineto_event("user_annotation", "decode", 2.0, 88.0), "pid": 4242, "tid": 4242},
-        call("cuda_driver", "cuModuleGetFunction", 3.0, 0.5, 8),
-        call("cuda_runtime", "cudaLaunchKernel", 5.0, 3.0, 1),
-        call("cuda_runtime", "cudaMemcpyAsync", 9.0, 3.5, 2),
-        gpu("kernel", GEMM, 10.0, 30.0, 7, correlation=1),
-        copy("Memcpy HtoD (Pinned -> Device)", 30.0, 30.0, 20, 2, 3_000_000),
-        call("cuda_runtime", "cudaLaunchKernel", 45.0, 2.25, 3),
-        call("cuda_runtime", "cudaMemsetAsync", 48.0, 1.0, 4),
-        gpu("kernel", GEMM, 50.0, 20.0, 7, correlation=3),
-        call("cuda_runtime", "cudaLaunchKernel", 60.0, 1.0, 5),
-        gpu("kernel", NCCL, 62.0, 18.0, 30, correlation=5),
-        copy("Memset (Device)", 71.5, 1.0, 7, 4, 4096),
-        call("cuda_runtime", "cudaMemcpyAsync", 75.0, 1.0, 6),
-        copy("Memcpy DtoH (Device -> Pageable)", 80.0, 10.5, 20, 6, 1000),
-        call("cuda_runtime", "cudaDeviceSynchronize", 91.0, 8.0, 7),
-        gpu("cuda_sync", "Context Sync", 91.2, 7.6, -1, correlation=7),
+        annotation("ProfilerStep#1", 1_000_001.0, 100.0),
+        annotation("decode", 1_000_002.0, 88.0),
+        call("cuda_driver", "cuModuleGetFunction", 1_000_003.0, 0.5, 8),
+        call("cuda_runtime", "cudaLaunchKernel", 1_000_005.0, 3.0, 1),
+        call("cuda_runtime", "cudaMemcpyAsync", 1_000_009.0, 3.5, 2),
+        gpu("kernel", GEMM, 1_000_010.0, 30.0, 7, correlation=1),
+        copy("Memcpy HtoD (Pinned -> Device)", 1_000_030.0, 30.0, 20, 2, 3_000_000),
+        call("cuda_runtime", "cudaLaunchKernel", 1_000_045.0, 2.25, 3),
+        call("cuda_runtime", "cudaMemsetAsync", 1_000_048.0, 1.0, 4),
+        gpu("kernel", GEMM, 1_000_050.0, 20.0, 7, correlation=3),
+        call("cuda_runtime", "cudaLaunchKernel", 1_000_060.0, 1.0, 5),
+        gpu("kernel", NCCL, 1_000_062.0, 18.0, 30, correlation=5),
+        copy("Memset (Device)", 1_000_071.5, 1.0, 7, 4, 4096),
+        call("cuda_runtime", "cudaMemcpyAsync", 1_000_075.0, 1.0, 6),
+        copy("Memcpy DtoH (Device -> Pageable)", 1_000_080.0, 10.5, 20, 6, 1000),
+        call("cuda_runtime", "cudaDeviceSynchronize", 1_000_091.0, 8.0, 7),
+        gpu("cuda_sync", "Context Sync", 1_000_091.2, 7.6, -1, correlation=7),
     ]
-    trace = {"schemaVersion": 1, "distributedInfo": {"rank": 2, "world_size": 4}}
+    base = {"baseTimeNanoseconds": 215 * 7_889_238 * 10**9}
+    trace = {"schemaVersion": 1, "distributedInfo": {"rank": 2, "world_size": 4}, **base}
     path.write_text(json.dumps({**trace, "traceEvents": events}))
     return path
 
@@ -106,28 +111,40 @@ def test_each_table_of_the_export_becomes_the_rows_kineto_would_give(both):
         "nsys",
     )
     by_index = {row[0]: row[1:] for row in rows}
-    # the first gemm: [10 000, 40 000) ns is 10 us long 30, on stream 7 of device 0
-    assert by_index[5] == (2, "0", "7", 7, 0, "kernel", GEMM, 10.0, 30.0, 1, None, None, None, 1)
+    # the first gemm: [10 000, 40 000) ns into the session, which began 1 s after Kineto's
+    # base time: at 1 000 010 us, 30 us long, on stream 7 of device 0
+    assert by_index[5] == (
+        2, "0", "7", 7, 0, "kernel", GEMM, 1_000_010.0, 30.0, 1, None, None, None, 1,
+    )  # fmt: skip
     # 3 000 000 bytes in 30 000 ns: 100 bytes per ns, 100 GB/s
     assert by_index[6] == (
-        2, "0", "20", 20, 0, "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 30.0, 30.0, 2,
+        2, "0", "20", 20, 0, "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 1_000_030.0, 30.0, 2,
         "HtoD", 3_000_000, 100.0, 1,
     )  # fmt: skip
     assert by_index[14][6:] == (
-        "Memcpy DtoH (Device -> Pageable)", 80.0, 10.5, 6, "DtoH", 1000, 1000 / 10_500, 1,
+        "Memcpy DtoH (Device -> Pageable)", 1_000_080.0, 10.5, 6, "DtoH", 1000, 1000 / 10_500, 1,
     )  # fmt: skip
-    assert by_index[12][6:] == ("Memset (Device)", 71.5, 1.0, 4, None, 4096, 4.096, 1)
+    assert by_index[12][6:] == ("Memset (Device)", 1_000_071.5, 1.0, 4, None, 4096, 4.096, 1)
     # the launch: the calling thread of process 4242, without nsys's _v7000
     assert by_index[3] == (
-        2, "4242", "4242", None, None, "cuda_runtime", "cudaLaunchKernel", 5.0, 3.0, 1, None,
-        None, None, 1,
+        2, "4242", "4242", None, None, "cuda_runtime", "cudaLaunchKernel", 1_000_005.0, 3.0, 1,
+        None, None, None, 1,
     )  # fmt: skip
-    assert by_index[2][5:9] == ("cuda_driver", "cuModuleGetFunction", 3.0, 0.5)
+    assert by_index[2][5:9] == ("cuda_driver", "cuModuleGetFunction", 1_000_003.0, 0.5)
     # a context sync has no stream: -1, as Kineto writes it
-    assert by_index[16][:9] == (2, "0", "-1", -1, 0, "cuda_sync", "Context Sync", 91.2, 7.6)
+    assert by_index[16][:9] == (2, "0", "-1", -1, 0, "cuda_sync", "Context Sync", 1_000_091.2, 7.6)
     # NVTX ranges are annotations; a registered string is read through StringIds
-    assert by_index[0][5:9] == ("user_annotation", "ProfilerStep#1", 1.0, 100.0)
-    assert by_index[1][:8] == (2, "4242", "4242", None, None, "user_annotation", "decode", 2.0)
+    assert by_index[0][5:9] == ("user_annotation", "ProfilerStep#1", 1_000_001.0, 100.0)
+    assert by_index[1][:8] == (
+        2,
+        "4242",
+        "4242",
+        None,
+        None,
+        "user_annotation",
+        "decode",
+        1_000_002.0,
+    )
     assert sorted(by_index) == list(range(17))
 
 
@@ -244,7 +261,9 @@ def test_the_bad_row_goes_to_the_quarantine_and_the_session_start_to_the_run(bot
     config = both.execute("SELECT collector_config FROM runs WHERE run_name = 'nsys'").fetchone()[0]
     assert json.loads(config) | {"source_sha256": None} == {
         "format": "nsys",
-        "session_start_utc_ns": 1_700_000_000_000_000_000,
+        "session_start_utc_ns": 215 * 7_889_238 * 10**9 + 10**9,
+        "clock": "kineto",
+        "base_time_ns": 215 * 7_889_238 * 10**9,
         "nsys_version": "2024.6.2.225",
         "export_schema_version": "3.16.1",
         "source_sha256": None,

@@ -25,11 +25,16 @@ What becomes a row (`kvtrace.ingest.readers._nsys_export` reads the tables):
   iteration, as in a Kineto trace.  Marks (instants) and ranges that never ended are
   counted as left out.
 
-Times: ``ts_us`` is the export's start time (nanoseconds since the start of the capture
-session) divided by 1000, ``dur_us`` (end - start) / 1000, so microseconds on the
-session's clock, exact to the nanosecond; the session's start as UTC nanoseconds since
-the epoch goes to the run's settings (``session_start_utc_ns``) to place it in wall time.
-An event's place (``event_idx``) is its place in the export's events sorted by start
+Times are on Kineto's clock, so that an export lines up with PyTorch profiler traces and
+with counters written on that clock (`kvtrace.collectors.counters`): the export gives
+nanoseconds since the capture session's start, and its session start as Unix time
+(``TARGET_INFO_SESSION_START_TIME.utcEpochNs``); Kineto writes Unix nanoseconds less a
+base time, that Unix time floored to whole periods of 7,889,238 s (libkineto's
+output_json.h), divided by 1000.  So ``ts_us`` = (session start - base + start) / 1000
+and ``dur_us`` = (end - start) / 1000, exact to the nanosecond; the run's settings keep
+``base_time_ns`` and ``session_start_utc_ns``.  An export without its session start
+keeps the session's clock (``ts_us`` = start / 1000; ``clock``: ``session``).  An
+event's place (``event_idx``) is its place in the export's events sorted by start
 (ties: ranges, calls, kernels, copies, memsets, syncs, then row id).  A row whose start
 or end is not an integer, or that ends before it starts, goes to the quarantine.
 
@@ -64,6 +69,7 @@ from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
 BATCH_ROWS = 50_000
+KINETO_BASE_PERIOD_NS = 7_889_238 * 10**9  # Kineto's base time: whole three-month periods
 NVTX_MARK = "NVTX mark (an instant, not a range)"
 NVTX_UNENDED = "NVTX range that never ended"
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -136,6 +142,7 @@ class NsysReader:
     config: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     _ranks: dict[int, int] = field(default_factory=dict)  # process id -> rank, if several
+    _offset_ns: int = 0  # the session's start on Kineto's clock
 
     def batches(self, progress: Advance | None = None) -> Iterator[pa.Table]:
         """Batches of up to `BATCH_ROWS` events, in start order."""
@@ -153,7 +160,9 @@ class NsysReader:
             raise InputError(f"{self.path} is not an Nsight Systems SQLite export")
         enums = export.enumerations(connection, columns)
         self._find_ranks(export.gpu_processes(connection, columns))
-        self.config = {"format": "nsys", **export.session_facts(connection, columns)}
+        facts = export.session_facts(connection, columns)
+        self._offset_ns, clock = _clock(facts.get("session_start_utc_ns"))
+        self.config = {"format": "nsys", **facts, **clock}
         if self._ranks:
             self.config["ranks_by_process"] = {str(pid): r for pid, r in self._ranks.items()}
         marks, unended = export.nvtx_left_out(connection, columns, enums)
@@ -207,7 +216,7 @@ class NsysReader:
         pid = export.process_id(gid) if gid is not None else None
         event: dict[str, Any] = {
             "rank": self._ranks.get(pid) if self._ranks and pid is not None else self.rank,
-            "ts_us": start / 1000,
+            "ts_us": (self._offset_ns + start) / 1000,
             "dur_us": (end - start) / 1000,
             "correlation": _integer(correlation),
             "name": name if isinstance(name, str) else "",
@@ -228,6 +237,15 @@ class NsysReader:
         event["tid"] = str(event["stream"]) if event["stream"] is not None else None
         event.update(_gpu_columns(source, row, enums, end - start))
         return event
+
+
+def _clock(session_start_utc_ns: object) -> tuple[int, dict[str, Any]]:
+    """The session's start on Kineto's clock (ns), and what the run's settings say of the
+    clock: Kineto's base time, or that the session's own clock is kept."""
+    if type(session_start_utc_ns) is not int:
+        return 0, {"clock": "session"}
+    base = session_start_utc_ns - session_start_utc_ns % KINETO_BASE_PERIOD_NS
+    return session_start_utc_ns - base, {"clock": "kineto", "base_time_ns": base}
 
 
 def _gpu_columns(
