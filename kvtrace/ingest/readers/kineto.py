@@ -188,15 +188,12 @@ class KinetoReader:
                 for i, event in enumerate(run, index)
                 if type(event) is Event and event.ph == "X"
             ]
-            if len(kept) < len(run):  # metadata events, other phases, or too deep
+            if len(kept) < len(run):  # metadata events, other phases, counters, too deep
+                unusual = [(i, e) for i, e in enumerate(run, index) if type(e) is not Event]
                 self.rejected += [
-                    BadLine(i + 1, NESTED_TOO_DEEPLY, "")
-                    for i, event in enumerate(run, index)
-                    if event is TOO_DEEP
+                    BadLine(i + 1, NESTED_TOO_DEEPLY, "") for i, e in unusual if e is TOO_DEEP
                 ]
-                counters = [
-                    (i, event) for i, event in enumerate(run, index) if type(event) is CounterEvent
-                ]
+                counters = [(i, e) for i, e in unusual if type(e) is CounterEvent]
                 if counters:
                     self._read_header(others)
                     self._keep_counters(counters)
