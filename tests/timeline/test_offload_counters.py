@@ -215,3 +215,31 @@ def test_a_trace_older_than_base_times_takes_a_zero_base(tmp_path):
     with CounterWriter(path, base_time_ns=0, clock_ns=lambda: 1_682_725_898_236_567_000) as w:
         w.add("x", 1)
     assert json.loads(path.read_text())["ts_us"] == 1_682_725_898_236_567.0
+
+
+def test_values_beyond_a_float_and_not_finite_are_quarantined_not_a_crash(warehouse, tmp_path):
+    """JSON allows integers of any size and Python's json writes NaN: neither is a
+    counter value, and the file's good values are kept."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    huge = "1" + "0" * 400
+    (folder / "rank0.pt.trace.json").write_text(
+        '{"traceEvents": [{"ph": "C", "name": "q", "pid": 1, "ts": 5, '
+        f'"args": {{"ok": 2, "huge": {huge}, "nan": NaN}}}}, '
+        f'{{"ph": "C", "name": "q", "pid": 1, "ts": {huge}, "args": {{"ok": 3}}}}]}}'
+    )
+    (folder / "counters.jsonl").write_text(
+        f'{{"ts_us": 1, "name": "a", "value": {huge}}}\n'
+        '{"ts_us": 2, "name": "a", "value": NaN}\n'
+        f'{{"ts_us": {huge}, "name": "a", "value": 1}}\n'
+        '{"ts_us": 3, "name": "a", "value": 7}\n'
+    )
+    report = ingest(warehouse, [str(folder)])
+    assert sorted((f.family, f.rows, f.rejected) for f in report.files) == [
+        ("counters", 1, 3),
+        ("timeline", 1, 2),
+    ]
+    rows = connect(warehouse).execute(
+        "SELECT source, counter, series, ts_us, value FROM timeline_counters ORDER BY source"
+    )
+    assert rows.fetchall() == [("jsonl", "a", None, 3.0, 7.0), ("kineto", "q", "ok", 5.0, 2.0)]

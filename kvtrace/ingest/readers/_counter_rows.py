@@ -9,6 +9,7 @@ sorted, so equal label sets compare equal in SQL.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from kvtrace.ingest._values import BadValue, finite_number
 from kvtrace.warehouse.schema.timeline import TIMELINE_COUNTERS
 
 NO_LABELS = "{}"
+_FLOAT_MAX = sys.float_info.max
 # the columns that tell two counter values of a file apart, besides their place in it
 DIGESTED = ("pid", "counter", "series", "labels", "ts_us", "value")
 
@@ -35,15 +37,29 @@ class CounterRow:
     value: float
 
 
+def is_plain_value(value: object) -> bool:
+    """Whether ``value`` is a number a float64 holds (the common case, checked fast)."""
+    if type(value) is float:
+        return math.isfinite(value)
+    return type(value) is int and -_FLOAT_MAX <= value <= _FLOAT_MAX
+
+
 def counter_value(name: str, value: object) -> float:
     """``value`` as a float: any finite JSON number; raises `BadValue` otherwise."""
-    return finite_number(name, value, limit=sys.float_info.max)
+    return finite_number(name, _within_floats(name, value), limit=_FLOAT_MAX)
 
 
 def counter_time(name: str, value: object) -> float:
     """A time stamp in microseconds; raises `BadValue` unless a finite number within
     the range a float64 holds to the microsecond exactly."""
-    return finite_number(name, value)
+    return finite_number(name, _within_floats(name, value))
+
+
+def _within_floats(name: str, value: object) -> object:
+    """``value``, unless an integer too large for a float64 (JSON allows any)."""
+    if type(value) is int and not -_FLOAT_MAX <= value <= _FLOAT_MAX:
+        raise BadValue(f"{name} is out of range: {value!r}"[:200])
+    return value
 
 
 def labels_text(labels: object) -> str:
@@ -84,5 +100,6 @@ __all__ = [
     "counter_table",
     "counter_time",
     "counter_value",
+    "is_plain_value",
     "labels_text",
 ]

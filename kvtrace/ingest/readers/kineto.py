@@ -62,6 +62,7 @@ from kvtrace.ingest.readers._counter_rows import (
     counter_table,
     counter_time,
     counter_value,
+    is_plain_value,
 )
 from kvtrace.ingest.sink import REPEATED, FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
@@ -228,29 +229,29 @@ class KinetoReader:
     def _counter_rows(self, index: int, counter: CounterEvent) -> list[CounterRow]:
         """One row per numeric series of a counter event."""
         event, args = counter.event, counter.args
-        raw = _counter_raw(event, args)
         try:
             ts = counter_time("ts", event.ts)
         except BadValue as exc:
-            self.rejected.append(BadLine(index + 1, f"a C event needs a numeric ts: {exc}", raw))
+            reason = f"a C event needs a numeric ts: {exc}"
+            self.rejected.append(BadLine(index + 1, reason, _counter_raw(event, args)))
             return []
         if type(args) is not dict or not args:
-            self.rejected.append(
-                BadLine(index + 1, "a C event needs args that map series to numbers", raw)
-            )
+            reason = "a C event needs args that map series to numbers"
+            self.rejected.append(BadLine(index + 1, reason, _counter_raw(event, args)))
             return []
+        pid, name = None if event.pid is None else str(event.pid), str(event.name)
         rows, bad = [], []
         for series, value in args.items():
-            try:
-                number = counter_value(f"args.{series}", value)
-            except BadValue as exc:
-                bad.append(str(exc))
-                continue
-            pid = None if event.pid is None else str(event.pid)
-            rows.append(CounterRow(index, pid, str(event.name), series, NO_LABELS, ts, number))
+            if not is_plain_value(value):
+                try:
+                    counter_value(f"args.{series}", value)  # says what is wrong
+                except BadValue as exc:
+                    bad.append(str(exc))
+                    continue
+            rows.append(CounterRow(index, pid, name, series, NO_LABELS, ts, float(value)))
         if bad:
-            reason = f"a C event's series must be numbers: {'; '.join(bad)}"
-            self.rejected.append(BadLine(index + 1, reason[:500], raw))
+            reason = f"a C event's series must be numbers: {'; '.join(bad)}"[:500]
+            self.rejected.append(BadLine(index + 1, reason, _counter_raw(event, args)))
         return rows
 
     def _first_only(self, rows: pa.Table) -> pa.Table:
