@@ -220,3 +220,18 @@ def test_thrash_from_named_counters_matches_blocks_by_their_labels(warehouse, tm
         .fetchone()
     )
     assert row == (0, 3, 2, 1, pytest.approx(1 / 3), 2650.0)
+
+
+def test_a_counter_naming_no_rank_takes_the_rank_of_a_one_rank_trace(warehouse, tmp_path):
+    folder = tmp_path / "ranked"
+    folder.mkdir()
+    events = [kineto_event("kernel", "gemm", 0, 40, stream=7)]
+    (folder / "rank2.pt.trace.json").write_text(
+        json.dumps({"distributedInfo": {"rank": 2}, "traceEvents": events})
+    )
+    (folder / "counters.jsonl").write_text('{"ts_us": 10, "name": "q", "value": 1}\n')
+    ingest(warehouse, [str(folder)])
+    row = connect(warehouse).execute(
+        "SELECT rank, gpu_busy_us, gpu_idle_us FROM timeline_counter_windows(100)"
+    )
+    assert row.fetchall() == [(2, 40.0, 60.0)]

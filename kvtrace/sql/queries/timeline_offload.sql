@@ -56,9 +56,10 @@ FROM _timeline_counters_files;
 -- the trace's clock) holding a value of the counter: its values' mean, last and max,
 -- the change of its last value since the counter's previous such window (a running
 -- total's increase: bytes written, hits), and the same window's GPU busy and idle time
--- on the counter's rank.
+-- on the counter's rank (a counter that names no rank takes the rank of its run's
+-- trace, where the run has one).
 -- @column run_id           the run
--- @column rank             the rank (-1 when unknown)
+-- @column rank             the rank (-1 when unknown and the trace's is not one rank)
 -- @column pid              the counter's process
 -- @column counter          the counter
 -- @column series           its series (Kineto) or NULL
@@ -74,10 +75,16 @@ FROM _timeline_counters_files;
 -- @column copy_busy_us     ... with a copy running
 -- @column gpu_idle_us      window_us - gpu_busy_us
 CREATE MACRO timeline_counter_windows(window_us := 1000) AS TABLE
-WITH samples AS (
-    SELECT run_id, coalesce(rank, -1) AS rank, pid, counter, series, labels, ts_us, value,
-           event_idx, floor(ts_us / window_us) AS w
-    FROM timeline_counters
+WITH lone_ranks AS (  -- the rank of a run whose trace has one
+    SELECT run_id, min(rank) AS lone_rank
+    FROM (SELECT DISTINCT run_id, rank FROM _timeline_gpu_events)
+    GROUP BY run_id
+    HAVING count(*) = 1
+), samples AS (
+    SELECT c.run_id, coalesce(c.rank, r.lone_rank, -1) AS rank, c.pid, c.counter, c.series,
+           c.labels, c.ts_us, c.value, c.event_idx, floor(c.ts_us / window_us) AS w
+    FROM timeline_counters AS c
+    LEFT JOIN lone_ranks AS r USING (run_id)
 ), per_window AS (
     SELECT run_id, rank, pid, counter, series, labels, w, count(*) AS samples,
            avg(value) AS mean_value, arg_max(value, (ts_us, event_idx)) AS last_value,
