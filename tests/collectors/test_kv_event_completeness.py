@@ -195,6 +195,30 @@ def test_the_engines_own_num_gpu_blocks_is_the_gpu_capacity(warehouse, tmp_path)
     ]
 
 
+def test_sglangs_max_total_num_tokens_over_the_block_size_is_the_capacity(warehouse, tmp_path):
+    # SGLang 0.5.23's exposition (tests/data/engine_metrics) says
+    # sglang:max_total_num_tokens 87; in pages of 1 token that is 87 blocks, and events
+    # with no medium are the device pool's: 88 stored blocks are over it at the second
+    # batch (t 1 s)
+    scrape = tmp_path / "scrapes" / "sg0-20261129T041500Z.prom"
+    scrape.parent.mkdir()
+    shutil.copy(DATA / "engine_metrics" / "sglang-0.5.23.prom", scrape)
+    events = [
+        {"seq": 0, "ts": 20.0, "events": [stored([f"p{i}" for i in range(87)], None, size=1)]},
+        {"seq": 1, "ts": 21.0, "events": [stored(["p87"], None, size=1)]},
+    ]
+    ingest(warehouse, [str(scrape), _write(tmp_path / "sg0.jsonl", events)])
+    rows = (
+        connect(warehouse)
+        .sql(
+            "SELECT worker, max_resident_blocks, capacity_blocks, capacity_source, "
+            "over_capacity_t_s FROM kv_event_completeness()"
+        )
+        .fetchall()
+    )
+    assert rows == [("sg0", 88, 87, "engine_metrics", 1.0)]
+
+
 def test_losses_count_within_each_epoch_and_end_with_it(warehouse, tmp_path):
     # epoch 0: batches 0 (t 0) and 2 (t 1): batch 1 missed, the count unsure from t 0 to
     # the restart at t 5.  The engine restarts (its numbers go back from 2 to 1 with other

@@ -7,11 +7,13 @@
 --   over capacity: the blocks the events leave resident at once exceed what the pool can
 --     hold, so removals went unpublished (or were lost).  The capacity in blocks is the
 --     capacity_blocks argument (every medium), else, for the GPU medium (or an event
---     without a medium), the engine's own: vLLM's vllm:cache_config_info num_gpu_blocks
---     label in engine_metrics, else pool_snapshots' capacity_tokens over the events'
---     block size; both are matched to the events by worker name (the --endpoint NAME),
---     in any run, taking the largest the worker reported.  Without one the check is not
---     made;
+--     without a medium), the engine's own: in engine_metrics, vLLM's
+--     vllm:cache_config_info label num_gpu_blocks (vllm 0.33.0, CacheConfig.metrics_info
+--     in vllm/config/cache.py) or SGLang's sglang:max_total_num_tokens over the events'
+--     block size (sglang 0.5.23, sglang/srt/observability/metrics_collector.py), else
+--     pool_snapshots' capacity_tokens over the block size; each is matched to the events
+--     by worker name (the --endpoint NAME), in any run, taking the largest the worker
+--     reported.  Without one the check is not made;
 --   no removals: a medium that stored blocks but published no removal (and its worker no
 --     clear) over a recording of at least long_run_s seconds: its residency only grows.
 --     LMCache is one such publisher: vLLM's LMCache connector turns LMCache's events into
@@ -64,9 +66,11 @@ WITH asked AS (
 ), engine AS (
     SELECT worker_id AS worker,
            max(try_cast(json_extract_string(labels, '$.num_gpu_blocks') AS BIGINT))
-               AS engine_blocks
+               FILTER (WHERE metric = 'vllm:cache_config_info') AS vllm_blocks,
+           max(value) FILTER (WHERE metric = 'sglang:max_total_num_tokens')::BIGINT
+               AS sglang_tokens
     FROM engine_metrics
-    WHERE family = 'vllm:cache_config_info' OR metric = 'vllm:cache_config_info'
+    WHERE metric IN ('vllm:cache_config_info', 'sglang:max_total_num_tokens')
     GROUP BY worker_id
 ), polled AS (
     SELECT worker_id AS worker, max(capacity_tokens) AS polled_tokens
@@ -74,7 +78,9 @@ WITH asked AS (
     GROUP BY worker_id
 ), found AS (
     SELECT m.run_id, m.worker, m.medium, a.asked_blocks,
-           CASE WHEN m.gpu THEN e.engine_blocks END AS engine_blocks,
+           CASE WHEN m.gpu
+                THEN coalesce(e.vllm_blocks, e.sglang_tokens // m.block_size) END
+               AS engine_blocks,
            CASE WHEN m.gpu THEN p.polled_tokens // m.block_size END AS polled_blocks
     FROM media AS m
     CROSS JOIN asked AS a
