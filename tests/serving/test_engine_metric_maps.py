@@ -170,3 +170,39 @@ def test_a_poll_of_vllm_lands_in_pool_snapshots(warehouse, server):
         .fetchall()
     )
     assert got == [(32768, 24576, 38, LMCACHE_GB, None)]
+
+
+GUIDE = Path(__file__).parents[2] / "docs" / "guides" / "engine-counters.md"
+
+
+def guide_tables() -> str:
+    """The mapping tables as the guide shows them, one per engine, then the pool rules."""
+    parts = []
+    for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang"), ("lmcache", "LMCache")):
+        lines = [
+            f"#### {title}",
+            "",
+            "| metric, as exposed | kind | quantity | unit | part: label | combined by | counts |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for m in metrics_of(engine):
+            shown = m.sample + (f"{{{m.value_label}}}" if m.value_label else "")
+            lines.append(
+                f"| `{shown}` | {m.kind} | `{m.quantity}` | {m.unit} | {m.split_by or ''} "
+                f"| {m.combine} | {m.meaning} |"
+            )
+        parts.append("\n".join(lines))
+    rules = [
+        "| engine | pool column | rule (first that gives a value) | to an integer |",
+        "|---|---|---|---|",
+    ]
+    for rule in POOL_RULES:
+        rounding = "" if rule.column == "kvcache_mem_gb" else rule.rounding
+        rules.append(f"| {rule.engine} | `{rule.column}` | `{rule.expression}` | {rounding} |")
+    return "\n\n".join(parts) + "\n\n#### Pool columns\n\n" + "\n".join(rules) + "\n"
+
+
+def test_the_guide_shows_the_mapping_tables_as_they_are():
+    assert guide_tables() in GUIDE.read_text(), "paste guide_tables() into the guide:\n" + (
+        guide_tables()
+    )
