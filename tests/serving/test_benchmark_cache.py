@@ -365,3 +365,12 @@ def test_tools_that_record_no_cached_tokens_leave_the_columns_null(warehouse):
     assert len(rows) == 3
     for row in rows:
         assert all(row[c] is None for c in CACHE_COLUMNS)
+
+
+def test_an_sglang_line_replayed_from_a_trace_keeps_its_summary(warehouse, tmp_path):
+    # bench_serving --use-trace-timestamps writes "request_rate": "trace": no one rate
+    line = sglang_line(NO_STORAGE, NO_STORAGE_REPORT, 1.0) | {"request_rate": "trace"}
+    ingest(warehouse, [str(_write_lines(tmp_path / "mooncake.jsonl", [line]))])
+    assert connect(warehouse).sql(
+        "SELECT request_rate, completed, prefix_hit_rate FROM serving_benchmark"
+    ).fetchall() == [(None, 3, pytest.approx(0.3))]

@@ -185,16 +185,10 @@ def read_sglang_lines(
 
 
 def _sglang_summary(record: dict[str, Any], level: int) -> dict[str, Any]:
-    rate = record.get("request_rate")
     summary: dict[str, Any] = {
         "load_level": level,
         "tool": "sglang",
-        # "trace": the requests replayed at their trace's timestamps, no one rate
-        "request_rate": math.inf
-        if rate == math.inf
-        else None
-        if rate == "trace"
-        else _printed(record, "request_rate"),
+        "request_rate": _sglang_rate(record),
         "max_concurrency": _printed_count(record, "max_concurrency"),
         "completed": _printed_count(record, "completed"),
         "duration_s": _printed(record, "duration"),
@@ -209,6 +203,15 @@ def _sglang_summary(record: dict[str, Any], level: int) -> dict[str, Any]:
         for statistic in STATISTICS:
             summary[f"{statistic}_{metric}_ms"] = _printed(record, f"{statistic}_{name}_ms")
     return summary | _sglang_cache_report(record.get("cache_report"))
+
+
+def _sglang_rate(record: dict[str, Any]) -> float | None:
+    """The request rate of a line: inf for all at once, None for ``"trace"`` (the
+    requests replayed at their trace's timestamps, no one rate)."""
+    rate = record.get("request_rate")
+    if rate == math.inf:
+        return math.inf
+    return None if rate == "trace" else _printed(record, "request_rate")
 
 
 def _sglang_cache_report(report: object) -> dict[str, Any]:
