@@ -11,6 +11,7 @@ import pytest
 
 from kvtrace import connect
 from kvtrace.ingest import ingest
+from tests.conftest import DATA
 from tests.timeline.events import kineto_event
 
 
@@ -139,9 +140,13 @@ def test_idle_time_waiting_on_a_copy_is_the_worked_example(warehouse, tmp_path):
     ).fetchall()
     assert breakdown == [(7, 115.0), (20, 90.0)]
     waits = con.execute(
-        "SELECT stream, kernel_start, copy_stream, copy_kind, copy_end FROM _timeline_copy_waits"
+        "SELECT stream, kernel_start, waited_stream, waited_family, waited_kind, waited_end "
+        "FROM _timeline_stream_waits ORDER BY kernel_start"
     ).fetchall()
-    assert waits == [(7, 155.0, 20, "HtoD", 150.0)]
+    assert waits == [
+        (7, 155.0, 20, "memcpy", "HtoD", 150.0),
+        (7, 270.0, 20, "kernel", "kernel", 260.0),
+    ]
 
 
 def test_a_copy_that_ended_before_the_gap_explains_none_of_it(warehouse, tmp_path):
@@ -235,3 +240,18 @@ def test_a_counter_naming_no_rank_takes_the_rank_of_a_one_rank_trace(warehouse, 
         "SELECT rank, gpu_busy_us, gpu_idle_us FROM timeline_counter_windows(100)"
     )
     assert row.fetchall() == [(2, 40.0, 60.0)]
+
+
+def test_the_dependencies_of_a_real_trace_never_start_a_kernel_before_its_wait_ends(warehouse):
+    """HTA's AlexNet trace (cudaStreamWaitEvent between its compute streams, no copies):
+    every kernel found to wait on another stream's operation starts after that operation
+    ends, as a GPU must run them; the trace has no copy waits."""
+    ingest(warehouse, [str(DATA / "hta_alexnet_trace.json.gz")], run_name="alexnet")
+    con = connect(warehouse)
+    waits = con.execute(
+        "SELECT count(*), min(kernel_start - waited_end), count(*) FILTER "
+        "(WHERE waited_family <> 'kernel') FROM _timeline_stream_waits"
+    ).fetchone()
+    assert waits == (6, 1.0, 0)
+    copy_waits = con.execute("SELECT sum(copy_waits) FROM timeline_copy_wait_idle")
+    assert copy_waits.fetchone() == (0,)

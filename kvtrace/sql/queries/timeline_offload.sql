@@ -136,10 +136,11 @@ ORDER BY c.run_id, c.rank, c.counter, c.series, c.labels, c.pid, window_start_us
 CREATE VIEW timeline_counter_windows AS
 FROM timeline_counter_windows(1000);
 
--- @view _timeline_copy_waits
--- Each kernel that waited on a copy: the kernel (its stream and start), and the copy it
--- depends on through a Stream Wait Event (its stream, kind, bytes and end).
-CREATE VIEW _timeline_copy_waits AS
+-- @view _timeline_stream_waits
+-- Each kernel that waited, through a Stream Wait Event, on another stream's work: the
+-- kernel (its stream and start) and the GPU operation it depends on (its stream,
+-- family, kind, bytes and end).
+CREATE VIEW _timeline_stream_waits AS
 WITH calls AS (
     SELECT run_id, coalesce(rank, -1) AS rank, correlation, min(ts_us) AS call_us
     FROM _timeline_events_files
@@ -161,21 +162,21 @@ WITH calls AS (
        AND w.correlation = waited.correlation
     WHERE w.name = 'Stream Wait Event' AND w.stream IS NOT NULL
       AND w.wait_on_stream IS NOT NULL
-), on_copies AS (  -- the operation last launched on the stream waited on before the record
-    SELECT w.run_id, w.rank, w.stream, w.wait_us, op.stream AS copy_stream,
-           op.kind AS copy_kind, op.bytes AS copy_bytes, op.e AS copy_end
+), waited_on AS (  -- the operation last launched on the stream waited on before the record
+    SELECT w.run_id, w.rank, w.stream, w.wait_us, op.stream AS waited_stream,
+           op.family AS waited_family, op.kind AS waited_kind, op.bytes AS waited_bytes,
+           op.e AS waited_end
     FROM waits AS w
     ASOF JOIN launched AS op
         ON w.run_id = op.run_id AND w.rank = op.rank AND w.wait_on_stream = op.stream
        AND w.record_us >= op.call_us
-    WHERE op.family = 'memcpy'
 )
-SELECT c.run_id, c.rank, c.stream, k.s AS kernel_start, c.copy_stream, c.copy_kind,
-       c.copy_bytes, c.copy_end
-FROM on_copies AS c
+SELECT w.run_id, w.rank, w.stream, k.s AS kernel_start, w.waited_stream, w.waited_family,
+       w.waited_kind, w.waited_bytes, w.waited_end
+FROM waited_on AS w
 ASOF JOIN (FROM launched WHERE family = 'kernel') AS k  -- the waiting stream's next kernel
-    ON c.run_id = k.run_id AND c.rank = k.rank AND c.stream = k.stream
-   AND k.call_us >= c.wait_us;
+    ON w.run_id = k.run_id AND w.rank = k.rank AND w.stream = k.stream
+   AND k.call_us >= w.wait_us;
 
 -- @view timeline_copy_wait_idle
 -- Per stream and iteration: idle time between its events (as timeline_idle_breakdown
@@ -199,11 +200,12 @@ WITH gaps AS (
     SELECT * FROM gaps WHERE previous_end IS NOT NULL AND s > previous_end
 ), waiting AS (
     SELECT i.run_id, i.rank, i.iteration, i.stream, i.s, any_value(i.previous_end) AS gap_start,
-           least(i.s, max(w.copy_end)) - any_value(i.previous_end) AS waited
+           least(i.s, max(w.waited_end)) - any_value(i.previous_end) AS waited
     FROM idle AS i
-    JOIN _timeline_copy_waits AS w
+    JOIN _timeline_stream_waits AS w
         ON i.run_id = w.run_id AND i.rank = w.rank AND i.stream = w.stream
-       AND i.s = w.kernel_start AND i.family = 'kernel' AND w.copy_end > i.previous_end
+       AND i.s = w.kernel_start AND i.family = 'kernel' AND w.waited_family = 'memcpy'
+       AND w.waited_end > i.previous_end
     GROUP BY i.run_id, i.rank, i.iteration, i.stream, i.s
 )
 SELECT i.run_id, i.rank, i.iteration, i.stream, sum(i.s - i.previous_end) AS idle_us,
