@@ -1,5 +1,6 @@
-"""Wall-clock rows as trace events: DSA steps, pool snapshots, engine metrics, KV-event
-residency and request spans, each from 0 at its run's start (see the queries' header).
+"""Wall-clock rows as trace events: DSA steps, pool snapshots, engine metrics and the
+serving counters kvtrace maps them onto, KV-event residency and request spans, each from
+0 at its run's start (see the queries' header).
 
 Counter events (``"ph": "C"``) are drawn by Perfetto as one track per (process, event
 name, args key), named ``<name> <key>``: each writer names its events by what they
@@ -121,6 +122,26 @@ def write_engine(run: RunExport) -> int:
                     {"ph": "C", "name": worker, "pid": pid, "ts": seconds_to_us(t_s), "args": {}}
                 )
             events[-1]["args"][metric + labels_suffix(labels)] = value
+        run.writer.write(events)
+        written += len(events)
+    return written
+
+
+def write_serving(run: RunExport) -> int:
+    """A counter event per worker and scrape, each quantity (``quantity[part]``) an
+    arg."""
+    pid = run.process("serving counters")
+    written = 0
+    for rows in run.rows("serving_quantities"):
+        events: list[dict[str, Any]] = []
+        last: tuple[str, float] | None = None
+        for worker, t_s, quantity, part, value in rows:
+            if (worker, t_s) != last:
+                last = (worker, t_s)
+                events.append(
+                    {"ph": "C", "name": worker, "pid": pid, "ts": seconds_to_us(t_s), "args": {}}
+                )
+            events[-1]["args"][quantity if part is None else f"{quantity}[{part}]"] = value
         run.writer.write(events)
         written += len(events)
     return written

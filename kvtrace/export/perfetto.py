@@ -35,8 +35,8 @@ from kvtrace.warehouse import Warehouse
 
 CLOCKS = (
     "profiler events and counters: the profiler's clock, microseconds as recorded; "
-    "DSA steps, pool snapshots, engine metrics, KV events and requests: microseconds "
-    "from their run's start"
+    "DSA steps, pool snapshots, engine metrics, serving counters, KV events and requests: "
+    "microseconds from their run's start"
 )
 
 
@@ -159,6 +159,7 @@ _WRITERS: dict[str, Callable[[RunExport], int]] = {
     "dsa": tracks.write_dsa,
     "pool": tracks.write_pool,
     "engine": tracks.write_engine,
+    "serving": tracks.write_serving,
     "kv": tracks.write_kv_residency,
     "requests": tracks.write_requests,
 }

@@ -47,6 +47,12 @@ SOURCES: tuple[ExportSource, ...] = (
         "_count), as scraped",
     ),
     ExportSource(
+        "serving",
+        "serving_counters",
+        "a counter track per worker and quantity in kvtrace's terms (and part): a gauge's "
+        "value, a counter's increases since the run began",
+    ),
+    ExportSource(
         "kv",
         "kv_events",
         "a counter track of resident blocks per worker and medium (kv_pool_residency)",

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ PROFILED = [
      "args": {"correlation": 79, "wait_on_stream": 20,
               "wait_on_cuda_event_record_corr_id": 78}},
 ]  # fmt: skip
+SCRAPED = datetime(2026, 1, 1, tzinfo=timezone.utc)  # the first scrape of the hand-made run
 _COLUMNS = (
     "rank, pid, tid, stream, device, category, name, ts_us, dur_us, correlation, "
     "external_id, copy_kind, bytes, wait_on_stream, wait_on_correlation, memory_bw_gbps"
@@ -210,8 +212,8 @@ def _wall_run(warehouse: Warehouse) -> None:
             ],
             "engine_metrics": [
                 *(
-                    {"worker_id": "e0", "t_s": t, "metric": metric, "labels": labels,
-                     "value": value, "type": kind}
+                    {"worker_id": "e0", "t_s": t, "ts": SCRAPED + timedelta(seconds=t),
+                     "metric": metric, "labels": labels, "value": value, "type": kind}
                     for t, running, hits in ((0.0, 3.0, 10.0), (2.0, 1.0, 25.0))
                     for metric, labels, value, kind in (
                         ("vllm:num_requests_running", "{}", running, "gauge"),
@@ -290,17 +292,18 @@ def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
         3: "wall · DSA steps (block size 64)",
         4: "wall · pool",
         5: "wall · engine metrics",
-        6: "wall · KV events",
-        7: "wall · benchmark requests",
+        6: "wall · serving counters",
+        7: "wall · KV events",
+        8: "wall · benchmark requests",
     }
     threads = {
         (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
     }
     assert threads == {
-        (3, 1): "layer 0", (3, 2): "layer 1", (4, 1): "d0", (7, 1): "lane 1", (7, 2): "lane 2",
+        (3, 1): "layer 0", (3, 2): "layer 1", (4, 1): "d0", (8, 1): "lane 1", (8, 2): "lane 2",
     }  # fmt: skip
     drawn = [e for e in events if e["ph"] != "M"]
-    by_pid = {pid: [e for e in drawn if e["pid"] == pid] for pid in range(1, 8)}
+    by_pid = {pid: [e for e in drawn if e["pid"] == pid] for pid in range(1, 9)}
 
     # timeline counters: one event per stored counter event, its series as args
     assert by_pid[1] == [
@@ -354,9 +357,17 @@ def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
         for ts, running, hits in ((0.0, 3.0, 10.0), (2e6, 1.0, 25.0))
     ]  # fmt: skip
 
+    # serving counters (vLLM's map): running requests as scraped; prefix-cache hits as
+    # the run's own, 0 at its first scrape and 25 - 10 = 15 at the second
+    assert by_pid[6] == [
+        {"ph": "C", "name": "e0", "pid": 6, "ts": ts,
+         "args": {"prefix_cache_hit_tokens": hits, "running_requests": running}}
+        for ts, running, hits in ((0.0, 3.0, 0.0), (2e6, 1.0, 15.0))
+    ]  # fmt: skip
+
     # KV residency per 1 s bucket: a, b stored (2); a removed and stored again (2);
     # b removed (1)
-    assert [(e["name"], e["ts"], e["args"]) for e in by_pid[6]] == [
+    assert [(e["name"], e["ts"], e["args"]) for e in by_pid[7]] == [
         ("w GPU", 0.0, {"resident blocks": 2}),
         ("w GPU", 1e6, {"resident blocks": 2}),
         ("w GPU", 2e6, {"resident blocks": 1}),
@@ -364,20 +375,21 @@ def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
 
     # requests on lanes: 0 takes lane 1 for [0, 1 s); 1 arrives at 0.5 s (lane 1 busy)
     # and takes lane 2 until 0.75 s; 2 at 0.875 s finds lane 2 free; 3 at 1 s lane 1
-    spans = [(e["name"], e["tid"], e["ts"], e["dur"]) for e in by_pid[7]]
+    spans = [(e["name"], e["tid"], e["ts"], e["dur"]) for e in by_pid[8]]
     assert spans == [
         ("request", 1, 0.0, 1e6), ("TTFT", 1, 0.0, 1e5),
         ("request", 2, 5e5, 2.5e5), ("TTFT", 2, 5e5, 2e5),
         ("request", 2, 8.75e5, 5e5),
         ("request", 1, 1e6, 0.0),
     ]  # fmt: skip
-    assert by_pid[7][0]["args"] == {
+    assert by_pid[8][0]["args"] == {
         "request": "0", "input tokens": 10, "output tokens": 5, "ttft s": 0.1, "latency s": 1.0,
     }  # fmt: skip
-    assert by_pid[7][-1]["args"]["error"] == "timeout"
+    assert by_pid[8][-1]["args"]["error"] == "timeout"
 
     assert report.by_source == {
-        "counters": 2, "dsa": 6, "pool": 3, "engine": 2, "kv": 3, "requests": 6,
+        "counters": 2, "dsa": 6, "pool": 3, "engine": 2, "serving": 2, "kv": 3,
+        "requests": 6,
     }  # fmt: skip
     assert report.notes == [
         "run 'wall': 1 DSA step rows have no step time (ts_us) and are left out",
@@ -412,10 +424,11 @@ def test_several_runs_lie_side_by_side_in_the_order_given(warehouse, tmp_path):
         "wall · DSA steps (block size 64)",
         "wall · pool",
         "wall · engine metrics",
+        "wall · serving counters",
         "wall · KV events",
         "wall · benchmark requests",
     ]
-    assert list(names) == list(range(1, 10))
+    assert list(names) == list(range(1, 11))
     document = json.loads(out.read_text())
     assert "distributedInfo" not in document
     assert document["otherData"]["runs"] == {rid: name for rid, name in report.runs}
@@ -465,7 +478,8 @@ def test_a_run_with_nothing_to_draw_is_one_sentence_and_exit_1(cli, warehouse, t
     assert status == 1
     assert err.splitlines() == [
         "Error: run 'arrivals' has nothing to export: no rows with a time in timeline_events, "
-        "timeline_counters, dsa_steps, pool_snapshots, engine_metrics, kv_events, "
+        "timeline_counters, dsa_steps, pool_snapshots, engine_metrics, serving_counters, "
+        "kv_events, "
         "request_timings, request_metrics, requests"
     ]
     assert not out.exists()

@@ -16,7 +16,7 @@
 -- @query source_rows
 -- How many rows with a time the run has for each source (its column), so that a run
 -- with nothing to draw is told before anything is written.
--- Columns: profiler, counters, dsa, pool, engine, kv, requests.
+-- Columns: profiler, counters, dsa, pool, engine, serving, kv, requests.
 SELECT
     (SELECT count(*) FROM _timeline_events_files WHERE run_id = $run) AS profiler,
     (SELECT count(*) FROM _timeline_counters_files WHERE run_id = $run AND value IS NOT NULL)
@@ -25,6 +25,8 @@ SELECT
     (SELECT count(*) FROM pool_snapshots WHERE run_id = $run AND t_s IS NOT NULL) AS pool,
     (SELECT count(*) FROM engine_metrics
      WHERE run_id = $run AND value IS NOT NULL AND t_s IS NOT NULL) AS engine,
+    (SELECT count(*) FROM serving_counters WHERE run_id = $run AND t_s IS NOT NULL)
+        AS serving,
     (SELECT count(*) FROM kv_events WHERE run_id = $run AND kind IN ('stored', 'removed'))
         AS kv,
     (SELECT count(*) FROM request_timings WHERE run_id = $run AND arrival_s IS NOT NULL)
@@ -132,6 +134,26 @@ WHERE run_id = $run AND value IS NOT NULL AND t_s IS NOT NULL
        OR (type IN ('histogram', 'summary', 'gaugehistogram')
            AND (suffix(metric, '_sum') OR suffix(metric, '_count'))))
 ORDER BY worker_id, t_s, metric, labels;
+
+-- @query serving_quantities
+-- The run's engine counters in kvtrace's terms (serving_counters): per worker, scrape and
+-- quantity (and part), a gauge's value, and for a counter the run's own traffic so far
+-- (its per-scrape increases summed from 0 at the run's first scrape, resets handled).
+-- Columns: worker_id, t_s, quantity, part, value.
+SELECT worker_id, t_s, quantity, part, value
+FROM (
+    SELECT worker_id, t_s, quantity, part,
+           CASE WHEN kind = 'counter'
+                THEN sum(coalesce(delta, 0)) OVER (
+                    PARTITION BY worker_id, quantity, part ORDER BY ts
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                ELSE value
+           END AS value
+    FROM serving_counters
+    WHERE run_id = $run AND t_s IS NOT NULL
+)
+WHERE value IS NOT NULL
+ORDER BY worker_id, t_s, quantity, part NULLS FIRST;
 
 -- @query kv_residency
 -- Blocks resident in each worker's pool per medium, per bucket of
