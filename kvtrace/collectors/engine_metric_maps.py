@@ -372,7 +372,7 @@ def _sql_expression(expression: str) -> str:
     """The same expression in SQL: names are quantity columns, a zero divisor gives NULL."""
 
     def walk(node: ast.expr) -> str:
-        if isinstance(node, ast.Constant):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
             return repr(float(node.value))
         if isinstance(node, ast.Name):
             return f'"{node.id}"'
