@@ -47,16 +47,25 @@ def interruptible(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     watcher = threading.Thread(target=watch, name="kvtrace-interrupt", daemon=True)
     watcher.start()
     previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def stop_watching() -> None:
+        """End the watcher once it has read every byte written so far."""
+        if watcher.is_alive():
+            signal.set_wakeup_fd(previous)
+            with suppress(OSError):
+                os.write(write_end, b"\0")
+            watcher.join()
+
     try:
         yield
     except Exception:  # DuckDB's InterruptException, or a RuntimeError while fetching
+        # DuckDB polls for signals itself and can fail the query before the watcher has
+        # read the signal's byte: the byte is in the pipe already, so read it first
+        stop_watching()
         if not received:
             raise
         raise _STOPPING[signal.Signals(received[0])]() from None
     finally:
-        signal.set_wakeup_fd(previous)
-        with suppress(OSError):
-            os.write(write_end, b"\0")
-        watcher.join()
+        stop_watching()
         os.close(read_end)
         os.close(write_end)
