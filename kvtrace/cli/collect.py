@@ -48,7 +48,7 @@ def collect_pool(
         list[str],
         typer.Option(
             help="Worker to poll: NAME=URL or URL; /server_info (instrumented JSON) or "
-            "/metrics (Prometheus). Repeat for each worker."
+            "/metrics (Prometheus: vLLM, SGLang, LMCache). Repeat for each worker."
         ),
     ],
     interval: Annotated[float, typer.Option(help="Seconds between polls of a worker.")] = 1.0,
