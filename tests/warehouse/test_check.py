@@ -15,7 +15,7 @@ from kvtrace.warehouse import Warehouse, snapshot_cache
 from kvtrace.warehouse import _journal as journal
 from kvtrace.warehouse.ops.integrity import LOG_DIR
 from kvtrace.warehouse.ops.maintenance import optimize
-from kvtrace.warehouse.schema import TABLES
+from kvtrace.warehouse.schema import TABLE_NAMES
 from tests.conftest import query_rows, warehouse_at
 
 
@@ -69,7 +69,7 @@ def test_a_healthy_warehouse_checks_clean(three_ingests, cli):
     status, out, _ = cli("-w", location, "check")
     # every table's log and the journal's; each DSA ingest writes dsa_steps, requests,
     # runs and the two histograms
-    said = f"is healthy: {len(TABLES) + 1} logs and 15 data files checked"
+    said = f"is healthy: {len(TABLE_NAMES) + 1} logs and 15 data files checked"
     assert status == 0 and out.strip().endswith(said)
 
 
