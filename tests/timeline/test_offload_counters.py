@@ -164,6 +164,9 @@ def test_a_counters_file_beside_its_trace_joins_the_trace_run(warehouse, tmp_pat
         "SELECT source, count(*) FROM timeline_counters GROUP BY source ORDER BY source"
     )
     assert sources.fetchall() == [("jsonl", 4), ("kineto", 6)]
+    # the run stays a profiler run, whichever file's row the runs view keeps
+    kinds = connect(warehouse).execute("SELECT DISTINCT kind FROM _runs_files")
+    assert kinds.fetchall() == [("timeline",)]
 
 
 def test_the_kineto_base_time_rule_matches_published_traces():

@@ -117,7 +117,7 @@ class CountersFamily:
         stored += _flush(table, by_rank)
         table.close()
         return FileRows(
-            "counters",
+            "timeline",  # the run's kind: profiler-clock data, as the trace beside it
             rows=stored,
             rejected=rejected,
             rank=next(iter(ranks)) if len(ranks) == 1 else None,
