@@ -9,13 +9,16 @@
 -- labels).  GPU time is kernels, copies and memsets (`_timeline_union`); a window's
 -- idle time is its length less the time any of them ran.
 --
--- Waiting on a copy: a kernel that follows a Stream Wait Event (cudaStreamWaitEvent)
--- depends on the last GPU operation launched on the stream waited on before the
--- waited event's cudaEventRecord (the dependency the profiler records: wait_on_stream
--- and wait_on_correlation).  Where that operation is a copy and it ended after the
--- kernel's stream went idle, the idle gap before the kernel, up to the copy's end, was
--- spent waiting on the copy.  Gaps are timeline_idle_breakdown's (kvtrace's
--- definitions): per iteration, from the latest end of the stream's earlier events.
+-- Waiting on a copy: the first kernel launched on a stream after a cudaStreamWaitEvent
+-- call for it (the trace's Stream Wait Event, with wait_on_stream and
+-- wait_on_correlation: the dependency the profiler records) depends on the last GPU
+-- operation launched on the stream waited on before the waited event's cudaEventRecord.
+-- Where that operation is a copy and it ended after the kernel's stream went idle, the
+-- idle gap before the kernel, up to the copy's end, was spent waiting on the copy.
+-- Gaps are timeline_idle_breakdown's (kvtrace's definitions): per iteration, from the
+-- latest end of the stream's earlier events.  Waiting on a copy is a view of its own,
+-- not a class of that breakdown: it can share a gap with a late launch (host_wait), and
+-- the breakdown's classes stay HTA's.
 --
 -- Worked example (timeline_counter_windows(100)): kernels at [0, 30) and [50, 80) us
 -- and a copy at [20, 60); a counter h2d_queue with values 4 at t 10 and 2 at t 90, and 6
