@@ -3,8 +3,10 @@ serving counters kvtrace maps them onto, KV-event residency and request spans, e
 0 at its run's start (see the queries' header).
 
 Counter events (``"ph": "C"``) are drawn by Perfetto as one track per (process, event
-name, args key), named ``<name> <key>``: each writer names its events by what they
-describe (a layer, a worker) and keys their args by the quantity.
+name, args key), named ``<name> <key>`` (google/perfetto
+``src/trace_processor/importers/json/json_trace_parser_impl.cc`` at 74fbed7d): each
+writer names its events by what they describe (a layer, a worker) and keys their args by
+the quantity.
 """
 
 from __future__ import annotations

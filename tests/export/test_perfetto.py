@@ -45,7 +45,7 @@ PROFILED = [
      "args": {"stream": 20, "device": 0, "correlation": 78, "bytes": 1048576,
               "memory bandwidth (GB/s)": 262.144}},
     {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamWaitEvent", "pid": 4242,
-     "tid": 4243, "ts": 1020.0, "dur": 1.0,
+     "tid": 4243, "ts": 1021.0, "dur": 1.0,
      "args": {"correlation": 79, "wait_on_stream": 20,
               "wait_on_cuda_event_record_corr_id": 78}},
 ]  # fmt: skip
@@ -171,6 +171,43 @@ def test_ranks_are_processes_and_read_back_without_a_rank(warehouse, tmp_path):
             warehouse, "SELECT rank, pid, name, ts_us FROM timeline_events"
         )
     )
+
+
+def test_profiler_counters_read_back_as_the_same_rows(warehouse, tmp_path):
+    """Kineto's counter events ("ph": "C", a value per args key) come back series by
+    series; the pid through the process name."""
+    _put(
+        warehouse,
+        "ctr",
+        {
+            "timeline_counters": [
+                {"rank": 0, "pid": "4242", "counter": counter, "series": series,
+                 "labels": "{}", "ts_us": ts, "value": value, "source": "kineto",
+                 "event_idx": idx}
+                for idx, counter, series, ts, value in (
+                    (3, "prefetch", "hits", 1015.5, 3.0),
+                    (3, "prefetch", "misses", 1015.5, 1.0),
+                    (9, "h2d queue", "depth", 1020.25, 2.0),
+                )
+            ]
+        },
+    )  # fmt: skip
+    out = tmp_path / "counters.json"
+    export_perfetto(warehouse, PerfettoSpec(("ctr",), out))
+    events = _events(out)
+    assert [e for e in events if e["ph"] == "C"] == [
+        {"ph": "C", "name": "prefetch", "pid": 1, "ts": 1015.5,
+         "args": {"hits": 3.0, "misses": 1.0}},
+        {"ph": "C", "name": "h2d queue", "pid": 1, "ts": 1020.25, "args": {"depth": 2.0}},
+    ]  # fmt: skip
+    fresh, _ = _read_back(tmp_path, out)
+    columns = "rank, pid, counter, series, labels, ts_us, value"
+    back = _rows(fresh, f"SELECT {columns} FROM timeline_counters ORDER BY ts_us, series")
+    assert [(r[0], _process_names(events)[int(r[1])], *r[2:]) for r in back] == [
+        (0, "ctr · rank 0 · pid 4242", "prefetch", "hits", "{}", 1015.5, 3.0),
+        (0, "ctr · rank 0 · pid 4242", "prefetch", "misses", "{}", 1015.5, 1.0),
+        (0, "ctr · rank 0 · pid 4242", "h2d queue", "depth", "{}", 1020.25, 2.0),
+    ]
 
 
 def test_a_gzipped_export_reads_back_too(warehouse, tmp_path):
@@ -544,6 +581,11 @@ def _trace_processor_shell() -> str:
 
 
 def test_perfettos_trace_processor_reads_the_tracks(warehouse, tmp_path):
+    """What Perfetto's JSON importer makes of the file (google/perfetto
+    src/trace_processor/importers/json/json_trace_parser_impl.cc at 74fbed7d and
+    json_trace_tokenizer.cc at 692321f2): a process per process_name event, a slice per
+    complete event and thread-scoped instant, a process counter track per counter
+    event's name and args key, named "<name> <key>", times in nanoseconds."""
     binary = _trace_processor_shell()
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
@@ -558,7 +600,7 @@ def test_perfettos_trace_processor_reads_the_tracks(warehouse, tmp_path):
             (row.pid, row.name)
             for row in processor.query("SELECT pid, name FROM process WHERE name IS NOT NULL")
         }
-        slices = processor.query("SELECT count(*) AS n FROM slice").as_pandas_dataframe()
+        (slices,) = [row.n for row in processor.query("SELECT count(*) AS n FROM slice")]
         counters = {
             (row.name, round(row.ts / 1000), row.value)
             for row in processor.query(
@@ -570,7 +612,7 @@ def test_perfettos_trace_processor_reads_the_tracks(warehouse, tmp_path):
         processor.close()
     assert processes == set(_process_names(events).items())
     # every complete event and instant is a slice (Perfetto counts µs as ns)
-    assert slices["n"][0] == sum(e["ph"] in ("X", "i") for e in events)
+    assert slices == sum(e["ph"] in ("X", "i") for e in events)
     assert ("layer 0 unique blocks", 1000, 5.0) in counters
     assert ("w GPU resident blocks", 2_000_000, 1.0) in counters
     assert ("prefetch hits", 1015, 3.0) in counters
