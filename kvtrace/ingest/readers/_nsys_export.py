@@ -132,7 +132,8 @@ def _enum(
 
 def events_query(columns: dict[str, frozenset[str]], enums: Enumerations) -> str | None:
     """One query over every event table the export has, rows in `COLUMNS` order sorted by
-    start, source (`SOURCES`) and row id; None when the export has none of them."""
+    start, source (`SOURCES`) and row id; None when the export has none of them.  A name
+    is a StringIds id (`Strings` reads it), or an NVTX range's own text."""
     parts = [
         _select(index, table, columns, enums)
         for index, table in enumerate(SOURCES)
@@ -147,28 +148,19 @@ def _select(
     source: int, table: str, columns: dict[str, frozenset[str]], enums: Enumerations
 ) -> str:
     own = columns[table]
-    strings = columns.get(STRINGS, frozenset())
 
     def col(name: str) -> str:
         return f"t.{_q(name)}" if name in own else "NULL"
 
-    def string(id_column: str) -> tuple[str, str]:
-        """The text a StringIds id names, and the join that finds it."""
-        if id_column not in own or not {"id", "value"} <= strings:
-            return "NULL", ""
-        return "s.value", f" LEFT JOIN {STRINGS} AS s ON s.id = t.{_q(id_column)}"
-
     where = ""
-    if table == NVTX:
-        text, join = string("textId")
-        name = f"coalesce({col('text')}, {text})"
+    if table == NVTX:  # the text, or the id of a registered string
+        name = f"coalesce({col('text')}, {col('textId')})"
         where = f" WHERE t.eventType IN ({', '.join(map(str, enums.nvtx_ranges))})"
         where += ' AND t."end" IS NOT NULL'
+    elif table == KERNELS:
+        name = col("demangledName") if "demangledName" in own else col("shortName")
     else:
-        name_column = {RUNTIME: "nameId", KERNELS: "demangledName"}.get(table, "")
-        if table == KERNELS and "demangledName" not in own:
-            name_column = "shortName"
-        name, join = string(name_column)
+        name = col("nameId") if table == RUNTIME else "NULL"
     global_id = col("globalTid") if table in (NVTX, RUNTIME) else col("globalPid")
     subtype = {MEMSETS: "memKind", SYNCS: "syncType"}.get(table, "")
     values = [
@@ -179,7 +171,26 @@ def _select(
     selected = ", ".join(
         f"{value} AS {_q(alias)}" for value, alias in zip(values, COLUMNS, strict=True)
     )
-    return f"SELECT {selected} FROM {_q(table)} AS t{join}{where}"
+    return f"SELECT {selected} FROM {_q(table)} AS t{where}"
+
+
+class Strings:
+    """The texts of StringIds ids, each read once when first asked for (an export's
+    events name few distinct strings, and it may hold many others)."""
+
+    def __init__(self, connection: sqlite3.Connection, columns: dict[str, frozenset[str]]):
+        self._connection = connection
+        self._readable = {"id", "value"} <= columns.get(STRINGS, frozenset())
+        self._known: dict[int, str] = {}
+
+    def __call__(self, id_: int) -> str:
+        if (text := self._known.get(id_)) is None:
+            row = None
+            if self._readable:
+                query = f"SELECT value FROM {STRINGS} WHERE id = ?"
+                row = self._connection.execute(query, (id_,)).fetchone()
+            text = self._known[id_] = row[0] if row and isinstance(row[0], str) else ""
+        return text
 
 
 def count_rows(connection: sqlite3.Connection, columns: dict[str, frozenset[str]]) -> int:
@@ -267,6 +278,7 @@ __all__ = [
     "COLUMNS",
     "SOURCES",
     "Enumerations",
+    "Strings",
     "count_rows",
     "enumerations",
     "events_query",

@@ -64,6 +64,7 @@ from kvtrace.ingest._lines import is_gzip
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.readers import _nsys_export as export
+from kvtrace.ingest.readers._nsys_columns import ColumnBuilder, api_name, copy_kind
 from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
@@ -73,31 +74,13 @@ KINETO_BASE_PERIOD_NS = 7_889_238 * 10**9  # Kineto's base time: whole three-mon
 NVTX_MARK = "NVTX mark (an instant, not a range)"
 NVTX_UNENDED = "NVTX range that never ended"
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-_API_VERSION = re.compile(r"_v\d{4,}$")  # CUDA's version suffix; a driver API's _v2 stays
-_COPY_DIRECTION = re.compile(r"([A-Z])TO([A-Z])")
-_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
-_STREAMLESS_SYNCS = (1, 4)  # CUPTI gives no stream for event and context syncs
-_NO_STREAM = (-1, 0xFFFFFFFF)  # CUPTI's "not applicable" stream, signed or not
-_NVTX, _RUNTIME, _KERNEL, _COPY, _MEMSET, _SYNC = range(len(export.SOURCES))
+_TIME_LIMIT_NS = 2**53  # times on the clock stay exact in float64 within it
 
 
 def rank_in_name(path: Path) -> int | None:
     """The rank a file's name gives (the last ``rank<N>``, ``rank_<N>`` or ``rank-<N>``)."""
     found = _RANK_IN_NAME.findall(path.name)
     return int(found[-1]) if found else None
-
-
-def copy_kind(symbol: str | None) -> str | None:
-    """Kineto's name of a copy kind from nsys's symbol: ``CUDA_MEMCPY_KIND_HTOD`` is
-    ``HtoD``, ``CUDA_MEMCPY_KIND_UVM_DTOH`` ``DtoH``; None for an unknown kind."""
-    body = (symbol or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_")
-    match = _COPY_DIRECTION.fullmatch(body)
-    return f"{match[1]}to{match[2]}" if match else None
-
-
-def api_name(name: str) -> str:
-    """A CUDA API function's name as Kineto writes it: without a ``_vNNNN`` suffix."""
-    return _API_VERSION.sub("", name)
 
 
 def not_an_export(probe: Probe) -> InputError | None:
@@ -143,6 +126,7 @@ class NsysReader:
     notes: list[str] = field(default_factory=list)
     _ranks: dict[int, int] = field(default_factory=dict)  # process id -> rank, if several
     _offset_ns: int = 0  # the session's start on Kineto's clock
+    _columns: ColumnBuilder | None = field(default=None, repr=False)
 
     def batches(self, progress: Advance | None = None) -> Iterator[pa.Table]:
         """Batches of up to `BATCH_ROWS` events, in start order."""
@@ -167,6 +151,8 @@ class NsysReader:
             self.config["ranks_by_process"] = {str(pid): r for pid, r in self._ranks.items()}
         marks, unended = export.nvtx_left_out(connection, columns, enums)
         self.skipped.update({k: n for k, n in ((NVTX_MARK, marks), (NVTX_UNENDED, unended)) if n})
+        strings = export.Strings(connection, columns)
+        self._columns = ColumnBuilder(enums, strings, self._offset_ns, self.rank, self._ranks)
         query = export.events_query(columns, enums)
         if query is None:
             return
@@ -174,7 +160,7 @@ class NsysReader:
         size = self.path.stat().st_size
         index = 0
         for rows in export.fetch_runs(connection.execute(query), BATCH_ROWS):
-            yield self._table(rows, index, enums)
+            yield self._table(rows, index)
             index += len(rows)
             if progress is not None:
                 progress(min(size, size * index // total))
@@ -192,51 +178,25 @@ class NsysReader:
             + ", ".join(f"process {pid} as rank {rank}" for pid, rank in self._ranks.items())
         )
 
-    def _table(
-        self, rows: list[tuple[Any, ...]], first: int, enums: export.Enumerations
-    ) -> pa.Table:
+    def _table(self, rows: list[tuple[Any, ...]], first: int) -> pa.Table:
         """One batch of rows as `TIMELINE_EVENTS` columns (bad rows to ``rejected``)."""
-        out: dict[str, list[Any]] = {name: [] for name in TIMELINE_EVENTS.schema.names}
-        for index, row in enumerate(rows, first):
-            event = self._event(row, enums)
-            if event is None:
-                self.rejected.append(BadLine(index + 1, _bad_times(row), _raw(row)))
-                continue
-            event["event_idx"] = index
-            for name, values in out.items():
-                values.append(event.get(name))
-        return pa.table(out, schema=TIMELINE_EVENTS.schema)
-
-    def _event(self, row: tuple[Any, ...], enums: export.Enumerations) -> dict[str, Any] | None:
-        """One row's columns, or None when its times cannot be used."""
-        source, _, start, end, global_id, device, stream, correlation, name = row[:9]
-        if type(start) is not int or type(end) is not int or end < start:
-            return None
-        gid = _integer(global_id)
-        pid = export.process_id(gid) if gid is not None else None
-        event: dict[str, Any] = {
-            "rank": self._ranks.get(pid) if self._ranks and pid is not None else self.rank,
-            "ts_us": (self._offset_ns + start) / 1000,
-            "dur_us": (end - start) / 1000,
-            "correlation": _integer(correlation),
-            "name": name if isinstance(name, str) else "",
-        }
-        if source in (_NVTX, _RUNTIME):
-            event["pid"] = str(pid) if pid is not None else None
-            event["tid"] = str(export.thread_id(gid)) if gid is not None else None
-            if source == _NVTX:
-                event["category"] = "user_annotation"
+        assert self._columns is not None
+        low, high = -_TIME_LIMIT_NS - self._offset_ns, _TIME_LIMIT_NS - self._offset_ns
+        good = [
+            type(row[2]) is int and type(row[3]) is int and low <= row[2] <= row[3] <= high
+            for row in rows
+        ]
+        if all(good):
+            return self._columns.table(rows, list(range(first, first + len(rows))))
+        kept: list[tuple[int, tuple[Any, ...]]] = []
+        for index, (row, usable) in enumerate(zip(rows, good, strict=True), first):
+            if usable:
+                kept.append((index, row))
             else:
-                event["name"] = api_name(event["name"])
-                is_runtime = event["name"].startswith("cuda")
-                event["category"] = "cuda_runtime" if is_runtime else "cuda_driver"
-            return event
-        event["device"] = _integer(device)
-        event["stream"] = _stream(stream, row, source)
-        event["pid"] = str(event["device"]) if event["device"] is not None else None
-        event["tid"] = str(event["stream"]) if event["stream"] is not None else None
-        event.update(_gpu_columns(source, row, enums, end - start))
-        return event
+                self.rejected.append(BadLine(index + 1, _bad_times(row), _raw(row)))
+        if not kept:
+            return TIMELINE_EVENTS.schema.empty_table()
+        return self._columns.table([row for _, row in kept], [index for index, _ in kept])
 
 
 def _clock(session_start_utc_ns: object) -> tuple[int, dict[str, Any]]:
@@ -248,42 +208,12 @@ def _clock(session_start_utc_ns: object) -> tuple[int, dict[str, Any]]:
     return session_start_utc_ns - base, {"clock": "kineto", "base_time_ns": base}
 
 
-def _gpu_columns(
-    source: int, row: tuple[Any, ...], enums: export.Enumerations, dur_ns: int
-) -> dict[str, Any]:
-    """The category, name and copy columns of a GPU event."""
-    kind_id, src, dst, count, subtype = (_integer(value) for value in row[9:14])
-    if source == _KERNEL:
-        return {"category": "kernel"}
-    if source == _SYNC:
-        return {"category": "cuda_sync", "name": _SYNC_NAMES.get(subtype or 0, "Unknown Sync")}
-    bandwidth = count / dur_ns if count is not None and dur_ns > 0 else None
-    columns = {"bytes": count, "memory_bw_gbps": bandwidth}
-    if source == _MEMSET:
-        memory = enums.memory_kinds.get(subtype, "Unknown") if subtype is not None else "Unknown"
-        return {**columns, "category": "gpu_memset", "name": f"Memset ({memory})"}
-    kind = copy_kind(enums.copy_kinds.get(kind_id)) if kind_id is not None else None
-    source_memory = enums.memory_kinds.get(src, "Unknown") if src is not None else "Unknown"
-    target_memory = enums.memory_kinds.get(dst, "Unknown") if dst is not None else "Unknown"
-    name = f"Memcpy {kind or '<unknown>'} ({source_memory} -> {target_memory})"
-    return {**columns, "category": "gpu_memcpy", "name": name, "copy_kind": kind}
-
-
-def _stream(value: Any, row: tuple[Any, ...], source: int) -> int | None:
-    """A GPU event's stream as Kineto writes it: -1 where none applies."""
-    stream = _integer(value)
-    no_stream = source == _SYNC and _integer(row[13]) in _STREAMLESS_SYNCS
-    return -1 if no_stream or stream in _NO_STREAM else stream
-
-
-def _integer(value: Any) -> int | None:
-    """An SQLite integer as it is; anything else (NULL, text, a real) as None."""
-    return value if type(value) is int else None
-
-
 def _bad_times(row: tuple[Any, ...]) -> str:
     table = export.SOURCES[row[0]]
-    return f"a {table} row needs integer start and end, end >= start (row id {row[1]})"
+    return (
+        f"a {table} row needs integer start and end, end >= start, within 2**53 ns of the "
+        f"clock's origin (row id {row[1]})"
+    )
 
 
 def _raw(row: tuple[Any, ...]) -> str:
