@@ -246,3 +246,27 @@ def test_values_beyond_a_float_and_not_finite_are_quarantined_not_a_crash(wareho
         "SELECT source, counter, series, ts_us, value FROM timeline_counters ORDER BY source"
     )
     assert rows.fetchall() == [("jsonl", "a", None, 3.0, 7.0), ("kineto", "q", "ok", 5.0, 2.0)]
+
+
+def test_the_writer_takes_values_from_several_threads_whole(tmp_path):
+    """An offloader's prefetch and writer threads share one writer: every line is one
+    whole record, none lost."""
+    import threading
+
+    path = tmp_path / "counters.jsonl"
+    with CounterWriter(path, base_time_ns=0, clock_ns=lambda: 1_000) as writer:
+
+        def count(thread: int) -> None:
+            for i in range(500):
+                writer.add(f"thread{thread}", i, labels={"i": i})
+
+        threads = [threading.Thread(target=count, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 2000
+    for t in range(4):
+        values = [r["value"] for r in records if r["name"] == f"thread{t}"]
+        assert values == list(range(500))  # each thread's values in its own order
