@@ -43,6 +43,16 @@ def kineto_base_time_ns(unix_ns: int | None = None) -> int:
     return now - now % KINETO_BASE_PERIOD_NS
 
 
+def _is_finite(value: object) -> bool:
+    """Whether ``value`` is a number a float64 holds (not a boolean, NaN or infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond a float64
+        return False
+
+
 class CounterWriter:
     """Appends counter values to a JSONL file, one line per value, safe to call from
     several threads (an offloader's prefetch and writer threads)."""
@@ -80,15 +90,18 @@ class CounterWriter:
         ts_us: float | None = None,
     ) -> None:
         """Write one value of counter ``name`` (at ``ts_us``, else now)."""
-        if not name:
-            raise InputError("a counter needs a name")
-        if isinstance(value, bool) or not math.isfinite(value):
-            raise InputError(f"counter {name!r} needs a finite number, got {value!r}")
+        if not name or not isinstance(name, str):
+            raise InputError(f"a counter needs a name, got {name!r}")
+        if not _is_finite(value) or (ts_us is not None and not _is_finite(ts_us)):
+            raise InputError(f"counter {name!r} needs a finite number, got {value!r} at {ts_us!r}")
+        kept = dict(labels or {})
+        if any(not isinstance(v, (str, int, float, bool)) for v in kept.values()):
+            raise InputError(f"counter {name!r} needs labels of text, numbers or booleans")
         record = {
             "ts_us": self.now_us() if ts_us is None else ts_us,
             "name": name,
             "value": value,
-            "labels": dict(labels or {}),
+            "labels": kept,
             "rank": self.rank,
         }
         line = json.dumps(record, sort_keys=True) + "\n"

@@ -194,8 +194,11 @@ def test_the_writer_puts_values_on_the_profiler_clock(warehouse, tmp_path):
         now[0] += 1_500  # 1.5 us later
         writer.add("h2d_queue_depth", 3)
         writer.add("ssd_bytes_written", 4096, ts_us=9.0)
-        with pytest.raises(InputError, match="finite number"):
-            writer.add("bad", float("nan"))
+        for bad in (float("nan"), 10**400, "7", True):
+            with pytest.raises(InputError, match="finite number"):
+                writer.add("bad", bad)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="labels of text"):
+            writer.add("bad", 1, labels={"blocks": [1, 2]})  # type: ignore[dict-item]
     with pytest.raises(InputError, match="closed"):
         writer.add("late", 1)
     ingest(warehouse, [str(path)])
