@@ -92,8 +92,10 @@ class CounterWriter:
         """Write one value of counter ``name`` (at ``ts_us``, else now)."""
         if not name or not isinstance(name, str):
             raise InputError(f"a counter needs a name, got {name!r}")
-        if not _is_finite(value) or (ts_us is not None and not _is_finite(ts_us)):
-            raise InputError(f"counter {name!r} needs a finite number, got {value!r} at {ts_us!r}")
+        if not _is_finite(value):
+            raise InputError(f"counter {name!r} needs a finite number, got {value!r}")
+        if ts_us is not None and not _is_finite(ts_us):
+            raise InputError(f"counter {name!r} needs a finite number of us, got {ts_us!r}")
         kept = dict(labels or {})
         if any(not isinstance(v, (str, int, float, bool)) for v in kept.values()):
             raise InputError(f"counter {name!r} needs labels of text, numbers or booleans")
