@@ -206,3 +206,25 @@ def test_the_guide_shows_the_mapping_tables_as_they_are():
     assert guide_tables() in GUIDE.read_text(), "paste guide_tables() into the guide:\n" + (
         guide_tables()
     )
+
+
+def test_a_pool_column_the_scrape_cannot_give_stays_empty_and_a_nan_it_reads_is_refused():
+    from kvtrace.collectors._pool_sources import MalformedResponse, rows_from_prometheus
+
+    # the pool's size unknown (num_gpu_blocks "None" before the engine profiled memory):
+    # no capacity and no free tokens, only the running batch; a NaN in a metric no rule
+    # reads changes nothing
+    text = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",'
+        'num_gpu_blocks="None"} 1.0\n# TYPE vllm:kv_cache_usage_perc gauge\n'
+        "vllm:kv_cache_usage_perc 0.5\n# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running 2\n# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting NaN\n"
+    )
+    row = rows_from_prometheus(text.encode(), "gpu0", None)[0]
+    assert (row.get("capacity_tokens"), row.get("available_tokens")) == (None, None)
+    assert row["running_batch_size"] == 2
+    with pytest.raises(MalformedResponse, match="not a finite number: vllm:kv_cache_usage_perc"):
+        rows_from_prometheus(text.replace("0.5", "NaN").encode(), "gpu0", None)
+    with pytest.raises(MalformedResponse, match="no sglang:, vllm: or lmcache: metrics"):
+        rows_from_prometheus(b"# TYPE up gauge\nup 1\n", "gpu0", None)
