@@ -362,3 +362,14 @@ def test_a_damaged_export_and_a_forced_kind_are_one_sentence(tmp_path):
     status, said = _sentence(tmp_path, "--kind", "nsys", str(other))
     assert status != 0
     assert said == f"Error: {other} is not an Nsight Systems export: not an SQLite database"
+
+
+def test_a_report_not_yet_exported_is_one_sentence_that_says_how(tmp_path):
+    report = tmp_path / "rank0.nsys-rep"
+    report.write_bytes(b"\x00\x01 an Nsight Systems report")
+    status, said = _sentence(tmp_path, str(report))
+    assert status != 0
+    assert said == (
+        f"Error: {report} is an Nsight Systems report: kvtrace reads its SQLite export, "
+        "which 'nsys export --type sqlite rank0.nsys-rep' writes"
+    )

@@ -70,6 +70,7 @@ from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
 BATCH_ROWS = 50_000
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems' own report files
 KINETO_BASE_PERIOD_NS = 7_889_238 * 10**9  # Kineto's base time: whole three-month periods
 NVTX_MARK = "NVTX mark (an instant, not a range)"
 NVTX_UNENDED = "NVTX range that never ended"
@@ -84,8 +85,13 @@ def rank_in_name(path: Path) -> int | None:
 
 
 def not_an_export(probe: Probe) -> InputError | None:
-    """The error for an SQLite database that is not a readable Nsight Systems export;
-    None for an export, or a file that is no SQLite database."""
+    """The error for an Nsight Systems report not yet exported, or an SQLite database
+    that is not a readable export; None for an export, or any other file."""
+    if probe.path.suffix in REPORT_SUFFIXES:
+        return InputError(
+            f"{probe.path} is an Nsight Systems report: kvtrace reads its SQLite export, "
+            f"which 'nsys export --type sqlite {probe.path.name}' writes"
+        )
     if not export.is_sqlite(probe.head):
         return None
     if is_gzip(probe.path):
