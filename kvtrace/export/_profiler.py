@@ -17,7 +17,7 @@ import json
 from functools import cache
 from typing import Any
 
-from kvtrace.export._run import RunExport
+from kvtrace.export._run import RunExport, write_counter_groups
 
 # timeline_events column -> the args key Kineto writes it under
 _ARGS = (
@@ -78,28 +78,21 @@ def write_events(run: RunExport) -> int:
 
 def write_counters(run: RunExport) -> int:
     """The run's profiler counters: one counter event per stored counter event (its
-    series as its args), named by the counter and its labels; returns how many."""
-    pids, written = run.profiler_pids, 0
-    for rows in run.rows("profiler_counters"):
-        events: list[dict[str, Any]] = []
-        last: tuple[Any, ...] | None = None
-        for rank, pid, counter, series, labels, ts, value, event_idx in rows:
-            key = (rank, pid, counter, labels, ts, event_idx)
-            if key != last:
-                last = key
-                events.append(
-                    {
-                        "ph": "C",
-                        "name": counter + labels_suffix(labels),
-                        "pid": pids[rank, pid],
-                        "ts": ts,
-                        "args": {},
-                    }
-                )
-            events[-1]["args"][series if series is not None else "value"] = value
-        run.writer.write(events)
-        written += len(events)
-    return written
+    series as its args keys; a JSONL counter's under ``value``), named by the counter
+    and its labels; returns how many."""
+    pids = run.profiler_pids
+    return write_counter_groups(
+        run,
+        "profiler_counters",
+        group=lambda row: (row[0], row[1], row[2], row[4], row[5], row[7]),
+        event=lambda row: {
+            "ph": "C",
+            "name": row[2] + labels_suffix(row[4]),
+            "pid": pids[row[0], row[1]],
+            "ts": row[5],
+        },
+        arg=lambda row: (row[3] if row[3] is not None else "value", row[6]),
+    )
 
 
 @cache

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,40 @@ class RunExport:
     def process(self, part: str, *key: object) -> int:
         """The pid of this run's process ``part`` (its name after the run's)."""
         return self.writer.process((self.run_id, part, *key), f"{self.run_name} · {part}")
+
+
+Row = tuple[Any, ...]
+
+
+def write_counter_groups(
+    run: RunExport,
+    query: str,
+    group: Callable[[Row], Hashable],
+    event: Callable[[Row], dict[str, Any]],
+    arg: Callable[[Row], tuple[str, Any]],
+) -> int:
+    """Counter events from a query whose rows come grouped: consecutive rows of one
+    ``group`` make one ``event`` (its ``args`` filled from each row's ``arg``: key,
+    value), also across batches; returns how many events."""
+    written = 0
+    pending: dict[str, Any] | None = None
+    last: Hashable = None
+    for rows in run.rows(query):
+        events: list[dict[str, Any]] = []
+        for row in rows:
+            key = group(row)
+            if pending is None or key != last:
+                if pending is not None:
+                    events.append(pending)
+                pending, last = {**event(row), "args": {}}, key
+            name, value = arg(row)
+            pending["args"][name] = value
+        run.writer.write(events)
+        written += len(events)
+    if pending is not None:
+        run.writer.write([pending])
+        written += 1
+    return written
 
 
 def seconds_to_us(seconds: float) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kvtrace.export._lanes import Lanes
 from kvtrace.export._profiler import labels_suffix
-from kvtrace.export._run import RunExport, seconds_to_us
+from kvtrace.export._run import RunExport, seconds_to_us, write_counter_groups
 
 _POOL_COUNTERS = (
     "capacity tokens",
@@ -113,40 +113,26 @@ def write_engine(run: RunExport) -> int:
     """A counter event per worker and scrape, each sample an arg named by its metric
     and labels."""
     pid = run.process("engine metrics")
-    written = 0
-    for rows in run.rows("engine_samples"):
-        events: list[dict[str, Any]] = []
-        last: tuple[str, float] | None = None
-        for worker, t_s, metric, labels, value in rows:
-            if (worker, t_s) != last:
-                last = (worker, t_s)
-                events.append(
-                    {"ph": "C", "name": worker, "pid": pid, "ts": seconds_to_us(t_s), "args": {}}
-                )
-            events[-1]["args"][metric + labels_suffix(labels)] = value
-        run.writer.write(events)
-        written += len(events)
-    return written
+    return write_counter_groups(
+        run,
+        "engine_samples",
+        group=lambda row: (row[0], row[1]),  # worker, t_s
+        event=lambda row: {"ph": "C", "name": row[0], "pid": pid, "ts": seconds_to_us(row[1])},
+        arg=lambda row: (row[2] + labels_suffix(row[3]), row[4]),
+    )
 
 
 def write_serving(run: RunExport) -> int:
     """A counter event per worker and scrape, each quantity (``quantity[part]``) an
     arg."""
     pid = run.process("serving counters")
-    written = 0
-    for rows in run.rows("serving_quantities"):
-        events: list[dict[str, Any]] = []
-        last: tuple[str, float] | None = None
-        for worker, t_s, quantity, part, value in rows:
-            if (worker, t_s) != last:
-                last = (worker, t_s)
-                events.append(
-                    {"ph": "C", "name": worker, "pid": pid, "ts": seconds_to_us(t_s), "args": {}}
-                )
-            events[-1]["args"][quantity if part is None else f"{quantity}[{part}]"] = value
-        run.writer.write(events)
-        written += len(events)
-    return written
+    return write_counter_groups(
+        run,
+        "serving_quantities",
+        group=lambda row: (row[0], row[1]),  # worker, t_s
+        event=lambda row: {"ph": "C", "name": row[0], "pid": pid, "ts": seconds_to_us(row[1])},
+        arg=lambda row: (row[2] if row[3] is None else f"{row[2]}[{row[3]}]", row[4]),
+    )
 
 
 def write_kv_residency(run: RunExport) -> int:

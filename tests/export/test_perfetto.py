@@ -434,6 +434,22 @@ def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
     ]
 
 
+def test_rows_read_one_at_a_time_give_the_same_events(warehouse, tmp_path, monkeypatch):
+    """Batches of one row: a counter event whose values come in several rows (a
+    scrape's samples, a Kineto counter's series) is still one event (thread names may
+    come at other places among the events)."""
+    _wall_run(warehouse)
+    whole, one_by_one = tmp_path / "whole.json", tmp_path / "one.json"
+    export_perfetto(warehouse, PerfettoSpec(("wall",), whole))
+    monkeypatch.setattr("kvtrace.export._run.BATCH_ROWS", 1)
+    export_perfetto(warehouse, PerfettoSpec(("wall",), one_by_one))
+
+    def texts(path: Path) -> list[str]:
+        return sorted(json.dumps(event, sort_keys=True) for event in _events(path))
+
+    assert texts(one_by_one) == texts(whole)
+
+
 def test_sources_can_be_chosen_and_a_block_size_asked_for(warehouse, tmp_path):
     _wall_run(warehouse)
     out = tmp_path / "some.json"
