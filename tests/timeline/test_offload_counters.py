@@ -273,3 +273,46 @@ def test_the_writer_takes_values_from_several_threads_whole(tmp_path):
     for t in range(4):
         values = [r["value"] for r in records if r["name"] == f"thread{t}"]
         assert values == list(range(500))  # each thread's values in its own order
+
+
+def test_counters_written_inside_a_profiled_span_land_inside_it_in_the_trace(warehouse, tmp_path):
+    """The clock, checked against PyTorch's own profiler: a counter written inside a
+    record_function span lies within that span on the trace's clock once both are
+    ingested (a counter on another clock, time.perf_counter_ns, would be off by years)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    folder = tmp_path / "profiled"
+    folder.mkdir()
+    x = torch.ones(64, 64)
+    with (
+        profile(activities=[ProfilerActivity.CPU]) as prof,
+        CounterWriter(folder / "counters.jsonl") as counters,
+    ):
+        for step in range(3):
+            with record_function(f"offload_step_{step}"):
+                counters.add("step_started", step)
+                x = x @ x / 64
+                counters.add("step_done", step)
+    prof.export_chrome_trace(str(folder / "rank0.pt.trace.json"))
+    assert json.loads((folder / "rank0.pt.trace.json").read_text())["baseTimeNanoseconds"] == (
+        counters.base_time_ns
+    )
+    ingest(warehouse, [str(folder)])
+    rows = (
+        connect(warehouse)
+        .execute(
+            "SELECT c.counter, c.value, c.ts_us - e.ts_us AS after_start, "
+            "e.ts_us + e.dur_us - c.ts_us AS before_end "
+            "FROM timeline_counters AS c JOIN timeline_events AS e "
+            "ON e.name = 'offload_step_' || CAST(c.value AS INTEGER) "
+            "AND e.category = 'user_annotation' "
+            "ORDER BY c.event_idx"
+        )
+        .fetchall()
+    )
+    assert [(name, value) for name, value, _, _ in rows] == [
+        (name, float(step)) for step in range(3) for name in ("step_started", "step_done")
+    ]
+    # inside the span, to within the microsecond Kineto rounds its times to
+    assert all(after > -1 and before > -1 for _, _, after, before in rows), rows
