@@ -8,6 +8,7 @@ from pathlib import Path
 from kvtrace.ingest.families import kind_names
 from tests.conftest import DATA, seed_record, write_jsonl
 from tests.serving.fixtures import pool_rows, request_rows
+from tests.timeline.nsys_export import example
 
 
 def family_file(folder: Path, family: str) -> Path:
@@ -24,6 +25,8 @@ def family_file(folder: Path, family: str) -> Path:
     if family in copied:
         source, name = copied[family]
         return Path(shutil.copy(DATA / source, folder / name))
+    if family == "nsys":  # an Nsight Systems export with the documented schema
+        return example().write(folder / "rank0.sqlite")
     if family == "summary":
         path = folder / "exp2_summary.json"
         path.write_text('{"requests": 4449, "errors": 415}')
