@@ -70,7 +70,7 @@ class _RunPlan:
     run_id: str
     run_name: str
     rows: dict[str, int]  # rows with a time per source
-    dsa_block_size: int | None
+    dsa_block_size: int | None  # the stored block size drawn (None: no DSA steps)
     ranks: frozenset[Any]
 
 
@@ -123,10 +123,8 @@ def _plan(con: duckdb.DuckDBPyConnection, run_id: str, spec: PerfettoSpec) -> _R
     counts = dict(zip(relation.columns, relation.fetchall()[0], strict=True))
     rows = {source: int(counts[source]) for source in spec.sources}
     block_size = None
-    if rows.get("dsa"):
-        block_size = _dsa_block_size(con, run_id, name, spec.dsa_block_size)
-        if block_size is None:
-            rows["dsa"] = 0
+    if "dsa" in rows:
+        block_size, rows["dsa"] = _dsa_block_size(con, run_id, name, spec.dsa_block_size)
     if not any(rows.values()):
         asked = ", ".join(s.reads for s in SOURCES if s.name in spec.sources)
         raise InputError(f"run {name!r} has nothing to export: no rows with a time in {asked}")
@@ -139,17 +137,19 @@ def _plan(con: duckdb.DuckDBPyConnection, run_id: str, spec: PerfettoSpec) -> _R
 
 def _dsa_block_size(
     con: duckdb.DuckDBPyConnection, run_id: str, name: str, asked: int | None
-) -> int | None:
-    """The block size whose DSA steps the run's export draws: ``asked``, else the
-    smallest stored one with step times; None when that has none."""
+) -> tuple[int | None, int]:
+    """The stored block size whose DSA steps the run's export draws (``asked``, else
+    the smallest with step times, else the smallest) and how many of its rows have a
+    step time; (None, 0) for a run without DSA steps."""
     stored = {size: timed for size, timed, _ in all_query_rows(con, "dsa_block_sizes", run_id)}
+    if not stored:
+        return None, 0
     if asked is None:
-        timed = [size for size, count in stored.items() if count]
-        return min(timed) if timed else None
-    if asked not in stored:
+        asked = min((size for size, timed in stored.items() if timed), default=min(stored))
+    elif asked not in stored:
         sizes = ", ".join(str(size) for size in sorted(stored))
         raise InputError(f"run {name!r} stores DSA steps at block size {sizes}, not {asked}")
-    return asked if stored[asked] else None
+    return asked, stored[asked]
 
 
 # source -> its writer: the run's events of it, returning how many
@@ -185,7 +185,7 @@ def _untimed(con: duckdb.DuckDBPyConnection, plan: _RunPlan) -> list[str]:
         untimed = sum(
             later
             for size, _, later in all_query_rows(con, "dsa_block_sizes", plan.run_id)
-            if plan.dsa_block_size in (None, size)
+            if size == plan.dsa_block_size
         )
         if untimed:
             notes.append(

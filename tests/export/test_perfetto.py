@@ -450,6 +450,32 @@ def test_rows_read_one_at_a_time_give_the_same_events(warehouse, tmp_path, monke
     assert texts(one_by_one) == texts(whole)
 
 
+def test_a_dump_without_step_times_is_told_once_per_row_not_per_block_size(warehouse, tmp_path):
+    """Two decode rows stored at block sizes 16 and 64, no step times: 2 rows left out
+    (at the smallest size, the one drawn), the pool tick drawn."""
+    _put(warehouse, "dump", {"pool_snapshots": [{"worker_id": "d0", "t_s": 0.0, "held_tokens": 1}]})
+    with warehouse.transaction("dump") as commit:
+        for size in (16, 64):
+            warehouse.write_rows(
+                commit,
+                "dsa_steps",
+                [
+                    {"run_id": "dump", "dataset": "d", "block_size": size, "request_id": 0,
+                     "step_idx": step, "layer_id": 0, "seq_len": step + 1}
+                    for step in (10, 11)
+                ],
+            )  # fmt: skip
+    report = export_perfetto(warehouse, PerfettoSpec(("dump",), tmp_path / "dump.json"))
+    assert report.by_source == {"pool": 1}
+    assert report.notes == [
+        "run 'dump': 2 DSA step rows have no step time (ts_us) and are left out"
+    ]
+    with pytest.raises(
+        Exception, match=r"run 'dump' has nothing to export: no rows with a time in dsa_steps$"
+    ):
+        export_perfetto(warehouse, PerfettoSpec(("dump",), tmp_path / "x.json", sources=("dsa",)))
+
+
 def test_sources_can_be_chosen_and_a_block_size_asked_for(warehouse, tmp_path):
     _wall_run(warehouse)
     out = tmp_path / "some.json"
