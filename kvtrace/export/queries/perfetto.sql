@@ -19,7 +19,7 @@
 -- Columns: profiler, counters, dsa, pool, engine, serving, kv, requests.
 SELECT
     (SELECT count(*) FROM _timeline_events_files WHERE run_id = $run) AS profiler,
-    (SELECT count(*) FROM _timeline_counters_files WHERE run_id = $run AND value IS NOT NULL)
+    (SELECT count(*) FROM timeline_counters WHERE run_id = $run AND value IS NOT NULL)
         AS counters,
     (SELECT count(ts_us) FROM dsa_steps WHERE run_id = $run) AS dsa,
     (SELECT count(*) FROM pool_snapshots WHERE run_id = $run AND t_s IS NOT NULL) AS pool,
@@ -42,7 +42,7 @@ SELECT rank, pid
 FROM (
     SELECT rank, pid FROM _timeline_events_files WHERE run_id = $run
     UNION
-    SELECT rank, pid FROM _timeline_counters_files WHERE run_id = $run
+    SELECT rank, pid FROM timeline_counters WHERE run_id = $run
 )
 ORDER BY rank NULLS FIRST, TRY_CAST(pid AS BIGINT) NULLS LAST, pid;
 
@@ -69,7 +69,7 @@ WHERE run_id = $run;
 -- one row per (counter event, series).
 -- Columns: rank, pid, counter, series, labels, ts_us, value, event_idx.
 SELECT rank, pid, counter, series, labels, ts_us, value, event_idx
-FROM _timeline_counters_files
+FROM timeline_counters
 WHERE run_id = $run AND value IS NOT NULL
 ORDER BY rank NULLS FIRST, event_idx, ts_us, series;
 
