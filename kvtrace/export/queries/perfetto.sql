@@ -4,8 +4,9 @@
 -- kvtrace turns its rows into Chrome trace events (`kvtrace.export.perfetto`).  Times
 -- come out in microseconds: profiler rows on the profiler's own clock, as recorded;
 -- wall-clock rows from 0 at their run's start, each table as it counts its run's time
--- (pool snapshots' and engine metrics' t_s, KV events from the run's first batch, DSA
--- steps from the run's first traced step, requests from their arrival_s).
+-- (the t_s of pool snapshots, engine metrics and serving counters, KV events from the
+-- run's first batch, DSA steps from the run's first traced step, requests from their
+-- arrival_s).
 --
 -- Worked example (dsa_layer_steps): a run whose batched decode step 0 starts at
 -- ts_us 5,000,000 and takes 800 us for requests 1 and 2, each selecting 3 blocks of
@@ -23,8 +24,11 @@ SELECT
         AS counters,
     (SELECT count(ts_us) FROM dsa_steps WHERE run_id = $run) AS dsa,
     (SELECT count(*) FROM pool_snapshots WHERE run_id = $run AND t_s IS NOT NULL) AS pool,
-    (SELECT count(*) FROM engine_metrics
-     WHERE run_id = $run AND value IS NOT NULL AND t_s IS NOT NULL) AS engine,
+    (SELECT count(*) FROM engine_metrics  -- the samples engine_samples draws
+     WHERE run_id = $run AND value IS NOT NULL AND t_s IS NOT NULL
+       AND (type IN ('counter', 'gauge', 'unknown')
+            OR (type IN ('histogram', 'summary', 'gaugehistogram')
+                AND (suffix(metric, '_sum') OR suffix(metric, '_count'))))) AS engine,
     (SELECT count(*) FROM serving_counters WHERE run_id = $run AND t_s IS NOT NULL)
         AS serving,
     (SELECT count(*) FROM kv_events WHERE run_id = $run AND kind IN ('stored', 'removed'))
