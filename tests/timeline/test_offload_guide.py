@@ -34,7 +34,7 @@ def test_the_offload_try_it_prints_what_it_shows(tmp_path):
     (block,) = re.findall(r"^```console\n(.*?)^```\n", text[start : end if end != -1 else None],
                           re.MULTILINE | re.DOTALL)  # fmt: skip
     commands = re.findall(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", block, re.MULTILINE)
-    assert len(commands) == 5
+    assert len(commands) == 6
     shutil.copytree(ROOT / "tests" / "data" / "offload", tmp_path / "tests" / "data" / "offload")
     for command, shown in commands:
         example = examples.Example(GUIDE, command, shown, (0, 0))

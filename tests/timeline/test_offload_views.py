@@ -58,20 +58,24 @@ def test_counter_windows_are_the_worked_example(warehouse, tmp_path):
         connect(warehouse)
         .execute(
             "SELECT counter, series, labels, window_start_us, samples, mean_value, last_value, "
-            "max_value, change, gpu_busy_us, compute_busy_us, copy_busy_us, gpu_idle_us "
+            "max_value, change, rate_per_s, gpu_busy_us, compute_busy_us, copy_busy_us, "
+            "gpu_idle_us "
             "FROM timeline_counter_windows(100)"
         )
         .fetchall()
     )
     # window [0, 100): the kernels and the copy cover [0, 80) (80 us), the kernels 60,
     # the copy [20, 60) 40; idle 20.  h2d_queue 4 and 2: mean 3, last 2, max 4.
-    # window [100, 200): nothing runs; 6 is 4 more than the last value before.
+    # window [100, 200): nothing runs; 6 is 4 more than the last value before, 2 at t 90,
+    # 40 us earlier: 4 / 40e-6 = 100,000 per second.
     # window [200, 300): the named counter alone.
     assert rows == [
-        ("h2d_queue", "depth", "{}", 0.0, 2, 3.0, 2.0, 4.0, None, 80.0, 60.0, 40.0, 20.0),
-        ("h2d_queue", "depth", "{}", 100.0, 1, 6.0, 6.0, 6.0, 4.0, 0.0, 0.0, 0.0, 100.0),
+        ("h2d_queue", "depth", "{}", 0.0, 2, 3.0, 2.0, 4.0, None, None, 80.0, 60.0, 40.0,
+         20.0),
+        ("h2d_queue", "depth", "{}", 100.0, 1, 6.0, 6.0, 6.0, 4.0, pytest.approx(100_000),
+         0.0, 0.0, 0.0, 100.0),
         ("ssd_bytes_written", None, '{"tier":"ssd"}', 200.0, 1, 4096.0, 4096.0, 4096.0,
-         None, 0.0, 0.0, 0.0, 100.0),
+         None, None, 0.0, 0.0, 0.0, 100.0),
     ]  # fmt: skip
 
 

@@ -23,7 +23,8 @@
 -- Worked example (timeline_counter_windows(100)): kernels at [0, 30) and [50, 80) us
 -- and a copy at [20, 60); a counter h2d_queue with values 4 at t 10 and 2 at t 90, and 6
 -- at t 130.  Window [0, 100): GPU busy [0, 80) = 80 us, idle 20; h2d_queue mean 3, last
--- 2, max 4.  Window [100, 200): busy 0, idle 100; mean, last and max 6, change +4.
+-- 2, max 4.  Window [100, 200): busy 0, idle 100; mean, last and max 6, change +4
+-- over the 40 us from t 90 to t 130: 100,000 per second.
 --
 -- Worked example (timeline_copy_wait_idle): on stream 7 a kernel ends at 100 us; an
 -- HtoD copy on stream 20, launched at 60, runs [90, 150); cudaEventRecord on stream 20
@@ -58,9 +59,9 @@ FROM _timeline_counters_files;
 -- Per counter and window of window_us microseconds (windows start at multiples of it on
 -- the trace's clock) holding a value of the counter: its values' mean, last and max,
 -- the change of its last value since the counter's previous such window (a running
--- total's increase: bytes written, hits), and the same window's GPU busy and idle time
--- on the counter's rank (a counter that names no rank takes the rank of its run's
--- trace, where the run has one).
+-- total's increase: bytes written, hits) and that change per second (a write rate),
+-- and the same window's GPU busy and idle time on the counter's rank (a counter that
+-- names no rank takes the rank of its run's trace, where the run has one).
 -- @column run_id           the run
 -- @column rank             the rank (-1 when unknown and the trace's is not one rank)
 -- @column pid              the counter's process
@@ -73,6 +74,7 @@ FROM _timeline_counters_files;
 -- @column last_value       the latest one
 -- @column max_value        the largest one
 -- @column change           last_value less the last value of the previous window with values
+-- @column rate_per_s       change per second, between the times of those two last values
 -- @column gpu_busy_us      time in the window with a kernel, copy or memset running
 -- @column compute_busy_us  ... with a computation kernel running
 -- @column copy_busy_us     ... with a copy running
@@ -91,7 +93,7 @@ WITH lone_ranks AS (  -- the rank of a run whose trace has one
 ), per_window AS (
     SELECT run_id, rank, pid, counter, series, labels, w, count(*) AS samples,
            avg(value) AS mean_value, arg_max(value, (ts_us, event_idx)) AS last_value,
-           max(value) AS max_value
+           max(ts_us) AS last_us, max(value) AS max_value
     FROM samples
     GROUP BY ALL
 ), busy AS (
@@ -122,15 +124,17 @@ WITH lone_ranks AS (  -- the rank of a run whose trace has one
 SELECT c.run_id, c.rank, c.pid, c.counter, c.series, c.labels,
        c.w * window_us AS window_start_us, c.samples, c.mean_value, c.last_value,
        c.max_value,
-       c.last_value - lag(c.last_value) OVER (
-           PARTITION BY c.run_id, c.rank, c.pid, c.counter, c.series, c.labels ORDER BY c.w
-       ) AS change,
+       c.last_value - lag(c.last_value) OVER same_counter AS change,
+       (c.last_value - lag(c.last_value) OVER same_counter)
+           / nullif(c.last_us - lag(c.last_us) OVER same_counter, 0) * 1e6 AS rate_per_s,
        coalesce(b.gpu_busy_us, 0) AS gpu_busy_us,
        coalesce(b.compute_busy_us, 0) AS compute_busy_us,
        coalesce(b.copy_busy_us, 0) AS copy_busy_us,
        window_us - coalesce(b.gpu_busy_us, 0) AS gpu_idle_us
 FROM per_window AS c
 LEFT JOIN windows AS b ON c.run_id = b.run_id AND c.rank = b.rank AND c.w = b.w
+WINDOW same_counter AS (PARTITION BY c.run_id, c.rank, c.pid, c.counter, c.series, c.labels
+                        ORDER BY c.w)
 ORDER BY c.run_id, c.rank, c.counter, c.series, c.labels, c.pid, window_start_us;
 
 -- @view timeline_counter_windows
