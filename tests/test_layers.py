@@ -17,6 +17,7 @@ ABOVE_KERNELS = {
     "ingest",
     "collectors",
     "reports",
+    "export",
     "distributed",
     "cli",
 }
@@ -29,6 +30,7 @@ FORBIDDEN = {
     "ingest": {"sql", "analysis", "collectors", "reports", "distributed", "cli"},
     "collectors": {"sql", "analysis", "ingest", "reports", "distributed", "cli"},
     "reports": {"ingest", "collectors", "distributed", "cli"},
+    "export": {"ingest", "collectors", "reports", "distributed", "cli"},
     "distributed": {"collectors", "reports", "cli"},
     "samples": ABOVE_KERNELS | {"kernels"},
     "synthetic": ABOVE_KERNELS,
