@@ -23,8 +23,11 @@ app.add_typer(export_app, name="export")
 
 
 def _sources(values: list[str] | None) -> list[str] | None:
+    """Each ``--source`` one the export knows (a usage error listing them otherwise)."""
     check = one_of(lambda: SOURCE_NAMES)
-    return [check(value) or value for value in values] if values else values
+    for value in values or []:
+        check(value)
+    return values
 
 
 @export_app.command("perfetto")
