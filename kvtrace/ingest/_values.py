@@ -51,7 +51,7 @@ def finite_number(
     """``value`` as a float: a finite JSON number of magnitude at most ``limit``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadValue(f"{name} must be a number, got {value!r}"[:200])
-    if not math.isfinite(value) or abs(value) > limit:
+    if abs(value) > limit or not math.isfinite(value):  # an int past a float: no overflow
         raise BadValue(f"{name} is out of range: {value!r}"[:200])
     if minimum is not None and value < minimum:
         raise BadValue(f"{name} must be at least {minimum:g}, got {value!r}"[:200])
