@@ -34,21 +34,24 @@ _REQUESTS_OF = {  # the table a request comes from -> its process
 
 
 def write_dsa(run: RunExport) -> int:
-    """A thread per layer with a slice per decode step (the step's wall time; the
-    requests of a batched step together), and per layer the counters unique blocks and
-    fetch bytes, at the run's `RunExport.dsa_block_size`; returns the events written."""
+    """A thread per layer with a slice per decode step and per prefill step (the step's
+    wall time; the requests of a batched step together), and per layer the counters
+    unique blocks and fetch bytes of the decode steps, at the run's
+    `RunExport.dsa_block_size`; returns the events written."""
     block_size = run.dsa_block_size
     run.con.execute("SET VARIABLE kvtrace_export_block_size = ?", [block_size])
     pid = run.process(f"DSA steps (block size {block_size})", block_size)
     written = 0
     for rows in run.rows("dsa_layer_steps"):
         events: list[dict[str, Any]] = []
-        for layer, t_us, dur_us, batch_step, requests, unique, hbm, local, remote, fetch in rows:
+        for phase, layer, t_us, dur_us, batch_step, requests, *values in rows:
+            unique, hbm, local, remote, fetch, query_tokens = values
             tid = layer + 1  # tid 0 is no thread in Perfetto
             run.writer.thread(pid, tid, f"layer {layer}")
             args = {
                 "batch step": batch_step,
                 "requests": requests,
+                "query tokens": query_tokens,
                 "unique blocks": unique,
                 "fetch bytes": fetch,
                 "hbm bytes": hbm,
@@ -59,7 +62,7 @@ def write_dsa(run: RunExport) -> int:
                 {
                     "ph": "X",
                     "cat": "dsa",
-                    "name": "decode step",
+                    "name": f"{phase} step",
                     "pid": pid,
                     "tid": tid,
                     "ts": t_us,

@@ -30,9 +30,9 @@ SOURCES: tuple[ExportSource, ...] = (
     ),
     ExportSource(
         "dsa",
-        "dsa_steps",
-        "a thread per layer with a slice per decode step, and counters unique blocks and "
-        "fetch bytes per layer",
+        "dsa_steps, dsa_prefill",
+        "a thread per layer with a slice per decode step (and prefill step), and counters "
+        "unique blocks and fetch bytes per layer",
     ),
     ExportSource(
         "pool",

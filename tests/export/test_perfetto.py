@@ -314,6 +314,17 @@ def _wall_run(warehouse: Warehouse) -> None:
                 )
             ],
         )  # fmt: skip
+        # batch step 1 also prefills requests 4 and 5 (96 and 32 query tokens), layer 1
+        warehouse.write_rows(
+            commit,
+            "dsa_prefill",
+            [
+                {"run_id": "wall", "dataset": "d", "request_id": request, "layer_id": 1,
+                 "query_start": 0, "query_end": end, "batch_step": 1, "ts_us": 5.001e6,
+                 "step_latency_us": 900.0}
+                for request, end in ((4, 96), (5, 32))
+            ],
+        )  # fmt: skip
 
 
 def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
@@ -354,11 +365,16 @@ def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
 
     # DSA: step 0 sums requests 1 and 2 (layer 0: 3 + 3 blocks, 2 x 24,576 bytes; layer
     # 1: 2 + 4 blocks, 16,384 from HBM and 8,192 from the local pool); step 1 at 1 ms
+    # decodes request 1 on layer 0 and prefills 96 + 32 query tokens on layer 1
     dsa = by_pid[3]
     assert [(e["ph"], e["tid"] if e["ph"] == "X" else e["name"], e["ts"]) for e in dsa] == [
         ("X", 1, 0.0), ("C", "layer 0", 0.0), ("X", 2, 0.0), ("C", "layer 1", 0.0),
-        ("X", 1, 1000.0), ("C", "layer 0", 1000.0),
+        ("X", 1, 1000.0), ("C", "layer 0", 1000.0), ("X", 2, 1000.0),
     ]  # fmt: skip
+    assert dsa[6] == {
+        "ph": "X", "cat": "dsa", "name": "prefill step", "pid": 3, "tid": 2, "ts": 1000.0,
+        "dur": 900.0, "args": {"batch step": 1, "requests": 2, "query tokens": 128},
+    }  # fmt: skip
     assert dsa[0]["dur"] == 800.0 and dsa[0]["name"] == "decode step"
     assert dsa[0]["args"] == {
         "batch step": 0, "requests": 2, "unique blocks": 6, "fetch bytes": 49152,
@@ -425,7 +441,7 @@ def test_every_source_becomes_the_tracks_worked_by_hand(warehouse, tmp_path):
     assert by_pid[8][-1]["args"]["error"] == "timeout"
 
     assert report.by_source == {
-        "counters": 2, "dsa": 6, "pool": 3, "engine": 2, "serving": 2, "kv": 3,
+        "counters": 2, "dsa": 7, "pool": 3, "engine": 2, "serving": 2, "kv": 3,
         "requests": 6,
     }  # fmt: skip
     assert report.notes == [
@@ -471,7 +487,8 @@ def test_a_dump_without_step_times_is_told_once_per_row_not_per_block_size(wareh
         "run 'dump': 2 DSA step rows have no step time (ts_us) and are left out"
     ]
     with pytest.raises(
-        Exception, match=r"run 'dump' has nothing to export: no rows with a time in dsa_steps$"
+        Exception,
+        match=r"run 'dump' has nothing to export: no rows with a time in dsa_steps, dsa_prefill$",
     ):
         export_perfetto(warehouse, PerfettoSpec(("dump",), tmp_path / "x.json", sources=("dsa",)))
 
@@ -557,9 +574,8 @@ def test_a_run_with_nothing_to_draw_is_one_sentence_and_exit_1(cli, warehouse, t
     assert status == 1
     assert err.splitlines() == [
         "Error: run 'arrivals' has nothing to export: no rows with a time in timeline_events, "
-        "timeline_counters, dsa_steps, pool_snapshots, engine_metrics, serving_counters, "
-        "kv_events, "
-        "request_timings, request_metrics, requests"
+        "timeline_counters, dsa_steps, dsa_prefill, pool_snapshots, engine_metrics, "
+        "serving_counters, kv_events, request_timings, request_metrics, requests"
     ]
     assert not out.exists()
 

@@ -88,31 +88,46 @@ GROUP BY block_size
 ORDER BY block_size;
 
 -- @query dsa_layer_steps
--- One row per (decode step, layer) at block size getvariable('kvtrace_export_block_size'):
--- the requests of a batched step summed.  t_us counts from the run's first traced step;
--- dur_us is the step's wall time (all layers; NULL when not measured).
--- Columns: layer_id, t_us, dur_us, batch_step, requests, unique_blocks, hbm_bytes,
--- local_pool_bytes, remote_pool_bytes, fetch_bytes (their sum; NULL when no tier read).
-WITH steps AS (
-    SELECT ts_us, layer_id, min(batch_step) AS batch_step, max(step_latency_us) AS dur_us,
-           count(*) AS requests, sum(unique_blocks)::BIGINT AS unique_blocks,
+-- One row per (step, layer): the decode rows at block size
+-- getvariable('kvtrace_export_block_size') and the prefill chunks (dsa_prefill) of each
+-- step, the requests of a batched step summed (a step that mixes both gives a row of
+-- each).  t_us counts from the run's first traced step, decode or prefill; dur_us is the
+-- step's wall time (all layers; NULL when not measured).
+-- Columns: phase (decode or prefill), layer_id, t_us, dur_us, batch_step, requests,
+-- unique_blocks, hbm_bytes, local_pool_bytes, remote_pool_bytes, fetch_bytes (their sum;
+-- NULL when no tier read), query_tokens (prefill: the chunks' query tokens).
+WITH decode AS (
+    SELECT 'decode' AS phase, ts_us, layer_id, min(batch_step) AS batch_step,
+           max(step_latency_us) AS dur_us, count(*) AS requests,
+           sum(unique_blocks)::BIGINT AS unique_blocks,
            sum(hbm_bytes_read)::BIGINT AS hbm_bytes,
            sum(local_pool_bytes_read)::BIGINT AS local_pool_bytes,
-           sum(remote_pool_bytes_read)::BIGINT AS remote_pool_bytes
+           sum(remote_pool_bytes_read)::BIGINT AS remote_pool_bytes,
+           NULL::BIGINT AS query_tokens
     FROM dsa_steps
     WHERE run_id = $run AND block_size = getvariable('kvtrace_export_block_size')
       AND ts_us IS NOT NULL
     GROUP BY ts_us, layer_id
+), prefill AS (
+    SELECT 'prefill', ts_us, layer_id, min(batch_step), max(step_latency_us), count(*),
+           NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT,
+           sum(query_end - query_start)::BIGINT
+    FROM dsa_prefill
+    WHERE run_id = $run AND ts_us IS NOT NULL
+    GROUP BY ts_us, layer_id
+), steps AS (
+    SELECT * FROM decode UNION ALL SELECT * FROM prefill
 )
-SELECT layer_id, ts_us - min(ts_us) OVER () AS t_us, dur_us, batch_step, requests,
+SELECT phase, layer_id, ts_us - min(ts_us) OVER () AS t_us, dur_us, batch_step, requests,
        unique_blocks, hbm_bytes, local_pool_bytes, remote_pool_bytes,
        CASE WHEN hbm_bytes IS NULL AND local_pool_bytes IS NULL AND remote_pool_bytes IS NULL
             THEN NULL
             ELSE coalesce(hbm_bytes, 0) + coalesce(local_pool_bytes, 0)
                  + coalesce(remote_pool_bytes, 0)
-       END AS fetch_bytes
+       END AS fetch_bytes,
+       query_tokens
 FROM steps
-ORDER BY t_us, layer_id;
+ORDER BY t_us, layer_id, phase DESC;
 
 -- @query pool_ticks
 -- The run's pool snapshots per worker and tick, with other = capacity - held -
