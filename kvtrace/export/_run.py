@@ -12,20 +12,17 @@ from kvtrace.export._queries import load_queries
 from kvtrace.export.trace_json import TraceWriter
 
 BATCH_ROWS = 65_536  # rows turned into events at a time: what bounds the memory
+Row = tuple[Any, ...]
 
 
-def query_rows(
-    con: duckdb.DuckDBPyConnection, query: str, run_id: str
-) -> Iterator[list[tuple[Any, ...]]]:
+def query_rows(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> Iterator[list[Row]]:
     """The rows of the export's named query for a run, a batch of tuples at a time."""
     sql = load_queries("perfetto")[query]
     for batch in con.sql(sql, params={"run": run_id}).to_arrow_reader(BATCH_ROWS):
         yield list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
 
 
-def all_query_rows(
-    con: duckdb.DuckDBPyConnection, query: str, run_id: str
-) -> list[tuple[Any, ...]]:
+def all_query_rows(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> list[Row]:
     """The rows of a query that gives few (a run's processes, block sizes)."""
     return [row for rows in query_rows(con, query, run_id) for row in rows]
 
@@ -33,8 +30,8 @@ def all_query_rows(
 @dataclass
 class RunExport:
     """What a source's writer needs of its run: the rows of the export's queries for
-    it, the trace being written, the DSA block size drawn, the pids of its profiler
-    processes (by rank and stored pid) and the notes for the user."""
+    it, the trace being written, the DSA block size drawn and the pids of its profiler
+    processes (by rank and stored pid)."""
 
     con: duckdb.DuckDBPyConnection
     run_id: str
@@ -42,22 +39,18 @@ class RunExport:
     writer: TraceWriter
     dsa_block_size: int | None = None
     profiler_pids: dict[tuple[Any, str], int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
 
-    def rows(self, query: str) -> Iterator[list[tuple[Any, ...]]]:
+    def rows(self, query: str) -> Iterator[list[Row]]:
         """The rows of the named query for this run, a batch of tuples at a time."""
         return query_rows(self.con, query, self.run_id)
 
-    def all_rows(self, query: str) -> list[tuple[Any, ...]]:
+    def all_rows(self, query: str) -> list[Row]:
         """The rows of a query that gives few."""
         return all_query_rows(self.con, query, self.run_id)
 
     def process(self, part: str, *key: object) -> int:
         """The pid of this run's process ``part`` (its name after the run's)."""
         return self.writer.process((self.run_id, part, *key), f"{self.run_name} · {part}")
-
-
-Row = tuple[Any, ...]
 
 
 def write_counter_groups(
