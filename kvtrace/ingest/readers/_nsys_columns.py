@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.ingest.readers import _nsys_export as export
+from kvtrace.ingest.readers._nsys_waits import EVENT_SYNCS, WaitLinks
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
 
 NVTX, RUNTIME, KERNEL, COPY, MEMSET, SYNC = range(len(export.SOURCES))
@@ -48,18 +49,20 @@ class ColumnBuilder:
         offset_ns: int,
         rank: int | None,
         ranks: dict[int, int],
+        waits: WaitLinks | None,
     ) -> None:
         self.enums = enums
         self.strings = strings
         self.offset_ns = offset_ns  # the session's start on the clock ts_us is on
         self.rank = rank  # every row's, where ``ranks`` is empty
         self.ranks = ranks  # process id -> rank, where several processes ran GPU work
+        self.waits = waits  # what each wait waits on; None: the export does not say
         self._described: dict[tuple[Any, ...], Description] = {}
 
     def table(self, rows: list[tuple[Any, ...]], indices: list[int]) -> pa.Table:
         """The rows (whose start and end are integers, end >= start) as one table;
         ``indices`` are their places among the export's events."""
-        (source, _, start, end, gid, device, stream, correlation, name, kind, src, dst,
+        (source, row, start, end, gid, device, stream, correlation, name, kind, src, dst,
          count, subtype) = zip(*rows, strict=True)  # fmt: skip
         size = len(rows)
         sources = np.fromiter(source, np.int8, size)
@@ -69,7 +72,9 @@ class ColumnBuilder:
         global_ids = _integers(gid)
         pids = pc.bit_wise_and(pc.shift_right(global_ids, 24), 0xFFFFFF)
         devices = _integers(device)
-        streams = _streams(_integers(stream), _integers(subtype), sources)
+        subtypes = _integers(subtype)
+        streams = _streams(_integers(stream), subtypes, sources)
+        wait_on_stream, wait_on_correlation = self._waited_on(sources, row, subtypes)
         described = map(self._describe, source, name, kind, src, dst, subtype)
         names, categories, kinds = zip(*described, strict=True)
         counts = _integers(count)
@@ -94,11 +99,29 @@ class ColumnBuilder:
             "external_id": pa.nulls(size, pa.int64()),
             "copy_kind": pa.array(kinds, pa.string()),
             "bytes": counts,
-            "wait_on_stream": pa.nulls(size, pa.int64()),
-            "wait_on_correlation": pa.nulls(size, pa.int64()),
+            "wait_on_stream": wait_on_stream,
+            "wait_on_correlation": wait_on_correlation,
             "memory_bw_gbps": bandwidth,
         }
         return pa.table(columns, schema=TIMELINE_EVENTS.schema)
+
+    def _waited_on(
+        self, sources: np.ndarray, rows: tuple[Any, ...], subtypes: pa.Array
+    ) -> tuple[pa.Array, pa.Array]:
+        """Each event sync's and stream wait's ``wait_on_stream`` and
+        ``wait_on_correlation`` (the stream and record call of the event it waits on);
+        null for every other row, and for all where the export has no event records."""
+        size = len(sources)
+        kinds = pc.fill_null(subtypes, 0).to_numpy(zero_copy_only=False)
+        waiting = (sources == SYNC) & np.isin(kinds, EVENT_SYNCS)
+        if self.waits is None or not waiting.any():
+            return pa.nulls(size, pa.int64()), pa.nulls(size, pa.int64())
+        found, streams, correlations = self.waits.lookup(np.fromiter(rows, np.int64, size))
+        unknown = ~(found & waiting)
+        return (
+            pa.array(streams, pa.int64(), mask=unknown),
+            pa.array(correlations, pa.int64(), mask=unknown),
+        )
 
     def _ranks_of(self, pids: pa.Array, size: int) -> pa.Array:
         if not self.ranks:

@@ -95,7 +95,9 @@ def table_columns(connection: sqlite3.Connection, path: Path) -> dict[str, froze
             for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         ]
         return {
-            name: frozenset(row[1] for row in connection.execute(f"PRAGMA table_info({_q(name)})"))
+            name: frozenset(
+                row[1] for row in connection.execute(f"PRAGMA table_info({quote(name)})")
+            )
             for name in names
         }
     except sqlite3.Error as exc:
@@ -126,7 +128,7 @@ def _enum(
 ) -> dict[int, str]:
     if not {"id", text} <= columns.get(table, frozenset()):
         return {}
-    rows = connection.execute(f"SELECT id, {_q(text)} FROM {_q(table)}")
+    rows = connection.execute(f"SELECT id, {quote(text)} FROM {quote(table)}")
     return {id_: value for id_, value in rows if isinstance(id_, int) and isinstance(value, str)}
 
 
@@ -150,7 +152,7 @@ def _select(
     own = columns[table]
 
     def col(name: str) -> str:
-        return f"t.{_q(name)}" if name in own else "NULL"
+        return f"t.{quote(name)}" if name in own else "NULL"
 
     where = ""
     if table == NVTX:  # the text, or the id of a registered string
@@ -169,9 +171,9 @@ def _select(
         col("dstKind"), col("bytes"), col(subtype),
     ]  # fmt: skip
     selected = ", ".join(
-        f"{value} AS {_q(alias)}" for value, alias in zip(values, COLUMNS, strict=True)
+        f"{value} AS {quote(alias)}" for value, alias in zip(values, COLUMNS, strict=True)
     )
-    return f"SELECT {selected} FROM {_q(table)} AS t{where}"
+    return f"SELECT {selected} FROM {quote(table)} AS t{where}"
 
 
 class Strings:
@@ -198,7 +200,7 @@ def count_rows(connection: sqlite3.Connection, columns: dict[str, frozenset[str]
     total = 0
     for table in SOURCES:
         if table in columns:
-            (largest,) = connection.execute(f"SELECT max(rowid) FROM {_q(table)}").fetchone()
+            (largest,) = connection.execute(f"SELECT max(rowid) FROM {quote(table)}").fetchone()
             total += largest if isinstance(largest, int) else 0
     return total
 
@@ -222,7 +224,7 @@ def nvtx_left_out(
 def gpu_processes(connection: sqlite3.Connection, columns: dict[str, frozenset[str]]) -> list[int]:
     """The process ids of the processes whose GPU work the export holds, ascending."""
     parts = [
-        f"SELECT DISTINCT globalPid FROM {_q(table)}"
+        f"SELECT DISTINCT globalPid FROM {quote(table)}"
         for table in GPU_TABLES
         if "globalPid" in columns.get(table, frozenset())
     ]
@@ -269,7 +271,7 @@ def fetch_runs(cursor: sqlite3.Cursor, size: int) -> Iterator[list[tuple[object,
         yield rows
 
 
-def _q(name: str) -> str:
+def quote(name: str) -> str:
     """An SQLite identifier, quoted."""
     return '"' + name.replace('"', '""') + '"'
 
@@ -289,6 +291,7 @@ __all__ = [
     "nvtx_left_out",
     "open_database",
     "process_id",
+    "quote",
     "session_facts",
     "table_columns",
     "thread_id",

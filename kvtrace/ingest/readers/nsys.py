@@ -18,8 +18,12 @@ What becomes a row (`kvtrace.ingest.readers._nsys_export` reads the tables):
   correlation id that links a launch to its kernel; pid and tid the calling thread's.
 * synchronisation (``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION``): ``cuda_sync``, ``Event
   Sync``, ``Stream Wait Event``, ``Stream Sync`` or ``Context Sync``; an event or
-  context sync on stream -1, as Kineto puts them.  The stream a wait waits on is not in
-  these tables (``wait_on_stream`` stays NULL).
+  context sync on stream -1, as Kineto puts them.  An event sync or stream wait gets
+  the stream its event was recorded on and the correlation id of that
+  ``cudaEventRecord`` (``wait_on_stream``, ``wait_on_correlation``) from the export's
+  CUDA event records (``CUPTI_ACTIVITY_KIND_CUDA_EVENT``), as Kineto links them
+  (`kvtrace.ingest.readers._nsys_waits`); without that table both stay NULL and a note
+  says so.
 * NVTX push/pop and start/end ranges (``NVTX_EVENTS``): ``user_annotation`` events named
   by their text, on the thread that opened them; a range named ``ProfilerStep#N`` is an
   iteration, as in a Kineto trace.  Marks (instants) and ranges that never ended are
@@ -65,6 +69,7 @@ from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.readers import _nsys_export as export
 from kvtrace.ingest.readers._nsys_columns import ColumnBuilder, api_name, copy_kind
+from kvtrace.ingest.readers._nsys_waits import EVENT_RECORDS, wait_links, waits_without_records
 from kvtrace.ingest.sink import FileSink
 from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.schema.timeline import TIMELINE_EVENTS
@@ -158,7 +163,15 @@ class NsysReader:
         marks, unended = export.nvtx_left_out(connection, columns, enums)
         self.skipped.update({k: n for k, n in ((NVTX_MARK, marks), (NVTX_UNENDED, unended)) if n})
         strings = export.Strings(connection, columns)
-        self._columns = ColumnBuilder(enums, strings, self._offset_ns, self.rank, self._ranks)
+        waits = wait_links(connection, columns)
+        if unlinked := waits_without_records(connection, columns):
+            self.notes.append(
+                f"the export has {unlinked} event syncs and stream waits but no CUDA event "
+                f"records ({EVENT_RECORDS}): the stream each waits on is left empty"
+            )
+        self._columns = ColumnBuilder(
+            enums, strings, self._offset_ns, self.rank, self._ranks, waits
+        )
         query = export.events_query(columns, enums)
         if query is None:
             return
