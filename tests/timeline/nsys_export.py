@@ -6,6 +6,12 @@ Systems 2024.6.2, https://docs.nvidia.com/nsight-systems/UserGuide/index.html), 
 to the tables kvtrace reads and the ones that say what the export is.  Times are
 nanoseconds since the capture session's start; threads and processes are serialized as
 the reference's "Serialized process and thread identifiers" recipe decodes them.
+
+``CUPTI_ACTIVITY_KIND_CUDA_EVENT`` (one row per cudaEventRecord: the stream, the call's
+correlation id and the event's id, no time) has the reference's columns, with
+``greenContextId`` beside ``contextId`` as in the synchronisation table of this schema;
+earlier references list neither table with ``greenContextId``, and later ones add a
+``timestamp`` and an ``eventSyncId`` to it, none of which kvtrace reads.
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (
     contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
     correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL,
     eventId INTEGER NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT (
+    deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER,
+    streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
+    eventId INTEGER NOT NULL);
 CREATE TABLE NVTX_EVENTS (
     start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER,
     category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER,
@@ -91,7 +101,7 @@ EVENT_TYPES = [
 COPY = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "PtoP": 10, "UVM HtoD": 11}
 MEMORY = {"Pageable": 0, "Pinned": 1, "Device": 2, "Managed": 4}
 PUSH_POP, START_END, MARK = 59, 60, 34
-CONTEXT_SYNC = 4  # SYNC_TYPES
+EVENT_SYNC, STREAM_WAIT, CONTEXT_SYNC = 1, 2, 4  # SYNC_TYPES
 GEMM = "void gemm_kernel<float>(float*, float const*, int)"
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NO_STREAM = 0xFFFFFFFF  # CUPTI's "not applicable" stream id
@@ -171,11 +181,27 @@ class NsysExport:
             None, MEMORY[memory],
         )  # fmt: skip
 
-    def sync(self, sync_type: int, start: int, end: int, stream: int, correlation: int) -> None:
-        """A synchronisation (`SYNC_TYPES`)."""
+    def sync(
+        self, sync_type: int, start: int, end: int, stream: int, correlation: int,
+        event: int = 1, context: int = 1,
+    ) -> None:  # fmt: skip
+        """A synchronisation (`SYNC_TYPES`); an event sync or stream wait names the CUDA
+        event it waits on."""
         self._add(
             "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
-            start, end, 0, 1, None, stream, correlation, global_pid(self.pid), sync_type, 1,
+            start, end, 0, context, None, stream, correlation, global_pid(self.pid),
+            sync_type, event,
+        )  # fmt: skip
+
+    def event_record(
+        self, event: int, stream: int, correlation: int, context: int = 1,
+        pid: int | None = None,
+    ) -> None:  # fmt: skip
+        """A record of CUDA event ``event`` on ``stream`` by the cudaEventRecord call of
+        ``correlation`` (a record has no time of its own)."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+            0, context, None, stream, correlation, global_pid(pid or self.pid), event,
         )  # fmt: skip
 
     def nvtx(
@@ -192,11 +218,15 @@ class NsysExport:
             None, None, None, None, None,
         )  # fmt: skip
 
-    def write(self, path: Path) -> Path:
-        """The export as an SQLite database at ``path`` (replacing a file there)."""
+    def write(self, path: Path, without: tuple[str, ...] = ()) -> Path:
+        """The export as an SQLite database at ``path`` (replacing a file there); the
+        tables named in ``without`` left out, with their rows, as a version of nsys that
+        did not write them would."""
         path.unlink(missing_ok=True)
         with sqlite3.connect(path) as db:
             db.executescript(SCHEMA)
+            for table in without:
+                db.execute(f"DROP TABLE {table}")
             db.executemany(
                 "INSERT INTO StringIds VALUES (?, ?)",
                 [(id_, text) for text, id_ in self.strings.items()],
@@ -217,6 +247,8 @@ class NsysExport:
             ):
                 db.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", enum)
             for table, rows in self.rows.items():
+                if table in without:
+                    continue
                 marks = ", ".join("?" * len(rows[0]))
                 db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
         db.close()
@@ -248,6 +280,41 @@ def example() -> NsysExport:
     x.nvtx("tick", 3_000, None, event_type=MARK)  # an instant: left out
     x.nvtx("never closed", 95_000, None)  # a range that never ended: left out
     x.kernel("broken", 100_000, 99_000, stream=7, correlation=9)  # ends first: quarantined
+    return x
+
+
+def copy_wait_example() -> NsysExport:
+    """An export where a kernel waits on a copy through a CUDA event (as the worked
+    example of ``timeline_copy_wait_idle``): events 0 to 16 in start order, times in ns.
+
+    Event 5 is recorded four times in process 4242's context 1 (on stream 7 by call 2,
+    on stream 20 by call 4, on stream 7 again by call 8) and once in its context 2 (call
+    5), and once by another process; the stream wait of call 6 waits on the latest
+    record of its context before it (call 4, stream 20), the event sync of call 9 on
+    call 8's (stream 7); event 9 is never recorded."""
+    x = NsysExport()
+    x.nvtx("ProfilerStep#1", 1_000, 199_000)  # 0
+    x.runtime("cudaLaunchKernel_v7000", 2_000, 4_000, 1)  # 1
+    x.runtime("cudaEventRecord_v3020", 5_000, 6_000, 2)  # 2
+    x.event_record(5, stream=7, correlation=2)
+    x.kernel(GEMM, 10_000, 100_000, stream=7, correlation=1)  # 3: [10, 100) us
+    x.runtime("cudaMemcpyAsync_v3020", 60_000, 62_000, 3)  # 4
+    x.runtime("cudaEventRecord_v3020", 70_000, 71_000, 4)  # 5
+    x.event_record(5, stream=20, correlation=4)
+    x.runtime("cudaEventRecord_v3020", 72_000, 73_000, 5)  # 6
+    x.event_record(5, stream=40, correlation=5, context=2)
+    x.event_record(5, stream=50, correlation=5, pid=999)
+    x.runtime("cudaStreamWaitEvent_v3020", 80_000, 81_000, 6)  # 7
+    x.sync(STREAM_WAIT, 80_200, 80_700, stream=7, correlation=6, event=5)  # 8
+    x.runtime("cudaLaunchKernel_v7000", 85_000, 87_000, 7)  # 9
+    x.runtime("cudaEventRecord_v3020", 88_000, 89_000, 8)  # 10
+    x.event_record(5, stream=7, correlation=8)
+    x.memcpy("HtoD", "Pinned", "Device", 90_000, 150_000, 20, 3, 6_000_000)  # 11
+    x.kernel(GEMM, 155_000, 185_000, stream=7, correlation=7)  # 12: [155, 185) us
+    x.runtime("cudaEventSynchronize_v3020", 186_000, 190_000, 9)  # 13
+    x.sync(EVENT_SYNC, 186_500, 189_500, NO_STREAM, correlation=9, event=5)  # 14
+    x.runtime("cudaStreamWaitEvent_v3020", 191_000, 192_000, 10)  # 15
+    x.sync(STREAM_WAIT, 191_200, 191_500, stream=20, correlation=10, event=9)  # 16
     return x
 
 

@@ -6,7 +6,10 @@ The Kineto trace beside them is written by hand with Kineto's own conventions
 (pytorch/kineto 114171dfba6867d2a898634670d9a3197dbb9595, libkineto/src: GPU events on pid
 = device and tid = stream, ``Memcpy HtoD (Pinned -> Device)`` names from
 cupti_strings.cpp, API names without their ``_vNNNN`` suffix, an event or context sync on
-stream -1, bandwidth = bytes / duration in ns).
+stream -1, bandwidth = bytes / duration in ns; an event sync or stream wait with
+``wait_on_stream`` and ``wait_on_cuda_event_record_corr_id`` from the latest record of its
+event before it, -1 for both where there is none: CuptiActivityProfiler.cpp and
+CuptiActivity.h).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from kvtrace.ingest.readers.nsys import api_name, copy_kind, rank_in_name
 from kvtrace.warehouse import Warehouse
 from tests.conftest import run_kvtrace, warehouse_at
 from tests.timeline.events import kineto_event
-from tests.timeline.nsys_export import GEMM, NCCL, NsysExport, example
+from tests.timeline.nsys_export import GEMM, NCCL, NsysExport, copy_wait_example, example
 
 
 def _kineto_trace(path: Path) -> Path:
@@ -373,3 +376,177 @@ def test_a_report_not_yet_exported_is_one_sentence_that_says_how(tmp_path):
         f"Error: {report} is an Nsight Systems report: kvtrace reads its SQLite export, "
         "which 'nsys export --type sqlite rank0.nsys-rep' writes"
     )
+
+
+EVENT_RECORDS = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+
+
+def _kineto_wait_trace(path: Path) -> Path:
+    """The events of `copy_wait_example` as PyTorch's profiler writes them, rank 0, in the
+    same order: the waits carry the stream and record call Kineto finds for them."""
+
+    def call(name: str, ts: float, dur: float, correlation: int) -> dict:
+        event = kineto_event("cuda_runtime", name, ts, dur, correlation=correlation)
+        return {**event, "pid": 4242, "tid": 4242}
+
+    def wait(name: str, ts: float, dur: float, stream: int, correlation: int, on: tuple):
+        (event_id, on_stream, on_record) = on
+        args = {"correlation": correlation, "cuda_sync_kind": name, "wait_on_stream": on_stream,
+                "wait_on_cuda_event_record_corr_id": on_record,
+                "wait_on_cuda_event_id": event_id}  # fmt: skip
+        return kineto_event("cuda_sync", name, ts, dur, stream=stream, **args)
+
+    copy = {"correlation": 3, "bytes": 6_000_000, "memory bandwidth (GB/s)": 100.0}
+    events = [
+        {**kineto_event("user_annotation", "ProfilerStep#1", 1_000_001.0, 198.0),
+         "pid": 4242, "tid": 4242},
+        call("cudaLaunchKernel", 1_000_002.0, 2.0, 1),
+        call("cudaEventRecord", 1_000_005.0, 1.0, 2),
+        kineto_event("kernel", GEMM, 1_000_010.0, 90.0, stream=7, correlation=1),
+        call("cudaMemcpyAsync", 1_000_060.0, 2.0, 3),
+        call("cudaEventRecord", 1_000_070.0, 1.0, 4),
+        call("cudaEventRecord", 1_000_072.0, 1.0, 5),
+        call("cudaStreamWaitEvent", 1_000_080.0, 1.0, 6),
+        wait("Stream Wait Event", 1_000_080.2, 0.5, 7, 6, (5, 20, 4)),
+        call("cudaLaunchKernel", 1_000_085.0, 2.0, 7),
+        call("cudaEventRecord", 1_000_088.0, 1.0, 8),
+        kineto_event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 1_000_090.0, 60.0,
+                     stream=20, **copy),
+        kineto_event("kernel", GEMM, 1_000_155.0, 30.0, stream=7, correlation=7),
+        call("cudaEventSynchronize", 1_000_186.0, 4.0, 9),
+        wait("Event Sync", 1_000_186.5, 3.0, -1, 9, (5, 7, 8)),
+        call("cudaStreamWaitEvent", 1_000_191.0, 1.0, 10),
+        wait("Stream Wait Event", 1_000_191.2, 0.3, 20, 10, (9, -1, -1)),
+    ]  # fmt: skip
+    trace = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
+             "baseTimeNanoseconds": 215 * 7_889_238 * 10**9}  # fmt: skip
+    path.write_text(json.dumps({**trace, "traceEvents": events}))
+    return path
+
+
+@pytest.fixture
+def waits(tmp_path):
+    """A warehouse holding `copy_wait_example` (run "nsys"), the same export without its
+    CUDA event records (run "older") and its Kineto trace (run "kineto")."""
+    for name in ("nsys", "older", "kineto"):
+        (tmp_path / name).mkdir()
+    export = copy_wait_example().write(tmp_path / "nsys" / "offload_rank0.sqlite")
+    older = copy_wait_example().write(
+        tmp_path / "older" / "offload_rank0.sqlite", without=(EVENT_RECORDS,)
+    )
+    trace = _kineto_wait_trace(tmp_path / "kineto" / "offload.pt.trace.json")
+    warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
+    report = ingest(warehouse, [str(export), str(older), str(trace)])
+    assert [(f.family, f.rows, f.notes) for f in report.files] == [
+        ("nsys", 17, []),
+        (
+            "nsys",
+            17,
+            [
+                "the export has 3 event syncs and stream waits but no CUDA event records "
+                f"({EVENT_RECORDS}): the stream each waits on is left empty"
+            ],
+        ),
+        ("timeline", 17, []),
+    ]
+    con = connect(warehouse)
+    yield con
+    con.close()
+
+
+def test_a_wait_takes_the_stream_and_record_call_of_its_events_latest_record(waits):
+    sql = (
+        "SELECT run_id, event_idx, name, stream, correlation, wait_on_stream, "
+        "wait_on_correlation FROM timeline_events WHERE category = 'cuda_sync'"
+    )
+    # event 5's records before the stream wait of call 6 (context 1 of process 4242):
+    # call 2 on stream 7 and call 4 on stream 20 (call 5's is context 2's, the record of
+    # process 999 another process's): the latest, call 4, stream 20.  The event sync of
+    # call 9 comes after call 8 recorded it on stream 7 again.  Event 9 has no record.
+    assert sorted(_run(waits, sql, "nsys")) == [
+        (8, "Stream Wait Event", 7, 6, 20, 4),
+        (14, "Event Sync", -1, 9, 7, 8),
+        (16, "Stream Wait Event", 20, 10, -1, -1),
+    ]
+    # an export without event records does not say what a wait waits on
+    assert sorted(_run(waits, sql, "older")) == [
+        (8, "Stream Wait Event", 7, 6, None, None),
+        (14, "Event Sync", -1, 9, None, None),
+        (16, "Stream Wait Event", 20, 10, None, None),
+    ]
+
+
+def test_the_wait_export_and_its_kineto_trace_are_the_same_rows(waits):
+    sql = "SELECT * EXCLUDE (iteration) FROM timeline_events"
+    assert _run(waits, sql, "nsys") == _run(waits, sql, "kineto")
+
+
+def test_a_kernel_waiting_on_a_copy_is_found_in_the_export(waits):
+    sql = "SELECT run_id, * EXCLUDE (run_id) FROM _timeline_stream_waits"
+    # the stream wait (called at 80) on the record of call 4 (at 70) on stream 20: the
+    # last operation launched there before 70 is the HtoD copy (launched at 60, running
+    # [90, 150)); stream 7's next kernel launched after 80 (at 85) starts at 155
+    want = [(0, 7, 1_000_155.0, 20, "memcpy", "HtoD", 6_000_000, 1_000_150.0)]
+    assert _run(waits, sql, "nsys") == want
+    assert _run(waits, sql, "kineto") == want
+    assert _run(waits, sql, "older") == []
+
+
+def test_idle_time_waiting_on_a_copy_is_worked_by_hand(waits):
+    sql = "SELECT run_id, * EXCLUDE (run_id) FROM timeline_copy_wait_idle"
+    # stream 7 is idle from its first kernel's end (100) to its second's start (155):
+    # 55 us, of which [100, 150) waits on the copy; stream 20 has one event, no gap
+    want = [(0, 1, 7, 55.0, 50.0, 50.0 / 55.0, 1)]
+    assert _run(waits, sql, "nsys") == want
+    assert _run(waits, sql, "kineto") == want
+    assert _run(waits, sql, "older") == [(0, 1, 7, 55.0, 0.0, 0.0, 0)]
+
+
+@pytest.mark.parametrize("definitions", ["kvtrace", "hta"])
+@pytest.mark.parametrize(
+    "view",
+    [
+        "timeline_critical_path(definitions := ?)",
+        "timeline_critical_path_summary(definitions := ?)",
+        "timeline_idle_breakdown(definitions := ?)",
+        "timeline_temporal_breakdown(definitions := ?)",
+        "timeline_launches(definitions := ?)",
+        "timeline_queue_length(definitions := ?)",
+    ],
+)
+def test_every_view_reads_the_waits_of_the_export_as_the_kineto_trace(waits, view, definitions):
+    sql = f"SELECT run_id, * EXCLUDE (run_id) FROM {view}"
+    nsys = _run(waits, sql, "nsys", definitions)
+    assert nsys and nsys == _run(waits, sql, "kineto", definitions)
+
+
+@pytest.mark.parametrize("definitions", ["kvtrace", "hta"])
+def test_the_critical_path_goes_through_the_copy_the_kernel_waits_on(waits, definitions):
+    sql = (
+        "SELECT run_id, step, edge_type, name, bound_by, duration_us "
+        "FROM timeline_critical_path(definitions := ?)"
+    )
+    # the second gemm (from 155) waits on the copy (to 150) through the stream wait, not
+    # on the first gemm: calls [2, 4) and [5, 6) us, the copy's call at 60 and its launch
+    # delay of 30, the copy's 60, the gemm's 30, whose end the event sync waits for, and
+    # the last call [191, 192): 124 us
+    assert sorted(_run(waits, sql, "nsys", definitions)) == [
+        (0, "operator", "cudaLaunchKernel", "cpu_bound", 2.0),
+        (1, "dependency", None, None, 0.0),
+        (2, "operator", "cudaEventRecord", "cpu_bound", 1.0),
+        (3, "dependency", None, None, 0.0),
+        (4, "kernel_launch_delay", None, "gpu_kernel_launch_overhead", 30.0),
+        (5, "operator", "Memcpy HtoD (Pinned -> Device)", "gpu_compute_bound", 60.0),
+        (6, "sync_dependency", None, None, 0.0),
+        (7, "operator", GEMM, "gpu_compute_bound", 30.0),
+        (8, "sync_dependency", None, None, 0.0),
+        (9, "dependency", None, None, 0.0),
+        (10, "operator", "cudaStreamWaitEvent", "cpu_bound", 1.0),
+    ]
+    # without the records the second gemm follows the first after a gap of 55 us
+    assert sorted(_run(waits, sql, "older", definitions)) == [
+        (0, "kernel_launch_delay", None, "gpu_kernel_launch_overhead", 8.0),
+        (1, "operator", GEMM, "gpu_compute_bound", 90.0),
+        (2, "kernel_kernel_delay", GEMM, "gpu_kernel_kernel_overhead", 55.0),
+        (3, "operator", GEMM, "gpu_compute_bound", 30.0),
+    ]
