@@ -21,6 +21,7 @@ def family_file(folder: Path, family: str) -> Path:
         "kv-events": ("kv_events/mooncake_lru600_events.jsonl", "events.jsonl"),
         "numerics": ("numerics/merge_numerics_example.jsonl", "numerics.jsonl"),
         "metrics": ("prometheus/exposition_formats_example.prom", "gpu0.prom"),
+        "counters": ("offload/counters.jsonl", "offload_counters.jsonl"),
     }
     if family in copied:
         source, name = copied[family]
