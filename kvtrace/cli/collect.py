@@ -27,6 +27,12 @@ from kvtrace.errors import KvtraceError
 
 Collected = TypeVar("Collected")  # what a collector reports
 
+StopAfterOption = Annotated[
+    float | None,
+    typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
+]
+ExperimentOption = Annotated[str | None, typer.Option(help="Experiment label.")]
+
 collect_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -52,16 +58,13 @@ def collect_pool(
         ),
     ],
     interval: Annotated[float, typer.Option(help="Seconds between polls of a worker.")] = 1.0,
-    duration: Annotated[
-        float | None,
-        typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
-    ] = None,
+    duration: StopAfterOption = None,
     timeout: Annotated[
         float | None,
         typer.Option(help="Per-poll timeout in seconds (default: half the interval, at most 5)."),
     ] = None,
     run_name: Annotated[str | None, typer.Option(help="Run name (default: pool-<time>).")] = None,
-    experiment: Annotated[str | None, typer.Option(help="Experiment label.")] = None,
+    experiment: ExperimentOption = None,
 ) -> None:
     """Poll every worker's KV pool and write pool_snapshots in small batches.
 
@@ -114,10 +117,7 @@ def collect_metrics(
     interval: Annotated[
         float, typer.Option(min=0.001, help="Seconds between scrapes of every endpoint.")
     ] = 1.0,
-    duration: Annotated[
-        float | None,
-        typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
-    ] = None,
+    duration: StopAfterOption = None,
     timeout: Annotated[
         float | None,
         typer.Option(help="Per-scrape timeout in seconds (default: half the interval, at most 5)."),
@@ -125,7 +125,7 @@ def collect_metrics(
     run_name: Annotated[
         str | None, typer.Option("--run-name", "--run", help="Run name (default: metrics-<time>).")
     ] = None,
-    experiment: Annotated[str | None, typer.Option(help="Experiment label.")] = None,
+    experiment: ExperimentOption = None,
     commit_every: Annotated[
         float, typer.Option(min=0.001, help="Seconds between commits of the scraped rows.")
     ] = 10.0,
@@ -135,8 +135,8 @@ def collect_metrics(
     save: Annotated[
         Path | None,
         typer.Option(
-            help="Also write every scrape to this new JSONL file ({\"t\", \"worker\", "
-            "\"body\"} a line), which kvtrace ingest reads back."
+            help='Also write every scrape to this new JSONL file ({"t", "worker", '
+            '"body"} a line), which kvtrace ingest reads back.'
         ),
     ] = None,
 ) -> None:
@@ -203,10 +203,7 @@ def collect_kv_events_command(
         ),
     ] = None,
     topic: Annotated[str, typer.Option(help="The topic to subscribe to (vLLM: 'topic').")] = "",
-    duration: Annotated[
-        float | None,
-        typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
-    ] = None,
+    duration: StopAfterOption = None,
     connect_timeout: Annotated[
         float, typer.Option(help="Seconds to wait for a first event before giving up.")
     ] = 10.0,
