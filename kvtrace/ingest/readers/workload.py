@@ -55,6 +55,8 @@ MOONCAKE_BLOCK_TOKENS = 512
 ROW_GROUP_ROWS = 1 << 17  # requests a row group holds (about 25 MB of a Mooncake trace)
 BURSTGPT_SESSION = "Session ID"  # in some BurstGPT releases
 _TEXT_COLUMNS = ("model", "log_type", "session_id")
+# the columns of a trace that records sessions of linked requests; NULL for the others
+SESSION_LINK_COLUMNS = ("turn", "request_type", "parent_id", "request_key")
 
 # format -> canonical column -> the source's column
 CSV_COLUMNS: dict[WorkloadFormat, dict[str, str]] = {
@@ -335,6 +337,10 @@ class ArrivalChecks:
             "hash_ids": hashes,
             "hash_block_tokens": pa.repeat(pa.scalar(self.block_tokens, pa.int32()), rows),
             **{name: text.get(name, pa.nulls(rows, pa.string())) for name in _TEXT_COLUMNS},
+            **{
+                name: pa.nulls(rows, WORKLOAD_REQUESTS.schema.field(name).type)
+                for name in SESSION_LINK_COLUMNS
+            },
         }
         table = pa.table({name: columns[name] for name in WORKLOAD_REQUESTS.schema.names})
         return WorkloadFileResult(table.cast(WORKLOAD_REQUESTS.schema), rejected, self.fmt)

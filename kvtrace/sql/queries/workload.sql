@@ -33,7 +33,11 @@
 -- @column hash_block_tokens  tokens per hashed block (512 for Mooncake traces)
 -- @column model              model name, when the trace records it (BurstGPT)
 -- @column log_type           log type, when the trace records it (BurstGPT: Conversation log, API log)
--- @column session_id         the session or conversation, when the trace records it
+-- @column session_id         the session or conversation, when the trace records it (Bailian: the root chat of the request's parent chain)
+-- @column turn               the request's turn in its session, 1-based as the trace writes it (Bailian, Dynamo agentic, mooncake-delta), else NULL
+-- @column request_type       the trace's kind of request (Bailian: text, image, file, search; Dynamo agentic: the agent kind), else NULL
+-- @column parent_id          the request it follows on from (Bailian parent_chat_id, a sub-agent's parent), NULL for a root
+-- @column request_key        the trace's own id of the request (Bailian chat_id), NULL when it has none
 CREATE VIEW workload_requests AS
 SELECT * EXCLUDE (_row)
 FROM (

@@ -31,7 +31,17 @@ WORKLOAD_REQUESTS = TableSpec(
             ("hash_block_tokens", pa.int32()),  # tokens per hashed block
             ("model", pa.string()),
             ("log_type", pa.string()),
-            ("session_id", pa.string()),  # the conversation or session, when recorded
+            # the conversation or session, when recorded; for a trace of parent links
+            # alone (Bailian), the root request of the request's parent chain
+            ("session_id", pa.string()),
+            # the request's turn in its session, 1-based as the trace writes it
+            ("turn", pa.int64()),
+            # the trace's kind of request (Bailian's text, image, file, search; an agentic
+            # trace's agent kind)
+            ("request_type", pa.string()),
+            ("parent_id", pa.string()),  # the request it follows on from, NULL for a root
+            ("request_key", pa.string()),  # the trace's own id of the request
+            # Files before turn, request_type, parent_id and request_key read them as NULL.
         ]
     ),
     partition_by=("run_id",),
