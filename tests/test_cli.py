@@ -384,6 +384,18 @@ def test_views_lists_documented_objects_one_a_line_filtered_by_name_or_family():
     assert missing.returncode == 1 and "no view or macro matches" in missing.stderr
 
 
+def test_views_ends_a_description_at_its_first_sentence_not_at_an_abbreviation():
+    # timeline_counter_thrash's header reads "... naming the block in the labels (e.g.
+    # {"layer": 3, "block": 17}), gives per rank ... within window_us (default a
+    # second)." and serving_warm_cache's "... between runs, e.g. vLLM's POST
+    # /reset_prefix_cache ...": one sentence each, which "e.g. " must not cut short.
+    lines = kvtrace("views", "thrash").stdout.splitlines()
+    (line,) = [line for line in lines if line.startswith("timeline_counter_thrash(")]
+    assert line.endswith("again within window_us (default a second).")
+    every_line = kvtrace("views").stdout.splitlines()
+    assert not any(line.rstrip().endswith(("e.g.", "i.e.")) for line in every_line)
+
+
 def test_every_command_has_help_with_an_example_and_a_guide_that_shows_it():
     guides = "\n".join(
         p.read_text() for p in [README, *(README.parent / "docs" / "guides").glob("*.md")]

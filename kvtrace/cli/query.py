@@ -109,9 +109,14 @@ def _names_match(pattern: str, name: str, file: str) -> bool:
     return pattern in name or pattern in family
 
 
+_ABBREVIATIONS = ("e.g", "i.e")  # their full stop ends no sentence
+
+
 def _first_sentence(text: str) -> str:
     """A description's first sentence."""
     end = text.find(". ")
+    while end >= 0 and text[:end].endswith(_ABBREVIATIONS):
+        end = text.find(". ", end + 2)
     return text if end < 0 else text[: end + 1]
 
 
