@@ -100,6 +100,9 @@ COST_MODEL = pa.struct(
         ("residual_p50_s", pa.float64()),
         ("residual_p90_s", pa.float64()),
         ("residual_p99_s", pa.float64()),
+        ("per_prefill_sq_token_s", pa.float64()),
+        ("loo_rmse_s", pa.float64()),
+        ("loo_mape", pa.float64()),
     ]
 )
 KERNEL_SEQUENCES = pa.struct(

@@ -233,10 +233,19 @@ ORDER BY m.metric, m.percentile;
 -- @macro timing_cost_model(source)
 -- @alias batch_cost_model
 -- Per run: batch (or step) time fitted by least squares on the work it did, as
--- intercept + per-token costs (kvtrace/analysis/cost_model.py).  source 'batches'
--- (the default) fits simulator batches on prefill and decode tokens; 'dsa' fits traced
--- DSA decode steps on their requests and the KV tokens their selections read.  A term
--- without variation in a run is NULL.
+-- intercept + per-token costs + a quadratic prefill-attention term
+-- (kvtrace/analysis/cost_model.py).  source 'batches' (the default) fits simulator
+-- batches on prefill and decode tokens and the sum of squared prompt lengths of the
+-- batch's prefill requests; 'dsa' fits traced DSA decode steps on their requests and the
+-- KV tokens their selections read.  A term without variation in a run is NULL.  The
+-- squared term needs each prefill request's length: batch_metrics holds batch totals, so
+-- it is known for a batch of at most one prefill request (batch_size - decode_tokens),
+-- as prefill_tokens^2; a run with a batch of several prefill requests has it NULL.
+-- Leave-one-out errors are exact (residual / (1 - leverage), no refitting).
+-- Example: batches (prefill, decode, seconds) (100, 0, 0.010), (0, 4, 0.0028),
+-- (200, 0, 0.030), (0, 8, 0.0036), (300, 0, 0.062), each with one prefill request, of
+-- 0.002 + 2e-5 x prefill + 2e-4 x decode + 6e-7 x prefill^2 s: the fit finds those
+-- four numbers and r2 = 1, LOO errors 0.
 -- @column run_id               the run
 -- @column source               batches or dsa
 -- @column observations         batches or steps fitted
@@ -248,5 +257,10 @@ ORDER BY m.metric, m.percentile;
 -- @column residual_p50_s       median residual (observed - fitted)
 -- @column residual_p90_s       90th percentile of the residuals
 -- @column residual_p99_s       99th percentile of the residuals
+-- @column per_prefill_sq_token_s  cost per squared prompt token (sum of the batch's
+--                             prefill requests' squared lengths); NULL without them
+-- @column loo_rmse_s           leave-one-out RMSE: each batch predicted by the fit of
+--                             the others
+-- @column loo_mape             leave-one-out mean absolute percentage error, a fraction
 CREATE MACRO timing_cost_model(source := 'batches') AS TABLE
 SELECT unnest(kvtrace_cost_model(source), recursive := true);

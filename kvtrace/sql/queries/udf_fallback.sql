@@ -113,8 +113,8 @@ CREATE MACRO kvtrace_cost_model(source) AS
     CAST(error('timing_cost_model fits in Python: use "kvtrace sql" or kvtrace.connect()')
          AS STRUCT(run_id VARCHAR, source VARCHAR, observations BIGINT, intercept_s DOUBLE,
                    per_prefill_token_s DOUBLE, per_decode_token_s DOUBLE, per_kv_token_s DOUBLE,
-                   r2 DOUBLE, residual_p50_s DOUBLE, residual_p90_s DOUBLE,
-                   residual_p99_s DOUBLE)[]);
+                   r2 DOUBLE, residual_p50_s DOUBLE, residual_p90_s DOUBLE, residual_p99_s DOUBLE,
+                   per_prefill_sq_token_s DOUBLE, loo_rmse_s DOUBLE, loo_mape DOUBLE)[]);
 
 -- @macro kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
