@@ -8,8 +8,8 @@ from typing import Any
 
 import duckdb
 
-from kvtrace.export._queries import load_queries
 from kvtrace.export.trace_json import TraceWriter
+from kvtrace.sql.named_queries import named_queries
 
 BATCH_ROWS = 65_536  # rows turned into events at a time: what bounds the memory
 Row = tuple[Any, ...]
@@ -17,7 +17,7 @@ Row = tuple[Any, ...]
 
 def query_rows(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> Iterator[list[Row]]:
     """The rows of the export's named query for a run, a batch of tuples at a time."""
-    sql = load_queries("perfetto")[query]
+    sql = named_queries("kvtrace.export", "perfetto")[query]
     for batch in con.sql(sql, params={"run": run_id}).to_arrow_reader(BATCH_ROWS):
         yield list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
 

@@ -221,9 +221,9 @@ def _trailer(plans: list[_RunPlan], warehouse: Warehouse) -> dict[str, Any]:
 
 
 def _query(name: str) -> str:
-    from kvtrace.export._queries import load_queries
+    from kvtrace.sql.named_queries import named_queries
 
-    return load_queries("perfetto")[name]
+    return named_queries("kvtrace.export", "perfetto")[name]
 
 
 @contextmanager

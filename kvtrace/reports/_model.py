@@ -13,14 +13,14 @@ and may read the report's settings with ``getvariable('name')``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+
+from kvtrace.sql.named_queries import named_queries
 
 ChartBuilder = Callable[[pa.Table], Any]  # rows -> an altair chart
 
@@ -62,16 +62,6 @@ class ReportDefinition:
     sections: tuple[Section, ...]
 
 
-_HEADER = re.compile(r"^-- @query (\w+)\s*$", re.MULTILINE)
-
-
 def load_queries(report: str) -> dict[str, str]:
     """The named queries of ``queries/<report>.sql``, each with its comment header."""
-    text = resources.files("kvtrace.reports").joinpath(f"queries/{report}.sql").read_text()
-    marks = list(_HEADER.finditer(text))
-    return {
-        mark.group(1): text[
-            mark.start() : marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        ].strip()
-        for i, mark in enumerate(marks)
-    }
+    return named_queries("kvtrace.reports", report)
