@@ -131,3 +131,37 @@ CRITICAL_PATH = pa.struct(
         ("duration_us", pa.float64()),
     ]
 )
+ROUTING = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("policy", pa.string()),
+        ("cache", pa.string()),
+        ("worker", pa.int64()),
+        ("workers", pa.int64()),
+        ("capacity_blocks", pa.int64()),
+        ("requests", pa.int64()),
+        ("blocks", pa.int64()),
+        ("hit_blocks", pa.int64()),
+        ("tokens", pa.int64()),
+        ("prefill_tokens_saved", pa.int64()),
+        ("hit_rate", pa.float64()),
+        ("mean_load", pa.float64()),
+        ("peak_load", pa.int64()),
+        ("request_share", pa.float64()),
+        ("imbalance", pa.float64()),
+    ]
+)
+ROUTING_REQUESTS = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("policy", pa.string()),
+        ("cache", pa.string()),
+        ("request_idx", pa.int64()),
+        ("worker", pa.int64()),
+        ("load", pa.int64()),
+        ("blocks", pa.int64()),
+        ("hit_blocks", pa.int64()),
+        ("tokens", pa.int64()),
+        ("hit_tokens", pa.int64()),
+    ]
+)

@@ -73,6 +73,18 @@ _BUDGET = (
     ("model", "VARCHAR"),
 )
 _CALLS = "kvtrace.analysis._function_calls"
+_ROUTING = (
+    ("workers", "BIGINT"),
+    ("capacity_blocks", "BIGINT"),
+    ("policy", "VARCHAR"),
+    ("cache", "VARCHAR"),
+    ("capacity_bytes", "BIGINT"),
+    ("bytes_per_token", "DOUBLE"),
+    ("model", "VARCHAR"),
+    ("tpot_ms", "DOUBLE"),
+    ("threshold", "DOUBLE"),
+    ("overlap_weight", "DOUBLE"),
+)
 
 FUNCTIONS: tuple[AnalysisFunction, ...] = (
     AnalysisFunction(
@@ -125,6 +137,26 @@ FUNCTIONS: tuple[AnalysisFunction, ...] = (
         ("workload.sql", "dsa_steps.sql", "timing.sql"),
         f"{_CALLS}:prefix_requests",
         "workload_prefix_requests",
+        _SIMULATES,
+        _KERNELS,
+    ),
+    AnalysisFunction(
+        "kvtrace_routing",
+        _ROUTING,
+        "ROUTING",
+        ("workload.sql",),
+        "kvtrace.analysis.routing:routing_rows",
+        "workload_routing",
+        _SIMULATES,
+        _KERNELS,
+    ),
+    AnalysisFunction(
+        "kvtrace_routing_requests",
+        _ROUTING,
+        "ROUTING_REQUESTS",
+        ("workload.sql",),
+        "kvtrace.analysis.routing:routing_request_rows",
+        "workload_routing_requests",
         _SIMULATES,
         _KERNELS,
     ),

@@ -107,6 +107,26 @@ CREATE MACRO kvtrace_prefix_requests(policy, capacities, semantics, warmup, capa
                    hit_blocks BIGINT, hit_tokens BIGINT, ttft_saved_ms DOUBLE,
                    prefill_source VARCHAR)[]);
 
+-- @macro kvtrace_routing(workers, capacity_blocks, policy, cache, capacity_bytes, bytes_per_token, model, tpot_ms, threshold, overlap_weight)
+-- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_routing(workers, capacity_blocks, policy, cache, capacity_bytes,
+                             bytes_per_token, model, tpot_ms, threshold, overlap_weight) AS
+    CAST(error('workload_routing runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, policy VARCHAR, cache VARCHAR, worker BIGINT, workers BIGINT,
+                   capacity_blocks BIGINT, requests BIGINT, blocks BIGINT, hit_blocks BIGINT,
+                   tokens BIGINT, prefill_tokens_saved BIGINT, hit_rate DOUBLE, mean_load DOUBLE,
+                   peak_load BIGINT, request_share DOUBLE, imbalance DOUBLE)[]);
+
+-- @macro kvtrace_routing_requests(workers, capacity_blocks, policy, cache, capacity_bytes, bytes_per_token, model, tpot_ms, threshold, overlap_weight)
+-- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
+CREATE MACRO kvtrace_routing_requests(workers, capacity_blocks, policy, cache, capacity_bytes,
+                                      bytes_per_token, model, tpot_ms, threshold,
+                                      overlap_weight) AS
+    CAST(error('workload_routing_requests runs cache simulations in Python: use "kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, policy VARCHAR, cache VARCHAR, request_idx BIGINT,
+                   worker BIGINT, load BIGINT, blocks BIGINT, hit_blocks BIGINT, tokens BIGINT,
+                   hit_tokens BIGINT)[]);
+
 -- @macro kvtrace_cost_model(source)
 -- Least-squares fitting runs in Python: not available in a plain shell.
 CREATE MACRO kvtrace_cost_model(source) AS
