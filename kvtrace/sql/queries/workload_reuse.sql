@@ -37,6 +37,7 @@
 -- the 4 blocks (1 block) take 2/3.  An infinite cache serves text 2 of 5 blocks and
 -- image 1 of 2.
 --
+-- @requires runs.sql
 -- @requires workload.sql
 
 -- @view _workload_reuse_requests
