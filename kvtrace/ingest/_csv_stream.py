@@ -13,6 +13,7 @@ leaves out; both are quarantine entries in the stream's ``notes``.  Arrow's bloc
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,7 +75,7 @@ def csv_stream(path: Path, whole_lines: bool) -> tuple[pa.NativeFile, list[BadLi
     """An Arrow stream of ``path``: the file itself, or its `WholeLines`; and the lines
     the stream leaves out, once it has been read."""
     if not whole_lines:
-        return pa.OSFile(str(path)), []
+        return pa.OSFile(os.fsencode(path)), []  # bytes: a name need not be UTF-8
     lines = WholeLines(path)
     return pa.PythonFile(io.BufferedReader(lines, BLOCK_BYTES), mode="r"), lines.notes
 
