@@ -34,6 +34,7 @@ from kvtrace.ingest.readers.prometheus import PROMETHEUS
 from kvtrace.ingest.readers.results import BENCHMARK
 from kvtrace.ingest.readers.run_summary import RUN_SUMMARY
 from kvtrace.ingest.readers.serving import POOL, REQUESTS
+from kvtrace.ingest.readers.vidur_profiles import VIDUR_PROFILE
 from kvtrace.ingest.readers.workload import WORKLOAD
 from kvtrace.warehouse.schema import TABLE_NAMES
 
@@ -48,6 +49,7 @@ BUILT_IN: tuple[Family, ...] = (
     EVAL,
     NUMERICS,
     COUNTERS,
+    VIDUR_PROFILE,
     WORKLOAD,
     DSA,
     RUN_SUMMARY,

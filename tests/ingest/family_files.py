@@ -22,6 +22,7 @@ def family_file(folder: Path, family: str) -> Path:
         "numerics": ("numerics/merge_numerics_example.jsonl", "numerics.jsonl"),
         "metrics": ("prometheus/exposition_formats_example.prom", "gpu0.prom"),
         "counters": ("offload/counters.jsonl", "offload_counters.jsonl"),
+        "vidur-profile": ("vidur/network/a100_dgx/all_reduce.csv", "all_reduce.csv"),
     }
     if family in copied:
         source, name = copied[family]

@@ -44,7 +44,8 @@ def test_each_family_is_a_family_with_a_unique_name_and_a_phrase():
 def test_the_kind_help_lists_every_family():
     assert kind_help() == (
         "Read every file as timeline, nsys, benchmark, kv-events, metrics, pool, requests, eval, "
-        "numerics, counters, workload, dsa or summary (default: told by each file's content)."
+        "numerics, counters, vidur-profile, workload, dsa or summary (default: told by each "
+        "file's content)."
     )
 
 
@@ -67,6 +68,7 @@ def test_the_sentence_for_an_unknown_file_lists_what_each_family_reads(tmp_path)
         "(worker_id, held_tokens), request metrics (execution_mode, latency_s), RULER "
         "predictions (pred, outputs), merge numerics (chunks, lse_max_diff, out_max_diff), "
         "named counters (ts_us, name, value), "
+        "Vidur operator profiles (time_stats.<operator>.<stat> CSV), "
         "arrival traces (Mooncake JSONL; Azure, BurstGPT, "
         "Splitwise CSV), DSA records (selected_token_pos) and serving run summaries "
         "(*_summary.json); --kind forces one"

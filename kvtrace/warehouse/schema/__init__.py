@@ -40,6 +40,7 @@ TABLE_NAMES: tuple[str, ...] = (
     "kv_events",
     "kv_event_blocks",
     "engine_metrics",
+    "operator_profiles",
 )
 """Every table's name, in the order of `kvtrace.warehouse.schema.tables.TABLES` (a test
 holds the two together)."""

@@ -17,6 +17,7 @@ from kvtrace.warehouse.schema.dsa_prefill import DSA_PREFILL
 from kvtrace.warehouse.schema.engine_metrics import ENGINE_METRICS
 from kvtrace.warehouse.schema.eval import EVAL_SAMPLES, MERGE_NUMERICS, NEEDLE_SPANS
 from kvtrace.warehouse.schema.kv_events import KV_EVENT_BLOCKS, KV_EVENTS
+from kvtrace.warehouse.schema.operator_profiles import OPERATOR_PROFILES
 from kvtrace.warehouse.schema.serving import POOL_SNAPSHOTS, REQUEST_METRICS, RUN_SUMMARIES
 from kvtrace.warehouse.schema.timeline import TIMELINE_COUNTERS, TIMELINE_EVENTS
 from kvtrace.warehouse.schema.workload import (
@@ -53,6 +54,7 @@ TABLES: dict[str, TableSpec] = {
         KV_EVENTS,
         KV_EVENT_BLOCKS,
         ENGINE_METRICS,
+        OPERATOR_PROFILES,
     )
 }
 
