@@ -24,6 +24,12 @@ def _kind_names() -> tuple[str, ...]:
     return kind_names()
 
 
+def _asked_trace_formats() -> tuple[str, ...]:
+    from kvtrace.ingest.readers.workload import ASKED_FORMATS
+
+    return tuple(ASKED_FORMATS)
+
+
 def _family_named(name: str) -> object:
     from kvtrace.ingest.families import family_named
 
@@ -72,6 +78,14 @@ def ingest(
         typer.Option(
             help="A CSV arrival trace of another layout: arrival=COL,input_tokens=COL,"
             "output_tokens=COL[,model=COL,log_type=COL,arrival_unit=s|ms|us|datetime]."
+        ),
+    ] = None,
+    trace_format: Annotated[
+        str | None,
+        typer.Option(
+            callback=one_of(_asked_trace_formats),
+            help="Read Mooncake-shaped arrival traces as this format, which their content "
+            "cannot tell: mooncake-delta (each turn holds only the prompt it adds).",
         ),
     ] = None,
     jobs: Annotated[
@@ -137,6 +151,7 @@ def ingest(
         kind=kind,
         experiment=experiment,
         columns=parse_column_mapping(columns) if columns is not None else None,
+        trace_format=trace_format,
     )
     report = _with_progress(
         "ingesting",

@@ -28,6 +28,7 @@ def ingest(
     kind: Kind | None = None,
     experiment: str | None = None,
     columns: ColumnMapping | None = None,
+    trace_format: str | None = None,
     progress: Progress | None = None,
     jobs: int = 1,
     executor: Executor | None = None,
@@ -53,6 +54,9 @@ def ingest(
     columns
         For CSV arrival traces of a layout kvtrace does not know: which columns hold
         the arrival, the lengths (and model, log type); see `parse_column_mapping`.
+    trace_format
+        Read Mooncake-shaped arrival traces as this format, which their content cannot
+        tell: ``mooncake-delta`` (each turn holds only the prompt it adds).
     progress
         Called with (bytes done, bytes in all) as the files are read.
     jobs
@@ -69,6 +73,7 @@ def ingest(
         kind=kind,
         experiment=experiment,
         columns=columns,
+        trace_format=trace_format,
     )
     return ingest_with(warehouse, paths, options, progress=progress, jobs=jobs, executor=executor)
 

@@ -48,6 +48,8 @@ class IngestOptions:
     kind: Kind | None = None  # forces a family instead of recognising each file
     experiment: str | None = None  # the label of serving runs
     columns: ColumnMapping | None = None  # the columns of a CSV arrival trace of another layout
+    # an arrival trace's format where its content cannot tell it (mooncake-delta)
+    trace_format: str | None = None
 
 
 @dataclass
