@@ -292,8 +292,9 @@ ORDER BY b.run_id, b.session_id;
 -- at or above the distinct blocks (with semantics 'prefix' only when none is named),
 -- plus `capacities`, plus each byte budget of `capacity_bytes` as
 -- floor(budget / (bytes per token x tokens per block)), the bytes
--- per token given or those of `model` (kvtrace/analysis/kv_layouts.py: deepseek-v3.2,
--- deepseek-v3, llama-3-8b, llama-3-70b, qwen3-8b, qwen3-32b, qwen3-235b-a22b).
+-- per token given or those of `model` (kvtrace/analysis/kv_layouts.py: Llama 2, 3, 3.1,
+-- 3.2 and 3.3, Qwen, Qwen2.5 and Qwen3, DeepSeek V3, R1 and V3.2, ... by their Hugging
+-- Face names, such as llama-3.1-8b or meta-llama/Llama-3.3-70B-Instruct).
 -- semantics 'block' (the default): a block cache, every block read hits or misses on its
 -- own, under 'lru' (every capacity from one stack-distance pass), 'opt' (Belady) or
 -- 'fifo'; the largest capacity reaches reuse_share of workload_prefix_reuse.
