@@ -11,6 +11,14 @@ Formats, told apart by their header (CSV) or first record (JSONL):
 - ``mooncake``: Mooncake's JSONL, ``timestamp`` (milliseconds), ``input_length``,
   ``output_length`` and ``hash_ids``, one hash per 512-token block of the prompt (and a
   ``session_id`` or ``conversation_id`` when the trace records one);
+- ``bailian``: Alibaba Bailian (Qwen) traces, JSONL with ``chat_id`` and
+  ``parent_chat_id`` (seconds, 16-token blocks, sessions from the parent chains:
+  `kvtrace.ingest.readers.workload_bailian`);
+- ``dynamo-agentic`` and ``weka``: Dynamo's agentic traces, an Agentic Mooncake header
+  line or Weka trace objects, each file with its block size and local block hashes
+  (`kvtrace.ingest.readers.workload_agentic`);
+- ``mooncake-delta``: Dynamo's session deltas in Mooncake's shape, read so only when
+  asked, as the content looks like Mooncake (`kvtrace.ingest.readers.workload_delta`);
 - ``mapped``: any other CSV, its columns named by a `ColumnMapping` (``--columns``).
 
 A row with an unparsable field or a negative length goes to the quarantine with the
@@ -44,14 +52,51 @@ from kvtrace.ingest._lines import IntRecords, parse_chunk, read_chunks
 from kvtrace.ingest.family import Advance, ColumnMapping, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.readers._request_groups import RequestGroups
+from kvtrace.ingest.readers.workload_agentic import (
+    is_agentic_header,
+    is_weka_trace,
+    looks_like_weka_document,
+    read_agentic_mooncake,
+    read_weka,
+)
+from kvtrace.ingest.readers.workload_bailian import (
+    BAILIAN_BLOCK_TOKENS,
+    is_bailian_record,
+    read_bailian,
+)
+from kvtrace.ingest.readers.workload_delta import DELTA_BLOCK_TOKENS, read_mooncake_delta
 from kvtrace.ingest.sink import FileSink
 from kvtrace.prefetch import prefetched
 from kvtrace.warehouse.rows.rejects import BadLine
 from kvtrace.warehouse.schema.workload import WORKLOAD_REQUESTS
 
-WorkloadFormat = Literal["azure", "burstgpt", "splitwise", "mooncake"]
+WorkloadFormat = Literal[
+    "azure",
+    "burstgpt",
+    "splitwise",
+    "mooncake",
+    "mooncake-delta",
+    "bailian",
+    "dynamo-agentic",
+    "weka",
+]
+# a trace format its content cannot tell from another, read so only when asked
+ASKED_FORMATS = {"mooncake-delta": "mooncake"}  # format -> the format its content shows
 
 MOONCAKE_BLOCK_TOKENS = 512
+# tokens per hashed block where the format fixes it (Dynamo's agentic files state theirs)
+BLOCK_TOKENS = {
+    "mooncake": MOONCAKE_BLOCK_TOKENS,
+    "mooncake-delta": DELTA_BLOCK_TOKENS,
+    "bailian": BAILIAN_BLOCK_TOKENS,
+}
+# the JSONL formats whose requests link into sessions, and their readers
+LINKED_READERS = {
+    "bailian": read_bailian,
+    "mooncake-delta": read_mooncake_delta,
+    "dynamo-agentic": read_agentic_mooncake,
+    "weka": read_weka,
+}
 ROW_GROUP_ROWS = 1 << 17  # requests a row group holds (about 25 MB of a Mooncake trace)
 BURSTGPT_SESSION = "Session ID"  # in some BurstGPT releases
 _TEXT_COLUMNS = ("model", "log_type", "session_id")
@@ -104,6 +149,22 @@ def detect_csv_format(header: list[str]) -> WorkloadFormat | None:
     return None
 
 
+def detect_json_format(probe: Probe) -> WorkloadFormat | None:
+    """The JSON arrival-trace format of a file by its first record, or None."""
+    if looks_like_weka_document(probe.head):
+        return "weka"
+    record = probe.first_record
+    if record is None:
+        return None
+    if is_bailian_record(record):
+        return "bailian"
+    if is_agentic_header(record):
+        return "dynamo-agentic"
+    if is_weka_trace(record):
+        return "weka"
+    return "mooncake" if is_mooncake_record(record) else None
+
+
 def is_mooncake_record(record: dict[str, Any]) -> bool:
     return "hash_ids" in record or {"timestamp", "input_length", "output_length"} <= set(record)
 
@@ -129,6 +190,8 @@ def workload_batches(
     (format ``mapped``); ``progress`` gets the bytes read so far."""
     if fmt == "mooncake":
         yield from _read_mooncake(path, checks, progress)
+    elif fmt in LINKED_READERS:
+        yield from LINKED_READERS[fmt](path, checks, progress)
     else:
         yield _read_csv(path, fmt, checks, mapping)
 
@@ -297,7 +360,7 @@ class ArrivalChecks:
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
-        self.block_tokens = MOONCAKE_BLOCK_TOKENS if fmt == "mooncake" else None
+        self.block_tokens = BLOCK_TOKENS.get(fmt)
         self.out_of_order = 0
         self.earliest = math.inf
         self._latest = -math.inf  # the latest arrival so far of a row otherwise valid
@@ -312,8 +375,12 @@ class ArrivalChecks:
         hashes: pa.Array | pa.ChunkedArray,
         text: dict[str, pa.ChunkedArray],
         line_text: Callable[[int], str],
+        links: dict[str, pa.Array] | None = None,
+        block_tokens: np.ndarray | None = None,
     ) -> WorkloadFileResult:
-        """Apply the rules to one batch, quarantine what breaks them, build its rows."""
+        """Apply the rules to one batch, quarantine what breaks them, build its rows.
+        ``links`` holds the `SESSION_LINK_COLUMNS` of a trace that records them, and
+        ``block_tokens`` each request's block size where it varies within the file."""
         for name, values in lengths.items():
             reasons.note(values < 0, f"{name} is negative")
         keep = reasons.ok
@@ -326,6 +393,10 @@ class ArrivalChecks:
             lengths = {name: values[keep] for name, values in lengths.items()}
             hashes = pc.filter(hashes, pa.array(keep))
             text = {name: pc.filter(values, pa.array(keep)) for name, values in text.items()}
+            if links is not None:
+                links = {name: pc.filter(values, pa.array(keep)) for name, values in links.items()}
+            if block_tokens is not None:
+                block_tokens = block_tokens[keep]
         self._count_order(arrival)
         rows = len(arrival)
         columns = {
@@ -335,10 +406,16 @@ class ArrivalChecks:
             "input_tokens": pa.array(lengths["input_tokens"].astype(np.int64)),
             "output_tokens": pa.array(lengths["output_tokens"].astype(np.int64)),
             "hash_ids": hashes,
-            "hash_block_tokens": pa.repeat(pa.scalar(self.block_tokens, pa.int32()), rows),
+            "hash_block_tokens": (
+                pa.array(block_tokens, pa.int32())
+                if block_tokens is not None
+                else pa.repeat(pa.scalar(self.block_tokens, pa.int32()), rows)
+            ),
             **{name: text.get(name, pa.nulls(rows, pa.string())) for name in _TEXT_COLUMNS},
             **{
-                name: pa.nulls(rows, WORKLOAD_REQUESTS.schema.field(name).type)
+                name: links[name]
+                if links is not None and name in links
+                else pa.nulls(rows, WORKLOAD_REQUESTS.schema.field(name).type)
                 for name in SESSION_LINK_COLUMNS
             },
         }
@@ -355,19 +432,26 @@ class ArrivalChecks:
         self.earliest = min(self.earliest, float(arrival.min()))
 
 
+def asked_format(fmt: str, asked: str | None) -> str:
+    """The format to read a file as: ``asked`` where the content shows the format it
+    looks like (`ASKED_FORMATS`), else what the content shows."""
+    return asked if asked is not None and ASKED_FORMATS.get(asked) == fmt else fmt
+
+
 class WorkloadFamily:
     """Arrival traces: Azure, BurstGPT and Splitwise/Vidur CSVs, Mooncake JSONL, and CSVs
     of another layout named by ``--columns``."""
 
     name = "workload"
-    reads = "arrival traces (Mooncake JSONL; Azure, BurstGPT, Splitwise CSV)"
+    reads = (
+        "arrival traces (Mooncake, Bailian, Dynamo agentic JSONL; Azure, BurstGPT, Splitwise CSV)"
+    )
     tables = (WORKLOAD_REQUESTS.name,)
     reads_only_record_keys = False
 
     def recognise(self, probe: Probe) -> str | None:
         if probe.is_json_document:
-            record = probe.first_record
-            return "mooncake" if record is not None and is_mooncake_record(record) else None
+            return detect_json_format(probe)
         return detect_csv_format(probe.csv_header)
 
     def forced_format(self, probe: Probe) -> str:
@@ -375,8 +459,8 @@ class WorkloadFamily:
         if found is None:
             raise InputError(
                 f"{probe.path} is not an arrival trace kvtrace knows (Azure, "
-                "BurstGPT, Splitwise/Vidur CSV, Mooncake JSONL); --columns "
-                "names the columns of another CSV layout"
+                "BurstGPT, Splitwise/Vidur CSV, Mooncake, Bailian, Dynamo agentic or "
+                "Weka JSON); --columns names the columns of another CSV layout"
             )
         return found
 
@@ -386,6 +470,7 @@ class WorkloadFamily:
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
     ) -> FileRows:
+        fmt = asked_format(fmt, options.trace_format)
         trace = _store(probe.path, fmt, sink, options.columns, advance)
         if trace.origin_missed:  # the earliest arrival came after a row group was stored
             # a sink of its own: the first knows the keys the discarded file gave (its
