@@ -29,7 +29,9 @@ Collected = TypeVar("Collected")  # what a collector reports
 
 StopAfterOption = Annotated[
     float | None,
-    typer.Option(help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."),
+    typer.Option(
+        min=0.001, help="Stop after this many seconds (default: until Ctrl-C or SIGTERM)."
+    ),
 ]
 ExperimentOption = Annotated[str | None, typer.Option(help="Experiment label.")]
 

@@ -53,6 +53,15 @@ class Endpoint:
         name, url = labelled(text)
         if not url.startswith(("http://", "https://")):
             raise InputError(f"endpoint {text!r} is not an http(s) URL (NAME=URL or URL)")
+        parts = urllib.parse.urlsplit(url)
+        try:
+            usable = parts.hostname is not None and parts.port != 0
+        except ValueError:  # a port that is no number or out of 0-65535
+            usable = False
+        if not usable:
+            raise InputError(
+                f"endpoint {text!r} has no usable host and port (http://HOST:PORT/PATH)"
+            )
         role = next((r for r in ("prefill", "decode") if r in name.lower()), None)
         return cls(name, url, role)
 

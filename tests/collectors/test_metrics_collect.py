@@ -243,3 +243,26 @@ def test_the_command_scrapes_and_reports(tmp_path, server, cli):
     assert err.strip() == (
         "Error: endpoint 'ftp://x/metrics' is not an http(s) URL (NAME=URL or URL)"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["gpu0=http://127.0.0.1:99999/metrics", "gpu0=http://h:port/metrics", "gpu0=http:///metrics"],
+)
+def test_an_endpoint_without_a_usable_host_and_port_is_one_sentence(text):
+    # urllib only finds these out when the first request is made (port 99999 is out of
+    # 0-65535, "port" is no number, the third names no host): refused before a run starts
+    with pytest.raises(InputError, match=r"^endpoint .* has no usable host and port"):
+        Endpoint.parse(text)
+
+
+def test_a_duration_below_a_millisecond_is_refused_before_a_run_starts(tmp_path, cli):
+    location = tmp_path / "wh"
+    for duration in ("-1", "0"):
+        status, _, err = cli(
+            "-w", str(location), "collect", "metrics",
+            "--endpoint", "gpu0=http://127.0.0.1:9/metrics", "--duration", duration,
+        )  # fmt: skip
+        assert status == 2
+        assert "Invalid value for '--duration'" in err
+    assert not location.exists()  # no empty run was written
