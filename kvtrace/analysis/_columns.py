@@ -165,3 +165,26 @@ ROUTING_REQUESTS = pa.struct(
         ("hit_tokens", pa.int64()),
     ]
 )
+SERVING_CAPACITY = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("cost_run_id", pa.string()),
+        ("point", pa.string()),
+        ("load_level", pa.int64()),
+        ("request_rate", pa.float64()),
+        ("requests", pa.int64()),
+        ("percentile", pa.float64()),
+        ("ttft_slo_ms", pa.float64()),
+        ("tpot_slo_ms", pa.float64()),
+        ("meets_slo", pa.bool_()),
+        ("predicted_ttft_ms", pa.float64()),
+        ("predicted_tpot_ms", pa.float64()),
+        ("measured_ttft_ms", pa.float64()),
+        ("measured_tpot_ms", pa.float64()),
+        ("peak_kv_tokens", pa.int64()),
+        ("peak_kv_gib", pa.float64()),
+        ("kv_bytes_per_token", pa.float64()),
+        ("kv_capacity_tokens", pa.int64()),
+        ("memory_limited", pa.bool_()),
+    ]
+)

@@ -136,6 +136,20 @@ CREATE MACRO kvtrace_cost_model(source) AS
                    r2 DOUBLE, residual_p50_s DOUBLE, residual_p90_s DOUBLE, residual_p99_s DOUBLE,
                    per_prefill_sq_token_s DOUBLE, loo_rmse_s DOUBLE, loo_mape DOUBLE)[]);
 
+-- @macro kvtrace_serving_capacity(run, ttft_slo_ms, tpot_slo_ms, percentile, cost_run, model, bytes_per_token, gpu_memory_gib, model_weights_gib, max_batch_size, max_batch_tokens, requests, arrivals, seed)
+-- The serving simulation runs in Python: not available in a plain shell.
+CREATE MACRO kvtrace_serving_capacity(run, ttft_slo_ms, tpot_slo_ms, percentile, cost_run, model,
+                                      bytes_per_token, gpu_memory_gib, model_weights_gib,
+                                      max_batch_size, max_batch_tokens, requests, arrivals,
+                                      seed) AS
+    CAST(error('serving_capacity simulates a server in Python: use "kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, cost_run_id VARCHAR, point VARCHAR, load_level BIGINT,
+                   request_rate DOUBLE, requests BIGINT, percentile DOUBLE, ttft_slo_ms DOUBLE,
+                   tpot_slo_ms DOUBLE, meets_slo BOOLEAN, predicted_ttft_ms DOUBLE,
+                   predicted_tpot_ms DOUBLE, measured_ttft_ms DOUBLE, measured_tpot_ms DOUBLE,
+                   peak_kv_tokens BIGINT, peak_kv_gib DOUBLE, kv_bytes_per_token DOUBLE,
+                   kv_capacity_tokens BIGINT, memory_limited BOOLEAN)[]);
+
 -- @macro kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s)
 -- Cache simulation needs kvtrace's compiled kernels: not available in a plain shell.
 CREATE MACRO kvtrace_kv_cache_fidelity(policy, capacity_blocks, bucket_s) AS
