@@ -69,7 +69,7 @@ def test_the_sentence_for_an_unknown_file_lists_what_each_family_reads(tmp_path)
         "predictions (pred, outputs), merge numerics (chunks, lse_max_diff, out_max_diff), "
         "named counters (ts_us, name, value), "
         "Vidur operator profiles (time_stats.<operator>.<stat> CSV), "
-        "arrival traces (Mooncake JSONL; Azure, BurstGPT, "
+        "arrival traces (Mooncake, Bailian, Dynamo agentic JSONL; Azure, BurstGPT, "
         "Splitwise CSV), DSA records (selected_token_pos) and serving run summaries "
         "(*_summary.json); --kind forces one"
     )
