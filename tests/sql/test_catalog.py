@@ -10,6 +10,7 @@ from kvtrace.sql.catalog import documented_objects, library
 # Arguments for macros whose parameters have no default.
 ARGUMENTS = {
     "dsa_blocks": "(16)",
+    "operator_roofline": "('a100-80gb')",
     "dsa_prefix": "(16)",
     "dsa_prefix_hot_blocks": "(16)",
     "run_compare": "('a', 'b')",
@@ -36,6 +37,7 @@ ARGUMENTS = {
     "timeline_diff": "('a', 'b')",
     "timeline_kernel_sequences": "('aten::')",
     "runs_named": "(['a'])",
+    "serving_capacity": "('a')",
     "dsa_group_density": "(16)",
     "dsa_group_union": "(16)",
     "dsa_group_savings": "(16)",
