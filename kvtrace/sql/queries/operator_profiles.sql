@@ -52,7 +52,7 @@
 -- median 33.094 ms on Vidur's a100: FLOPs = 2 x 32,768 x 4,096 x 28,672 =
 -- 7,696,581,394,432; bytes = (32,768 x 4,096 + 4,096 x 28,672 + 32,768 x 28,672) x 2 =
 -- 2,382,364,672; achieved 7.6966e12 / 0.033094 s = 232.6 TFLOP/s, MFU 232.6 / 312 =
--- 0.745; AI = 3,230.7 FLOP/byte, above the ridge 312e12 / 2.039e12 = 153.0: compute
+-- 0.745; AI = 3,230.6 FLOP/byte, above the ridge 312e12 / 2.039e12 = 153.0: compute
 -- bound, roofline 7.6966e12 / 312e12 = 24.67 ms, roofline_share 0.745.
 --
 -- Worked example (attention decode): Llama-2-70B's shape at TP 2 (n_embd 8,192, 64
