@@ -110,7 +110,7 @@ def _run_ids(con: duckdb.DuckDBPyConnection, selectors: tuple[str, ...]) -> list
 
     if not selectors:
         raise InputError("name at least one run to export (--run RUN)")
-    return run_ids(con, selectors, what="run")
+    return run_ids(con, selectors)
 
 
 def _plan(con: duckdb.DuckDBPyConnection, run_id: str, spec: PerfettoSpec) -> _RunPlan:

@@ -21,7 +21,8 @@ def run_ids(
     """The ids of the runs ``selectors`` (run ids or names) stand for, in the order
     given, each once; only runs with rows in the table or view ``having`` when named.
 
-    A selector that stands for no such run is one sentence naming it.
+    A selector that stands for no such run is one sentence naming it (and ``what`` the
+    run lacks, when ``having`` is named).
     """
     where = f"WHERE run_id IN (SELECT run_id FROM {having})" if having else ""
     found = con.execute(
@@ -32,5 +33,6 @@ def run_ids(
     matched = {selector for selector, _ in found}
     for selector in selectors:
         if selector not in matched:
-            raise InputError(f"no {what} for run {selector!r}; {LISTS_RUNS}")
+            missing = f"{what} for run" if having else "run"
+            raise InputError(f"no {missing} {selector!r}; {LISTS_RUNS}")
     return list(dict.fromkeys(run_id for _, run_id in found))

@@ -559,8 +559,7 @@ def test_an_unknown_run_is_one_sentence_and_exit_1(cli, warehouse, tmp_path):
     )
     assert status == 1
     assert err.splitlines() == [
-        "Error: no run for run 'nope'; 'kvtrace sql \"SELECT run_id, run_name FROM runs\"' "
-        "lists the runs"
+        "Error: no run 'nope'; 'kvtrace sql \"SELECT run_id, run_name FROM runs\"' lists the runs"
     ]
     assert not out.exists()
 
