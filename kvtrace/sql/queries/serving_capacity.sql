@@ -21,9 +21,7 @@
 -- k x (0.1 - 1 / rate), the most for k = 10, which may be 0.05 s: the highest rate is
 -- 1 / (0.1 - 0.005) = 10.53/s, TTFT there 0.15 s.
 --
--- @requires serving_bench.sql
--- @requires timing.sql
--- @requires workload.sql
+-- @requires runs.sql
 
 -- @macro serving_capacity(run, ttft_slo_ms, tpot_slo_ms, percentile, cost_run, model, bytes_per_token, gpu_memory_gib, model_weights_gib, max_batch_size, max_batch_tokens, requests, arrivals, seed)
 -- The highest rate meeting the targets (point 'highest'), then the run's measured
