@@ -108,6 +108,8 @@ CREATE VIEW operator_profiles AS SELECT * FROM _operator_profiles_files;
 -- @column row_idx            the data row in the file
 -- @column operator           the operator
 -- @column tensor_parallel    tensor-parallel degree
+-- @column num_workers        ranks of a collective
+-- @column devices_per_node   ranks of a collective on one node
 -- @column size               what the time grows with: tokens (mlp), new tokens (prefill), cached tokens read (decode: batch x (kv_cache_size + 1)), bytes (collectives), sequences (cpu_overheads)
 -- @column size_unit          tokens, new tokens, kv tokens, bytes or sequences
 -- @column time_ms            the median time, ms
@@ -181,7 +183,8 @@ work AS (
            nullif(time_median_ms, 0) / 1e3 AS seconds
     FROM gemms
 )
-SELECT run_id, source, device, model, row_idx, operator, tensor_parallel,
+SELECT run_id, source, device, model, row_idx, operator, tensor_parallel, num_workers,
+       devices_per_node,
        CASE source
            WHEN 'mlp' THEN num_tokens
            WHEN 'attention' THEN CASE WHEN is_prefill THEN prefill_chunk_size
