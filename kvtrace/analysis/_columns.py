@@ -188,3 +188,17 @@ SERVING_CAPACITY = pa.struct(
         ("memory_limited", pa.bool_()),
     ]
 )
+KV_ROUTING_SCORE = pa.struct(
+    [
+        ("run_id", pa.string()),
+        ("request_idx", pa.int64()),
+        ("t_s", pa.float64()),
+        ("worker", pa.string()),
+        ("blocks", pa.int64()),
+        ("hit_blocks", pa.int64()),
+        ("best_worker", pa.string()),
+        ("best_hit_blocks", pa.int64()),
+        ("agrees", pa.bool_()),
+        ("workers_seen", pa.int64()),
+    ]
+)

@@ -161,6 +161,16 @@ FUNCTIONS: tuple[AnalysisFunction, ...] = (
         _KERNELS,
     ),
     AnalysisFunction(
+        "kvtrace_kv_routing_score",
+        (("run_id", "VARCHAR"),),
+        "KV_ROUTING_SCORE",
+        ("kv_events.sql",),
+        "kvtrace.analysis.kv_routing:kv_routing_rows",
+        "kv_routing_score",
+        "replays the caches of the workers",
+        "The workers' caches are replayed in Python",
+    ),
+    AnalysisFunction(
         "kvtrace_cost_model",
         (("source", "VARCHAR"),),
         "COST_MODEL",

@@ -381,3 +381,60 @@ def test_bad_arguments_are_one_sentence(fleet, arguments, message):
     con, _ = fleet
     with pytest.raises(QueryError, match=re.escape(message)):
         run_query(con, f"FROM workload_routing({arguments})")
+
+
+# -- scored on KV events -----------------------------------------------------------------------
+
+
+def test_kv_routing_score_replays_every_workers_cache(warehouse, tmp_path):
+    """Workers A and B publish events (vLLM's KVEventBatch lines, a worker each):
+    t 0  A stores [1, 2]            chain [1, 2]: nobody holds any       -> agrees
+    t 1  B stores [3] under 2       chain [1, 2, 3]: A holds 2, B none   -> A was best
+    t 2  A removes 2
+    t 3  B stores [4] under 3       chain [1, 2, 3, 4]: A holds 1, B none (1 is missing)
+    t 4  A stores [5] under 1       chain [1, 5]: A holds 1              -> agrees
+    t 5  A clears its pool
+    t 6  B stores [6] under 1       chain [1, 6]: A holds nothing now    -> agrees"""
+
+    def stored(hashes, parent):
+        return ["BlockStored", hashes, parent, None, 16, None, "GPU"]
+
+    batches = [
+        ("A", 0, [stored([1, 2], None)]),
+        ("B", 1, [stored([3], 2)]),
+        ("A", 2, [["BlockRemoved", [2], "GPU"]]),
+        ("B", 3, [stored([4], 3)]),
+        ("A", 4, [stored([5], 1)]),
+        ("A", 5, [["AllBlocksCleared"]]),
+        ("B", 6, [stored([6], 1)]),
+    ]
+    seqs: dict[str, int] = {}
+    lines = []
+    for worker, ts, events in batches:
+        seq = seqs[worker] = seqs.get(worker, -1) + 1
+        record = {"seq": seq, "ts": 1_764_000_000.0 + ts, "worker": worker, "events": events}
+        lines.append(json.dumps(record) + "\n")
+    path = tmp_path / "kv_events_two_workers.jsonl"
+    path.write_text("".join(lines))
+    ingest(warehouse, [str(path)])
+    got = (
+        connect(warehouse)
+        .sql(
+            "SELECT request_idx, t_s, worker, blocks, hit_blocks, best_worker, "
+            "best_hit_blocks, agrees, workers_seen FROM kv_routing_score() ORDER BY request_idx"
+        )
+        .fetchall()
+    )
+    assert got == [
+        (0, 0.0, "A", 2, 0, "A", 0, True, 2),
+        (1, 1.0, "B", 3, 0, "A", 2, False, 2),
+        (2, 3.0, "B", 4, 0, "A", 1, False, 2),
+        (3, 4.0, "A", 2, 1, "A", 1, True, 2),
+        (4, 6.0, "B", 2, 0, "B", 0, True, 2),
+    ]
+    workload = (
+        connect(warehouse)
+        .sql("SELECT request_idx, worker FROM kv_events_as_workload ORDER BY request_idx")
+        .fetchall()
+    )
+    assert workload == [(i, w) for i, _, w, *_ in got]  # the same requests, numbered alike

@@ -127,6 +127,14 @@ CREATE MACRO kvtrace_routing_requests(workers, capacity_blocks, policy, cache, c
                    worker BIGINT, load BIGINT, blocks BIGINT, hit_blocks BIGINT, tokens BIGINT,
                    hit_tokens BIGINT)[]);
 
+-- @macro kvtrace_kv_routing_score(run_id)
+-- The workers' caches are replayed in Python: not available in a plain shell.
+CREATE MACRO kvtrace_kv_routing_score(run_id) AS
+    CAST(error('kv_routing_score replays the caches of the workers in Python: use "kvtrace sql" or kvtrace.connect()')
+         AS STRUCT(run_id VARCHAR, request_idx BIGINT, t_s DOUBLE, worker VARCHAR, blocks BIGINT,
+                   hit_blocks BIGINT, best_worker VARCHAR, best_hit_blocks BIGINT, agrees BOOLEAN,
+                   workers_seen BIGINT)[]);
+
 -- @macro kvtrace_cost_model(source)
 -- Least-squares fitting runs in Python: not available in a plain shell.
 CREATE MACRO kvtrace_cost_model(source) AS
