@@ -170,8 +170,8 @@ def unknown(probe: Probe) -> InputError:
         return InputError(
             f"{path} is not a CSV file kvtrace knows: its header ({header}) has the columns "
             "of none of the Azure, BurstGPT or Splitwise/Vidur arrival traces, nor of "
-            "Vidur's request or batch metrics; --columns names the columns of another "
-            "arrival trace"
+            "Vidur's request or batch metrics or operator profiles; --columns names the "
+            "columns of another arrival trace"
         )
     if probe.first_record is None and path.name.endswith(JSONL_SUFFIXES):
         return InputError(f"{path}: the first line is not JSON")
