@@ -38,9 +38,9 @@ def register_processes(run: RunExport) -> None:
     ``run.profiler_pids`` and name their GPU streams' threads."""
     pids = run.profiler_pids
     for rank, pid in run.all_rows("profiler_processes"):
-        name = " · ".join(
-            [run.run_name, *([f"rank {rank}"] if rank is not None else []), f"pid {pid}"]
-        )
+        rank_part = [f"rank {rank}"] if rank is not None else []
+        pid_part = [f"pid {pid}"] if pid is not None else []  # named counters need none
+        name = " · ".join([run.run_name, *rank_part, *pid_part])
         pids[rank, pid] = run.writer.process((run.run_id, "profiler", rank, pid), name)
     for rank, pid, tid, stream in run.all_rows("profiler_streams"):
         run.writer.thread(pids[rank, pid], tid_value(tid), f"stream {stream}")

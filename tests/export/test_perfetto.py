@@ -210,6 +210,29 @@ def test_profiler_counters_read_back_as_the_same_rows(warehouse, tmp_path):
     ]
 
 
+def test_named_counters_without_a_pid_are_a_process_of_their_rank(warehouse, tmp_path):
+    """A counters JSONL line may leave out its pid (docs: timelines guide): the process
+    is then named after the run and rank alone, not "pid None"."""
+    _put(
+        warehouse,
+        "ctr",
+        {
+            "timeline_counters": [
+                {"rank": 0, "pid": None, "counter": "h2d_queue_depth", "series": "value",
+                 "labels": "{}", "ts_us": 20.0, "value": 1.0, "source": "counters",
+                 "event_idx": 0},
+            ]
+        },
+    )  # fmt: skip
+    out = tmp_path / "counters.json"
+    export_perfetto(warehouse, PerfettoSpec(("ctr",), out))
+    events = _events(out)
+    assert _process_names(events) == {1: "ctr · rank 0"}
+    assert [e for e in events if e["ph"] == "C"] == [
+        {"ph": "C", "name": "h2d_queue_depth", "pid": 1, "ts": 20.0, "args": {"value": 1.0}}
+    ]
+
+
 def test_a_gzipped_export_reads_back_too(warehouse, tmp_path):
     ingest(warehouse, [str(_kineto(tmp_path / "rank0.json", 0))], run_name="prof")
     out = tmp_path / "trace.json.gz"
