@@ -305,6 +305,23 @@ def test_a_bad_weka_trace_or_request_is_quarantined_and_the_rest_kept(cli, tmp_p
     assert len({row[0] for row in hashes}) == 2
 
 
+def test_a_global_scope_keeps_the_ids(warehouse, tmp_path):
+    trace = tmp_path / "weka_global.jsonl"
+    request = {"t": 0.5, "type": "s", "model": "m", "in": 8, "out": 2, "hash_ids": [5, 6]}
+    trace.write_text(
+        json.dumps({"id": "g", "block_size": 4, "hash_id_scope": "global", "requests": [request]})
+        + "\n"
+    )
+    # (arrival_s counts from the trace's earliest arrival, t = 0.5 here)
+    assert _rows(warehouse, trace) == [(0.0, 8, 2, [5, 6], 4, "g", 1, None, None, "g/outer:0")]
+
+
+def test_the_run_records_a_format_read_because_asked(warehouse):
+    ingest(warehouse, [str(DELTA)], trace_format="mooncake-delta")
+    (config,) = connect(warehouse).sql("SELECT collector_config FROM runs").fetchall()[0]
+    assert json.loads(config)["trace_format"] == "mooncake-delta"
+
+
 def test_an_agentic_file_of_another_version_exits_with_one_sentence(cli, tmp_path):
     trace = tmp_path / "agentic_v3.jsonl"
     header = json.loads(AGENTIC.read_text().splitlines()[0])

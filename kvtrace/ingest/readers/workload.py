@@ -483,6 +483,8 @@ class WorkloadFamily:
             if columns is not None and fmt == "mapped"
             else {}
         )
+        if fmt in ASKED_FORMATS:  # read so because asked: the run says so
+            config["trace_format"] = fmt
         notes = []
         if count := trace.out_of_order:
             config["requests_out_of_arrival_order"] = count
