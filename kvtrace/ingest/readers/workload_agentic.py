@@ -156,7 +156,7 @@ def _agentic_header(path: Path, header: object) -> tuple[int, str, str]:
         )
     block_tokens = _count(header.get("block_size"))
     scope = header.get("hash_id_scope")
-    if not block_tokens or scope not in HASH_SCOPES:
+    if block_tokens is None or block_tokens <= 0 or scope not in HASH_SCOPES:
         raise InputError(
             f"{path}'s header needs a positive block_size and a hash_id_scope of "
             f"{' or '.join(HASH_SCOPES)} (it has {header.get('block_size')!r}, {scope!r})"
@@ -241,8 +241,8 @@ def _weka_requests(
 def _weka_header(line_no: int, text: bytes, trace: object) -> tuple[_WekaTrace | None, str]:
     if not isinstance(trace, dict) or not is_weka_trace(trace):
         return None, "not a Weka trace (an object with block_size, hash_id_scope, requests)"
-    block_tokens, scope = _count(trace.get("block_size")), trace.get("hash_id_scope")
-    if not block_tokens or scope not in HASH_SCOPES or not isinstance(trace["requests"], list):
+    block_tokens, scope = _count(trace.get("block_size")) or 0, trace.get("hash_id_scope")
+    if block_tokens <= 0 or scope not in HASH_SCOPES or not isinstance(trace["requests"], list):
         return None, (
             "a Weka trace needs a positive block_size, a hash_id_scope of local or global "
             "and a list of requests"
