@@ -73,6 +73,7 @@ class CounterWriter:
         self.base_time_ns = base_time_ns
         self._lock = threading.Lock()
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # the trace's, maybe not yet
             self._file: IO[str] | None = self.path.open("a", encoding="utf-8", buffering=1)
         except OSError as exc:
             raise InputError(f"cannot write counters to {self.path}: {exc.strerror}") from None

@@ -223,6 +223,17 @@ def test_a_trace_older_than_base_times_takes_a_zero_base(tmp_path):
     assert json.loads(path.read_text())["ts_us"] == 1_682_725_898_236_567.0
 
 
+def test_the_writer_makes_the_folder_the_profiler_has_not_written_yet(tmp_path):
+    # the guide's CounterWriter("profile/counters.jsonl") runs before the profiler
+    # writes its trace into profile/, so the folder may not exist yet
+    path = tmp_path / "profile" / "counters.jsonl"
+    with CounterWriter(path, base_time_ns=0, clock_ns=lambda: 2_000) as writer:
+        writer.add("h2d_queue_depth", 2)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"ts_us": 2.0, "name": "h2d_queue_depth", "value": 2, "labels": {}, "rank": None}
+    ]
+
+
 def test_values_beyond_a_float_and_not_finite_are_quarantined_not_a_crash(warehouse, tmp_path):
     """JSON allows integers of any size and Python's json writes NaN: neither is a
     counter value, and the file's good values are kept."""
