@@ -10,15 +10,16 @@ from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
-# Runs with serving requests or benchmark results; the experiment of a benchmark run is
-# the --experiment it was ingested with.
+# Runs with serving requests, benchmark results or simulated batches; the experiment of a
+# benchmark run is the --experiment it was ingested with.
 CANDIDATES = """
 SELECT t.run_id, r.run_name,
        coalesce(t.experiment, json_extract_string(r.collector_config, '$.experiment'))
            AS experiment
 FROM (SELECT run_id, experiment FROM request_metrics
       UNION SELECT run_id, NULL FROM request_timings
-      UNION SELECT run_id, NULL FROM benchmark_summaries) AS t
+      UNION SELECT run_id, NULL FROM benchmark_summaries
+      UNION SELECT run_id, NULL FROM batch_metrics) AS t
 LEFT JOIN runs AS r USING (run_id)
 """
 
@@ -44,6 +45,38 @@ def _latency_throughput(rows: pa.Table):
         alt.layer(lines, slo)
         .facet(column=alt.Column("metric:N", title=None, sort=["TTFT", "TPOT", "E2E latency"]))
         .resolve_scale(y="independent")
+    )
+
+
+def _latency_load(rows: pa.Table):
+    base = alt.Chart(data(rows), width=WIDTH // 2 - 30, height=220)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("request_rate:Q", title="requests per second asked for"),
+        y=alt.Y("latency_ms:Q", title="milliseconds"),
+        color=series_color(rows, "series"),
+        strokeDash=alt.StrokeDash("statistic:N", title=None),
+        detail="run_id:N",
+        tooltip=["series:N", "load_level:Q", "statistic:N", "request_rate:Q", "latency_ms:Q"],
+    )
+    slo = base.mark_rule(color="firebrick", strokeDash=[4, 3]).encode(y="slo_ms:Q")
+    return (
+        alt.layer(lines, slo)
+        .facet(column=alt.Column("metric:N", title=None, sort=["TTFT", "TPOT"]))
+        .resolve_scale(y="independent")
+    )
+
+
+def _batch_sizes(rows: pa.Table):
+    return (
+        alt.Chart(data(rows), width=WIDTH)
+        .mark_bar()
+        .encode(
+            x=alt.X("batch_size:O", title="requests in the batch"),
+            y=alt.Y("share:Q", title="share of batches", axis=alt.Axis(format="%")),
+            color=series_color(rows, "run_id"),
+            xOffset="run_id:N",
+            tooltip=["run_id:N", "batch_size:O", "batches:Q", "share:Q", "time_share:Q"],
+        )
     )
 
 
@@ -105,7 +138,8 @@ def _latency(rows: pa.Table):
 REPORT = ReportDefinition(
     name="serving",
     title="kvtrace serving report",
-    summary="Latency against throughput across load levels and the serving-benchmark "
+    summary="Latency against throughput and against the request rate across load levels, "
+    "the batch-size distribution of simulated runs and the serving-benchmark "
     "table; error rates over the run (equal-time and equal-count bins), per worker and "
     "per session; the execution-mode mix; latency per mode.",
     select=select,
@@ -117,6 +151,23 @@ REPORT = ReportDefinition(
             "solid: median, dashed: p99; red: the SLO given with --slo.",
             chart=_latency_throughput,
             empty="No run recorded request latencies.",
+        ),
+        Section(
+            "latency_load",
+            "Latency against load",
+            "TTFT and TPOT at each request rate a benchmark asked for (solid: median, "
+            "dashed: p99; red: the SLO given with --slo).  serving_capacity(run, ...) "
+            "predicts these points from a fitted batch-time model.",
+            chart=_latency_load,
+            empty="No measured load level recorded a finite request rate.",
+        ),
+        Section(
+            "batch_sizes",
+            "Batch-size distribution",
+            "Batches a simulator scheduled, by the requests they held: the share of the "
+            "run's batches (tooltip: their share of its execution time).",
+            chart=_batch_sizes,
+            empty="No run holds simulated batches (batch_metrics).",
         ),
         Section(
             "benchmark",

@@ -240,7 +240,9 @@ def test_the_serving_report_draws_each_sweep_against_its_slos(root, tmp_path):
     assert "Setting slo_ttft_ms" in html and "Setting slo_tpot_ms" in html
     assert "--slo ttft=300 --slo tpot=40" in html  # the command that makes it again
     points = re.findall(r'"series": ?"sglang_bench_serving_example"', html)
-    assert len(points) == 3 * 3 * 2  # load levels x metrics x (median, p99)
+    # against throughput: load levels x metrics x (median, p99); against the rate asked
+    # for: the two levels of a finite rate x (TTFT, TPOT) x (median, p99)
+    assert len(points) == 3 * 3 * 2 + 2 * 2 * 2
     assert re.search(r'"slo_ms": ?300\.0', html) and re.search(r'"slo_ms": ?40\.0', html)
     assert "summary+requests" in html  # the table says where its numbers come from
 

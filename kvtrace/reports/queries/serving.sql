@@ -32,6 +32,38 @@ WITH b AS (
 UNPIVOT long ON median_ms AS 'median', p99_ms AS 'p99' INTO NAME statistic VALUE latency_ms
 ORDER BY metric_order, series, request_throughput;
 
+-- @query latency_load
+-- Latency against load: the median and p99 of TTFT and TPOT at each measured load level
+-- with a finite request rate asked for (requests per second), with the SLO of each
+-- metric when one was given.
+WITH b AS (
+    SELECT coalesce(r.experiment, r.run_name) AS series, b.*
+    FROM serving_benchmark AS b JOIN report_runs AS r USING (run_id)
+    WHERE isfinite(b.request_rate) AND b.request_rate > 0
+), long AS (
+    SELECT series, run_id, load_level, request_rate, 'TTFT' AS metric,
+           median_ttft_ms AS median_ms, p99_ttft_ms AS p99_ms,
+           getvariable('slo_ttft_ms')::DOUBLE AS slo_ms, 1 AS metric_order FROM b
+    UNION ALL
+    SELECT series, run_id, load_level, request_rate, 'TPOT', median_tpot_ms, p99_tpot_ms,
+           getvariable('slo_tpot_ms')::DOUBLE, 2 FROM b
+)
+UNPIVOT long ON median_ms AS 'median', p99_ms AS 'p99' INTO NAME statistic VALUE latency_ms
+ORDER BY metric_order, series, request_rate;
+
+-- @query batch_sizes
+-- Batch-size distribution of simulated runs (batch_metrics): per run and batch size, the
+-- batches of that size, their share of the run's batches and of its execution time.
+WITH sizes AS (
+    SELECT run_id, batch_size, count(*) AS batches, sum(execution_time_s) AS seconds
+    FROM batch_metrics WHERE run_id IN (SELECT run_id FROM report_runs)
+    GROUP BY run_id, batch_size
+)
+SELECT run_id, batch_size, batches,
+       batches / sum(batches) OVER (PARTITION BY run_id) AS share,
+       seconds / sum(seconds) OVER (PARTITION BY run_id) AS time_share
+FROM sizes ORDER BY run_id, batch_size;
+
 -- @query deciles
 -- Error rate per decile of the run, with equal-time bins and equal-count bins side by
 -- side (a small last equal-time bin can fake a recovery).
