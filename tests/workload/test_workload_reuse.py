@@ -144,6 +144,55 @@ def test_traces_without_types_turns_or_sessions(warehouse):
     ]
 
 
+def test_a_bailian_trace_by_hand(warehouse):
+    """tests/data/workload/bailian_documented.jsonl, in arrival order (chat: time, type,
+    turn, session by parent chain, hash ids):
+    0: 0 s text 1 (s0) [0 1 2]; 1: 0.5 s search 1 (s1) [3 4]; 2: 3.25 s text 2 (s0)
+    [0 1 5 6 7]; 3: 9 s text 3 (s0) [0 1 5 6 8 9 10]; 4: 9.5 s image 1 (s4) [11];
+    5: 10 s file 4 (parent 77, not in the file) [12 13 14]; 6: 12.5 s search 2 (s1)
+    [3 4 15 16].  Every reuse is a follow-up's, of its own session's earlier turn."""
+    ingest(warehouse, [str(DATA / "workload" / "bailian_documented.jsonl")])
+    con = connect(warehouse)
+    assert rows(
+        con,
+        "SELECT request_idx, hash_id, previous_request_idx, reuse_time_s, turn_kind, "
+        "same_session FROM workload_reuses",
+    ) == [
+        (2, 0, 0, 3.25, "follow_up", True),
+        (2, 1, 0, 3.25, "follow_up", True),
+        (3, 0, 2, 5.75, "follow_up", True),  # chat 2 read 0, 1, 5, 6 last
+        (3, 1, 2, 5.75, "follow_up", True),
+        (3, 5, 2, 5.75, "follow_up", True),
+        (3, 6, 2, 5.75, "follow_up", True),
+        (6, 3, 1, 12.0, "follow_up", True),
+        (6, 4, 1, 12.0, "follow_up", True),
+    ]
+    assert rows(con, "SELECT request_type, turn, reuses, mean_s FROM workload_reuse_time") == [
+        ("search", 2, 2, 12.0),
+        ("text", 2, 2, 3.25),
+        ("text", 3, 4, 5.75),
+    ]
+    # 17 blocks reused 2, 2, 1, 1, 1, 1 and 11 x 0 times (8 reuses): the top 1 % is 1
+    # block (2/8), the top 10 % 2 blocks (4/8); 80 % (6.4 reuses) needs 5 of 17 blocks;
+    # Gini (16 x 2 + 14 x 2 + 12 + 10 + 8 + 6) / (17 x 8) = 96 / 136
+    assert rows(con, "SELECT * EXCLUDE (run_id) FROM workload_reuse_skew") == [
+        (17, 6, 8, 0.25, 0.5, pytest.approx(5 / 17), pytest.approx(96 / 136))
+    ]
+    assert rows(con, "SELECT * EXCLUDE (run_id) FROM workload_reuse_kinds") == [
+        ("search", 2, 0, 0, 2, 0.0, 1.0, 2, 0, 0.0),
+        ("text", 6, 0, 0, 6, 0.0, 1.0, 6, 0, 0.0),
+    ]
+    # text: 15 blocks, 6 seen and leading (chat 2: 2, chat 3: 4), 32 + 64 of
+    # min(48, 40) + min(80, 70) + min(112, 100) = 210 hashed tokens; search: 2 of 6
+    # blocks, 32 of 20 + 50 tokens; image and file: none
+    assert rows(con, "SELECT * EXCLUDE (run_id) FROM workload_hit_rate_by_type") == [
+        ("file", 1, 3, 0, 0.0, 0, 0, 33, 0.0),
+        ("image", 1, 1, 0, 0.0, 0, 0, 16, 0.0),
+        ("search", 2, 6, 2, pytest.approx(1 / 3), 2, 32, 70, pytest.approx(32 / 70)),
+        ("text", 3, 15, 6, 0.4, 6, 96, 210, pytest.approx(96 / 210)),
+    ]
+
+
 # -- brute force ---------------------------------------------------------------------------
 
 
@@ -156,7 +205,7 @@ class Request:
     session: str | None
     turn: int | None
     kind: str | None  # request type
-    parent: str | None
+    parent: int | None  # the request (idx) of the session's previous turn
 
 
 def generate(seed: int, sessions: int = 70) -> list[Request]:
@@ -191,10 +240,33 @@ def generate(seed: int, sessions: int = 70) -> list[Request]:
             session=session,
             turn=turn,
             kind=kind,
-            parent=f"{session}-{turn - 1}" if turn > 1 else None,
+            parent=order[made_at - 1] if turn > 1 else None,  # turns are made in order
         )
-        for idx, (at, hashes, session, turn, kind) in zip(order, made, strict=True)
+        for made_at, (idx, (at, hashes, session, turn, kind)) in enumerate(
+            zip(order, made, strict=True)
+        )
     ]
+
+
+def as_bailian(trace: list[Request]) -> str:
+    """The trace in Bailian's JSONL (chat_id, parent_chat_id -1 for a root, timestamp in
+    seconds, type, turn, hash_ids), a line per request in request_idx order."""
+    return "".join(
+        json.dumps(
+            {
+                "chat_id": r.idx,
+                "parent_chat_id": -1 if r.parent is None else r.parent,
+                "timestamp": r.at,
+                "input_length": r.tokens,
+                "output_length": 1,
+                "type": r.kind,
+                "turn": r.turn,
+                "hash_ids": r.ids,
+            }
+        )
+        + "\n"
+        for r in sorted(trace, key=lambda r: r.idx)
+    )
 
 
 def as_rows(trace: list[Request], recorded: str) -> list[dict]:
@@ -206,13 +278,15 @@ def as_rows(trace: list[Request], recorded: str) -> list[dict]:
         if recorded != "none":
             row["session_id"] = r.session
         if recorded == "all":
-            row |= {"turn": r.turn, "request_type": r.kind, "parent_id": r.parent}
+            parent = None if r.parent is None else str(r.parent)
+            row |= {"turn": r.turn, "request_type": r.kind, "parent_id": parent}
         out.append(row)
     return out
 
 
 def brute_force(trace: list[Request], recorded: str) -> dict[str, object]:
-    """Every view's rows for one run, from a walk over its requests in arrival order."""
+    """Every view's rows for one run, from a walk over its requests in arrival order
+    (``recorded`` as in `as_rows`; a Bailian file records what ``all`` does)."""
     order = sorted(trace, key=lambda r: (r.at, r.idx))
     session_of = {r.idx: r.session if recorded != "none" else None for r in trace}
     kind_of = {r.idx: r.kind if recorded == "all" else None for r in trace}
@@ -285,17 +359,23 @@ def sort_key(group: tuple) -> tuple:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_every_view_equals_a_walk_over_a_generated_trace(warehouse, seed):
+def test_every_view_equals_a_walk_over_a_generated_trace(warehouse, tmp_path, seed):
     trace = generate(seed)
     assert len(trace) > 150
     assert len({r.at for r in trace}) < len(trace)  # ties in arrival time
-    runs = ("all", "sessions", "none")
+    runs = {"all": "all", "sessions": "sessions", "none": "none"}  # run -> what it records
     for recorded in runs:
         store(warehouse, recorded, as_rows(trace, recorded))
+    bailian = tmp_path / "bailian.jsonl"  # the same trace through the Bailian reader
+    bailian.write_text(as_bailian(trace))
+    (report,) = ingest(warehouse, [str(bailian)]).files
+    assert (report.fmt, report.rows, report.rejected) == ("bailian", len(trace), 0)
     con = connect(warehouse)
-    for recorded in runs:
+    (bailian_run,) = con.execute("SELECT run_id FROM runs WHERE run_name = 'bailian'").fetchone()
+    runs[bailian_run] = "all"
+    for run_id, recorded in runs.items():
         expected = brute_force(trace, recorded)
-        run = f"run_id = '{recorded}'"
+        run = f"run_id = '{run_id}'"
 
         reuses = expected["reuses"]
         assert rows(
