@@ -21,7 +21,8 @@
 --   single-turn request (a session of one request, or a turn 1 without a session);
 --   NULL when the trace records no turn, session or parent.  Single-turn reuses are
 --   those of single-turn requests; multi-turn reuses those of first turns and
---   follow-ups (the paper's split of hits between single- and multi-turn requests);
+--   follow-ups: the study's split of hits between single- and multi-turn requests, by
+--   this rule (a request is multi-turn when its conversation has several turns);
 -- - a reuse is in-session when its previous read was by a request of the same session,
 --   cross-session when by another session, neither (NULL) when either request has no
 --   session.  (workload_session_reuse instead asks whether the session itself had read
