@@ -19,11 +19,14 @@ vLLM runs them (microsoft/vidur 7d47513, ``vllm_replica_scheduler``):
   planner of the InferMax paper, C = (0.9 x GPU memory - model weights) / KV bytes per
   token), a request waits while the reserved tokens and its own would exceed C.
 
-TTFT is the end of a request's prefill iteration less its arrival; TPOT is (completion
+A run of decode iterations up to the next completion or arrival is summed at once (its
+KV reads grow by one token per request and iteration).  TTFT is the end of a request's
+prefill iteration less its arrival; TPOT is (completion
 - first token) / (output tokens - 1), over requests of more than one output token, as
 vLLM's benchmark computes it.  A rate meets the SLOs when the given percentile (linear
 interpolation) of each is at most its target.  The search doubles or halves from the
-rate one request alone could sustain until it brackets the boundary, then bisects
+rate one request alone could sustain until it brackets the boundary (no rate, when the
+requests served one by one already miss a target), then bisects
 (geometrically) to a relative width of 1e-3, reusing the same arrivals scaled by 1/λ,
 as Vidur-Search bisects for the highest QPS without a growing queue.
 """
@@ -88,14 +91,12 @@ class BatchTimeModel:
         decode = decodes * (self.intercept_s + self.per_decode_token_s)
         return self.prefill_s(np.array([prompt])) + max(decode + self.per_kv_token_s * contexts, 0)
 
-    def decode_s(self, contexts: np.ndarray) -> float:
-        """Seconds of a decode batch whose requests hold these KV tokens."""
-        seconds = (
-            self.intercept_s
-            + self.per_decode_token_s * len(contexts)
-            + self.per_kv_token_s * float(contexts.sum())
-        )
-        return max(seconds, 0.0)
+    def decode_run(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        """Seconds elapsed after each of ``steps`` decode iterations of these requests
+        (each iteration adds a token to every context)."""
+        fixed = self.intercept_s + self.per_decode_token_s * len(contexts)
+        read = float(contexts.sum()) + len(contexts) * np.arange(steps)
+        return np.cumsum(np.maximum(fixed + self.per_kv_token_s * read, 0.0))
 
 
 @dataclass(frozen=True)
@@ -181,9 +182,15 @@ def simulate(
             generated[batch] = 1
             ended = batch[outputs[batch] <= 1]
             running = np.concatenate([running, batch[outputs[batch] > 1]])
-        else:
-            clock += model.decode_s(inputs[running] + generated[running])
-            generated[running] += 1
+        else:  # decode up to the next completion, or until the next arrival can join
+            until_done = int((outputs[running] - generated[running]).min())
+            elapsed = model.decode_run(inputs[running] + generated[running], until_done)
+            steps = until_done
+            if not queue and arrived < n:
+                waited = int(np.searchsorted(elapsed, arrivals[arrived] - clock)) + 1
+                steps = min(steps, waited)
+            clock += float(elapsed[steps - 1])
+            generated[running] += steps
             ended = running[generated[running] >= outputs[running]]
             running = running[generated[running] < outputs[running]]
         done[ended] = clock
@@ -247,19 +254,31 @@ class CapacityQuestion:
     arrivals: Literal["poisson", "uniform"]
     seed: int
 
-    def at(self, model: BatchTimeModel, mix: np.ndarray, rate: float) -> Simulation:
-        """The simulation of the question's requests at ``rate``."""
+    def at(
+        self,
+        model: BatchTimeModel,
+        mix: np.ndarray,
+        rate: float,
+        arrivals: Literal["poisson", "uniform"] | None = None,
+    ) -> Simulation:
+        """The simulation of the question's requests at ``rate`` (arriving as the
+        question says unless ``arrivals`` is given)."""
         picks = np.random.default_rng(self.seed).integers(0, len(mix), self.requests)
         chosen = mix[picks]
-        times = arrival_times(self.requests, rate, self.arrivals, self.seed)
+        times = arrival_times(self.requests, rate, arrivals or self.arrivals, self.seed)
         return simulate(model, self.server, chosen[:, 0], chosen[:, 1], times)
 
     def highest(self, model: BatchTimeModel, mix: np.ndarray) -> float | None:
         """The highest rate meeting the targets."""
-        alone = float(np.mean([model.alone_s(int(i), int(o)) for i, o in mix]))
-        if not alone > 0:
+        alone = np.array([model.alone_s(int(i), int(o)) for i, o in mix])
+        if not alone.mean() > 0:
             raise InputError("the fitted model predicts no time for a request")
-        return highest_rate(lambda rate: self.targets.met_by(self.at(model, mix, rate)), 1 / alone)
+        one_by_one = self.at(model, mix, 1 / (2 * alone.max()), arrivals="uniform")
+        if not self.targets.met_by(one_by_one):
+            return None  # each request alone already misses a target
+        return highest_rate(
+            lambda rate: self.targets.met_by(self.at(model, mix, rate)), 1 / alone.mean()
+        )
 
 
 def kv_capacity_tokens(
@@ -317,14 +336,14 @@ def _run_ids(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
 
 def _length_mix(con: duckdb.DuckDBPyConnection, run: str, run_ids: list[str]) -> np.ndarray:
     """(input, output) tokens of the run's trace requests, else of its benchmark's."""
-    for query in (
-        "SELECT input_tokens, output_tokens FROM workload_requests",
-        "SELECT input_tokens, output_tokens FROM request_timings WHERE error IS NULL AND",
+    for table, kept, order in (
+        ("workload_requests", "true", "run_id, request_idx"),
+        ("request_timings", "error IS NULL", "run_id, load_level, request_idx"),
     ):
-        where = "WHERE" if "WHERE" not in query else ""
         rows = con.sql(
-            f"{query} {where} run_id IN (SELECT unnest($ids::VARCHAR[])) "
-            "AND input_tokens > 0 AND output_tokens > 0",
+            f"SELECT input_tokens, output_tokens FROM {table} "
+            f"WHERE {kept} AND run_id IN (SELECT unnest($ids::VARCHAR[])) "
+            f"AND input_tokens > 0 AND output_tokens > 0 ORDER BY {order}",
             params={"ids": run_ids},
         ).fetchnumpy()
         if len(rows["input_tokens"]):

@@ -191,3 +191,17 @@ def test_serving_capacity_in_sql(served):
 def test_bad_questions_say_why(served, arguments, message):
     with pytest.raises(Exception, match=message):
         served.execute(f"FROM serving_capacity({arguments})").fetchall()
+
+
+def test_the_same_question_gets_the_same_answer(served):
+    query = "FROM serving_capacity('bench', ttft_slo_ms := 150, tpot_slo_ms := 50)"
+    assert served.execute(query).fetchall() == served.execute(query).fetchall()
+
+
+def test_targets_each_request_misses_alone_have_no_rate(served):
+    # every prefill takes 100 ms: a 90 ms TTFT target is missed at any rate
+    row = served.execute(
+        "SELECT request_rate, meets_slo FROM serving_capacity('bench', ttft_slo_ms := 90) "
+        "WHERE point = 'highest'"
+    ).fetchone()
+    assert row == (None, None)
