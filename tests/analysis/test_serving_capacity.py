@@ -205,3 +205,74 @@ def test_targets_each_request_misses_alone_have_no_rate(served):
         "WHERE point = 'highest'"
     ).fetchone()
     assert row == (None, None)
+
+
+def _step_by_step(model, server, inputs, outputs, arrivals):
+    """An independent plain-Python server: one iteration at a time, lists only."""
+    n, clock, held = len(inputs), 0.0, 0
+    queue, running, nxt = [], [], 0
+    first, done, made = [None] * n, [None] * n, [0] * n
+    while None in done:
+        while nxt < n and arrivals[nxt] <= clock:
+            queue.append(nxt)
+            nxt += 1
+        if not queue and not running:
+            clock = arrivals[nxt]
+            continue
+        batch, tokens = [], 0
+        while queue and len(running) + len(batch) < server.max_batch_size:
+            head = queue[0]
+            need = inputs[head] + outputs[head]
+            if batch and tokens + inputs[head] > server.max_batch_tokens:
+                break
+            if server.kv_capacity_tokens is not None and held + need > server.kv_capacity_tokens:
+                break
+            batch.append(queue.pop(0))
+            tokens += inputs[head]
+            held += need
+        if batch:
+            squares = sum(inputs[r] ** 2 for r in batch)
+            clock += max(
+                model.intercept_s
+                + model.per_prefill_token_s * tokens
+                + model.per_prefill_sq_token_s * squares,
+                0.0,
+            )
+            for r in batch:
+                first[r], made[r] = clock, 1
+            stepped = batch
+        else:
+            kv = sum(inputs[r] + made[r] for r in running)
+            clock += max(
+                model.intercept_s
+                + model.per_decode_token_s * len(running)
+                + model.per_kv_token_s * kv,
+                0.0,
+            )
+            for r in running:
+                made[r] += 1
+            stepped = list(running)
+        running = [r for r in running + batch if made[r] < outputs[r]]
+        for r in stepped:
+            if made[r] >= outputs[r]:
+                done[r] = clock
+                held -= inputs[r] + outputs[r]
+    return first, done
+
+
+@pytest.mark.parametrize("capacity", [None, 9000])
+def test_the_simulation_matches_a_step_by_step_server(capacity):
+    rng = np.random.default_rng(5)
+    inputs = rng.integers(20, 2000, 120)
+    outputs = rng.integers(1, 60, 120)
+    arrivals = arrival_times(120, 40.0, "poisson", 5)
+    model = BatchTimeModel(0.003, 1e-5, 2e-4, 1e-7, 2e-9)
+    server = Server(max_batch_size=16, max_batch_tokens=3000, kv_capacity_tokens=capacity)
+    run = simulate(model, server, inputs, outputs, arrivals)
+    first, done = _step_by_step(model, server, inputs.tolist(), outputs.tolist(), arrivals)
+    assert run.ttft_s == pytest.approx(np.array(first) - arrivals, rel=1e-9, abs=1e-12)
+    multi = outputs > 1
+    tpot = (np.array(done) - np.array(first))[multi] / (outputs[multi] - 1)
+    assert run.tpot_s[multi] == pytest.approx(tpot, rel=1e-9, abs=1e-12)
+    assert np.isnan(run.tpot_s[~multi]).all()
+    assert run.memory_limited == (capacity is not None)
