@@ -8,7 +8,7 @@ own of ``capacity`` blocks:
 - ``POOL``: vLLM's hash-chained block pool under LRU: after the hit is counted every
   block of the request is touched in order, a miss inserted, and the least recently used
   block evicted when the pool is over capacity (what `leading_lru_distances` answers for
-  one cache);
+  one cache), kept as a list of slots in order of use (each step O(1));
 - ``RADIX``: SGLang's radix tree under LRU, by the same steps and heap as
   `kvtrace.kernels.radix_cache` (the hit run refreshed, misses inserted under cached
   parents, only leaves off the request's cached path evicted).
@@ -27,16 +27,7 @@ from numba import njit
 from numba.typed import List
 
 from kvtrace.kernels.prefix_sim import leading_run
-from kvtrace.kernels.radix_cache import (
-    _current,
-    _evict,
-    _node_of,
-    _order,
-    _pop,
-    _push,
-    _room,
-    _touch,
-)
+from kvtrace.kernels.radix_cache import _evict, _order, _push, _room, _touch
 
 __all__ = ["FIXED", "LEAST_LOADED", "POOL", "PREFIX_COST", "PREFIX_SCORE", "RADIX", "route"]
 
@@ -50,32 +41,52 @@ def _pool_request(  # pragma: no cover
     start: int,
     end: int,
     capacity: int,
-    present: np.ndarray,
-    state: np.ndarray,
-    leaves: np.ndarray,
-    heap: np.ndarray,
-    heaped: int,
+    slot_of: np.ndarray,
+    node_at: np.ndarray,
+    older: np.ndarray,
+    newer: np.ndarray,
+    ends: np.ndarray,
     size: int,
-    clock: int,
-) -> tuple[int, int, int]:
-    """Touch a request's blocks in one worker's LRU pool: (heap size, pool size, clock).
-    Every block is a leaf of the pool (``leaves`` stays zero), so a heap key is current
-    while it holds the block's last use."""
+) -> int:
+    """Touch a request's blocks in one worker's LRU pool, a list of slots from the most
+    recently used (``ends[0]``) to the least (``ends[1]``; -1: empty): a cached block
+    moves to the front, a miss takes a free slot or the least recently used one's.
+    ``slot_of`` holds each node's slot plus one (0: not cached).  The pool's new size."""
+    if capacity == 0:
+        return 0
     for index in range(start, end):
         node = nodes[index]
-        clock += 1
-        state[node] = clock
-        heaped = _push(heap, heaped, _order(clock, node, False))
-        if present[node]:
-            continue
-        present[node] = True
-        size += 1
-        while size > capacity and heaped > 0:
-            key, heaped = _pop(heap, heaped)
-            if _current(key, present, leaves, state, False):
-                present[_node_of(key)] = False
-                size -= 1
-    return heaped, size, clock
+        slot = slot_of[node] - 1
+        if slot >= 0:
+            if slot == ends[0]:
+                continue
+            before, after = older[slot], newer[slot]  # unlink (it is not the front)
+            older[after] = before
+            if before >= 0:
+                newer[before] = after
+            else:
+                ends[1] = after
+        elif size < capacity:
+            slot = size
+            size += 1
+        else:
+            slot = ends[1]  # the least recently used block leaves
+            slot_of[node_at[slot]] = 0
+            ends[1] = newer[slot]
+            if ends[1] >= 0:
+                older[ends[1]] = -1
+            else:
+                ends[0] = -1
+        node_at[slot] = node
+        slot_of[node] = slot + 1
+        older[slot] = ends[0]  # to the front
+        newer[slot] = -1
+        if ends[0] >= 0:
+            newer[ends[0]] = slot
+        else:
+            ends[1] = slot
+        ends[0] = slot
+    return size
 
 
 @njit(nogil=True, cache=True)
@@ -149,9 +160,13 @@ def _route(  # pragma: no cover
     present: np.ndarray,
     state: np.ndarray,
     children: np.ndarray,
+    slots: np.ndarray,
     threshold: float,
     overlap_weight: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``present`` per worker and node: the cached mark (radix tree) or the slot plus one
+    (pool); ``state`` and ``children`` the tree's, ``slots`` the pools' (per worker: each
+    slot's node, older and newer neighbour)."""
     requests = len(starts) - 1
     chosen = np.empty(requests, np.int64)
     hits = np.zeros(requests, np.int64)
@@ -162,9 +177,10 @@ def _route(  # pragma: no cover
     sizes = np.zeros(workers, np.int64)
     heaped = np.zeros(workers, np.int64)
     heaps = List()
-    for _ in range(workers):
+    for _ in range(workers if cache == RADIX else 1):
         heaps.append(np.empty(1 << 10, np.int64))
-    listed = np.zeros(present.shape[1], np.bool_)
+    pool_ends = np.full((workers, 2), -1, np.int64)  # each pool's newest and oldest slot
+    listed = np.zeros(present.shape[1] if cache == RADIX else 1, np.bool_)  # compaction's
     runs = np.zeros(workers, np.int64)
     by_end = np.argsort(ends, kind="mergesort")
     released = 0
@@ -206,49 +222,47 @@ def _route(  # pragma: no cover
             active_blocks[worker] += blocks
         run = leading_run(nodes, start, end, present[worker])
         hits[request] = run
-        heap = heaps[worker]
+        if cache == POOL:
+            sizes[worker] = _pool_request(
+                nodes,
+                start,
+                end,
+                capacity,
+                present[worker],
+                slots[worker, 0],
+                slots[worker, 1],
+                slots[worker, 2],
+                pool_ends[worker],
+                sizes[worker],
+            )
+            continue
         heap, heaped[worker] = _room(
-            heap,
+            heaps[worker],
             heaped[worker],
             2 * blocks + 2,
             present[worker],
-            children[worker if cache == RADIX else 0],
+            children[worker],
             state[worker],
             False,
             listed,
         )
         heaps[worker] = heap
-        if cache == POOL:
-            heaped[worker], sizes[worker], clock = _pool_request(
-                nodes,
-                start,
-                end,
-                capacity,
-                present[worker],
-                state[worker],
-                children[0],
-                heap,
-                heaped[worker],
-                sizes[worker],
-                clock,
-            )
-        else:
-            heaped[worker], sizes[worker], clock = _radix_request(
-                nodes,
-                start,
-                end,
-                run,
-                capacity,
-                parent,
-                root,
-                present[worker],
-                state[worker],
-                children[worker],
-                heap,
-                heaped[worker],
-                sizes[worker],
-                clock,
-            )
+        heaped[worker], sizes[worker], clock = _radix_request(
+            nodes,
+            start,
+            end,
+            run,
+            capacity,
+            parent,
+            root,
+            present[worker],
+            state[worker],
+            children[worker],
+            heap,
+            heaped[worker],
+            sizes[worker],
+            clock,
+        )
     return chosen, hits, loads
 
 
@@ -275,17 +289,22 @@ def route(
     load-aware scorer, weights 1 and 1) takes the largest
     ``hit / blocks + 0.5 x (1 - min(load, threshold) / threshold)``; ``PREFIX_COST``
     (Dynamo's KV router) the smallest ``overlap_weight x (blocks - hit) + active blocks +
-    blocks``.  Memory: a cached mark and a last use per worker and node, and under
-    ``RADIX`` a count of cached children too."""
+    blocks``.  Memory per worker: under ``POOL`` a slot per node and three integers per
+    slot of the capacity; under ``RADIX`` a cached mark, a last use and a count of cached
+    children per node."""
     parent, root = tree
     count = len(parent)
-    stamps = np.int32 if 2 * len(nodes) + 1 < 2**31 else np.int64
-    present = np.zeros((workers, count), np.bool_)
+    wide = np.int32 if count < 2**31 else np.int64
     if cache == RADIX:
+        present = np.zeros((workers, count), np.bool_)
         present[:, root] = True
-        children = np.zeros((workers, count), np.int32 if count < 2**31 else np.int64)
+        state = np.zeros((workers, count), np.int32 if 2 * len(nodes) + 1 < 2**31 else np.int64)
+        children = np.zeros((workers, count), wide)
+        slots = np.zeros((1, 3, 1), wide)
     else:
-        children = np.zeros((1, count), np.int32)
+        present = np.zeros((workers, count), wide)  # each node's slot plus one
+        state = children = np.zeros((1, 1), wide)
+        slots = np.zeros((workers, 3, min(capacity, count)), wide)
     found: tuple[np.ndarray, np.ndarray, np.ndarray] = _route(
         np.ascontiguousarray(nodes),
         np.ascontiguousarray(starts, np.int64),
@@ -299,8 +318,9 @@ def route(
         np.ascontiguousarray(parent),
         root,
         present,
-        np.zeros((workers, count), stamps),
+        state,
         children,
+        slots,
         float(threshold),
         float(overlap_weight),
     )
