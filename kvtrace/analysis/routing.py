@@ -104,14 +104,10 @@ class RoutingSpec:
             raise QueryError(f"a capacity cannot be negative, got {self.capacity_blocks}")
         if self.capacity_bytes is not None and self.capacity_bytes < 0:
             raise QueryError(f"a byte budget cannot be negative, got {self.capacity_bytes}")
-        for name, value in (("tpot_ms", self.tpot_ms), ("threshold", self.threshold)):
-            if (
-                value is None
-                or not math.isfinite(value)
-                or value < 0
-                or (name == "threshold" and value == 0)
-            ):
-                raise QueryError(f"{name} must be a finite positive number, got {value}")
+        if self.tpot_ms is None or not (math.isfinite(self.tpot_ms) and self.tpot_ms >= 0):
+            raise QueryError(f"tpot_ms must be a finite number of at least 0, got {self.tpot_ms}")
+        if self.threshold is None or not (math.isfinite(self.threshold) and self.threshold > 0):
+            raise QueryError(f"threshold must be a finite positive number, got {self.threshold}")
         if self.overlap_weight is None or not math.isfinite(self.overlap_weight):
             raise QueryError(f"overlap_weight must be finite, got {self.overlap_weight}")
 

@@ -375,6 +375,8 @@ def test_a_byte_budget_is_the_blocks_it_holds(fleet):
         ("4, -1", "a capacity cannot be negative"),
         ("4, capacity_bytes := 1000", "needs bytes_per_token or a model"),
         ("4, 8, threshold := 0", "threshold must be a finite positive number"),
+        ("4, 8, tpot_ms := -1", "tpot_ms must be a finite number of at least 0"),
+        ("4, capacity_bytes := 1000, model := 'gpt-5'", "no KV layout is known for 'gpt-5'"),
     ],
 )
 def test_bad_arguments_are_one_sentence(fleet, arguments, message):
