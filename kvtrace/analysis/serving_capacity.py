@@ -83,13 +83,21 @@ class BatchTimeModel:
         )
         return max(seconds, 0.0)
 
-    def alone_s(self, prompt: int, output: int) -> float:
-        """Seconds of a request served alone: its prefill, then output - 1 decodes of
+    def alone_s(self, prompts: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        """Per request, its seconds served alone: its prefill, then output - 1 decodes of
         contexts prompt + 1 ... prompt + output - 1."""
-        decodes = output - 1
-        contexts = decodes * prompt + decodes * (decodes + 1) / 2
+        prompts, decodes = prompts.astype(float), outputs.astype(float) - 1
+        prefill = (
+            self.intercept_s
+            + self.per_prefill_token_s * prompts
+            + self.per_prefill_sq_token_s * prompts**2
+        )
+        contexts = decodes * prompts + decodes * (decodes + 1) / 2
         decode = decodes * (self.intercept_s + self.per_decode_token_s)
-        return self.prefill_s(np.array([prompt])) + max(decode + self.per_kv_token_s * contexts, 0)
+        seconds: np.ndarray = np.maximum(prefill, 0.0) + np.maximum(
+            decode + self.per_kv_token_s * contexts, 0.0
+        )
+        return seconds
 
     def decode_run(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         """Seconds elapsed after each of ``steps`` decode iterations of these requests
@@ -270,7 +278,7 @@ class CapacityQuestion:
 
     def highest(self, model: BatchTimeModel, mix: np.ndarray) -> float | None:
         """The highest rate meeting the targets."""
-        alone = np.array([model.alone_s(int(i), int(o)) for i, o in mix])
+        alone = model.alone_s(mix[:, 0], mix[:, 1])
         if not alone.mean() > 0:
             raise InputError("the fitted model predicts no time for a request")
         one_by_one = self.at(model, mix, 1 / (2 * alone.max()), arrivals="uniform")
