@@ -1,11 +1,13 @@
 """The SQL functions behind the analyses, installed on a connection from their registry
 (`kvtrace.analysis.function_specs`: ``kvtrace_hit_curve``, ``kvtrace_reuse``,
 ``kvtrace_prefix_hit_curve``, ``kvtrace_prefix_requests``, ``kvtrace_cost_model``,
-``kvtrace_kv_cache_fidelity``, ``kvtrace_kernel_sequences`` and ``kvtrace_critical_path``).
+``kvtrace_serving_capacity``, ``kvtrace_kv_cache_fidelity``, ``kvtrace_kernel_sequences``
+and ``kvtrace_critical_path``).
 
 Each is called with constant arguments from a table macro of the SQL library
 (``dsa_hit_curve``, ``dsa_reuse``, ``workload_prefix_hit_curve``,
-``timing_cost_model``, ``kv_cache_fidelity``, ``timeline_kernel_sequences``,
+``timing_cost_model``, ``serving_capacity``, ``kv_cache_fidelity``,
+``timeline_kernel_sequences``,
 ``timeline_critical_path``), reads what it needs through a cursor of
 the calling connection, runs the analysis and returns its rows as one list.  The compiled
 kernels load on the first call, not when a connection is opened.
