@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -135,6 +136,8 @@ def query_error(exc: duckdb.Error) -> QueryError:
 _MISSING_TABLE = re.compile(r"Table with name (\w+) does not exist")
 _HINT = re.compile(r"^(Did you mean .*|Candidate bindings: .*)$", re.MULTILINE)
 _INTERNAL = re.compile(r'"(?:duckdb_|pg_|sqlite_|information_schema|_)')
+_GUESS = re.compile(r'Did you mean "(\w+)"')
+_NEAR = 0.6  # the least similarity (difflib's ratio) of a table name worth suggesting
 
 
 def _macro_as_table(message: str) -> SqlObject | None:
@@ -151,10 +154,14 @@ def _macro_as_table(message: str) -> SqlObject | None:
 def _hint(exc: duckdb.Error) -> str:
     """DuckDB's suggestion after its first line (a near name, the columns in scope), as
     the rest of the sentence; none where it names DuckDB's own catalog or a private
-    object."""
-    hint = _HINT.search(str(exc))
+    object, or a table whose name is not near the one asked for."""
+    text = str(exc)
+    hint = _HINT.search(text)
     if hint is None or _INTERNAL.search(hint[1]):
         return ""
+    missing, guess = _MISSING_TABLE.search(text), _GUESS.match(hint[1])
+    if missing and guess and SequenceMatcher(None, missing[1], guess[1]).ratio() < _NEAR:
+        return ""  # DuckDB guesses a name however far ("nope": "engine_pool_snapshots")
     return " " + hint[1].rstrip()
 
 
