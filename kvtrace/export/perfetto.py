@@ -231,7 +231,13 @@ def _trace_file(output: Path) -> Iterator[BinaryIO]:
     """A file that appears at ``output`` only once whole; gzip for a ``.gz`` name."""
     from kvtrace.sql.query import atomic_output
 
-    output.parent.mkdir(parents=True, exist_ok=True)
+    if not output.name:  # "", "." or "/"
+        raise InputError("--output names no file; give one such as trace.json")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        file = next((p for p in reversed(output.parents) if p.is_file()), output.parent)
+        raise InputError(f"cannot write {output}: {file} is a file, not a folder") from None
     with atomic_output(output) as sink:
         if output.name.endswith(".gz"):
             with gzip.GzipFile(

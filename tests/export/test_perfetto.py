@@ -210,6 +210,29 @@ def test_profiler_counters_read_back_as_the_same_rows(warehouse, tmp_path):
     ]
 
 
+def test_an_output_that_names_no_file_or_sits_under_a_file_is_one_sentence(
+    cli, warehouse, tmp_path
+):
+    _wall_run(warehouse)
+    (tmp_path / "afile").write_text("")
+    under_file = [
+        (
+            str(tmp_path / "afile" / path),
+            f"Error: cannot write {tmp_path / 'afile' / path}: "
+            f"{tmp_path / 'afile'} is a file, not a folder",
+        )
+        for path in ("x.json", "sub/x.json")
+    ]
+    for output, error in [
+        ("", "Error: --output names no file; give one such as trace.json"),
+        *under_file,
+    ]:
+        status, _, err = cli(
+            "-w", warehouse.location, "export", "perfetto", "--run", "wall", "-o", output
+        )
+        assert (status, err.splitlines()) == (1, [error])
+
+
 def test_named_counters_without_a_pid_are_a_process_of_their_rank(warehouse, tmp_path):
     """A counters JSONL line may leave out its pid (docs: timelines guide): the process
     is then named after the run and rank alone, not "pid None"."""
