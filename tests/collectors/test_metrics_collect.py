@@ -1,5 +1,6 @@
 """``kvtrace collect metrics`` against real HTTP servers on loopback, driven by a fake
-clock (no test waits for time to pass).
+clock (no test waits for time to pass). The fake intervals are long so that each
+scrape's real timeout (below the interval) holds however loaded the machine is.
 
 The healthy endpoint serves what vLLM serves: a prometheus_client registry holding
 metrics registered as vLLM's v1 Prometheus logger registers them
@@ -105,10 +106,12 @@ def test_every_sample_of_every_scrape_is_stored_and_failures_are_rows(warehouse,
     report = scrape_metrics(
         warehouse,
         endpoints(server, "vllm", "fail", "garbled"),
-        ScrapeSpec(interval_s=1.0, duration_s=5.0, commit_every_s=2.0, run_name="live"),
+        ScrapeSpec(
+            interval_s=60.0, duration_s=300.0, commit_every_s=120.0, timeout_s=30.0, run_name="live"
+        ),
         clock=FakeClock(),
     )
-    # ticks at 0..4 s; commits when 2 s passed since the last (at 2 and 4 s)
+    # ticks at 0, 60, ..., 240 s; commits when 120 s passed since the last (at 120 and 240 s)
     assert (report.scrapes, report.failed, report.commits) == (15, 10, 2)
     con = connect(warehouse)
     hits = con.execute(
@@ -116,23 +119,23 @@ def test_every_sample_of_every_scrape_is_stored_and_failures_are_rows(warehouse,
         "WHERE metric = 'vllm:prefix_cache_hits_total' ORDER BY t_s"
     ).fetchall()
     # 3 more hits a scrape; the first scrape has no increase
-    assert hits == [(float(t), 3.0 * (t + 1), None if t == 0 else 3.0) for t in range(5)]
+    assert hits == [(60.0 * t, 3.0 * (t + 1), None if t == 0 else 3.0) for t in range(5)]
     labels = con.execute(
         "SELECT DISTINCT family, labels, type FROM engine_metrics "
         "WHERE metric = 'vllm:prefix_cache_hits_total'"
     ).fetchall()
     assert labels == [("vllm:prefix_cache_hits", '{"engine":"0","model_name":"m"}', "counter")]
-    # one request of 0.4 s a second: the median of each 2 s window is inside (0.3, 0.5];
-    # window [0, 2) counts only the increase at 1 s (the first scrape has none)
+    # one request of 0.4 s a scrape: the median of each 120 s window is inside (0.3, 0.5];
+    # window [0, 120) counts only the increase at 60 s (the first scrape has none)
     quantiles = con.execute(
         "SELECT t_s, observations, quantile_value "
-        "FROM engine_histogram_quantiles(q := 0.5, window_s := 2)"
+        "FROM engine_histogram_quantiles(q := 0.5, window_s := 120)"
     ).fetchall()
     # rank 0.5 of 1 in the (0.3, 0.5] bucket: 0.3 + 0.2 x 0.5; rank 1 of 2: the same
     assert quantiles == [
         (0.0, 1.0, pytest.approx(0.4)),
-        (2.0, 2.0, pytest.approx(0.4)),
-        (4.0, 1.0, pytest.approx(0.4)),
+        (120.0, 2.0, pytest.approx(0.4)),
+        (240.0, 1.0, pytest.approx(0.4)),
     ]
     up = con.execute(
         "SELECT worker_id, count(*), sum(value) FROM engine_metrics WHERE metric = 'up' "
@@ -147,7 +150,7 @@ def test_every_sample_of_every_scrape_is_stored_and_failures_are_rows(warehouse,
     assert errors[1][0] == "garbled-0"
     assert errors[1][1].startswith("not Prometheus text exposition format")
     ts = con.execute("SELECT min(epoch_us(ts)) / 1e6, max(t_s) FROM engine_metrics").fetchone()
-    assert ts == (START, 4.0)
+    assert ts == (START, 240.0)
     (config,) = con.execute("SELECT collector_config FROM runs").fetchone()
     assert json.loads(config)["endpoints"]["vllm-0"] == f"{server}/vllm/metrics"
 
@@ -158,7 +161,9 @@ def test_batches_are_committed_as_soon_as_enough_rows_wait(warehouse, server):
     report = scrape_metrics(
         warehouse,
         endpoints(server, "vllm"),
-        ScrapeSpec(interval_s=1.0, duration_s=7.0, commit_every_s=3600, batch_rows=60),
+        ScrapeSpec(
+            interval_s=60.0, duration_s=420.0, timeout_s=30.0, commit_every_s=36_000, batch_rows=60
+        ),
         clock=FakeClock(),
     )
     # 7 scrapes of 30 rows: committed after scrapes 2, 4 and 6, then the last at the end
@@ -170,14 +175,14 @@ def test_a_stop_writes_what_was_scraped(warehouse, server):
 
     class StoppingClock(FakeClock):
         def wait(self, stop_event: threading.Event, seconds: float) -> bool:
-            if self.now >= 2.0:
+            if self.now >= 120.0:
                 stop.set()  # as SIGTERM or Ctrl-C would, during the wait before tick 3
             return super().wait(stop_event, seconds)
 
     report = scrape_metrics(
         warehouse,
         endpoints(server, "vllm"),
-        ScrapeSpec(interval_s=1.0, commit_every_s=3600),
+        ScrapeSpec(interval_s=60.0, timeout_s=30.0, commit_every_s=36_000),
         clock=StoppingClock(),
         stop=stop,
     )
@@ -192,7 +197,7 @@ def test_saved_scrapes_ingest_into_the_same_rows(tmp_path, warehouse, server, cl
     scrape_metrics(
         warehouse,
         endpoints(server, "vllm", "fail"),
-        ScrapeSpec(interval_s=0.5, duration_s=2.0, run_name="live", save=saved),
+        ScrapeSpec(interval_s=30.0, duration_s=120.0, timeout_s=20.0, run_name="live", save=saved),
         clock=FakeClock(),
     )
     assert len(saved.read_text().splitlines()) == 8
@@ -231,7 +236,9 @@ def test_the_command_scrapes_and_reports(tmp_path, server, cli):
         "--run",
         "cli-run",
         "--interval",
-        "0.2",
+        "60",
+        "--timeout",
+        "30",  # a real timeout no loaded machine runs out of
         "--duration",
         "0.1",  # the first tick only, however fast the machine
     )
