@@ -157,6 +157,11 @@ def test_sql_formats(loaded, tmp_path):
     sql_file = tmp_path / "q.sql"
     sql_file.write_text(query)
     assert kvtrace("-w", str(loaded), "sql", "--file", str(sql_file), "-f", "csv").stdout == as_csv
+    no_file = kvtrace("-w", str(loaded), "sql", "-o", "", query)
+    assert (no_file.returncode, no_file.stderr) == (
+        1,
+        "Error: --output names no file; give one such as rows.csv\n",
+    )
     bad = kvtrace("-w", str(loaded), "sql", "SELECT * FROM nope")
     assert bad.returncode == 1 and "kvtrace views" in bad.stderr
     # DuckDB guesses some name for any name; one not near "nope" is no help

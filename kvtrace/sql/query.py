@@ -263,6 +263,8 @@ def write_output(data: bytes, output: Path) -> None:
 def atomic_output(output: Path) -> Iterator[BinaryIO]:
     """A file to write that appears at ``output`` only once complete; errors name
     ``output``, not the temporary file."""
+    if not output.name:  # "", "." or "/"
+        raise QueryError("--output names no file; give one such as rows.csv")
     temp = output.with_name(f".{output.name}.kvtrace-tmp")
     try:
         with open(temp, "wb") as sink:
