@@ -181,3 +181,33 @@ def test_ingesting_the_same_scrapes_again_adds_nothing(cli, tmp_path):
         "GROUP BY ALL ORDER BY 1",
     )
     assert sorted(counts) == sorted([(tmp_path.name, 20), ("scrapes", 20)])
+
+
+def test_an_openmetrics_scrape_keeps_its_counters_types(cli, tmp_path):
+    # written by prometheus_client's own OpenMetrics exposition: the counter's samples are
+    # requests_total and requests_created, and the body ends in "# EOF"
+    from prometheus_client import CollectorRegistry, Counter
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    bodies = []
+    registry = CollectorRegistry()
+    served = Counter("requests", "Requests served", registry=registry)
+    for count in (5, 3):  # the second scrape follows a restart: 3 since it
+        served._value.set(count)
+        bodies.append(generate_latest(registry).decode())
+    assert bodies[0].rstrip().endswith("# EOF")
+    saved = tmp_path / "om.jsonl"
+    saved.write_text(
+        "".join(
+            json.dumps({"t": 1_796_000_000 + i, "worker": "w", "body": body}) + "\n"
+            for i, body in enumerate(bodies)
+        )
+    )
+    assert ingest(cli, tmp_path / "wh", saved)[0] == 0
+    assert query_rows(
+        str(tmp_path / "wh"),
+        "SELECT t_s, metric, type, value, delta FROM engine_counter_deltas ORDER BY t_s",
+    ) == [
+        (0.0, "requests_total", "counter", 5.0, None),
+        (1.0, "requests_total", "counter", 3.0, 3.0),
+    ]

@@ -77,9 +77,13 @@ def labels_text(labels: dict[str, str]) -> str:
 
 
 def parse_exposition(text: str) -> Samples:
-    """Every sample of a Prometheus text exposition; `ExpositionError` when the parser
-    refuses the text (one sentence, naming what it could not read)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    """Every sample of a Prometheus text exposition, or of an OpenMetrics one (it ends in
+    ``# EOF``); `ExpositionError` when the parser refuses the text (one sentence, naming
+    what it could not read)."""
+    if text.rstrip().endswith("# EOF"):  # OpenMetrics types counters only with its parser
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    else:
+        from prometheus_client.parser import text_string_to_metric_families
 
     samples = Samples()
     seen: set[tuple[str, str, float | None]] = set()
@@ -96,11 +100,13 @@ def parse_exposition(text: str) -> Samples:
                 number = float(sample.value)
                 value = number if math.isfinite(number) else None
                 samples.non_finite += value is None
+                created = sample.name == f"{family.name}_created"
                 samples.metric.append(sample.name)
-                samples.family.append(family.name)
+                # a creation time is a gauge family of its own, as the text format has it
+                samples.family.append(sample.name if created else family.name)
                 samples.labels.append(labels)
                 samples.value.append(value)
-                samples.type.append(family.type)
+                samples.type.append("gauge" if created else family.type)
                 samples.stamp.append(stamp)
     except (ValueError, TypeError, IndexError) as exc:
         raise ExpositionError(_refusal(exc)) from None
