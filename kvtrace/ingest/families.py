@@ -21,6 +21,7 @@ from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
 from kvtrace.errors import InputError
+from kvtrace.ingest.dataset_files import dataset_sentence
 from kvtrace.ingest.family import Family, IngestOptions
 from kvtrace.ingest.probe import Probe
 from kvtrace.ingest.readers.counters import COUNTERS
@@ -165,7 +166,10 @@ def unknown(probe: Probe) -> InputError:
     path = probe.path
     if (not_nsys := not_an_export(probe)) is not None:
         return not_nsys
-    if not probe.is_json_document and probe.csv_header and len(probe.csv_header) > 1:
+    if (dataset := dataset_sentence(probe)) is not None:
+        return InputError(dataset)
+    looks_like_json = probe.is_json_document or probe.is_json_list
+    if not looks_like_json and probe.csv_header and len(probe.csv_header) > 1:
         header = ", ".join(probe.csv_header[:8])
         return InputError(
             f"{path} is not a CSV file kvtrace knows: its header ({header}) has the columns "

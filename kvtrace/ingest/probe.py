@@ -48,6 +48,11 @@ class Probe:
         """Whether the content starts like one JSON object (or a JSONL file)."""
         return self.head.lstrip()[:1] == b"{"
 
+    @property
+    def is_json_list(self) -> bool:
+        """Whether the content starts like a JSON list (no trace kvtrace reads is one)."""
+        return self.head.lstrip()[:1] == b"["
+
     @cached_property
     def first_line(self) -> bytes:
         """The first line that holds a JSON object, else the first non-blank line."""
