@@ -75,7 +75,11 @@ def with_lone_points(line: alt.Chart, series: list[str]) -> alt.LayerChart:
 LEGEND_LABEL_LIMIT = 480  # pixels of a legend label (Vega's default, 160, cuts run ids)
 
 
+def configured(chart: Any) -> Any:
+    """The chart as reports and notebooks show it: legends that show their labels whole."""
+    return chart.configure_legend(labelLimit=LEGEND_LABEL_LIMIT)
+
+
 def spec(chart: Any) -> dict:
-    """The chart's Vega-Lite spec, checked against the schema by altair, with legends
-    that show their labels whole."""
-    return chart.configure_legend(labelLimit=LEGEND_LABEL_LIMIT).to_dict()
+    """The chart's Vega-Lite spec as `configured`, checked against the schema by altair."""
+    return configured(chart).to_dict()

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import duckdb
-import pyarrow as pa
-
 from kvtrace._version import __version__
-from kvtrace.analysis import open_analysis_connection
-from kvtrace.errors import QueryError
 from kvtrace.reports import _charts as charts
 from kvtrace.reports._html import RenderedSection, page
-from kvtrace.reports._model import ReportDefinition, load_queries
+from kvtrace.reports._model import ReportDefinition
+from kvtrace.reports._scoped import scoped
 from kvtrace.warehouse import Warehouse
 
 
@@ -28,31 +24,18 @@ def render_report(
 ) -> str:
     """The HTML of ``report`` over the runs that ``runs`` / ``experiments`` select;
     ``settings`` are the user's values its queries read (``getvariable``)."""
-    con = open_analysis_connection(warehouse)
-    try:
-        scope = report.select(con, runs, experiments)
-        scope.variables.update(settings or {})
-        for name, value in sorted(scope.variables.items()):
-            con.execute(f"SET VARIABLE {name} = ?", [value])
-        queries = load_queries(report.name)
-        results: dict[str, pa.Table] = {}  # a query shown as a table and a chart runs once
+    with scoped(
+        warehouse, report, runs=runs, experiments=experiments, settings=settings
+    ) as scoped_report:
+        scope = scoped_report.scope
         sections = []
         for number, section in enumerate(report.sections, 1):
-            sql = queries[section.query]
-            if section.query not in results:
-                try:
-                    results[section.query] = con.sql(sql).to_arrow_table()
-                except duckdb.Error as exc:
-                    raise QueryError(
-                        f"the {report.name} report's query {section.query} "
-                        f"failed: {str(exc).splitlines()[0]}"
-                    ) from None
-            table = results[section.query]
+            table = scoped_report.rows(section)
             rendered = RenderedSection(
                 anchor=f"s{number}",
                 title=section.title,
                 caption=section.caption,
-                sql=sql,
+                sql=scoped_report.sql(section),
                 max_rows=section.max_rows,
                 empty=section.empty,
                 warning=section.warning(table) if section.warning and table.num_rows else "",
@@ -62,8 +45,6 @@ def render_report(
             elif table.num_rows:
                 rendered.spec = charts.spec(section.chart(table))
             sections.append(rendered)
-    finally:
-        con.close()
     provenance = [
         ("Command", command_line),
         ("kvtrace", __version__),

@@ -1,0 +1,69 @@
+"""A report's runs selected and its settings set on one connection, its sections' rows on
+demand: what the HTML page and the Python charts (`kvtrace.charts`) both draw from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from kvtrace.analysis import open_analysis_connection
+from kvtrace.errors import QueryError
+from kvtrace.reports._model import ReportDefinition, Scope, Section, load_queries
+from kvtrace.warehouse import Warehouse
+
+
+class ScopedReport:
+    """``report`` over the runs its selector chose on ``con``: each section's query runs
+    once, however many sections show it."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, report: ReportDefinition, scope: Scope
+    ) -> None:
+        self.con = con
+        self.report = report
+        self.scope = scope
+        self.queries = load_queries(report.name)
+        self._results: dict[str, pa.Table] = {}
+
+    def sql(self, section: Section) -> str:
+        """The section's query, with its comment header."""
+        return self.queries[section.query]
+
+    def rows(self, section: Section) -> pa.Table:
+        """The rows of the section's query (run once per query)."""
+        if section.query not in self._results:
+            try:
+                self._results[section.query] = self.con.sql(self.sql(section)).to_arrow_table()
+            except duckdb.Error as exc:
+                raise QueryError(
+                    f"the {self.report.name} report's query {section.query} "
+                    f"failed: {str(exc).splitlines()[0]}"
+                ) from None
+        return self._results[section.query]
+
+
+@contextmanager
+def scoped(
+    warehouse: Warehouse,
+    report: ReportDefinition,
+    *,
+    runs: list[str],
+    experiments: list[str],
+    settings: Mapping[str, Any] | None = None,
+) -> Iterator[ScopedReport]:
+    """``report`` with its runs selected from ``runs`` / ``experiments`` (InputError when
+    nothing matches) and its settings (``getvariable``) set: the selector's, then the
+    user's ``settings``; the connection closes on leaving."""
+    con = open_analysis_connection(warehouse)
+    try:
+        scope = report.select(con, runs, experiments)
+        scope.variables.update(settings or {})
+        for name, value in sorted(scope.variables.items()):
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+        yield ScopedReport(con, report, scope)
+    finally:
+        con.close()
