@@ -8,7 +8,8 @@ The public API (imported on first use, so ``import kvtrace`` stays light):
   of a running engine; `record_topk` (layer, indices, scores) reports one layer's top-k
   to it from inside the indexer; `current_tracer` () -> the open one, if any;
   `DsaTracer`: the tracer itself;
-- `KvtraceError`: what the library raises, with one sentence for the user.
+- `KvtraceError`: what the library raises, with one sentence for the user;
+- `charts`: every report's charts as Altair charts (`kvtrace.charts.names()`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ _LAZY = {
     "record_topk": "kvtrace.collectors.tracing",
     "current_tracer": "kvtrace.collectors.tracing",
 }
+_SUBMODULES = ("charts",)  # imported on first use too
 
 if TYPE_CHECKING:
+    from kvtrace import charts
     from kvtrace.analysis import connect
     from kvtrace.collectors.dsa_tracer import DsaTracer
     from kvtrace.collectors.tracing import current_tracer, record_topk, trace
@@ -39,6 +42,10 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"kvtrace.{name}")
     raise AttributeError(f"module 'kvtrace' has no attribute {name!r}")
 
 
@@ -47,6 +54,7 @@ __all__ = [
     "KvtraceError",
     "Warehouse",
     "__version__",
+    "charts",
     "connect",
     "current_tracer",
     "record_topk",
