@@ -36,6 +36,7 @@ class Section:
     empty: str = "Nothing to show: the query returned no rows."
     max_rows: int = 200
     warning: Callable[[pa.Table], str] | None = None  # a caveat the rows call for
+    blank: Callable[[pa.Table], str] | None = None  # why rows show nothing, or ""
 
 
 @dataclass(frozen=True)
