@@ -12,7 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from kvtrace.sql.text_table import cell_text, format_column
+from kvtrace.reports._format import number_column
+from kvtrace.sql.text_table import cell_text
 
 VENDOR = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
 
@@ -68,7 +69,8 @@ def page(
     generated_at: str,
     sections: list[RenderedSection],
 ) -> str:
-    """The whole report as one HTML document."""
+    """The whole report as one HTML document; a provenance value of several lines shows
+    them one under another."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -82,7 +84,10 @@ def page(
         f"<p>{escape(summary)}</p>",
         '<dl class="provenance">',
     ]
-    parts += [f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in provenance]
+    parts += [
+        f"<dt>{escape(k)}</dt><dd>{'<br>'.join(escape(line) for line in v.splitlines())}</dd>"
+        for k, v in provenance
+    ]
     parts += ["</dl>", f'<p class="generated">Generated at {escape(generated_at)}</p>', "<nav><ol>"]
     parts += [f'<li><a href="#{s.anchor}">{escape(s.title)}</a></li>' for s in sections]
     parts.append("</ol></nav>")
@@ -126,7 +131,7 @@ def _section(section: RenderedSection, specs: list[tuple[str, dict]]) -> list[st
 
 def html_table(table: pa.Table, max_rows: int) -> str:
     """An HTML table of the first ``max_rows`` rows, saying how many were left out: one
-    number format per column (`kvtrace.sql.text_table`), run ids and long text shortened
+    numbers written by the reports' rule (`kvtrace.reports._format`), run ids and long text shortened
     with the whole value on hover, inside a box that scrolls when the table is wide."""
     shown = table.slice(0, max_rows)
     columns = [_cells(name, shown[name].to_pylist()) for name in table.column_names]
@@ -155,7 +160,7 @@ TEXT_SHOWN = 60  # characters of other text shown in full
 
 def _cells(name: str, values: list[Any]) -> tuple[list[str], bool]:
     """The ``<td>`` elements of one column, and whether it is numeric."""
-    texts, numeric = format_column(values, null="")
+    texts, numeric = number_column(values)
     if numeric:
         return [f"<td>{escape(text)}</td>" for text in texts], True
     runs = "run" in name

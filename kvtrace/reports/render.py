@@ -40,7 +40,10 @@ def render_report(
                 empty=section.empty,
                 warning=section.warning(table) if section.warning and table.num_rows else "",
             )
-            if section.chart is None:
+            why_blank = section.blank(table) if section.blank and table.num_rows else ""
+            if why_blank:  # rows, but nothing in them to draw: one line says why
+                rendered.empty = why_blank
+            elif section.chart is None:
                 rendered.table = table
             elif table.num_rows:
                 rendered.spec = charts.spec(section.chart(table))
@@ -49,12 +52,12 @@ def render_report(
         ("Command", command_line),
         ("kvtrace", __version__),
         ("Warehouse version", str(warehouse.version)),
-        *[("Selection", line) for line in scope.lines],
-        *[
-            (f"Setting {name}", "none" if value is None else str(value))
-            for name, value in sorted(scope.variables.items())
-        ],
+        ("Selection", "\n".join(scope.lines)),
     ]
+    if settings:  # the user's; the selector's own values are in its selection lines
+        provenance.append(
+            ("Settings", "; ".join(f"{name} = {value:g}" for name, value in sorted(settings.items())))
+        )
     stamp = (generated_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
     return page(
         title=report.title,

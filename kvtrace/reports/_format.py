@@ -1,0 +1,77 @@
+"""How the reports write numbers, in tables and on chart axes alike.
+
+One rule for counts, ratios, times and bytes:
+
+- A whole number (a count, blocks, tokens, bytes, or a float with nothing after the point)
+  is written whole, with thousands separators: ``100``, ``60,000``, ``2,871``.
+- Any other number keeps three significant digits, and every digit before the point:
+  ``0.0570``, ``0.110``, ``5.51``, ``31.4``, ``1,548``; never in e-notation.
+- A share (0 to 1) on an axis is a whole percentage (``40%``); in a table it is a number
+  by the rule above, its column name saying it is a share.
+- Times and bytes are numbers in the unit their column or axis title names (``_ms``,
+  ``µs``, ``GB/s``), by the same rule.
+
+Each number is written on its own, so a row of statistics (min, p50, max) reads with the
+same precision in every column.  The axis formats below are d3-format strings that follow
+the rule; an axis of plain numbers keeps Vega's own ticks, which are round numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from decimal import Decimal
+
+SIGNIFICANT = 3
+
+COUNT_AXIS = ",d"  # whole numbers with thousands separators: 60,000
+SHARE_AXIS = ".0%"  # a share of 0 to 1 as a whole percentage: 40%
+NUMBER_AXIS = ",.3~r"  # three significant digits, no e-notation: 0.901, 1,550
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a number a table right-aligns (booleans are not)."""
+    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
+
+
+def number_text(value: int | float | Decimal) -> str:
+    """``value`` written by the reports' rule (module docstring); NaN and infinities as
+    ``NaN``, ``inf`` and ``-inf``."""
+    number = float(value)
+    if not math.isfinite(number):
+        return "NaN" if math.isnan(number) else ("inf" if number > 0 else "-inf")
+    if isinstance(value, int) or number == int(number):
+        return f"{int(value):,}" if isinstance(value, int) else f"{int(number):,}"
+    digits_before_point = math.floor(math.log10(abs(number))) + 1
+    decimals = max(SIGNIFICANT - digits_before_point, 0)
+    text = f"{number:,.{decimals}f}"
+    return "0" if float(text.replace(",", "")) == 0 else text
+
+
+def number_column(values: Sequence[object], null: str = "") -> tuple[list[str], bool]:
+    """A table column's cells when every present value is a number (``null`` for a
+    missing one), and True; otherwise no cells and False."""
+    present = [v for v in values if v is not None]
+    if not present or not all(is_number(v) for v in present):
+        return [], False
+    return [null if v is None else number_text(v) for v in values], True  # type: ignore[arg-type]
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """A sort key that orders the numbers inside ``text`` by value: ``stream 7`` before
+    ``stream 23`` before ``stream 203``."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in _DIGITS.split(text)
+        if part
+    )
+
+
+def natural_order(values: Sequence[object]) -> list[str]:
+    """The distinct ``values`` as text, in `natural_key` order: an explicit sort for a
+    chart's nominal axis or facet whose labels hold numbers."""
+    return sorted({str(v) for v in values if v is not None}, key=natural_key)
