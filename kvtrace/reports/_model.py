@@ -45,6 +45,7 @@ class Scope:
 
     lines: list[str]  # shown in the report header: what was selected, how
     variables: dict[str, Any] = field(default_factory=dict)
+    warning: str = ""  # a caveat about the whole selection, shown under the header
 
 
 Selector = Callable[[duckdb.DuckDBPyConnection, list[str], list[str]], Scope]
@@ -61,6 +62,8 @@ class ReportDefinition:
     summary: str
     select: Selector
     sections: tuple[Section, ...]
+    # Checks the --run / --experiment values before the warehouse opens (InputError)
+    check_arguments: Callable[[list[str], list[str]], None] | None = None
 
 
 def load_queries(report: str) -> dict[str, str]:
