@@ -49,6 +49,7 @@ def report_command(
 
     Example: kvtrace report dsa --run demo-ruler-dsa-ref --output dsa.html
     """
+    _check_arguments(name, run or [], experiment or [])  # before the warehouse opens
     _write_report(
         _open(as_of=as_of),
         ReportSpec(
@@ -60,6 +61,15 @@ def report_command(
         ),
     )
     out.say(f"wrote {output}")
+
+
+def _check_arguments(name: str, runs: list[str], experiments: list[str]) -> None:
+    """The report's own check of its --run / --experiment values (compare: two sides)."""
+    from kvtrace.reports import reports
+
+    check = reports()[name].check_arguments
+    if check is not None:
+        check(runs, experiments)
 
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
