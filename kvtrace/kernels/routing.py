@@ -105,11 +105,12 @@ def _radix_request(  # pragma: no cover
     heaped: int,
     size: int,
     clock: int,
+    no_uses: np.ndarray,
 ) -> tuple[int, int, int]:
     """A request in one worker's radix tree, its hit ``run`` found: the steps of
-    `kvtrace.kernels.radix_cache` under LRU; (heap size, tree size, clock)."""
-    unused = np.zeros(0, np.int64)
-    clock, heaped = _touch(nodes, start, run, clock, unused, False, state, children, heap, heaped)
+    `kvtrace.kernels.radix_cache` under LRU (``no_uses``: OPT's next uses, empty);
+    (heap size, tree size, clock)."""
+    clock, heaped = _touch(nodes, start, run, clock, no_uses, False, state, children, heap, heaped)
     guard = nodes[start + run - 1] if run > 0 else root
     for index in range(start + run, end):
         node = nodes[index]
@@ -180,6 +181,7 @@ def _route(  # pragma: no cover
     for _ in range(workers if cache == RADIX else 1):
         heaps.append(np.empty(1 << 10, np.int64))
     pool_ends = np.full((workers, 2), -1, np.int64)  # each pool's newest and oldest slot
+    no_uses = np.zeros(0, np.int64)
     listed = np.zeros(present.shape[1] if cache == RADIX else 1, np.bool_)  # compaction's
     runs = np.zeros(workers, np.int64)
     by_end = np.argsort(ends, kind="mergesort")
@@ -262,6 +264,7 @@ def _route(  # pragma: no cover
             heaped[worker],
             sizes[worker],
             clock,
+            no_uses,
         )
     return chosen, hits, loads
 
