@@ -50,6 +50,7 @@ import pyarrow as pa
 from kvtrace.errors import InputError
 from kvtrace.ingest._lines import NESTED_TOO_DEEPLY, is_gzip
 from kvtrace.ingest._repeats import Repeats
+from kvtrace.ingest._sources import printable
 from kvtrace.ingest._values import EXACT_LIMIT, BadValue, finite_number, whole_number
 from kvtrace.ingest.family import Advance, FileRows, IngestOptions
 from kvtrace.ingest.probe import Probe
@@ -78,6 +79,7 @@ _WHITESPACE = re.compile(r"\s*")
 _COLON = re.compile(r"\s*:\s*")
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _DECODER = json.JSONDecoder()
+_DISTRIBUTED_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
 TOO_DEEP = object()  # stands for a value nested too deeply to decode
 
 
@@ -592,6 +594,27 @@ def _raw(event: Event) -> str:
     return msgspec.json.encode(event).decode()[:2000]
 
 
+def is_one_process(head: bytes) -> bool:
+    """Whether a trace's ``distributedInfo`` (Kineto writes it before the events) makes
+    it its job's only process: no ``world_size`` above 1 and no ``rank`` above 0."""
+    match = _DISTRIBUTED_INFO.search(head)
+    try:
+        info = json.loads(match.group(1)) if match is not None else {}
+    except ValueError:
+        info = {}
+    world_size, rank = info.get("world_size"), info.get("rank")
+    several = type(world_size) is int and world_size > 1
+    return not several and not (type(rank) is int and rank > 0)
+
+
+def trace_file_stem(path: Path) -> str:
+    """A profiler trace's file name without ``.pt``, ``.trace``, ``.json`` and ``.gz``."""
+    stem = path.name
+    for suffix in (".gz", ".json", ".trace", ".pt"):
+        stem = stem.removesuffix(suffix)
+    return printable(stem or path.name)
+
+
 def _counter_raw(event: Event, args: Any) -> str:
     """A counter event as JSON, for the quarantine."""
     fields = {f: getattr(event, f) for f in ("ph", "cat", "name", "pid", "tid", "ts")}
@@ -620,7 +643,14 @@ class TimelineFamily:
         return "kineto"
 
     def run_name(self, probe: Probe, fmt: str, options: IngestOptions) -> str:
-        return options.run_name or probe.source.default_run_name()
+        """``--run-name``, else the file's name for a trace named on the command line
+        that is one job's only process, else the folder's (the ranks of one job, and a
+        run folder's trace and counters, join one run)."""
+        if options.run_name:
+            return options.run_name
+        if probe.source.named and is_one_process(probe.head):
+            return trace_file_stem(probe.path)
+        return probe.source.default_run_name()
 
     def read(
         self, probe: Probe, fmt: str, sink: FileSink, options: IngestOptions, advance: Advance
