@@ -65,9 +65,9 @@ def report_command(
 
 def _check_arguments(name: str, runs: list[str], experiments: list[str]) -> None:
     """The report's own check of its --run / --experiment values (compare: two sides)."""
-    from kvtrace.reports import reports
+    from kvtrace.reports import REPORTS
 
-    check = reports()[name].check_arguments
+    check = next(listed for listed in REPORTS if listed.name == name).check_arguments
     if check is not None:
         check(runs, experiments)
 

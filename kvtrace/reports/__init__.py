@@ -9,9 +9,12 @@ report's module, with DuckDB and altair, loads when it is asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING
+
+from kvtrace.reports._arguments import two_sides
 
 if TYPE_CHECKING:
     from kvtrace.reports._model import ReportDefinition
@@ -24,6 +27,8 @@ class ListedReport:
 
     name: str
     reads: str
+    # Checks its --run / --experiment values before the warehouse opens (InputError)
+    check_arguments: Callable[[list[str], list[str]], None] | None = None
 
     @property
     def module(self) -> str:
@@ -35,7 +40,7 @@ REPORTS: tuple[ListedReport, ...] = (
     ListedReport("dsa", "DSA top-k traces"),
     ListedReport("pool", "KV pool snapshots"),
     ListedReport("serving", "request metrics and serving benchmarks"),
-    ListedReport("compare", "two experiments or two run selections"),
+    ListedReport("compare", "two experiments or two run selections", two_sides),
     ListedReport("whatif", "DSA top-k traces replayed through simulated KV caches"),
     ListedReport("eval", "scored RULER predictions"),
     ListedReport("workload", "arrival traces and the timings of their benchmarks"),

@@ -68,9 +68,10 @@ def page(
     provenance: list[tuple[str, str]],
     generated_at: str,
     sections: list[RenderedSection],
+    warning: str = "",
 ) -> str:
     """The whole report as one HTML document; a provenance value of several lines shows
-    them one under another."""
+    them one under another; ``warning`` (about the whole selection) shows under them."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -88,7 +89,10 @@ def page(
         f"<dt>{escape(k)}</dt><dd>{'<br>'.join(escape(line) for line in v.splitlines())}</dd>"
         for k, v in provenance
     ]
-    parts += ["</dl>", f'<p class="generated">Generated at {escape(generated_at)}</p>', "<nav><ol>"]
+    parts.append("</dl>")
+    if warning:
+        parts.append(f'<p class="warning">{escape(warning)}</p>')
+    parts += [f'<p class="generated">Generated at {escape(generated_at)}</p>', "<nav><ol>"]
     parts += [f'<li><a href="#{s.anchor}">{escape(s.title)}</a></li>' for s in sections]
     parts.append("</ol></nav>")
     specs: list[tuple[str, dict]] = []

@@ -62,8 +62,6 @@ class ReportDefinition:
     summary: str
     select: Selector
     sections: tuple[Section, ...]
-    # Checks the --run / --experiment values before the warehouse opens (InputError)
-    check_arguments: Callable[[list[str], list[str]], None] | None = None
 
 
 def load_queries(report: str) -> dict[str, str]:

@@ -8,7 +8,9 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._arguments import two_sides
+from kvtrace.reports._charts import WIDTH, blank_when_zero, data
+from kvtrace.reports._format import SHARE_AXIS
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
@@ -19,7 +21,8 @@ SINGLE_RUN = (
 
 
 def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:
-    if len(experiments) == 2 and not runs:
+    two_sides(runs, experiments)
+    if len(experiments) == 2:
         mode, left, right = "experiments", *experiments
         candidates = (
             "SELECT run_id, NULL AS run_name, experiment FROM request_metrics "
@@ -33,7 +36,7 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
                 con, candidates, runs=[], experiments=[right], what="runs", table="report_right"
             ),
         ]
-    elif len(runs) == 2 and not experiments:
+    else:
         mode, left, right = "runs", *runs
         candidates = (
             "SELECT run_id, run_name, NULL AS experiment FROM runs "
@@ -48,12 +51,6 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
                 con, candidates, runs=[right], experiments=[], what=what, table="report_right"
             ),
         ]
-    else:
-        raise InputError(
-            "compare needs two sides: --experiment A --experiment B, or "
-            "--run A --run B (DSA or profiler runs: a run id or a run name shared by several "
-            "runs)"
-        )
     con.execute("""
         CREATE OR REPLACE TEMP TABLE report_sides AS
         SELECT run_id, 'left' AS side FROM report_left
@@ -61,11 +58,31 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
     return Scope(
         [f"left: {lines[0]}", f"right: {lines[1]}"],
         {"mode": mode, "left_side": left, "right_side": right},
+        warning=_same_sides_warning(con),
+    )
+
+
+def _same_sides_warning(con: duckdb.DuckDBPyConnection) -> str:
+    """A warning when both sides hold the same runs: every difference is then 0."""
+    left, right = (
+        {row[0] for row in con.execute(f"SELECT run_id FROM {table}").fetchall()}
+        for table in ("report_left", "report_right")
+    )
+    if left != right:
+        return ""
+    return (
+        "Both sides select the same runs, so every difference below is 0 by construction: "
+        "give two different experiments or runs."
     )
 
 
 def _single_run_warning(rows: pa.Table) -> str:
     return SINGLE_RUN if any(rows["single_run"].to_pylist()) else ""
+
+
+_no_difference = blank_when_zero(
+    "delta_rel", "The two sides do not differ: every relative difference is 0."
+)
 
 
 def _trace_diff(rows: pa.Table):
@@ -91,7 +108,7 @@ def _deltas(rows: pa.Table):
             x=alt.X(
                 "delta_rel:Q",
                 title="relative difference (right - left) / left",
-                axis=alt.Axis(format="%"),
+                axis=alt.Axis(format=SHARE_AXIS),
             ),
             color=alt.Color(
                 "single_run:N",
@@ -122,6 +139,7 @@ REPORT = ReportDefinition(
             chart=_deltas,
             warning=_single_run_warning,
             empty="Not an experiment comparison (sides given with --run).",
+            blank=_no_difference,
         ),
         Section(
             "modes",
@@ -141,6 +159,7 @@ REPORT = ReportDefinition(
             chart=_deltas,
             warning=_single_run_warning,
             empty="Not a DSA run comparison (sides given with --experiment).",
+            blank=_no_difference,
         ),
         Section(
             "trace_diff",

@@ -65,4 +65,5 @@ def render_report(
         provenance=provenance,
         generated_at=stamp,
         sections=sections,
+        warning=scope.warning,
     )
