@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -47,7 +48,8 @@ def capacity_curve(
 ) -> alt.Chart:
     """Hit rate (0 to 1) against cache capacity in blocks on a log2 axis, a line with
     points per series: colour by ``color``, and ``by`` (a second field) told apart by
-    the line's dashes and the points' shapes."""
+    the line's dashes and the points' shapes, under one legend (that of the shapes: a
+    dash legend of a line with points would show the same dot for every value)."""
     return (
         alt.Chart(data(rows), width=WIDTH)
         .mark_line(point=True)
@@ -55,7 +57,7 @@ def capacity_curve(
             x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", base=2), title=x_title),
             y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
             color=color,
-            strokeDash=alt.StrokeDash(f"{by}:N", title=by_title),
+            strokeDash=alt.StrokeDash(f"{by}:N", legend=None),
             shape=alt.Shape(f"{by}:N", title=by_title),
         )
     )
@@ -70,6 +72,26 @@ def with_lone_points(line: alt.Chart, series: list[str]) -> alt.LayerChart:
         .transform_filter("datum.rows_in_series == 1")
     )
     return alt.LayerChart(layer=[line, lone])
+
+
+def blank_when_zero(field: str, why: str) -> Callable[[pa.Table], str]:
+    """A section's ``blank``: ``why`` when ``field`` is 0 or missing in every row (bars
+    of length 0 draw an empty frame)."""
+
+    def blank(rows: pa.Table) -> str:
+        return "" if any(rows[field].to_pylist()) else why
+
+    return blank
+
+
+def blank_when_missing(field: str, why: str) -> Callable[[pa.Table], str]:
+    """A section's ``blank``: ``why`` when ``field`` is missing (null or NaN) in every row."""
+
+    def blank(rows: pa.Table) -> str:
+        present = [v for v in rows[field].to_pylist() if v is not None and v == v]
+        return "" if present else why
+
+    return blank
 
 
 LEGEND_LABEL_LIMIT = 480  # pixels of a legend label (Vega's default, 160, cuts run ids)

@@ -6,7 +6,7 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._charts import WIDTH, blank_when_zero, data
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
@@ -79,6 +79,11 @@ REPORT = ReportDefinition(
             "Accuracy by task and context length",
             "A sample is right when its score is 1.",
             chart=_accuracy,
+            blank=blank_when_zero(
+                "ruler_score",
+                "Every selected run scored 0 on every task: no sample was answered right "
+                "(the error classes below say how they went wrong).",
+            ),
         ),
         Section(
             "error_classes",

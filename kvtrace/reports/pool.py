@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._charts import WIDTH, blank_when_zero, data
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import runs_in
 
@@ -119,6 +119,11 @@ REPORT = ReportDefinition(
             "throughput",
             "Decode throughput by pool state",
             empty="The servers did not report last_gen_throughput.",
+            blank=blank_when_zero(
+                "with_throughput",
+                "No tick reported last_gen_throughput, so there is no throughput to compare "
+                "between pool states.",
+            ),
         ),
     ),
 )
