@@ -6,14 +6,17 @@ One rule for counts, ratios, times and bytes:
   is written whole, with thousands separators: ``100``, ``60,000``, ``2,871``.
 - Any other number keeps three significant digits, and every digit before the point:
   ``0.0570``, ``0.110``, ``5.51``, ``31.4``, ``1,548``; never in e-notation.
-- A share (0 to 1) on an axis is a whole percentage (``40%``); in a table it is a number
+- A share (0 to 1) on an axis is a percentage with no trailing zeros (``40%``,
+  ``0.5%``, never ``0.000000%``); in a table it is a number
   by the rule above, its column name saying it is a share.
 - Times and bytes are numbers in the unit their column or axis title names (``_ms``,
   ``µs``, ``GB/s``), by the same rule.
 
 Each number is written on its own, so a row of statistics (min, p50, max) reads with the
 same precision in every column.  The axis formats below are d3-format strings that follow
-the rule; an axis of plain numbers keeps Vega's own ticks, which are round numbers.
+the rule; an axis of plain numbers keeps Vega's own ticks, which are round numbers,
+except where all its values may be one (then Vega's ticks are ``0.900990``): such an
+axis starts at zero or takes `NUMBER_AXIS`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from decimal import Decimal
 SIGNIFICANT = 3
 
 COUNT_AXIS = ",d"  # whole numbers with thousands separators: 60,000
-SHARE_AXIS = ".0%"  # a share of 0 to 1 as a whole percentage: 40%
+SHARE_AXIS = "~%"  # a share of 0 to 1 as a percentage, no trailing zeros: 40%, 0.5%
 NUMBER_AXIS = ",.3~r"  # three significant digits, no e-notation: 0.901, 1,550
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
+from kvtrace.reports._format import NUMBER_AXIS, SHARE_AXIS
 from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
@@ -33,7 +34,12 @@ def select(con, runs: list[str], experiments: list[str]) -> Scope:
 def _latency_throughput(rows: pa.Table):
     base = alt.Chart(data(rows), width=WIDTH // 3 - 20, height=220)
     lines = base.mark_line(point=True).encode(
-        x=alt.X("request_throughput:Q", title="requests per second"),
+        x=alt.X(
+            "request_throughput:Q",
+            title="requests per second",
+            scale=alt.Scale(zero=True),
+            axis=alt.Axis(format=NUMBER_AXIS),
+        ),
         y=alt.Y("latency_ms:Q", title="milliseconds"),
         color=series_color(rows, "series"),
         strokeDash=alt.StrokeDash("statistic:N", title=None),
@@ -51,7 +57,12 @@ def _latency_throughput(rows: pa.Table):
 def _latency_load(rows: pa.Table):
     base = alt.Chart(data(rows), width=WIDTH // 2 - 30, height=220)
     lines = base.mark_line(point=True).encode(
-        x=alt.X("request_rate:Q", title="requests per second asked for"),
+        x=alt.X(
+            "request_rate:Q",
+            title="requests per second asked for",
+            scale=alt.Scale(zero=True),
+            axis=alt.Axis(format=NUMBER_AXIS),
+        ),
         y=alt.Y("latency_ms:Q", title="milliseconds"),
         color=series_color(rows, "series"),
         strokeDash=alt.StrokeDash("statistic:N", title=None),
@@ -72,7 +83,7 @@ def _batch_sizes(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("batch_size:O", title="requests in the batch"),
-            y=alt.Y("share:Q", title="share of batches", axis=alt.Axis(format="%")),
+            y=alt.Y("share:Q", title="share of batches", axis=alt.Axis(format=SHARE_AXIS)),
             color=series_color(rows, "run_id"),
             xOffset="run_id:N",
             tooltip=["run_id:N", "batch_size:O", "batches:Q", "share:Q", "time_share:Q"],
@@ -86,7 +97,7 @@ def _deciles(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("decile:O", title="decile of the run"),
-            y=alt.Y("error_rate:Q", title="error rate", axis=alt.Axis(format="%")),
+            y=alt.Y("error_rate:Q", title="error rate", axis=alt.Axis(format=SHARE_AXIS)),
             color=series_color(rows, "run_id"),
             xOffset="run_id:N",
             tooltip=["run_id:N", "decile:O", "requests:Q", "error_rate:Q"],
@@ -101,7 +112,7 @@ def _workers(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("decode_worker:N", title="decode worker"),
-            y=alt.Y("error_rate:Q", title="error rate", axis=alt.Axis(format="%")),
+            y=alt.Y("error_rate:Q", title="error rate", axis=alt.Axis(format=SHARE_AXIS)),
             color=series_color(rows, "run_id"),
             xOffset="run_id:N",
             tooltip=["run_id:N", "decode_worker:N", "requests:Q", "errors:Q"],
