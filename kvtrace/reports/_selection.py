@@ -44,12 +44,27 @@ def select_runs(
             if asked
             else f"the warehouse holds no {what}"
         )
-    listed = [
-        f"{run_id} ({name or '-'}{', ' + experiment if experiment else ''})"
-        for run_id, name, experiment in chosen[:MAX_LISTED]
-    ]
+    listed = [_described(*row) for row in chosen[:MAX_LISTED]]
     more = len(chosen) - MAX_LISTED
-    return [f"{len(chosen)} {what}: " + "; ".join(listed) + (f"; {more} more" if more > 0 else "")]
+    counted = f"{len(chosen)} {_singular(what) if len(chosen) == 1 else what}"
+    return [f"{counted}: " + "; ".join(listed) + (f"; {more} more" if more > 0 else "")]
+
+
+def _described(run_id: str, name: str | None, experiment: str | None) -> str:
+    """A run as the header lists it: its id, then its name and experiment where they are
+    given and say something the id and each other do not."""
+    said = [
+        text
+        for text in dict.fromkeys((name, experiment))
+        if text and not run_id.startswith(f"{text}-")
+    ]
+    return f"{run_id} ({', '.join(said)})" if said else run_id
+
+
+def _singular(what: str) -> str:
+    """``what`` (a plural such as "DSA runs") for one: "DSA run"."""
+    head, _, last = what.rpartition(" ")
+    return f"{head} {last[:-1]}".strip() if last.endswith("s") else what
 
 
 def runs_in(table: str, what: str) -> Selector:

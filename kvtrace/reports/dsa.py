@@ -12,6 +12,9 @@ from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
 
+DEFAULT_BLOCK_SIZE = 64  # tokens per block: kvtrace collect dsa's default, the demo's summary
+
+
 def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[str]) -> Scope:
     lines = select_runs(
         con,
@@ -20,14 +23,26 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
         experiments=experiments,
         what="DSA runs",
     )
-    con.execute("""
+    con.execute(
+        """
         CREATE OR REPLACE TEMP TABLE report_base AS
-        SELECT run_id, min(block_size) AS block_size FROM dsa_steps
-        WHERE run_id IN (SELECT run_id FROM report_runs) GROUP BY run_id""")
-    size = (con.execute("SELECT min(block_size) FROM report_base").fetchone() or (None,))[0]
-    if size is None:
+        SELECT run_id,
+               CASE WHEN list_contains(list(DISTINCT block_size), $default) THEN $default
+                    ELSE max(block_size) END AS block_size
+        FROM dsa_steps
+        WHERE run_id IN (SELECT run_id FROM report_runs) GROUP BY run_id""",
+        {"default": DEFAULT_BLOCK_SIZE},
+    )
+    sizes = sorted(row[0] for row in con.execute("SELECT block_size FROM report_base").fetchall())
+    if not sizes:
         raise InputError("the selected DSA runs hold no dsa_steps rows")
-    return Scope(lines, {"block_size": int(size)})
+    shown = ", ".join(str(size) for size in dict.fromkeys(sizes))
+    lines.append(
+        f"block size {shown} tokens: {DEFAULT_BLOCK_SIZE} where a run was traced at it "
+        "(the collector's default), else the run's largest"
+    )
+    common = DEFAULT_BLOCK_SIZE if DEFAULT_BLOCK_SIZE in sizes else sizes[-1]
+    return Scope(lines, {"block_size": common})
 
 
 def _unique_blocks(rows: pa.Table):

@@ -6,10 +6,20 @@ import altair as alt
 import pyarrow as pa
 
 from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._format import natural_order
 from kvtrace.reports._model import ReportDefinition, Section
 from kvtrace.reports._selection import runs_in
 
-_LANE = alt.Row("lane:N", title="", header=alt.Header(labelAngle=0, labelAlign="left"))
+
+
+def _lanes(rows: pa.Table) -> alt.Row:
+    """One facet row per lane, streams in number order (7, 23, 203), not as text."""
+    return alt.Row(
+        "lane:N",
+        title="",
+        header=alt.Header(labelAngle=0, labelAlign="left"),
+        sort=natural_order(rows["lane"].to_pylist()),
+    )
 
 
 def _lane_bars(part: str, parts: list[str], y_title: str):
@@ -25,7 +35,7 @@ def _lane_bars(part: str, parts: list[str], y_title: str):
                 color=alt.Color(f"{part}:N", title="", scale=alt.Scale(domain=parts)),
                 tooltip=["lane:N", "iteration:O", f"{part}:N", "us:Q"],
             )
-            .facet(row=_LANE)
+            .facet(row=_lanes(rows))
             .resolve_scale(x="independent", y="independent")
         )
 
@@ -39,7 +49,7 @@ def _gantt(rows: pa.Table):
         .encode(
             x=alt.X("start_us:Q", title="microseconds since the iteration's first GPU event"),
             x2="end_us:Q",
-            y=alt.Y("stream:N", title=""),
+            y=alt.Y("stream:N", title="", sort=natural_order(rows["stream"].to_pylist())),
             color=alt.Color("what:N", title="what ran"),
             tooltip=["stream:N", "what:N", "start_us:Q", "end_us:Q"],
         )
@@ -119,8 +129,10 @@ REPORT = ReportDefinition(
         Section(
             "copy_bandwidth",
             "Copy bandwidth",
-            "Copies of at least 1 MB; compare with the link's peak (PCIe 4.0 x16 moves "
-            "about 25 GB/s each way, PCIe 5.0 x16 about 50).",
+            "Copies of at least 1 MB, by direction. Host-device copies (HtoD, DtoH) "
+            "cross PCIe: 4.0 x16 moves about 25 GB/s each way, 5.0 x16 about 50. "
+            "Device-to-device copies (DtoD) stay in GPU memory and are bounded by its "
+            "bandwidth (hundreds of GB/s and more), not by PCIe.",
             chart=_bandwidth,
             empty="No copies of at least 1 MB in the selected traces.",
         ),

@@ -1,6 +1,6 @@
 -- Queries of the dsa report.  Every query reads only the runs in report_runs, each at
--- its smallest stored block size (report_base: run_id, block_size) unless it says
--- otherwise.  Percentiles are linear (quantile_cont).
+-- report's block size (report_base: run_id, block_size; 64 tokens where the run was
+-- traced at 64, else its largest stored size) unless it says otherwise.  Percentiles are linear (quantile_cont).
 
 -- @query summary
 -- The statistics of the tracer's summary.json per run, dataset and stored block size:
@@ -133,8 +133,8 @@ FROM binned GROUP BY ALL
 ORDER BY ALL;
 
 -- @query selection_shape
--- Per run and layer at the report's block size (dsa_shape_layers; each run read at its
--- smallest stored size): means over the layer's rows of the block span (blocks), the
+-- Per run and layer at the report's block size (dsa_shape_layers; each run read at the
+-- report's block size): means over the layer's rows of the block span (blocks), the
 -- density (unique blocks / span), the normalised entropy and the Gini coefficient of the
 -- selected tokens over the touched blocks, the shares of touched blocks within the last
 -- 4, 16 and 64 blocks of the sequence and the distance from the current block (blocks);
@@ -180,11 +180,12 @@ GROUP BY ALL ORDER BY ALL;
 -- @query kv_fetch
 -- Where the KV reads were served from, as the tracer's tier model recorded them (HBM
 -- only unless a tier model was given): blocks, bytes and read operations per tier, and a
--- note where a tier served blocks without moving bytes (HBM reads them in place).
-SELECT f.run_id, f.block_size, tier, rows, blocks, bytes_read, read_ops, block_share,
-       latency_us_mean,
+-- note beside the tier where it served blocks without moving bytes (HBM reads them in
+-- place), where a reader sees it before the numbers it explains.
+SELECT f.run_id, f.block_size, tier,
        CASE WHEN blocks > 0 AND bytes_read = 0
             THEN 'read in place: no bytes move between tiers'
-       END AS note
+       END AS note,
+       rows, blocks, bytes_read, read_ops, block_share, latency_us_mean
 FROM dsa_kv_fetch AS f JOIN report_base USING (run_id, block_size)
 ORDER BY f.run_id, list_position(['hbm', 'local_pool', 'remote_pool'], tier);
