@@ -32,9 +32,6 @@
 -- the second request 2/3 + 0.5 x (1 - 1/128) on worker 0 against 0 + 0.5 on worker 1:
 -- worker 0, hit 2; the third (no hit anywhere) goes to the less loaded worker 1; the
 -- fourth to worker 0 (hit 2): 4 of the 8 blocks read hit, against 2 for round_robin.
---
--- @requires workload.sql
--- @requires kv_events.sql
 
 -- @macro workload_routing(workers, capacity_blocks, policy, cache, capacity_bytes, bytes_per_token, model, tpot_ms, threshold, overlap_weight)
 -- Per run with hashes and policy: one row for the fleet (worker NULL), then one per
@@ -93,29 +90,3 @@ SELECT unnest(kvtrace_routing_requests(workers::BIGINT, capacity_blocks::BIGINT,
                                        model::VARCHAR, tpot_ms::DOUBLE, threshold::DOUBLE,
                                        overlap_weight::DOUBLE),
               recursive := true);
-
--- @macro kv_routing_score(run_id)
--- Routing scored on engine KV events (kvtrace/analysis/kv_routing.py): per request of
--- kv_events_as_workload (a stored event; same request_idx) of run_id (NULL: every run),
--- the worker that stored its blocks beside the worker that held the longest prefix of
--- it when it arrived, the workers' caches replayed from the events (stored adds blocks,
--- removed drops them, cleared and restart empty the worker).  A request's prompt is the
--- prefix chain up to its event's last block.  Limits: a request that found every block
--- cached stores none and is not seen; a chain stops at a parent no stored event names;
--- the router compared against knows every cache exactly and no load, so a request that
--- load balancing sent elsewhere counts as a disagreement.
--- Example: worker A stores [a, b], then worker B stores [c] under b (the chain a, b, c):
--- B held none of it and A two blocks, so the second request's hit_blocks is 0,
--- best_worker A, best_hit_blocks 2, agrees false.
--- @column run_id           the run
--- @column request_idx      the request, as kv_events_as_workload numbers it
--- @column t_s              seconds from the run's first event
--- @column worker           the worker that stored its blocks
--- @column blocks           blocks of its prefix chain
--- @column hit_blocks       leading blocks of the chain that worker held when it arrived
--- @column best_worker      a worker holding the longest prefix (the actual one when it does)
--- @column best_hit_blocks  that longest prefix, in blocks
--- @column agrees           whether the actual worker held the longest prefix
--- @column workers_seen     workers with events in the run
-CREATE MACRO kv_routing_score(run_id := NULL) AS TABLE
-SELECT unnest(kvtrace_kv_routing_score(run_id::VARCHAR), recursive := true);

@@ -1,0 +1,38 @@
+-- Routing scored on engine KV events: each request's actual worker against the worker
+-- that held the longest prefix of it when it arrived (kvtrace/analysis/kv_routing.py).
+-- The what-if over a trace (routing policies replayed over simulated caches) is
+-- workload_routing.sql's; this file scores the router that ran, from the caches the
+-- workers' own events describe.
+--
+-- Definitions: a request is a stored event of kv_events_as_workload (same request_idx);
+-- its prompt is the prefix chain up to the event's last block; a worker's cache is its
+-- events replayed in order (stored adds blocks, removed drops them, cleared and restart
+-- empty it); a worker's overlap is the leading run of the chain it held when the request
+-- arrived, before the request's own blocks were stored.
+--
+-- Worked example: worker A stores [a, b], then worker B stores [c] under b (the chain
+-- a, b, c): B held none of it and A two blocks, so the second request's hit_blocks is
+-- 0, best_worker A, best_hit_blocks 2, agrees false.
+
+-- @macro kv_routing_score(run_id)
+-- Routing scored on engine KV events (kvtrace/analysis/kv_routing.py): per request of
+-- kv_events_as_workload (a stored event; same request_idx) of run_id (NULL: every run),
+-- the worker that stored its blocks beside the worker that held the longest prefix of
+-- it when it arrived, the workers' caches replayed from the events (stored adds blocks,
+-- removed drops them, cleared and restart empty the worker).  A request's prompt is the
+-- prefix chain up to its event's last block.  Limits: a request that found every block
+-- cached stores none and is not seen; a chain stops at a parent no stored event names;
+-- the router compared against knows every cache exactly and no load, so a request that
+-- load balancing sent elsewhere counts as a disagreement.
+-- @column run_id           the run
+-- @column request_idx      the request, as kv_events_as_workload numbers it
+-- @column t_s              seconds from the run's first event
+-- @column worker           the worker that stored its blocks
+-- @column blocks           blocks of its prefix chain
+-- @column hit_blocks       leading blocks of the chain that worker held when it arrived
+-- @column best_worker      a worker holding the longest prefix (the actual one when it does)
+-- @column best_hit_blocks  that longest prefix, in blocks
+-- @column agrees           whether the actual worker held the longest prefix
+-- @column workers_seen     workers with events in the run
+CREATE MACRO kv_routing_score(run_id := NULL) AS TABLE
+SELECT unnest(kvtrace_kv_routing_score(run_id::VARCHAR), recursive := true);
