@@ -434,7 +434,7 @@ def waits(tmp_path):
     older = copy_wait_example().write(
         tmp_path / "older" / "offload_rank0.sqlite", without=(EVENT_RECORDS,)
     )
-    trace = _kineto_wait_trace(tmp_path / "kineto" / "offload.pt.trace.json")
+    trace = _kineto_wait_trace(tmp_path / "kineto" / "kineto.pt.trace.json")  # run "kineto"
     warehouse = Warehouse(warehouse_at(tmp_path / "wh"), create=True)
     report = ingest(warehouse, [str(export), str(older), str(trace)])
     assert [(f.family, f.rows, f.notes) for f in report.files] == [
