@@ -2,14 +2,20 @@
 
     python scripts/docs_examples.py            # run them; exit 1 where an output differs
     python scripts/docs_examples.py --write    # run them and write what they printed
+    python scripts/docs_examples.py --page tier-whatif.md   # the tour, then that guide
 
-The examples are the README's tour and the "Try it" section that opens each guide. The
-tour runs first, in a fresh folder; each guide then runs in a copy of that folder of its
-own ("after the tour, in the same folder", as the guides say), two guides at a time
-(those that start a local Ray afterwards, alone).
-Each line that starts with ``$ `` is a command run by bash, with this interpreter's
-``kvtrace`` first on the PATH.  What a command prints is compared after `normalized`: the
-folder's path, run ids' random suffixes and timings vary from run to run.
+The examples are the README's tour and every ``console`` block of every guide, in the
+page's order. The tour runs first, in a fresh folder; each guide then runs all its blocks
+in turn in a copy of that folder of its own ("after the tour, in the same folder", as
+the guides say), where ``tests`` is the repository's (the guides' examples that read
+``tests/data`` run from a clone), two guides at a time (those that start a local Ray
+afterwards, alone).
+A block that cannot run here (it needs a GPU, a live server, the network, a profiler's
+binary) follows a line ``<!-- not run: REASON -->``; tests/test_docs.py lists those.
+Each line that starts with ``$ `` is a command run by bash (with its continuation lines: a
+trailing backslash, an open quote, a here-document), with this interpreter's ``kvtrace``
+first on the PATH.  What a command prints is compared after `normalized`: the folder's
+path, run ids' random suffixes and timings vary from run to run.
 """
 
 from __future__ import annotations
@@ -17,18 +23,23 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRY_IT = "## Try it"
 RAY = "--engine ray"  # a guide whose examples start a local Ray runs after the others
-_BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+# a console block, and the reason it does not run when a "not run" comment precedes it
+_BLOCK = re.compile(
+    r"^(?:<!-- not run: (.+?) -->\n\n?)?```console\n(.*?)^```\n", re.MULTILINE | re.DOTALL
+)
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
 _RUN_ID_SUFFIX = re.compile(r"(?<=[A-Za-z0-9_])-[0-9a-f]{8}\b")
 _SECONDS = re.compile(r"\b\d+(?:\.\d+)? s\b")
 _GENERATED = re.compile(r"Generated at \S+")
@@ -52,30 +63,89 @@ def pages() -> list[Path]:
 
 
 def examples(page: Path) -> list[Example]:
-    """The console examples of ``page`` that run: the README's tour (its first console
-    block) or a guide's "Try it" section."""
+    """The console examples of ``page`` that run: the README's tour (the console blocks of
+    its "Tour" section) or every console block of a guide but those marked not to run."""
     text = page.read_text()
     if page.name == "README.md":
         start = text.index("## Tour")
-    elif TRY_IT in text:
-        start = text.index(TRY_IT)
+        end = text.find("\n## ", start + 3)
+        end = len(text) if end == -1 else end
     else:
-        return []
-    end = text.find("\n## ", start + 3)
-    end = len(text) if end == -1 else end
+        start, end = 0, len(text)
     found = []
     for block in _BLOCK.finditer(text, start, end):
-        offset = block.start(1)
-        for command in re.finditer(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", block[1], re.MULTILINE):
+        if block[1] is not None:  # <!-- not run: ... -->
+            continue
+        offset = block.start(2)
+        for command, output_start, output_end in commands(block[2]):
             found.append(
                 Example(
                     page,
-                    command[1],
-                    command[2],
-                    (offset + command.start(2), offset + command.end(2)),
+                    command,
+                    block[2][output_start:output_end],
+                    (offset + output_start, offset + output_end),
                 )
             )
     return found
+
+
+def not_run(page: Path) -> dict[str, str]:
+    """The console blocks of ``page`` marked not to run: each block's first command, and
+    why it does not run here."""
+    text = page.read_text()
+    return {
+        next(commands(block[2]))[0]: block[1]
+        for block in _BLOCK.finditer(text)
+        if block[1] is not None
+    }
+
+
+def commands(block: str) -> Iterator[tuple[str, int, int]]:
+    """Each command of a console block's text (``$ `` and its continuation lines), with
+    where the output it shows starts and ends in the text (up to the next command)."""
+    lines = block.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("$ "):
+            i += 1
+            continue
+        first = i
+        i = _command_end(lines, i)
+        command = "".join(lines[first:i])[2:].rstrip("\n")
+        output_start = starts[i]
+        while i < len(lines) and not lines[i].startswith("$ "):
+            i += 1
+        yield command, output_start, starts[i]
+
+
+def _command_end(lines: list[str], i: int) -> int:
+    """The index of the line after the command starting at ``lines[i]``: its lines run on
+    while one ends in a backslash, a quote is open, or a here-document is not closed."""
+    shell_text, heredocs = "", []
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if heredocs:
+            if line.strip() == heredocs[0]:
+                heredocs.pop(0)
+        else:
+            shell_text += line[2:] if not shell_text else line
+            heredocs += [word for _, word in _HEREDOC.findall(line)]
+        if heredocs or shell_text.endswith("\\\n") or not _quotes_closed(shell_text):
+            continue
+        return i
+    return i
+
+
+def _quotes_closed(text: str) -> bool:
+    try:
+        shlex.split(text)
+    except ValueError:  # No closing quotation
+        return False
+    return True
 
 
 def normalized(text: str, folder: Path) -> str:
@@ -85,6 +155,10 @@ def normalized(text: str, folder: Path) -> str:
     text = _RUN_ID_SUFFIX.sub("-xxxxxxxx", text)
     text = _SECONDS.sub("N s", text)
     return _GENERATED.sub("Generated at T", text)
+
+
+class ExampleFailed(Exception):
+    """A command of an example exited with an error."""
 
 
 def run(example: Example, folder: Path) -> str:
@@ -101,15 +175,20 @@ def run(example: Example, folder: Path) -> str:
         timeout=600,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"{example.page.name}: `{example.command}` failed:\n{done.stdout}")
+        raise ExampleFailed(f"{example.page.name}: `{example.command}` failed:\n{done.stdout}")
     return done.stdout
 
 
-def differences(folder: Path, write: bool = False, at_once: int = 2) -> list[str]:
+def differences(
+    folder: Path, write: bool = False, at_once: int = 2, only: set[str] | None = None
+) -> list[str]:
     """Run every example under ``folder`` (the tour in ``folder/tour``, each guide in a
-    copy of it; ``at_once`` guides at a time); the ones whose output differs from the
-    page's (each as a short report), or, with ``write``, rewrite the pages with what ran."""
+    copy of it; ``at_once`` guides at a time; with ``only``, the guides so named); the
+    ones whose output differs from the page's, and the commands that failed (each as a
+    short report), or, with ``write``, rewrite the pages with what ran."""
     readme, *guides = [page for page in pages() if examples(page)]
+    if only is not None:
+        guides = [page for page in guides if page.name in only]
     tour = folder / "tour"
     tour.mkdir()
     found = _page_differences(readme, tour, write)
@@ -117,6 +196,7 @@ def differences(folder: Path, write: bool = False, at_once: int = 2) -> list[str
     def guide_differences(page: Path) -> list[str]:
         own = folder / page.stem
         shutil.copytree(tour, own, symlinks=True)
+        (own / "tests").symlink_to(ROOT / "tests", target_is_directory=True)  # a clone's
         return _page_differences(page, own, write)
 
     alone = [page for page in guides if any(RAY in e.command for e in examples(page))]
@@ -129,10 +209,14 @@ def differences(folder: Path, write: bool = False, at_once: int = 2) -> list[str
 
 
 def _page_differences(page: Path, folder: Path, write: bool) -> list[str]:
-    """Run ``page``'s examples in turn in ``folder``; see `differences`."""
+    """Run ``page``'s examples in turn in ``folder`` (up to the first that fails: the
+    later ones start from what it left); see `differences`."""
     found, outputs = [], []
     for example in examples(page):
-        printed = run(example, folder)
+        try:
+            printed = run(example, folder)
+        except ExampleFailed as failed:
+            return [*found, str(failed).replace(str(folder), ".")]
         outputs.append((example, printed))
         if normalized(printed, folder) != normalized(example.shown, folder):
             found.append(
@@ -152,10 +236,14 @@ def _page_differences(page: Path, folder: Path, write: bool) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the pages' outputs")
+    parser.add_argument(
+        "--page", action="append", help="run this guide only (after the tour); repeatable"
+    )
     args = parser.parse_args()
+    only = set(args.page) if args.page else None
     with tempfile.TemporaryDirectory(prefix="kvtrace-docs-") as folder:
-        found = differences(Path(folder).resolve(), write=args.write)
-    if found and not args.write:
+        found = differences(Path(folder).resolve(), write=args.write, only=only)
+    if found:
         print("\n\n".join(found))
         sys.exit(1)
 
