@@ -10,6 +10,8 @@ from typing import Any
 import altair as alt
 import pyarrow as pa
 
+from kvtrace.reports._format import COUNT_AXIS
+
 WIDTH = 640
 
 
@@ -72,6 +74,12 @@ def with_lone_points(line: alt.Chart, series: list[str]) -> alt.LayerChart:
         .transform_filter("datum.rows_in_series == 1")
     )
     return alt.LayerChart(layer=[line, lone])
+
+
+def count_axis() -> alt.Axis:
+    """An axis of counts: whole-number ticks with thousands separators (never 0.5 of a
+    row), by the reports' number rule (`kvtrace.reports._format`)."""
+    return alt.Axis(format=COUNT_AXIS, tickMinStep=1)
 
 
 def blank_when_zero(field: str, why: str) -> Callable[[pa.Table], str]:

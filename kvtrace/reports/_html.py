@@ -134,9 +134,10 @@ def _section(section: RenderedSection, specs: list[tuple[str, dict]]) -> list[st
 
 
 def html_table(table: pa.Table, max_rows: int) -> str:
-    """An HTML table of the first ``max_rows`` rows, saying how many were left out: one
-    numbers written by the reports' rule (`kvtrace.reports._format`), run ids and long text shortened
-    with the whole value on hover, inside a box that scrolls when the table is wide."""
+    """An HTML table of the first ``max_rows`` rows, saying how many were left out:
+    numbers written by the reports' rule (`kvtrace.reports._format`), run ids and long
+    text shortened with the whole value on hover, inside a box that scrolls when the
+    table is wide."""
     shown = table.slice(0, max_rows)
     columns = [_cells(name, shown[name].to_pylist()) for name in table.column_names]
     head = "".join(

@@ -7,7 +7,6 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.errors import InputError
 from kvtrace.reports._arguments import two_sides
 from kvtrace.reports._charts import WIDTH, blank_when_zero, data
 from kvtrace.reports._format import SHARE_AXIS

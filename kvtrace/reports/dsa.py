@@ -7,10 +7,9 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
+from kvtrace.reports._charts import WIDTH, count_axis, data, series_color, with_lone_points
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
-
 
 DEFAULT_BLOCK_SIZE = 64  # tokens per block: kvtrace collect dsa's default, the demo's summary
 
@@ -38,8 +37,8 @@ def select(con: duckdb.DuckDBPyConnection, runs: list[str], experiments: list[st
         raise InputError("the selected DSA runs hold no dsa_steps rows")
     shown = ", ".join(str(size) for size in dict.fromkeys(sizes))
     lines.append(
-        f"block size {shown} tokens: {DEFAULT_BLOCK_SIZE} where a run was traced at it "
-        "(the collector's default), else the run's largest"
+        f"read at {shown}-token blocks (the collector's default, {DEFAULT_BLOCK_SIZE}; "
+        "a run traced without it at its largest)"
     )
     common = DEFAULT_BLOCK_SIZE if DEFAULT_BLOCK_SIZE in sizes else sizes[-1]
     return Scope(lines, {"block_size": common})
@@ -51,7 +50,7 @@ def _unique_blocks(rows: pa.Table):
         .mark_line(interpolate="step-after", point=True)
         .encode(
             x=alt.X("unique_blocks:Q", title="unique blocks per (request, step, layer) row"),
-            y=alt.Y("rows:Q", title="rows"),
+            y=alt.Y("rows:Q", title="rows", axis=count_axis()),
             color=series_color(rows),
         )
     )
@@ -109,7 +108,7 @@ def _tokens_per_block(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("tokens:O", title="selected positions in the block"),
-            y=alt.Y("blocks:Q", title="touched blocks"),
+            y=alt.Y("blocks:Q", title="touched blocks", axis=count_axis()),
             color=series_color(rows),
             xOffset="series:N",
         )
@@ -123,7 +122,7 @@ def _prefix_intersection(rows: pa.Table):
         .encode(
             x=alt.X("ratio_bin:Q", title="intersection ratio", scale=alt.Scale(zero=False)),
             x2="ratio_bin_end:Q",
-            y=alt.Y("rows:Q", title="rows"),
+            y=alt.Y("rows:Q", title="rows", axis=count_axis()),
             y2=alt.datum(0),
             color=series_color(rows),
             tooltip=["series:N", "ratio_bin:Q", "ratio_bin_end:Q", "rows:Q"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, blank_when_zero, data
+from kvtrace.reports._charts import WIDTH, blank_when_zero, count_axis, data
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import runs_in
 
@@ -53,7 +53,7 @@ def _other(rows: pa.Table):
         .encode(
             x=alt.X("other_bin:Q", title="other tokens"),
             x2="other_bin_end:Q",
-            y=alt.Y("ticks:Q", title="ticks"),
+            y=alt.Y("ticks:Q", title="ticks", axis=count_axis()),
             y2=alt.datum(0),
             color=alt.Color("worker_role:N", title="role"),
         )

@@ -56,7 +56,10 @@ def render_report(
     ]
     if settings:  # the user's; the selector's own values are in its selection lines
         provenance.append(
-            ("Settings", "; ".join(f"{name} = {value:g}" for name, value in sorted(settings.items())))
+            (
+                "Settings",
+                "; ".join(f"{name} = {value:g}" for name, value in sorted(settings.items())),
+            )
         )
     stamp = (generated_at or datetime.now(timezone.utc)).isoformat(timespec="seconds")
     return page(

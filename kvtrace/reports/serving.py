@@ -6,8 +6,8 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._format import NUMBER_AXIS, SHARE_AXIS
 from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
+from kvtrace.reports._format import NUMBER_AXIS, SHARE_AXIS
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, data
+from kvtrace.reports._charts import WIDTH, count_axis, data
 from kvtrace.reports._format import natural_order
 from kvtrace.reports._model import ReportDefinition, Section
 from kvtrace.reports._selection import runs_in
-
 
 
 def _lanes(rows: pa.Table) -> alt.Row:
@@ -65,7 +64,7 @@ def _bandwidth(rows: pa.Table):
         .encode(
             x=alt.X("gbps:Q", title="GB/s"),
             x2="gbps_end:Q",
-            y=alt.Y("copies:Q", title="copies of at least 1 MB"),
+            y=alt.Y("copies:Q", title="copies of at least 1 MB", axis=count_axis()),
             y2=alt.datum(0),
             color=alt.Color("copy_kind:N", title="copy"),
             tooltip=["copy_kind:N", "gbps:Q", "gbps_end:Q", "copies:Q"],
