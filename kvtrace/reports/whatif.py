@@ -154,7 +154,8 @@ REPORT = ReportDefinition(
         Section(
             "hit_curves",
             "Hit rate against cache capacity",
-            "One cache per request; OPT (Belady) is the ceiling of every online policy.",
+            "One cache per request; OPT (Belady) is the ceiling of every online policy. "
+            f"{COARSE}-token blocks are the squares on dashed lines.",
             chart=_hit_curves,
         ),
         Section(
