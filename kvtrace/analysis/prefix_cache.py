@@ -273,8 +273,8 @@ def prefix_hit_curve_rows(
     for run_id, trace in _traces(con, spec.warmup, runs):
         budgets = _budgets(spec, token_bytes, trace.block_tokens)
         grid = 2 ** np.arange(max(trace.distinct - 1, 0).bit_length() + 1, dtype=np.int64)
-        if spec.semantics == "prefix" and (spec.capacities or budgets):
-            grid = grid[:0]  # a simulation per capacity: only those asked for
+        if spec.capacities or budgets:
+            grid = grid[:0]  # the capacities asked for replace the powers of two
         wanted = np.unique(
             np.concatenate([grid, np.asarray(spec.capacities, np.int64), list(budgets)]).astype(
                 np.int64

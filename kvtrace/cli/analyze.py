@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, cast, get_args
 
 import typer
 
@@ -31,6 +33,54 @@ from kvtrace.cli._options import (
 from kvtrace.cli._output import _busy, _emit, _emit_table, _output_format, _width
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE
 
+if TYPE_CHECKING:
+    from kvtrace.analysis.kv_access.whatif import WhatIf
+
+
+def each_of(names: Callable[[], Sequence[str]]) -> Callable[[list[str] | None], list[str] | None]:
+    """A typer callback that takes every value of a repeatable option if each is a name
+    ``names`` gives (see `one_of`)."""
+    check = one_of(names)
+
+    def check_each(values: list[str] | None) -> list[str] | None:
+        return (
+            [name for value in values if (name := check(value)) is not None] if values else values
+        )
+
+    return check_each
+
+
+def _policy_names() -> tuple[str, ...]:
+    """The policies of ``whatif`` and ``hit-curve``."""
+    return get_args(Policy)
+
+
+def _policies(values: list[str] | None) -> list[Policy]:
+    """The policies of a repeatable ``--policy`` (checked by its callback), each once."""
+    return [cast(Policy, name) for name in _distinct(values, "lru")]
+
+
+T = TypeVar("T")
+
+
+def _distinct(values: Sequence[T] | None, default: T) -> list[T]:
+    """The values of a repeatable option, each once and in the order given, else the
+    default."""
+    return list(dict.fromkeys(values)) if values else [default]
+
+
+def _stacked(parts: list[WhatIf]) -> WhatIf:
+    """The what-ifs of several policies as one: each table's rows one after another
+    (every table is keyed by the policy)."""
+    import pyarrow as pa
+
+    from kvtrace.analysis.kv_access.whatif import WhatIf
+
+    if len(parts) == 1:
+        return parts[0]
+    return WhatIf(*(pa.concat_tables(getattr(p, f.name) for p in parts) for f in fields(WhatIf)))
+
+
 WhatIfTable = Literal["combined", "tiers", "runs", "seconds", "requests", "replicas", "packing"]
 WindowTokensOption = Annotated[
     int,
@@ -55,13 +105,15 @@ def whatif(
         ),
     ] = None,
     policy: Annotated[
-        Policy,
+        list[str] | None,
         typer.Option(
+            callback=each_of(_policy_names),
             help="lru (exact tiers from stack distances), fifo (simulated tier by tier), "
             "opt (Belady: the ceiling), pin_prefix, sliding_window (see --window-tokens), "
-            "lfu (fewest accesses) or score (lowest DSA score at the latest access)."
+            "lfu (fewest accesses) or score (lowest DSA score at the latest access); "
+            "repeatable: each policy's rows [default: lru].",
         ),
-    ] = "lru",
+    ] = None,
     window_tokens: WindowTokensOption = DEFAULT_WINDOW_TOKENS,
     subblock: Annotated[
         list[int] | None,
@@ -148,7 +200,6 @@ def whatif(
     spec = WhatIfSpec(
         block_sizes=tuple(block_size or [DEFAULT_BLOCK_SIZE]),
         tiers=tuple(Tier.parse(text) for text in (tier or DEFAULT_TIERS)),
-        policy=policy,
         granularity=granularity,
         scope=scope or ("run" if pooled else "request"),
         sharing=sharing,
@@ -163,7 +214,12 @@ def whatif(
         subblocks=tuple(subblock or []),
     )
     with _busy("Simulating the tiers"):
-        result = run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
+        result = _stacked(
+            [
+                run_analysis(WhatIfAnalysis(spec), _open(), _executor(engine, address))
+                for spec in (replace(spec, policy=name) for name in _policies(policy))
+            ]
+        )
     if chosen == "table" and output is None and table == "combined":
         orders = sorted(set(result.runs["stream_order"].to_pylist()))
         err.say(f"stream order: {'; '.join(orders)}; prefill: {result.runs['prefill_source'][0]}")
@@ -181,13 +237,14 @@ def prefix_curve(
         typer.Option(help="Run id or run name (repeatable) [default: every run with hash_ids]."),
     ] = None,
     policy: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
-            callback=one_of(prefix_policies),
+            callback=each_of(prefix_policies),
             help="lru or fifo (a hash-chained block pool, as vLLM's), radix_lru (SGLang's "
-            "radix tree) or opt (Belady over the tree's leaves).",
+            "radix tree) or opt (Belady over the tree's leaves); repeatable: one curve "
+            "each [default: lru].",
         ),
-    ] = "lru",
+    ] = None,
     semantics: Annotated[
         Literal["prefix", "block"],
         typer.Option(help="prefix: the leading run of cached blocks; block: a block cache."),
@@ -200,7 +257,11 @@ def prefix_curve(
         float, typer.Option(help="Share of the earliest requests left out of the counts.")
     ] = 0.0,
     capacity: Annotated[
-        list[int] | None, typer.Option(help="Cache capacity in blocks (repeatable).")
+        list[int] | None,
+        typer.Option(
+            help="Cache capacity in blocks (repeatable) [default, with no --capacity-gib "
+            "either: 1, 2, 4, ... up to every distinct block]."
+        ),
     ] = None,
     capacity_gib: Annotated[
         list[float] | None,
@@ -224,6 +285,8 @@ def prefix_curve(
     Example: kvtrace prefix-curve --policy radix_lru --warmup 0.5 --capacity-gib 512
     --model llama-3-8b
     """
+    import pyarrow as pa
+
     from kvtrace.analysis.prefix_cache import PrefixCurveSpec, prefix_hit_curve_table
     from kvtrace.sql.runs import run_ids
 
@@ -231,7 +294,6 @@ def prefix_curve(
     # bound for what the simulation reads (and --run's lookup): a third of the time to open
     con = open_analysis_connection(_open(), for_sql="FROM workload_requests, runs_named([])")
     spec = PrefixCurveSpec(
-        policy=policy,
         capacities=tuple(capacity or []),
         semantics=semantics,
         weight=weight,
@@ -242,7 +304,10 @@ def prefix_curve(
     )
     runs = run_ids(con, run, having="workload_requests", what="workload rows") if run else None
     with _busy("Simulating the prefix cache"):
-        table = prefix_hit_curve_table(con, spec, runs)
+        table = pa.concat_tables(
+            prefix_hit_curve_table(con, replace(spec, policy=name), runs)
+            for name in _distinct(policy, "lru")
+        )
     _emit_table(table, chosen, output)
 
 
@@ -251,11 +316,13 @@ def hit_curve(
     run: DsaRunOption = None,
     block_size: BlockSizesOption = None,
     policy: Annotated[
-        Policy,
+        list[str] | None,
         typer.Option(
-            help="lru, fifo, opt (Belady: the ceiling), pin_prefix, sliding_window, lfu or score."
+            callback=each_of(_policy_names),
+            help="lru, fifo, opt (Belady: the ceiling), pin_prefix, sliding_window, lfu or "
+            "score; repeatable: one curve each [default: lru].",
         ),
-    ] = "lru",
+    ] = None,
     window_tokens: WindowTokensOption = DEFAULT_WINDOW_TOKENS,
     granularity: GranularityOption = "block",
     sharing: SharingOption = "private",
@@ -278,6 +345,8 @@ def hit_curve(
 
     Example: kvtrace hit-curve --sharing content --sample 0.01
     """
+    import pyarrow as pa
+
     from kvtrace.analysis.kv_access.curves import hit_curve_table
     from kvtrace.analysis.kv_access.plan import StreamSpec
     from kvtrace.analysis.kv_access.whatif import check_shareable
@@ -301,5 +370,8 @@ def hit_curve(
     if sharing == "content":
         check_shareable(con, runs)
     with _busy("Simulating the cache"):
-        table = hit_curve_table(con, specs, policy, capacity or [], runs, window_tokens)
+        table = pa.concat_tables(
+            hit_curve_table(con, specs, name, capacity or [], runs, window_tokens)
+            for name in _policies(policy)
+        )
     _emit_table(table, chosen, output)

@@ -288,16 +288,15 @@ ORDER BY b.run_id, b.session_id;
 
 -- @macro workload_prefix_hit_curve(policy, capacities, semantics, weight, warmup, capacity_bytes, bytes_per_token, model)
 -- Per run with hashes: hits of one prefix cache shared by all requests (in arrival
--- order), by capacity.  Capacities in blocks: 1, 2, 4, ... up to the first power of two
--- at or above the distinct blocks (with semantics 'prefix' only when none is named),
--- plus `capacities`, plus each byte budget of `capacity_bytes` as
--- floor(budget / (bytes per token x tokens per block)), the bytes
--- per token given or those of `model` (kvtrace/analysis/kv_layouts.py: Llama 2, 3, 3.1,
+-- order), by capacity.  Capacities in blocks: `capacities` and each byte budget of
+-- `capacity_bytes` as floor(budget / (bytes per token x tokens per block)), else (none
+-- named) 1, 2, 4, ... up to the first power of two at or above the distinct blocks; the
+-- bytes per token given or those of `model` (kvtrace/analysis/kv_layouts.py: Llama 2, 3, 3.1,
 -- 3.2 and 3.3, Qwen, Qwen2.5 and Qwen3, DeepSeek V3, R1 and V3.2, ... by their Hugging
 -- Face names, such as llama-3.1-8b or meta-llama/Llama-3.3-70B-Instruct).
 -- semantics 'block' (the default): a block cache, every block read hits or misses on its
 -- own, under 'lru' (every capacity from one stack-distance pass), 'opt' (Belady) or
--- 'fifo'; the largest capacity reaches reuse_share of workload_prefix_reuse.
+-- 'fifo'; the largest default capacity reaches reuse_share of workload_prefix_reuse.
 -- semantics 'prefix': what engines reuse, the leading run of the request's blocks cached
 -- when it arrives; then 'lru' and 'fifo' touch every block of the request in order (a
 -- hash-chained block pool, as vLLM's), 'radix_lru' refreshes the hit run and inserts
