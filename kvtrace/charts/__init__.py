@@ -12,7 +12,9 @@ section in the HTML page.
 - `chart` (name, warehouse, run=..., experiment=..., **settings) -> one chart;
 - `charts` (report, warehouse, ...) -> every chart of one report, its runs selected once;
 - `frame` (name, warehouse, ...) -> the rows a chart draws, as a polars DataFrame;
-- `from_rows` (name, rows) -> a chart drawn from rows of your own (Arrow or polars).
+- `from_rows` (name, rows) -> a chart drawn from rows of your own (Arrow or polars);
+- `inline` () -> draw charts in a notebook from Vega-Lite's mimetype (no network where
+  the front end draws Vega-Lite itself), with Altair's HTML beside it for the others.
 
 ``run`` and ``experiment`` take what ``kvtrace report``'s ``--run`` and ``--experiment``
 take (one value or a list); ``settings`` are the values a report's queries read
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from kvtrace.reports._scoped import ScopedReport
     from kvtrace.warehouse import Warehouse
 
-__all__ = ["about", "chart", "charts", "frame", "from_rows", "names"]
+__all__ = ["about", "chart", "charts", "frame", "from_rows", "inline", "names"]
 
 Values = str | Sequence[str] | None
 
@@ -127,6 +129,14 @@ def from_rows(name: str, rows: pa.Table | pl.DataFrame) -> Any:
     _, section = _lookup(name)
     table = rows if isinstance(rows, pa.Table) else rows.to_arrow()
     return _drawn(name, section, table)
+
+
+def inline() -> None:
+    """Make Altair display every chart as Vega-Lite's mimetype (drawn by JupyterLab-style
+    front ends with no network) beside its HTML output (Vega from a CDN)."""
+    from kvtrace.charts._renderer import enable
+
+    enable()
 
 
 def _drawn(name: str, section: Section, rows: pa.Table) -> Any:
