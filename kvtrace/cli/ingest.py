@@ -12,10 +12,12 @@ from kvtrace.cli._app import _Console, _executor, _open, app, err, out
 from kvtrace.cli._options import AddressOption, EngineOption, one_of
 from kvtrace.cli._output import _answer, _check_output, _output_format, _with_progress
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OutputFormat
-from kvtrace.errors import IngestRejected, KvtraceError
+from kvtrace.errors import IngestRejected, InputError, KvtraceError
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
     from kvtrace.ingest import IngestReport
+    from kvtrace.ingest._sources import SourceFile, Unreadable
+    from kvtrace.ingest.family import IngestOptions
 
 
 def _kind_names() -> tuple[str, ...]:
@@ -137,11 +139,14 @@ def ingest(
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
     answer_format = _answer_options(then_sql, fmt, output)
-    warehouse = _open(create=True)
-    _check_output(output, warehouse)
     from kvtrace.ingest import IngestOptions, ingest_with
+    from kvtrace.ingest._sources import expand
     from kvtrace.ingest.fanout import unreadable_error
     from kvtrace.ingest.readers.workload import parse_column_mapping
+
+    found = expand(paths)  # before the warehouse: paths that give nothing create nothing
+    if not found.files and found.unreadable:
+        raise InputError(_nothing_readable(found.unreadable))
 
     given = IngestOptions(
         dataset=dataset,
@@ -153,10 +158,13 @@ def ingest(
         columns=parse_column_mapping(columns) if columns is not None else None,
         trace_format=trace_format,
     )
+    _refuse_unknown(found.files, given)
+    warehouse = _open(create=True)
+    _check_output(output, warehouse)
     report = _with_progress(
         "ingesting",
         lambda hook: ingest_with(
-            warehouse, paths, given, progress=hook, jobs=jobs, executor=_executor(engine, address)
+            warehouse, found, given, progress=hook, jobs=jobs, executor=_executor(engine, address)
         ),
     )
     _print_ingest(report, out if then_sql is None else err)
@@ -166,6 +174,25 @@ def ingest(
         raise IngestRejected(f"{report.rejected} line(s) were rejected (--strict)")
     if then_sql is not None and answer_format is not None:
         _answer(warehouse, then_sql, answer_format, output)
+
+
+def _refuse_unknown(files: list[SourceFile], options: IngestOptions) -> None:
+    """Raise the sentence for the first file named on the command line that no family
+    reads, before anything is written (a folder's such files are skipped instead)."""
+    from kvtrace.ingest.families import choose, unknown
+    from kvtrace.ingest.probe import Probe
+
+    for source in filter(lambda source: source.named, files):
+        probe = Probe.of(source)
+        if choose(probe, options) is None and not probe.is_empty:
+            raise unknown(probe)
+
+
+def _nothing_readable(unreadable: list[Unreadable]) -> str:
+    """The sentence for paths none of which could be read."""
+    listed = "; ".join(f"{item.path} ({item.reason})" for item in unreadable[:5])
+    more = f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else ""
+    return f"nothing could be read, so nothing was ingested: {listed}{more}"
 
 
 def _answer_options(

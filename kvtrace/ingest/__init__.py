@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.ingest._report import FileReport, IngestReport
+from kvtrace.ingest._sources import Found
 from kvtrace.ingest.family import ColumnMapping, IngestOptions
 from kvtrace.ingest.fanout import Progress, ingest_paths
 from kvtrace.warehouse import Warehouse
@@ -80,7 +81,7 @@ def ingest(
 
 def ingest_with(
     warehouse: Warehouse,
-    paths: list[str],
+    paths: list[str] | Found,
     options: IngestOptions,
     *,
     progress: Progress | None = None,

@@ -150,10 +150,12 @@ def expand(paths: list[str]) -> Found:
 
     A folder or a pattern gives every file in it but hidden ones and sidecars; which of
     them are traces is for the families to tell.  A file or folder that cannot be read is
-    set aside in `Found.unreadable`, and the others are ingested.
+    set aside in `Found.unreadable`, and the others are ingested.  A path that names
+    nothing is an `InputError` naming every such path.
     """
     found: list[tuple[Path, bool]] = []
     unreadable: list[Unreadable] = []
+    missing: list[str] = []
     for text in paths:
         path = Path(text)
         before = len(unreadable)
@@ -178,8 +180,12 @@ def expand(paths: list[str]) -> Found:
             if not matches and len(unreadable) == before:
                 raise InputError(f"the pattern {printable(text)!r} matches no file")
         else:
-            raise InputError(f"{printable(text)} does not exist")
+            missing.append(printable(text))
+            continue
         found.extend((p, False) for p in matches)
+    if missing:  # every one named, and nothing read
+        verb = "does not exist" if len(missing) == 1 else "do not exist"
+        raise InputError(f"{', '.join(missing)} {verb}")
     named: dict[Path, bool] = {}
     for path, given in found:
         named[path.resolve()] = named.get(path.resolve(), False) or given

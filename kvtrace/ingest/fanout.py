@@ -17,7 +17,7 @@ from deltalake.exceptions import DeltaError
 from kvtrace.errors import InputError, KvtraceError
 from kvtrace.ingest._commit import commit_file
 from kvtrace.ingest._report import CANNOT_READ, FileReport, IngestReport
-from kvtrace.ingest._sources import SourceFile, expand, printable
+from kvtrace.ingest._sources import Found, SourceFile, expand, printable
 from kvtrace.ingest.families import JSONL_SUFFIXES, choose, unknown
 from kvtrace.ingest.family import Advance, IngestOptions
 from kvtrace.ingest.probe import Probe
@@ -35,16 +35,17 @@ _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 def ingest_paths(
     warehouse: Warehouse,
-    paths: list[str],
+    paths: list[str] | Found,
     options: IngestOptions,
     *,
     progress: Progress | None = None,
     jobs: int = 1,
     executor: Executor | None = None,
 ) -> IngestReport:
-    """Ingest every file named by ``paths`` (files, folders or glob patterns); those that
-    cannot be read are reported last, as `report.CANNOT_READ`."""
-    found = expand(paths)
+    """Ingest every file named by ``paths`` (files, folders or glob patterns, or what
+    `expand` found of them); those that cannot be read are reported last, as
+    `report.CANNOT_READ`."""
+    found = paths if isinstance(paths, Found) else expand(paths)
     report = _ingest_files(warehouse, found.files, options, progress, jobs, executor)
     report.files += [
         FileReport(item.path, "", f"{CANNOT_READ} ({item.reason})") for item in found.unreadable
