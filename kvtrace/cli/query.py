@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,8 +17,16 @@ from kvtrace.errors import KvtraceError
 
 @app.command()
 def sql(
-    query: Annotated[str | None, typer.Argument(help="SQL to run (SELECT only).")] = None,
-    file: Annotated[Path | None, typer.Option("--file", help="Read the SQL from a file.")] = None,
+    query: Annotated[
+        str | None,
+        typer.Argument(
+            help="SQL to run (SELECT only); - or none with a pipe: read it from standard input."
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="Read the SQL from a file (-: standard input)."),
+    ] = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
     no_external_access: Annotated[
@@ -45,15 +54,45 @@ def sql(
 
     Example: kvtrace sql "SELECT layer_id, unique_blocks_mean FROM dsa_layer_profile"
     """
-    if query is None and file is None:
-        raise KvtraceError('no SQL given: kvtrace sql "SELECT ..." or kvtrace sql --file QUERY.sql')
-    if query is not None and file is not None:
-        raise KvtraceError("give the SQL either as an argument or with --file, not both")
-    text = query if query is not None else _read_text(file)  # type: ignore[arg-type]
+    text = _sql_text(query, file)
     fmt = _output_format(fmt, output)
     warehouse = _open(as_of=as_of)
     _check_output(output, warehouse)
     _answer(warehouse, text, fmt, output, no_external_access, memory_limit)
+
+
+def _sql_text(query: str | None, file: Path | None) -> str:
+    """The SQL of ``kvtrace sql``: the argument, the file, or standard input (``-``, or
+    no argument while standard input is a pipe or a file, as duckdb's shell reads it)."""
+    if query is not None and file is not None:
+        raise KvtraceError("give the SQL either as an argument or with --file, not both")
+    if query == "-" or (file is not None and str(file) == "-"):
+        text = _read_stdin()
+    elif query is not None:
+        text = query
+    elif file is not None:
+        text = _read_text(file)
+    else:
+        text = _read_stdin() if _stdin_is_piped() else ""
+    if not text.strip():
+        raise KvtraceError(
+            'no SQL given: kvtrace sql "SELECT ...", kvtrace sql --file QUERY.sql, or the SQL '
+            'piped in (echo "SELECT ..." | kvtrace sql)'
+        )
+    return text
+
+
+def _stdin_is_piped() -> bool:
+    """Whether standard input is a pipe or a file to read, not a terminal."""
+    stdin = sys.stdin
+    return stdin is not None and not stdin.isatty() and stdin.readable()
+
+
+def _read_stdin() -> str:
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError:
+        raise KvtraceError("the SQL on standard input is not UTF-8 text") from None
 
 
 @app.command()
