@@ -10,7 +10,7 @@ from typing import Any
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._format import COUNT_AXIS
+from kvtrace.reports._format import COUNT_AXIS, SHARE_AXIS
 
 WIDTH = 640
 
@@ -57,7 +57,12 @@ def capacity_curve(
         .mark_line(point=True)
         .encode(
             x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", base=2), title=x_title),
-            y=alt.Y("hit_rate:Q", title="hit rate", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y(
+                "hit_rate:Q",
+                title="hit rate",
+                scale=alt.Scale(domain=[0, 1]),
+                axis=share_axis(),
+            ),
             color=color,
             strokeDash=alt.StrokeDash(f"{by}:N", legend=None),
             shape=alt.Shape(f"{by}:N", title=by_title),
@@ -80,6 +85,11 @@ def count_axis() -> alt.Axis:
     """An axis of counts: whole-number ticks with thousands separators (never 0.5 of a
     row), by the reports' number rule (`kvtrace.reports._format`)."""
     return alt.Axis(format=COUNT_AXIS, tickMinStep=1)
+
+
+def share_axis() -> alt.Axis:
+    """An axis of shares (0 to 1) as percentages without trailing zeros: 40%, 0.5%."""
+    return alt.Axis(format=SHARE_AXIS)
 
 
 def blank_when_zero(field: str, why: str) -> Callable[[pa.Table], str]:

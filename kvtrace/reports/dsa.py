@@ -7,7 +7,14 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.errors import InputError
-from kvtrace.reports._charts import WIDTH, count_axis, data, series_color, with_lone_points
+from kvtrace.reports._charts import (
+    WIDTH,
+    count_axis,
+    data,
+    series_color,
+    share_axis,
+    with_lone_points,
+)
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
@@ -66,7 +73,12 @@ def _offset_cdf(rows: pa.Table):
                 scale=alt.Scale(type="log"),
                 title="offset + 1 (tokens back from the current token, log scale)",
             ),
-            y=alt.Y("cdf:Q", title="share of selected positions", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y(
+                "cdf:Q",
+                title="share of selected positions",
+                scale=alt.Scale(domain=[0, 1]),
+                axis=share_axis(),
+            ),
             color=series_color(rows),
         )
     )

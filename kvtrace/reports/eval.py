@@ -6,7 +6,7 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, blank_when_zero, data
+from kvtrace.reports._charts import WIDTH, blank_when_zero, data, share_axis
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
@@ -59,6 +59,7 @@ def _needle_recall(rows: pa.Table):
                 "needle_block_recall:Q",
                 title="needle blocks the top-k touched (mean)",
                 scale=alt.Scale(domain=[0, 1]),
+                axis=share_axis(),
             ),
             color=alt.Color("answer:N", title="answer"),
             strokeDash=alt.StrokeDash("run:N", title="run"),

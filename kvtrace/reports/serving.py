@@ -6,8 +6,8 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, data, series_color, with_lone_points
-from kvtrace.reports._format import NUMBER_AXIS, SHARE_AXIS
+from kvtrace.reports._charts import WIDTH, data, series_color, share_axis, with_lone_points
+from kvtrace.reports._format import NUMBER_AXIS
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
@@ -83,7 +83,7 @@ def _batch_sizes(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("batch_size:O", title="requests in the batch"),
-            y=alt.Y("share:Q", title="share of batches", axis=alt.Axis(format=SHARE_AXIS)),
+            y=alt.Y("share:Q", title="share of batches", axis=share_axis()),
             color=series_color(rows, "run_id"),
             xOffset="run_id:N",
             tooltip=["run_id:N", "batch_size:O", "batches:Q", "share:Q", "time_share:Q"],
@@ -97,7 +97,7 @@ def _deciles(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("decile:O", title="decile of the run"),
-            y=alt.Y("error_rate:Q", title="error rate", axis=alt.Axis(format=SHARE_AXIS)),
+            y=alt.Y("error_rate:Q", title="error rate", axis=share_axis()),
             color=series_color(rows, "run_id"),
             xOffset="run_id:N",
             tooltip=["run_id:N", "decile:O", "requests:Q", "error_rate:Q"],
@@ -112,7 +112,7 @@ def _workers(rows: pa.Table):
         .mark_bar()
         .encode(
             x=alt.X("decode_worker:N", title="decode worker"),
-            y=alt.Y("error_rate:Q", title="error rate", axis=alt.Axis(format=SHARE_AXIS)),
+            y=alt.Y("error_rate:Q", title="error rate", axis=share_axis()),
             color=series_color(rows, "run_id"),
             xOffset="run_id:N",
             tooltip=["run_id:N", "decode_worker:N", "requests:Q", "errors:Q"],
@@ -126,7 +126,7 @@ def _modes(rows: pa.Table):
         .mark_bar()
         .encode(
             y=alt.Y("run_id:N", title=None),
-            x=alt.X("share:Q", stack="normalize", title="share of requests"),
+            x=alt.X("share:Q", stack="normalize", title="share of requests", axis=share_axis()),
             color=alt.Color("execution_mode:N", title="execution mode"),
             tooltip=["run_id:N", "execution_mode:N", "requests:Q", "errors:Q"],
         )
@@ -139,7 +139,7 @@ def _latency(rows: pa.Table):
         .mark_line(interpolate="step-after")
         .encode(
             x=alt.X("latency_s:Q", title="latency (s)"),
-            y=alt.Y("share:Q", title="share of successful requests"),
+            y=alt.Y("share:Q", title="share of successful requests", axis=share_axis()),
             color=alt.Color("mode:N", title="run and mode"),
         )
     )

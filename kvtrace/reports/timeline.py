@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, count_axis, data
+from kvtrace.reports._charts import WIDTH, count_axis, data, share_axis
 from kvtrace.reports._format import natural_order
 from kvtrace.reports._model import ReportDefinition, Section
 from kvtrace.reports._selection import runs_in
@@ -79,7 +79,13 @@ def _critical_path(rows: pa.Table):
         alt.Chart(data(rows), width=WIDTH)
         .mark_bar()
         .encode(
-            x=alt.X("share:Q", title="share of the critical path", stack="zero"),
+            x=alt.X(
+                "share:Q",
+                title="share of the critical path",
+                stack="zero",
+                scale=alt.Scale(domain=[0, 1], clamp=True),
+                axis=share_axis(),
+            ),
             y=alt.Y("run:N", title=""),
             color=alt.Color("bound_by:N", title="bound by"),
             tooltip=["run:N", "rank:O", "bound_by:N", "duration_us:Q", "share:Q"],

@@ -10,7 +10,14 @@ import pyarrow.compute as pc
 from kvtrace.analysis.kv_access import DEFAULT_TIERS, Sharing
 from kvtrace.analysis.kv_access import Scope as CacheScope
 from kvtrace.analysis.kv_access.whatif import WhatIfSpec, shareable_runs, whatif
-from kvtrace.reports._charts import WIDTH, capacity_curve, data, series_color, with_lone_points
+from kvtrace.reports._charts import (
+    WIDTH,
+    capacity_curve,
+    data,
+    series_color,
+    share_axis,
+    with_lone_points,
+)
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 from kvtrace.sql.catalog import cursor_of
@@ -107,7 +114,12 @@ def _reuse_cdf(rows: pa.Table):
                 scale=alt.Scale(type="log"),
                 title="stack distance + 1 (LRU capacity that hits, log scale)",
             ),
-            y=alt.Y("cdf:Q", title="share of re-accesses", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y(
+                "cdf:Q",
+                title="share of re-accesses",
+                scale=alt.Scale(domain=[0, 1]),
+                axis=share_axis(),
+            ),
             color=alt.Color("series:N", title="run, block size"),
         )
     )
@@ -137,6 +149,7 @@ def _step_overlap(rows: pa.Table):
                 "reused_share:Q",
                 title="share of blocks selected at the previous step",
                 scale=alt.Scale(domain=[0, 1]),
+                axis=share_axis(),
             ),
             color=series_color(rows),
         )

@@ -6,7 +6,14 @@ import altair as alt
 import duckdb
 import pyarrow as pa
 
-from kvtrace.reports._charts import WIDTH, capacity_curve, data, series_color, with_lone_points
+from kvtrace.reports._charts import (
+    WIDTH,
+    capacity_curve,
+    data,
+    series_color,
+    share_axis,
+    with_lone_points,
+)
 from kvtrace.reports._model import ReportDefinition, Scope, Section
 from kvtrace.reports._selection import select_runs
 
@@ -72,7 +79,12 @@ def _latency_cdf(rows: pa.Table):
         .mark_line(interpolate="step-after")
         .encode(
             x=alt.X("seconds:Q", scale=alt.Scale(type="log"), title="seconds (log scale)"),
-            y=alt.Y("cdf:Q", title="share of requests", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y(
+                "cdf:Q",
+                title="share of requests",
+                scale=alt.Scale(domain=[0, 1]),
+                axis=share_axis(),
+            ),
             color=alt.Color("metric:N", title="metric"),
             strokeDash=alt.StrokeDash("run:N", title="run"),
         )

@@ -57,8 +57,9 @@ def test_the_hit_rate_chart_has_one_block_size_legend():
             "hit_rate": [0.1, 0.2, 0.3, 0.4],
         }
     )
-    titles = _legend_titles(spec(_hit_curves(rows)))
-    assert titles == ["policy", "block size"]  # the dashes keep no legend of their own
+    chart_spec = spec(_hit_curves(rows))
+    assert _legend_titles(chart_spec) == ["policy", "block size"]  # dashes: no legend
+    assert chart_spec["encoding"]["y"]["axis"] == {"format": "~%"}  # a share: 40%
 
 
 def test_the_workload_prefix_chart_has_one_run_legend():

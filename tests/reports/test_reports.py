@@ -429,9 +429,9 @@ def test_the_dsa_report_shows_the_selection_shape_of_every_layer(root, tmp_path)
     shown = [
         (row[0][1] or row[0][0], int(row[1][0]), int(row[-1][0].replace(",", ""))) for row in rows
     ]
-    assert shown == query_rows(  # the runs' smallest stored block size: 16 (chat)
+    assert shown == query_rows(  # the report's block size: 64 (chat holds 16 and 64)
         root,
-        "SELECT run_id, layer_id, lru_knee_blocks FROM dsa_shape_layers(16) "
+        "SELECT run_id, layer_id, lru_knee_blocks FROM dsa_shape_layers(64) "
         "WHERE run_id IN (SELECT run_id FROM runs WHERE kind = 'dsa') ORDER BY ALL",
     )
     assert header[:3] == ["run_id", "layer_id", "rows"] and "reuse_steps_p50" in header
