@@ -13,7 +13,13 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvtrace.sql.catalog import SqlFile
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
@@ -49,29 +55,139 @@ def commands_page() -> str:
     return "\n".join(parts) + "\n"
 
 
+@dataclass(frozen=True)
+class Topic:
+    """A section of the views reference: its title, the guide it belongs to, and the SQL
+    files (``kvtrace/sql/queries/<file>.sql``) whose views and macros it lists."""
+
+    title: str
+    guide: str  # docs/guides/<guide>
+    files: tuple[str, ...]
+
+
+# The views reference by topic, in the order mkdocs.yml lists the guides.  Every SQL file
+# of the library has its place here: a new file without one stops the page being written.
+TOPICS: tuple[Topic, ...] = (
+    Topic(
+        "DSA traces",
+        "dsa-traces.md",
+        (
+            "dsa_steps",
+            "dsa_blocks",
+            "dsa_offsets",
+            "dsa_layers",
+            "dsa_summary",
+            "dsa_summary_shares",
+            "dsa_shape",
+            "dsa_shape_reuse",
+            "dsa_groups",
+            "dsa_prefix",
+            "dsa_prefill",
+            "dsa_ranks",
+            "dsa_quality",
+        ),
+    ),
+    Topic("KV tier what-if", "tier-whatif.md", ("dsa_access", "dsa_kv_fetch")),
+    Topic("Needle recall and evaluation", "needle-recall.md", ("eval", "merge_numerics")),
+    Topic("Workload", "workload.md", ("workload", "timing")),
+    Topic(
+        "Fleets and capacity",
+        "fleets.md",
+        (
+            "workload_reuse",
+            "workload_routing",
+            "kv_routing",
+            "operator_profiles",
+            "gpu_peaks",
+            "serving_capacity",
+        ),
+    ),
+    Topic(
+        "Profiler timelines and copy time",
+        "timelines.md",
+        (
+            "timeline",
+            "timeline_definitions",
+            "timeline_call_graph",
+            "timeline_counters",
+            "timeline_offload",
+            "kv_thrash",
+        ),
+    ),
+    Topic("Serving traces", "serving.md", ("request", "pool", "serving_bench", "run")),
+    Topic(
+        "Engine counters",
+        "engine-counters.md",
+        ("engine_metrics", "engine_metric_maps", "serving_counters"),
+    ),
+    Topic("KV-cache events", "kv-events.md", ("kv_events", "kv_event_completeness")),
+    Topic("Runs and the warehouse", "warehouse.md", ("runs", "warehouse", "stats")),
+)
+
+
+def by_topic(sql_files: Sequence[SqlFile]) -> list[tuple[Topic, list[SqlFile]]]:
+    """``sql_files`` under their topics, in `TOPICS`' order; a file without a topic, or a
+    topic's file the library does not have, is an error that names it."""
+    named = {sql_file.name.removesuffix(".sql"): sql_file for sql_file in sql_files}
+    placed = [name for topic in TOPICS for name in topic.files]
+    unplaced = sorted(set(named) - set(placed))
+    if unplaced:
+        raise SystemExit(
+            "no topic in scripts/docs_reference.py's TOPICS for "
+            + ", ".join(f"{name}.sql" for name in unplaced)
+            + ": add each to the topic of the guide that explains it"
+        )
+    missing = sorted(set(placed) - set(named))
+    twice = sorted({name for name in placed if placed.count(name) > 1})
+    if missing or twice:
+        raise SystemExit(
+            "TOPICS in scripts/docs_reference.py names "
+            + "; ".join(
+                part
+                for part in (
+                    f"files the SQL library lacks: {', '.join(missing)}" if missing else "",
+                    f"files twice: {', '.join(twice)}" if twice else "",
+                )
+                if part
+            )
+        )
+    return [(topic, [named[name] for name in topic.files]) for topic in TOPICS]
+
+
 def views_page() -> str:
-    """Every public view and macro of the SQL library, file by file, with its columns."""
+    """Every public view and macro of the SQL library by topic, in the guides' order, and
+    file by file within a topic, with its columns."""
     from kvtrace.sql.catalog import library
 
     parts = [GENERATED, "", "# Views and macros", ""]
     parts.append(
         "Every public view and macro of the SQL library (`kvtrace/sql/queries/*.sql`), by "
-        "the file that defines it; `kvtrace views PATTERN --columns` prints the same."
+        "topic in the order of the guides, then by the file that defines it; "
+        "`kvtrace views PATTERN --columns` prints the same."
     )
-    for sql_file in library():
-        public = [obj for obj in sql_file.objects if obj.public]
-        if not public:
+    for topic, sql_files in by_topic(library()):
+        files = [(f, [obj for obj in f.objects if obj.public]) for f in sql_files]
+        files = [(f, public) for f, public in files if public]
+        if not files:
             continue
-        parts += ["", f"## {sql_file.name}"]
-        for obj in public:
-            parts += ["", f"### `{obj.signature}`", "", f"*{obj.kind}*. {obj.description}"]
-            if obj.aliases:
-                parts += ["", "Former name: " + ", ".join(f"`{a}`" for a in obj.aliases) + "."]
-            if obj.columns:
-                parts += ["", "| column | meaning |", "|---|---|"]
-                parts += [
-                    f"| `{column}` | {_cell(meaning)} |" for column, meaning in obj.columns.items()
-                ]
+        parts += [
+            "",
+            f"## {topic.title}",
+            "",
+            f"The guide: [{topic.title}](../guides/{topic.guide}).",
+        ]
+        for sql_file, public in files:
+            parts += ["", f"### {sql_file.name}"]
+            for obj in public:
+                parts += ["", f"#### `{obj.signature}`", "", f"*{obj.kind}*. {obj.description}"]
+                if obj.aliases:
+                    parts += ["", "Former name: " + ", ".join(f"`{a}`" for a in obj.aliases) + "."]
+                if obj.columns:
+                    parts += ["", "| column | meaning |", "|---|---|"]
+                    parts += [
+                        f"| `{column}` | {_cell(meaning)} |"
+                        for column, meaning in obj.columns.items()
+                    ]
     return "\n".join(parts) + "\n"
 
 
