@@ -30,7 +30,24 @@ def test_the_reference_pages_are_those_the_code_gives():
         )
 
 
-def test_the_readme_tour_and_every_guides_first_example_print_what_they_show(tmp_path):
+# The console blocks that do not run here, each as its first command and the reason its
+# "<!-- not run: ... -->" line gives; a block marked so must be added here.
+NOT_RUN = {
+    "dsa-traces.md": {
+        "kvtrace ingest outputs/ruler_1771772829/": "reads a tracer's output folder of your own",
+    },
+    "fleets.md": {
+        "git clone --depth 1 https://github.com/microsoft/vidur": (
+            "needs the network (it clones Vidur's repository)"
+        ),
+    },
+    "timelines.md": {
+        "nsys profile --trace=cuda,nvtx -o rank0 python serve.py": "needs a GPU and NVIDIA's nsys",
+    },
+}
+
+
+def test_the_readme_tour_and_every_guide_example_print_what_they_show(tmp_path):
     examples = _script("docs_examples")
     pages = examples.pages()
     guides = sorted((ROOT / "docs" / "guides").glob("*.md"))
@@ -39,6 +56,7 @@ def test_the_readme_tour_and_every_guides_first_example_print_what_they_show(tmp
     # every guide but performance, which runs from a clone, and instrument, whose lines
     # run in an engine (tests/collectors/test_instrument_guide.py runs them)
     assert tried == {"README.md"} | {g.name for g in guides} - {"performance.md", "instrument.md"}
+    assert {p.name: examples.not_run(p) for p in pages if examples.not_run(p)} == NOT_RUN
     assert examples.differences(tmp_path.resolve()) == []
 
 
@@ -49,6 +67,28 @@ def test_the_checks_see_a_changed_output(tmp_path):
     (shown,) = examples.examples(page)
     assert examples.run(shown, tmp_path) == "one\n" != shown.shown
     assert examples.normalized("run x-0123abcd took 1.5 s", tmp_path) == "run x-xxxxxxxx took N s"
+
+
+def test_every_console_block_of_a_guide_is_read_with_its_continuation_lines(tmp_path):
+    examples = _script("docs_examples")
+    page = tmp_path / "guide.md"
+    page.write_text(
+        "## Try it\n\n```console\n$ echo one\none\n```\n\n## In depth\n\n"
+        "```console\n$ cat > a.txt <<'END'\n$ not a command\nEND\n"
+        "$ echo 'two\n  lines' \\\n  three\ntwo\n  lines three\n```\n\n"
+        "<!-- not run: needs a GPU -->\n\n```console\n$ nvidia-smi\nGPU 0\n```\n"
+    )
+    found = examples.examples(page)
+    assert [(e.command, e.shown) for e in found] == [
+        ("echo one", "one\n"),
+        ("cat > a.txt <<'END'\n$ not a command\nEND", ""),
+        ("echo 'two\n  lines' \\\n  three", "two\n  lines three\n"),
+    ]
+    assert [examples.run(e, tmp_path) for e in found] == [e.shown for e in found]
+    assert (tmp_path / "a.txt").read_text() == "$ not a command\n"
+    assert examples.not_run(page) == {"nvidia-smi": "needs a GPU"}
+    text = page.read_text()
+    assert [text[slice(*e.span)] for e in found] == [e.shown for e in found]
 
 
 def test_the_site_builds_strictly(tmp_path):
