@@ -159,12 +159,13 @@ def ingest(
         trace_format=trace_format,
     )
     _refuse_unknown(found.files, given)
+    executor = _executor(engine, address)  # a cluster that will not start creates nothing
     warehouse = _open(create=True)
     _check_output(output, warehouse)
     report = _with_progress(
         "ingesting",
         lambda hook: ingest_with(
-            warehouse, found, given, progress=hook, jobs=jobs, executor=_executor(engine, address)
+            warehouse, found, given, progress=hook, jobs=jobs, executor=executor
         ),
     )
     _print_ingest(report, out if then_sql is None else err)

@@ -39,6 +39,34 @@ def start(address: str | None = None) -> None:
         )
     except ConnectionError as exc:
         raise KvtraceError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+    except Exception as exc:  # Ray's start-up fails with a bare Exception or RuntimeError
+        raise start_failure(exc, address) from None
+
+
+def start_failure(exc: Exception, address: str | None) -> KvtraceError:
+    """One sentence for a Ray cluster that would not start or be joined: Ray's own first
+    line, and what to do.  A node whose start-up timed out (ray/_private/node.py raises
+    a bare Exception, ray/_private/services.py a TimeoutError) is most often a machine
+    too busy to start Ray's processes in time."""
+    cause = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    cause = cause if len(cause) <= 200 else cause[:199] + "…"
+    where = (
+        "start a cluster on this machine" if address is None else f"join the cluster at {address}"
+    )
+    timed_out = isinstance(exc, TimeoutError) or "timed out" in str(exc).lower()
+    advice = (
+        "start a cluster first (ray start --head) and pass --address auto, or use --engine local"
+        if address is None
+        else "check that cluster with ray status, or use --engine local"
+    )
+    if timed_out:
+        advice = (
+            "its start-up timed out, as it can on a busy machine: run again when the machine "
+            f"is less loaded, {advice}"
+        )
+    return KvtraceError(
+        f"Ray could not {where} ({type(exc).__name__}: {cause or 'no message'}); {advice}"
+    )
 
 
 class RayExecutor(Executor):
