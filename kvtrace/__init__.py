@@ -49,6 +49,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'kvtrace' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones, so that ``dir`` and a notebook's completion
+    show them (nothing is imported)."""
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+
+
 __all__ = [
     "DsaTracer",
     "KvtraceError",
