@@ -18,7 +18,7 @@ section in the HTML page.
 
 ``run`` and ``experiment`` take what ``kvtrace report``'s ``--run`` and ``--experiment``
 take (one value or a list); ``settings`` are the values a report's queries read
-(``slo_ttft_ms=300`` for the serving report, ``block_size=16`` for the dsa report).
+(``slo_ttft_ms=300`` for the serving report, as ``--slo ttft=300`` gives it).
 Only the report registry loads with this module; Altair and DuckDB load on first use.
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -159,7 +158,6 @@ def _scoped(
     from kvtrace.reports._scoped import scoped
     from kvtrace.warehouse import Warehouse
 
-    _check_settings(definition, settings)
     if not isinstance(warehouse, Warehouse):
         warehouse = Warehouse(warehouse or default_path())
     return scoped(
@@ -168,6 +166,7 @@ def _scoped(
         runs=_listed(run),
         experiments=_listed(experiment),
         settings=settings,
+        strict=True,
     )
 
 
@@ -175,21 +174,6 @@ def _listed(values: Values) -> list[str]:
     if values is None:
         return []
     return [values] if isinstance(values, str) else list(values)
-
-
-def _check_settings(definition: ReportDefinition, settings: dict[str, Any]) -> None:
-    """Refuse a setting the report's queries never read (a typo would change nothing)."""
-    from kvtrace.reports._model import load_queries
-
-    text = "\n".join(load_queries(definition.name).values())
-    known = sorted(set(re.findall(r"getvariable\('(\w+)'\)", text)))
-    for key in settings:
-        if key not in known:
-            reads = ", ".join(known) if known else "none"
-            raise InputError(
-                f"the {definition.name} report's charts read no setting {key!r} "
-                f"(the settings they read: {reads})"
-            )
 
 
 def _name(definition: ReportDefinition, section: Section) -> str:

@@ -3,6 +3,7 @@ demand: what the HTML page and the Python charts (`kvtrace.charts`) both draw fr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -11,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from kvtrace.analysis import open_analysis_connection
-from kvtrace.errors import QueryError
+from kvtrace.errors import InputError, QueryError
 from kvtrace.reports._model import ReportDefinition, Scope, Section, load_queries
 from kvtrace.warehouse import Warehouse
 
@@ -54,16 +55,39 @@ def scoped(
     runs: list[str],
     experiments: list[str],
     settings: Mapping[str, Any] | None = None,
+    strict: bool = False,
 ) -> Iterator[ScopedReport]:
     """``report`` with its runs selected from ``runs`` / ``experiments`` (InputError when
     nothing matches) and its settings (``getvariable``) set: the selector's, then the
-    user's ``settings``; the connection closes on leaving."""
+    user's ``settings``; the connection closes on leaving.  ``strict`` refuses a setting
+    the queries never read or the selector sets itself."""
     con = open_analysis_connection(warehouse)
     try:
         scope = report.select(con, runs, experiments)
+        if strict:
+            _check_settings(report, scope, settings or {})
         scope.variables.update(settings or {})
         for name, value in sorted(scope.variables.items()):
             con.execute(f"SET VARIABLE {name} = ?", [value])
         yield ScopedReport(con, report, scope)
     finally:
         con.close()
+
+
+def _check_settings(report: ReportDefinition, scope: Scope, settings: Mapping[str, Any]) -> None:
+    """Refuse a setting the report's queries never read (a typo would change nothing),
+    or one its selector works out from the runs (the queries would disagree)."""
+    text = "\n".join(load_queries(report.name).values())
+    read = set(re.findall(r"getvariable\('(\w+)'\)", text))
+    own = sorted(read - set(scope.variables))
+    for key in settings:
+        if key in scope.variables:
+            raise InputError(
+                f"the {report.name} report works out {key} from the runs it selects; "
+                "it is not a setting"
+            )
+        if key not in read:
+            raise InputError(
+                f"the {report.name} report's charts read no setting {key!r} "
+                f"(the settings they read: {', '.join(own) if own else 'none'})"
+            )

@@ -29,7 +29,9 @@ def kernel(tmp_path, monkeypatch) -> str:
 
 
 def _outputs(notebook) -> list[dict]:
-    return [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    return [
+        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+    ]
 
 
 def test_the_notebook_runs_with_polars_frames_and_vega_lite_charts(tour, kernel):
