@@ -115,7 +115,7 @@ JOIN chosen AS c USING (run_id, rank, iteration)
 JOIN report_runs AS r USING (run_id),
 LATERAL (FROM _timeline_union([l.what], [l.stream])) AS u
 WHERE u.run_id = l.run_id AND u.rank = l.rank AND u.iteration = l.iteration
-ORDER BY run, stream, start_us;
+ORDER BY run, stream, start_us, what, end_us;
 
 -- @query copy_bandwidth
 -- The bandwidth of copies of at least 1 MB (smaller ones measure latency), per run and
