@@ -89,14 +89,14 @@ def charts(
     experiment: Values = None,
     **settings: Any,
 ) -> dict[str, Any]:
-    """Every chart of ``report`` that has rows to draw, by name, in the report's order;
+    """Every chart of ``report`` that has something to draw, by name, in the report's order;
     its runs are selected (and a what-if simulated) once for all of them."""
     definition = _report(report)
     with _scoped(definition, warehouse, run, experiment, settings) as scoped:
         drawn = {}
         for section in definition.sections:
             rows = scoped.rows(section) if section.chart is not None else None
-            if rows is not None and rows.num_rows:
+            if rows is not None and not section.nothing_to_show(rows):
                 name = _name(definition, section)
                 drawn[name] = _drawn(name, section, rows)
         return drawn
@@ -141,8 +141,9 @@ def inline() -> None:
 def _drawn(name: str, section: Section, rows: pa.Table) -> Any:
     from kvtrace.reports._charts import configured
 
-    if not rows.num_rows:
-        raise InputError(f"chart {name} has nothing to draw: {section.empty}")
+    why = section.nothing_to_show(rows)
+    if why:  # no rows, or nothing in them to draw: the report's line says why
+        raise InputError(f"chart {name} has nothing to draw: {why}")
     assert section.chart is not None
     return configured(section.chart(rows))
 

@@ -38,6 +38,12 @@ class Section:
     warning: Callable[[pa.Table], str] | None = None  # a caveat the rows call for
     blank: Callable[[pa.Table], str] | None = None  # why rows show nothing, or ""
 
+    def nothing_to_show(self, rows: pa.Table) -> str:
+        """Why ``rows`` show nothing (the ``empty`` line, or what ``blank`` says), or ""."""
+        if not rows.num_rows:
+            return self.empty
+        return self.blank(rows) if self.blank else ""
+
 
 @dataclass(frozen=True)
 class Scope:

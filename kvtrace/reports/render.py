@@ -40,7 +40,7 @@ def render_report(
                 empty=section.empty,
                 warning=section.warning(table) if section.warning and table.num_rows else "",
             )
-            why_blank = section.blank(table) if section.blank and table.num_rows else ""
+            why_blank = section.nothing_to_show(table) if table.num_rows else ""
             if why_blank:  # rows, but nothing in them to draw: one line says why
                 rendered.empty = why_blank
             elif section.chart is None:

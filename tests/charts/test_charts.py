@@ -50,6 +50,10 @@ def test_every_chart_of_every_report_has_one_name():
         ("dsa", {}, {}),
         ("serving", {"slo_ttft_ms": 300.0}, {"slo_ttft_ms": 300.0}),
         ("pool", {}, {}),
+        ("whatif", {}, {}),
+        ("eval", {}, {}),
+        ("workload", {}, {}),
+        ("timeline", {}, {}),
     ],
 )
 def test_the_charts_are_those_the_report_page_draws(tour, report, settings, cli_settings):
