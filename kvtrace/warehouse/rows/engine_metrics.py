@@ -80,15 +80,16 @@ def parse_exposition(text: str) -> Samples:
     """Every sample of a Prometheus text exposition, or of an OpenMetrics one (it ends in
     ``# EOF``); `ExpositionError` when the parser refuses the text (one sentence, naming
     what it could not read)."""
-    if text.rstrip().endswith("# EOF"):  # OpenMetrics types counters only with its parser
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families
-    else:
-        from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client import parser as text_format
+    from prometheus_client.openmetrics import parser as openmetrics
+
+    # OpenMetrics types a counter's samples only with its own parser
+    parse = openmetrics if text.rstrip().endswith("# EOF") else text_format
 
     samples = Samples()
     seen: set[tuple[str, str, float | None]] = set()
     try:
-        for family in text_string_to_metric_families(text):
+        for family in parse.text_string_to_metric_families(text):
             for sample in family.samples:
                 labels = labels_text(sample.labels)
                 stamp = _stamp(sample.timestamp)
