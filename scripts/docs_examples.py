@@ -42,6 +42,7 @@ _BLOCK = re.compile(
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
 _RUN_ID_SUFFIX = re.compile(r"(?<=[A-Za-z0-9_])-[0-9a-f]{8}\b")
 _SECONDS = re.compile(r"\b\d+(?:\.\d+)? s\b")
+_TOKEN_RATE = re.compile(r"\(\d[\d,]*(?:\.\d+)? tokens/s\)")  # a collection's decode speed
 _GENERATED = re.compile(r"Generated at \S+")
 
 
@@ -150,10 +151,12 @@ def _quotes_closed(text: str) -> bool:
 
 def normalized(text: str, folder: Path) -> str:
     """``text`` without what varies between runs: the folder's path, the random end of
-    run ids, seconds taken, the time a report was generated."""
+    run ids, seconds taken and tokens decoded per second, the time a report was
+    generated."""
     text = text.replace(f"{folder}/", "").replace(str(folder), ".")
     text = _RUN_ID_SUFFIX.sub("-xxxxxxxx", text)
     text = _SECONDS.sub("N s", text)
+    text = _TOKEN_RATE.sub("(N tokens/s)", text)
     return _GENERATED.sub("Generated at T", text)
 
 
@@ -217,8 +220,8 @@ def _page_differences(page: Path, folder: Path, write: bool) -> list[str]:
             printed = run(example, folder)
         except ExampleFailed as failed:
             return [*found, str(failed).replace(str(folder), ".")]
-        outputs.append((example, printed))
         if normalized(printed, folder) != normalized(example.shown, folder):
+            outputs.append((example, printed))  # only those that differ are rewritten
             found.append(
                 f"{page.relative_to(ROOT)}: `{example.command}` printed\n"
                 f"{normalized(printed, folder)}instead of\n{normalized(example.shown, folder)}"

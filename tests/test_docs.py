@@ -35,6 +35,12 @@ def test_the_reference_pages_are_those_the_code_gives():
 NOT_RUN = {
     "dsa-traces.md": {
         "kvtrace ingest outputs/ruler_1771772829/": "reads a tracer's output folder of your own",
+        'kvtrace sql "SELECT layer_id, steps, groups, round(group_density, 3) AS group_density, '
+        "round(union_density, 3) AS union_density, round(full_union_share, 3) AS full_union, "
+        "round(io_saved, 3) AS io_saved, round(compute_saved, 3) AS compute_saved "
+        'FROM dsa_group_savings(16)"': (
+            "reads a per-group trace of a GQA model (tests/collectors build one)"
+        ),
     },
     "fleets.md": {
         "git clone --depth 1 https://github.com/microsoft/vidur": (
@@ -67,6 +73,10 @@ def test_the_checks_see_a_changed_output(tmp_path):
     (shown,) = examples.examples(page)
     assert examples.run(shown, tmp_path) == "one\n" != shown.shown
     assert examples.normalized("run x-0123abcd took 1.5 s", tmp_path) == "run x-xxxxxxxx took N s"
+    assert (
+        examples.normalized("96 tokens in 139.0 s (0.7 tokens/s) into run r-3f424aa5", tmp_path)
+        == "96 tokens in N s (N tokens/s) into run r-xxxxxxxx"
+    )
 
 
 def test_every_console_block_of_a_guide_is_read_with_its_continuation_lines(tmp_path):
