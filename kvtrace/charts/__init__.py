@@ -159,6 +159,11 @@ def _scoped(
     from kvtrace.reports._scoped import scoped
     from kvtrace.warehouse import Warehouse
 
+    if warehouse is not None and not isinstance(warehouse, (Warehouse, str, os.PathLike)):
+        raise InputError(
+            "kvtrace.charts takes the warehouse's path or a Warehouse, "
+            f"not a {type(warehouse).__name__}"
+        )
     if not isinstance(warehouse, Warehouse):
         warehouse = Warehouse(warehouse or default_path())
     return scoped(

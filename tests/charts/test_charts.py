@@ -118,6 +118,8 @@ def test_names_settings_and_empty_charts_are_one_sentence(tour):
         InputError, match=r"read no setting 'slo_ttft' \(the settings they read: .*slo_ttft_ms"
     ):
         kvtrace.charts.chart("serving.latency_throughput", location, slo_ttft=300)
+    with pytest.raises(InputError, match="the warehouse's path or a Warehouse, not a Guarded"):
+        kvtrace.charts.chart("dsa.offset_cdf", kvtrace.connect(location))
     # the dsa report picks its block size from the runs; a chart cannot be told another
     with pytest.raises(InputError, match="works out block_size from the runs it selects"):
         kvtrace.charts.chart("dsa.offset_cdf", location, block_size=16)
