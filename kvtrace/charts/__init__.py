@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
 
-    from kvtrace.reports._model import ReportDefinition, Section
-    from kvtrace.reports._scoped import ScopedReport
+    from kvtrace.reports.scoped import ReportDefinition, ScopedReport, Section
     from kvtrace.warehouse import Warehouse
 
 __all__ = ["about", "chart", "charts", "frame", "from_rows", "inline", "names"]
@@ -139,13 +138,12 @@ def inline() -> None:
 
 
 def _drawn(name: str, section: Section, rows: pa.Table) -> Any:
-    from kvtrace.reports._charts import configured
+    from kvtrace.reports.scoped import drawn
 
     why = section.nothing_to_show(rows)
     if why:  # no rows, or nothing in them to draw: the report's line says why
         raise InputError(f"chart {name} has nothing to draw: {why}")
-    assert section.chart is not None
-    return configured(section.chart(rows))
+    return drawn(section, rows)
 
 
 def _scoped(
@@ -156,7 +154,7 @@ def _scoped(
     settings: dict[str, Any],
 ) -> AbstractContextManager[ScopedReport]:
     from kvtrace.defaults import default_path
-    from kvtrace.reports._scoped import scoped
+    from kvtrace.reports.scoped import scoped
     from kvtrace.warehouse import Warehouse
 
     if warehouse is not None and not isinstance(warehouse, (Warehouse, str, os.PathLike)):

@@ -8,7 +8,7 @@ from kvtrace._version import __version__
 from kvtrace.reports import _charts as charts
 from kvtrace.reports._html import RenderedSection, page
 from kvtrace.reports._model import ReportDefinition
-from kvtrace.reports._scoped import scoped
+from kvtrace.reports.scoped import scoped
 from kvtrace.warehouse import Warehouse
 
 

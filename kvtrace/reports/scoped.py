@@ -1,5 +1,6 @@
 """A report's runs selected and its settings set on one connection, its sections' rows on
-demand: what the HTML page and the Python charts (`kvtrace.charts`) both draw from."""
+demand, and a section's chart drawn from rows: what the HTML page (`render`) and the
+Python charts (`kvtrace.charts`) both draw from."""
 
 from __future__ import annotations
 
@@ -13,8 +14,17 @@ import pyarrow as pa
 
 from kvtrace.analysis import open_analysis_connection
 from kvtrace.errors import InputError, QueryError
+from kvtrace.reports._charts import configured
 from kvtrace.reports._model import ReportDefinition, Scope, Section, load_queries
 from kvtrace.warehouse import Warehouse
+
+__all__ = ["ReportDefinition", "ScopedReport", "Section", "drawn", "scoped"]
+
+
+def drawn(section: Section, rows: pa.Table) -> Any:
+    """The section's chart of ``rows`` as the report shows it (see `_charts.configured`)."""
+    assert section.chart is not None
+    return configured(section.chart(rows))
 
 
 class ScopedReport:
