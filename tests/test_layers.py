@@ -32,6 +32,7 @@ FORBIDDEN = {
     "reports": {"ingest", "collectors", "distributed", "cli"},
     "export": {"ingest", "collectors", "reports", "distributed", "cli"},
     "distributed": {"collectors", "reports", "cli"},
+    "charts": {"ingest", "collectors", "distributed", "cli"},
     "samples": ABOVE_KERNELS | {"kernels"},
     "synthetic": ABOVE_KERNELS,
 }
