@@ -15,8 +15,7 @@ from kvtrace.defaults import DEFAULT_BLOCK_SIZE, OutputFormat
 from kvtrace.errors import IngestRejected, InputError, KvtraceError
 
 if TYPE_CHECKING:  # the heavy modules load inside the commands that need them
-    from kvtrace.ingest import IngestReport
-    from kvtrace.ingest._sources import SourceFile, Unreadable
+    from kvtrace.ingest import IngestReport, SourceFile, Unreadable
     from kvtrace.ingest.family import IngestOptions
 
 
@@ -139,8 +138,7 @@ def ingest(
     Example: kvtrace ingest outputs/ruler_1771772829/
     """
     answer_format = _answer_options(then_sql, fmt, output)
-    from kvtrace.ingest import IngestOptions, ingest_with
-    from kvtrace.ingest._sources import expand
+    from kvtrace.ingest import IngestOptions, expand, ingest_with
     from kvtrace.ingest.fanout import unreadable_error
     from kvtrace.ingest.readers.workload import parse_column_mapping
 

@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 
 from kvtrace.defaults import DEFAULT_BLOCK_SIZE, Kind
 from kvtrace.ingest._report import FileReport, IngestReport
-from kvtrace.ingest._sources import Found
+from kvtrace.ingest._sources import Found, SourceFile, Unreadable, expand
 from kvtrace.ingest.family import ColumnMapping, IngestOptions
 from kvtrace.ingest.fanout import Progress, ingest_paths
 from kvtrace.warehouse import Warehouse
@@ -97,4 +97,13 @@ def ingest_with(
     return report
 
 
-__all__ = ["FileReport", "IngestOptions", "IngestReport", "ingest", "ingest_with"]
+__all__ = [
+    "FileReport",
+    "IngestOptions",
+    "IngestReport",
+    "SourceFile",
+    "Unreadable",
+    "expand",
+    "ingest",
+    "ingest_with",
+]
