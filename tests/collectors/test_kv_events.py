@@ -164,7 +164,7 @@ def test_a_silent_endpoint_is_one_sentence_after_the_wait(warehouse):
     started = time.monotonic()
     with pytest.raises(InputError, match=r"no KV events from tcp://127\.0\.0\.1:9 within 1 s"):
         collect_kv_events(warehouse, [source], KvEventSpec(connect_timeout_s=1.0))
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 120  # a hang guard: the wait is 1 s, not forever
     assert connect(warehouse).sql("SELECT count(*) FROM runs").fetchall() == [(0,)]
 
 
