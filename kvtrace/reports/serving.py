@@ -32,47 +32,38 @@ def select(con, runs: list[str], experiments: list[str]) -> Scope:
 
 
 def _latency_throughput(rows: pa.Table):
-    base = alt.Chart(data(rows), width=WIDTH // 3 - 20, height=220)
-    lines = base.mark_line(point=True).encode(
-        x=alt.X(
-            "request_throughput:Q",
-            title="requests per second",
-            scale=alt.Scale(zero=True),
-            axis=alt.Axis(format=NUMBER_AXIS),
-        ),
-        y=alt.Y("latency_ms:Q", title="milliseconds"),
-        color=series_color(rows, "series"),
-        strokeDash=alt.StrokeDash("statistic:N", title=None),
-        detail="run_id:N",
-        tooltip=["series:N", "load_level:Q", "statistic:N", "request_throughput:Q", "latency_ms:Q"],
-    )
-    slo = base.mark_rule(color="firebrick", strokeDash=[4, 3]).encode(y="slo_ms:Q")
-    return (
-        alt.layer(lines, slo)
-        .facet(column=alt.Column("metric:N", title=None, sort=["TTFT", "TPOT", "E2E latency"]))
-        .resolve_scale(y="independent")
+    return _latency_against(
+        rows,
+        "request_throughput",
+        "requests per second",
+        WIDTH // 3 - 20,
+        ["TTFT", "TPOT", "E2E latency"],
     )
 
 
 def _latency_load(rows: pa.Table):
-    base = alt.Chart(data(rows), width=WIDTH // 2 - 30, height=220)
+    return _latency_against(
+        rows, "request_rate", "requests per second asked for", WIDTH // 2 - 30, ["TTFT", "TPOT"]
+    )
+
+
+def _latency_against(rows: pa.Table, x: str, x_title: str, width: int, metrics: list[str]):
+    """Latency percentiles against a rate, a panel per metric, the SLOs as red rules."""
+    base = alt.Chart(data(rows), width=width, height=220)
     lines = base.mark_line(point=True).encode(
         x=alt.X(
-            "request_rate:Q",
-            title="requests per second asked for",
-            scale=alt.Scale(zero=True),
-            axis=alt.Axis(format=NUMBER_AXIS),
+            f"{x}:Q", title=x_title, scale=alt.Scale(zero=True), axis=alt.Axis(format=NUMBER_AXIS)
         ),
         y=alt.Y("latency_ms:Q", title="milliseconds"),
         color=series_color(rows, "series"),
         strokeDash=alt.StrokeDash("statistic:N", title=None),
         detail="run_id:N",
-        tooltip=["series:N", "load_level:Q", "statistic:N", "request_rate:Q", "latency_ms:Q"],
+        tooltip=["series:N", "load_level:Q", "statistic:N", f"{x}:Q", "latency_ms:Q"],
     )
     slo = base.mark_rule(color="firebrick", strokeDash=[4, 3]).encode(y="slo_ms:Q")
     return (
         alt.layer(lines, slo)
-        .facet(column=alt.Column("metric:N", title=None, sort=["TTFT", "TPOT"]))
+        .facet(column=alt.Column("metric:N", title=None, sort=metrics))
         .resolve_scale(y="independent")
     )
 
