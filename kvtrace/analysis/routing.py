@@ -326,9 +326,9 @@ def routing_rows(
             shape = {"workers": spec.workers, "capacity_blocks": one.capacity}
             every = np.ones(len(one.workers), bool)
             fleet = _stats(every, tokens, blocks, one)
-            per_worker = [np.bincount(one.workers, minlength=spec.workers)]
+            per_worker = np.bincount(one.workers, minlength=spec.workers)
             mean = len(one.workers) / spec.workers
-            imbalance = float(per_worker[0].max() / mean) if len(one.workers) else None
+            imbalance = float(per_worker.max() / mean) if len(one.workers) else None
             rows.append(
                 {**head, "worker": None, **shape, **fleet, "request_share": 1.0,
                  "imbalance": imbalance}
